@@ -1,0 +1,381 @@
+//! The `cassandra.rook.io/v1alpha1` `Cluster` resource, field for field the
+//! Rook Cassandra operator's API (so that its manifests apply unchanged), with
+//! the schema constraints and CEL rules that reject bad input at the API
+//! server. Pure data: no I/O.
+//!
+//! Every `///` comment on a field becomes its `kubectl explain` text.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    NodeAffinity, PersistentVolumeClaim, PodAffinity, PodAntiAffinity, ResourceRequirements,
+    Toleration,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The API group of every resource this operator serves.
+pub const GROUP: &str = "cassandra.rook.io";
+/// The API version of [`Cluster`].
+pub const VERSION: &str = "v1alpha1";
+
+/// The longest StatefulSet name that leaves room for the
+/// `controller-revision-hash` label (`<statefulset>-<10 character hash>`, a
+/// label value of at most 63 characters) and for the member Pod and Service
+/// names (`<statefulset>-<ordinal>`, DNS-1035 labels of at most 63).
+pub const MAX_STATEFULSET_NAME: usize = 52;
+
+/// The most racks one datacenter may have: a bound the API server needs to
+/// estimate the cost of the CEL rules that walk the rack list.
+pub const MAX_RACKS: usize = 64;
+
+/// Regular expression of a DNS-1123 label (RFC 1123), the form of rack and
+/// datacenter names (they become parts of object names and label values).
+pub const DNS1123_LABEL: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+/// Regular expression of a DNS-1035 label, the form of a Service name: the
+/// Cluster's name starts every member Service name.
+pub const DNS1035_LABEL: &str = "^[a-z]([-a-z0-9]*[a-z0-9])?$";
+/// Regular expression of a DNS-1123 subdomain, the form of a ConfigMap name.
+pub const DNS1123_SUBDOMAIN: &str =
+    "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+/// Regular expression of a container image tag.
+pub const IMAGE_TAG: &str = "^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$";
+/// Regular expression of an image repository (registry host, optional port,
+/// path), without a tag or digest.
+pub const IMAGE_REPOSITORY: &str =
+    "^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*$";
+/// Regular expression of an annotation key: an optional DNS-1123 subdomain
+/// prefix and a slash, then a name of up to 63 characters.
+pub const QUALIFIED_NAME: &str = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
+
+/// A Cassandra (or ScyllaDB) cluster: one datacenter made of racks, each rack a
+/// StatefulSet, each member a Pod with its own ClusterIP Service as its
+/// identity.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "cassandra.rook.io",
+    version = "v1alpha1",
+    kind = "Cluster",
+    plural = "clusters",
+    singular = "cluster",
+    namespaced,
+    status = "ClusterStatus",
+    derive = "PartialEq",
+    shortname = "cass",
+    category = "cassandra",
+    doc = "A Cassandra or ScyllaDB cluster managed by the cassandra.rook.io operator: one datacenter of racks, each rack a StatefulSet, each member a Pod with a ClusterIP Service as its stable identity.",
+    printcolumn(name = "Mode", type_ = "string", json_path = ".spec.mode", description = "cassandra or scylla", priority = 1),
+    printcolumn(name = "Version", type_ = "string", json_path = ".spec.version", description = "The database version (image tag)"),
+    printcolumn(name = "Members", type_ = "integer", json_path = ".status.members", description = "Members in all racks"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyMembers", description = "Members that are ready"),
+    printcolumn(name = "Status", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason", description = "Why the cluster is or is not ready"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = Rule::new("!self.metadata.name.contains('.') && self.metadata.name.matches('^[a-z]')")
+        .message("metadata.name must be a DNS-1035 label (lower case letters, digits and '-', starting with a letter): it starts the name of every member Service")
+        .field_path(".metadata.name"),
+    validation = Rule::new("size(self.metadata.name) <= 56")
+        .message("metadata.name must be at most 56 characters: the client Service is named <cluster>-client")
+        .field_path(".metadata.name"),
+    validation = Rule::new("self.spec.datacenter.racks.all(r, size(self.metadata.name) + size(self.spec.datacenter.name) + size(r.name) + 2 <= 52)")
+        .message("the StatefulSet name <cluster>-<datacenter>-<rack> must be at most 52 characters, so that pod names and the controller-revision-hash label stay within 63: shorten the cluster, datacenter or rack name")
+        .field_path(".spec.datacenter.racks"),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSpec {
+    /// Version of Cassandra or ScyllaDB to run: the tag of the database image,
+    /// for example `3.11.6`, `4.1.8` or `5.0.3`. Changing it rolls the members
+    /// one at a time.
+    #[schemars(
+        length(min = 1, max = 128),
+        regex(pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+    )]
+    pub version: String,
+
+    /// Repository of the database image, without a tag. Defaults to `cassandra`
+    /// in cassandra mode and `scylladb/scylla` in scylla mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 255))]
+    pub repository: Option<String>,
+
+    /// Which database the members run: `cassandra` (Apache Cassandra) or
+    /// `scylla` (ScyllaDB). Cannot be changed after creation.
+    #[serde(default)]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("mode is immutable: a cluster cannot change database"))]
+    pub mode: ClusterMode,
+
+    /// Annotations added to every member Pod of the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
+
+    /// The datacenter this cluster is made of.
+    pub datacenter: DatacenterSpec,
+
+    /// Image of the sidecar (the init container that installs the operator
+    /// binary into the member Pods). Defaults to the operator's own image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sidecar_image: Option<ImageSpec>,
+}
+
+/// Which database a cluster runs.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum ClusterMode {
+    /// Apache Cassandra.
+    #[default]
+    Cassandra,
+    /// ScyllaDB.
+    Scylla,
+}
+
+impl ClusterMode {
+    /// The name used in the API (`cassandra` or `scylla`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClusterMode::Cassandra => "cassandra",
+            ClusterMode::Scylla => "scylla",
+        }
+    }
+
+    /// The image repository used when the spec names none.
+    pub fn default_repository(self) -> &'static str {
+        match self {
+            ClusterMode::Cassandra => "cassandra",
+            ClusterMode::Scylla => "scylladb/scylla",
+        }
+    }
+}
+
+impl std::fmt::Display for ClusterMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The datacenter of a cluster, made of racks.
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DatacenterSpec {
+    /// Name of the Cassandra datacenter, written to cassandra-rackdc.properties
+    /// and part of every StatefulSet name. A DNS-1123 label. Cannot be changed
+    /// after creation (Cassandra cannot rename a datacenter).
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("datacenter name is immutable: Cassandra cannot rename a datacenter"))]
+    pub name: String,
+
+    /// Racks of the datacenter, each run as one StatefulSet. Rack names must be
+    /// unique. A rack can only be removed from the list once its members were
+    /// scaled down to 0.
+    #[schemars(length(min = 1, max = 64))]
+    #[x_kube(
+        validation = Rule::new("self.all(r, self.exists_one(s, s.name == r.name))").message("rack names must be unique"),
+        validation = Rule::new("oldSelf.all(o, o.members == 0 || self.exists(r, r.name == o.name))").message("a rack can only be removed after its members were scaled down to 0")
+    )]
+    pub racks: Vec<RackSpec>,
+}
+
+/// A rack: one StatefulSet of members that share placement, resources and
+/// storage, and one Cassandra rack name.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RackSpec {
+    /// Name of the Cassandra rack, written to cassandra-rackdc.properties and
+    /// part of the StatefulSet name. A DNS-1123 label.
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub name: String,
+
+    /// Number of Cassandra members in this rack. Members are added one at a
+    /// time; lowering it decommissions members one at a time, highest ordinal
+    /// first.
+    #[schemars(range(min = 0))]
+    pub members: i32,
+
+    /// Name of a ConfigMap whose `cassandra.yaml` (or `scylla.yaml`) key holds a
+    /// fragment merged on top of the generated configuration of every member
+    /// of this rack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub config_map_name: Option<String>,
+
+    /// Name of a ConfigMap holding the configuration of the Prometheus JMX
+    /// exporter agent of this rack's members (its `config.yaml` key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub jmx_exporter_config_map_name: Option<String>,
+
+    /// Storage of the members: the PersistentVolumeClaims of each member.
+    #[serde(default)]
+    pub storage: StorageSpec,
+
+    /// Annotations added to every member Pod of this rack, on top of (and
+    /// winning over) the cluster's annotations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
+
+    /// Where the members may be scheduled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<PlacementSpec>,
+
+    /// Compute resources of the database container. The memory limit sizes the
+    /// JVM heap (or Scylla's memory) and the CPU limit its thread pools.
+    #[serde(default)]
+    pub resources: ResourceRequirements,
+}
+
+/// Storage of a rack's members.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageSpec {
+    /// Claims every member gets, named `<template>-<pod>`. The first one holds
+    /// the data directory (`/var/lib/cassandra`). With a local-disk storage
+    /// class, a member whose Node is deleted is replaced and streams its data
+    /// back from the other replicas.
+    #[serde(default)]
+    #[schemars(length(max = 8))]
+    pub volume_claim_templates: Vec<PersistentVolumeClaim>,
+}
+
+/// Scheduling constraints of a rack's members.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementSpec {
+    /// Node affinity of the members, e.g. the zone of the rack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_affinity: Option<NodeAffinity>,
+    /// Pod affinity of the members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_affinity: Option<PodAffinity>,
+    /// Pod anti-affinity of the members, e.g. one member per Node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_anti_affinity: Option<PodAntiAffinity>,
+    /// Taints of dedicated Nodes that the members tolerate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<Toleration>>,
+}
+
+/// A container image.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageSpec {
+    /// Tag of the image.
+    #[schemars(
+        length(min = 1, max = 128),
+        regex(pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+    )]
+    pub version: String,
+    /// Repository of the image, without a tag.
+    #[schemars(length(min = 1, max = 255))]
+    pub repository: String,
+}
+
+impl ImageSpec {
+    /// `repository:version`.
+    pub fn reference(&self) -> String {
+        format!("{}:{}", self.repository, self.version)
+    }
+}
+
+/// The observed state of a cluster, written by the controller only.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterStatus {
+    /// Status of each rack, by rack name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub racks: BTreeMap<String, RackStatus>,
+    /// Members in all racks (the sum of the racks' members).
+    #[serde(default)]
+    pub members: i32,
+    /// Ready members in all racks.
+    #[serde(default)]
+    pub ready_members: i32,
+    /// Conditions of the cluster: `Ready`, `Progressing` and `Degraded`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The `metadata.generation` of the spec this status was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// The observed state of one rack.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RackStatus {
+    /// Members the rack's StatefulSet runs.
+    pub members: i32,
+    /// Members that are ready (operation mode NORMAL).
+    pub ready_members: i32,
+    /// Conditions of the rack, e.g. `MemberLeaving` or `MemberReplacing`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<RackCondition>,
+}
+
+/// An observation about a rack.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RackCondition {
+    /// Type of the condition: `MemberLeaving` (a member is being
+    /// decommissioned) or `MemberReplacing` (a member whose disk was lost is
+    /// being replaced).
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: ConditionStatus,
+    /// One word, in PascalCase, saying why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// A sentence for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When the status last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+}
+
+/// The status of a condition.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConditionStatus {
+    /// The condition holds.
+    True,
+    /// The condition does not hold.
+    False,
+    /// It is not known whether the condition holds.
+    Unknown,
+}
+
+/// Rack condition type: a member of the rack is being decommissioned.
+pub const RACK_CONDITION_MEMBER_LEAVING: &str = "MemberLeaving";
+/// Rack condition type: a member of the rack is being replaced.
+pub const RACK_CONDITION_MEMBER_REPLACING: &str = "MemberReplacing";
+/// Cluster condition type: every member of every rack is ready.
+pub const CONDITION_READY: &str = "Ready";
+/// Cluster condition type: the controller is changing the topology.
+pub const CONDITION_PROGRESSING: &str = "Progressing";
+/// Cluster condition type: the controller cannot act (invalid spec, foreign
+/// objects, failed members).
+pub const CONDITION_DEGRADED: &str = "Degraded";
+
+impl Cluster {
+    /// The image the members run: `repository:version`, the repository
+    /// defaulting per mode.
+    pub fn database_image(&self) -> String {
+        let repository = self
+            .spec
+            .repository
+            .as_deref()
+            .unwrap_or_else(|| self.spec.mode.default_repository());
+        format!("{repository}:{}", self.spec.version)
+    }
+}

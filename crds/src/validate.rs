@@ -1,0 +1,412 @@
+//! The rules of the CRD schema and its CEL rules, again as a pure function.
+//!
+//! The controller calls [`validate`] before it acts: a Cluster created before a
+//! rule existed, or stored by an API server without CEL, must not slip
+//! through. [`validate_update`] holds the transition rules (what may not
+//! change). Both name the offending field in every error.
+
+use std::collections::BTreeSet;
+
+use crate::names;
+use crate::quantity::Quantity;
+use crate::v1alpha1::{Cluster, ClusterSpec, ImageSpec, MAX_RACKS, MAX_STATEFULSET_NAME, RackSpec};
+
+/// One thing wrong with a Cluster, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// The field's path, e.g. `spec.datacenter.racks[1].name`.
+    pub field: String,
+    /// What is wrong, for people.
+    pub message: String,
+}
+
+impl std::fmt::Display for FieldError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// Everything wrong with a Cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidationErrors(pub Vec<FieldError>);
+
+impl std::fmt::Display for ValidationErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(ToString::to_string).collect();
+        f.write_str(&parts.join("; "))
+    }
+}
+
+impl std::error::Error for ValidationErrors {}
+
+impl ValidationErrors {
+    /// The fields named, in order.
+    pub fn fields(&self) -> Vec<&str> {
+        self.0.iter().map(|e| e.field.as_str()).collect()
+    }
+}
+
+#[derive(Default)]
+struct Errors(Vec<FieldError>);
+
+impl Errors {
+    fn add(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.0.push(FieldError {
+            field: field.into(),
+            message: message.into(),
+        });
+    }
+
+    fn finish(self) -> Result<(), ValidationErrors> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(ValidationErrors(self.0))
+        }
+    }
+}
+
+/// Checks a Cluster as the API server would with the CRD's schema and CEL
+/// rules, plus what neither can say (quantities, annotation keys).
+pub fn validate(cluster: &Cluster) -> Result<(), ValidationErrors> {
+    let mut errors = Errors::default();
+    let name = cluster.metadata.name.as_deref().unwrap_or_default();
+    if !is_dns1035_label(name) {
+        errors.add(
+            "metadata.name",
+            format!("{name:?} must be a DNS-1035 label (lower case letters, digits and '-', starting with a letter): it starts the name of every member Service"),
+        );
+    } else if name.len() > 56 {
+        errors.add(
+            "metadata.name",
+            format!("must be at most 56 characters (is {}): the client Service is named <cluster>-client", name.len()),
+        );
+    }
+    validate_spec(name, &cluster.spec, &mut errors);
+    errors.finish()
+}
+
+fn validate_spec(cluster: &str, spec: &ClusterSpec, errors: &mut Errors) {
+    check_tag("spec.version", &spec.version, errors);
+    if let Some(repository) = &spec.repository {
+        check_repository("spec.repository", repository, errors);
+    }
+    if let Some(annotations) = &spec.annotations {
+        check_annotation_keys("spec.annotations", annotations.keys(), errors);
+    }
+    if let Some(image) = &spec.sidecar_image {
+        check_image("spec.sidecarImage", image, errors);
+    }
+
+    let dc = &spec.datacenter.name;
+    if !is_dns1123_label(dc) {
+        errors.add(
+            "spec.datacenter.name",
+            format!("{dc:?} must be a DNS-1123 label (at most 63 lower case letters, digits and '-', starting and ending with a letter or digit)"),
+        );
+    }
+
+    let racks = &spec.datacenter.racks;
+    if racks.is_empty() {
+        errors.add(
+            "spec.datacenter.racks",
+            "a datacenter needs at least one rack",
+        );
+    }
+    if racks.len() > MAX_RACKS {
+        errors.add(
+            "spec.datacenter.racks",
+            format!(
+                "at most {MAX_RACKS} racks are supported (found {})",
+                racks.len()
+            ),
+        );
+    }
+    let mut seen = BTreeSet::new();
+    for (i, rack) in racks.iter().enumerate() {
+        let field = format!("spec.datacenter.racks[{i}]");
+        if !seen.insert(rack.name.as_str()) {
+            errors.add(
+                format!("{field}.name"),
+                format!(
+                    "rack names must be unique: {:?} appears more than once",
+                    rack.name
+                ),
+            );
+        }
+        validate_rack(cluster, dc, &field, rack, errors);
+    }
+}
+
+fn validate_rack(cluster: &str, dc: &str, field: &str, rack: &RackSpec, errors: &mut Errors) {
+    if !is_dns1123_label(&rack.name) {
+        errors.add(
+            format!("{field}.name"),
+            format!("{:?} must be a DNS-1123 label (at most 63 lower case letters, digits and '-', starting and ending with a letter or digit)", rack.name),
+        );
+    }
+    if rack.members < 0 {
+        errors.add(
+            format!("{field}.members"),
+            format!("must be 0 or more (is {})", rack.members),
+        );
+    }
+    let statefulset = names::statefulset_name(cluster, dc, &rack.name);
+    if statefulset.len() > MAX_STATEFULSET_NAME {
+        errors.add(
+            format!("{field}.name"),
+            format!(
+                "the StatefulSet name {statefulset:?} is {} characters; <cluster>-<datacenter>-<rack> must be at most {MAX_STATEFULSET_NAME}, so that pod names and the controller-revision-hash label stay within 63: shorten the cluster, datacenter or rack name",
+                statefulset.len()
+            ),
+        );
+    }
+    for (key, value) in [
+        ("configMapName", &rack.config_map_name),
+        (
+            "jmxExporterConfigMapName",
+            &rack.jmx_exporter_config_map_name,
+        ),
+    ] {
+        if let Some(value) = value {
+            if !is_dns1123_subdomain(value) {
+                errors.add(
+                    format!("{field}.{key}"),
+                    format!("{value:?} is not a valid ConfigMap name (a DNS-1123 subdomain of at most 253 characters)"),
+                );
+            }
+        }
+    }
+    if let Some(annotations) = &rack.annotations {
+        check_annotation_keys(&format!("{field}.annotations"), annotations.keys(), errors);
+    }
+
+    let templates = &rack.storage.volume_claim_templates;
+    if templates.len() > 8 {
+        errors.add(
+            format!("{field}.storage.volumeClaimTemplates"),
+            format!(
+                "at most 8 volume claim templates are supported (found {})",
+                templates.len()
+            ),
+        );
+    }
+    let mut template_names = BTreeSet::new();
+    for (j, template) in templates.iter().enumerate() {
+        let tfield = format!("{field}.storage.volumeClaimTemplates[{j}].metadata.name");
+        match template.metadata.name.as_deref() {
+            None | Some("") => errors.add(tfield, "every volume claim template needs a name"),
+            Some(name) => {
+                if !is_dns1123_label(name) {
+                    errors.add(
+                        tfield.clone(),
+                        format!("{name:?} must be a DNS-1123 label: it starts the name of every member's PersistentVolumeClaim"),
+                    );
+                }
+                if !template_names.insert(name) {
+                    errors.add(tfield, format!("volume claim template names must be unique: {name:?} appears more than once"));
+                }
+            }
+        }
+    }
+
+    let resources = &rack.resources;
+    let parse_all = |kind: &str,
+                     list: &Option<
+        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >,
+                     errors: &mut Errors| {
+        let mut parsed = std::collections::BTreeMap::new();
+        for (resource, q) in list.iter().flatten() {
+            match Quantity::parse(&q.0) {
+                Ok(v) => {
+                    parsed.insert(resource.clone(), v);
+                }
+                Err(e) => errors.add(
+                    format!("{field}.resources.{kind}.{resource}"),
+                    e.to_string(),
+                ),
+            }
+        }
+        parsed
+    };
+    let limits = parse_all("limits", &resources.limits, errors);
+    let requests = parse_all("requests", &resources.requests, errors);
+    for (resource, request) in &requests {
+        if let Some(limit) = limits.get(resource) {
+            if request > limit {
+                errors.add(
+                    format!("{field}.resources.requests.{resource}"),
+                    format!("must be less than or equal to the {resource} limit"),
+                );
+            }
+        }
+    }
+}
+
+/// Checks what may not change between the stored Cluster and an update (the
+/// CRD's transition rules): the mode, the datacenter name, and racks removed
+/// while they still had members.
+pub fn validate_update(old: &Cluster, new: &Cluster) -> Result<(), ValidationErrors> {
+    let mut errors = Errors::default();
+    if old.spec.mode != new.spec.mode {
+        errors.add(
+            "spec.mode",
+            format!(
+                "mode is immutable: a cluster cannot change database (was {}, now {})",
+                old.spec.mode, new.spec.mode
+            ),
+        );
+    }
+    if old.spec.datacenter.name != new.spec.datacenter.name {
+        errors.add(
+            "spec.datacenter.name",
+            format!(
+                "datacenter name is immutable: Cassandra cannot rename a datacenter (was {:?}, now {:?})",
+                old.spec.datacenter.name, new.spec.datacenter.name
+            ),
+        );
+    }
+    for rack in &old.spec.datacenter.racks {
+        if rack.members != 0
+            && !new
+                .spec
+                .datacenter
+                .racks
+                .iter()
+                .any(|r| r.name == rack.name)
+        {
+            errors.add(
+                "spec.datacenter.racks",
+                format!(
+                    "rack {:?} can only be removed after its members were scaled down to 0",
+                    rack.name
+                ),
+            );
+        }
+    }
+    errors.finish()
+}
+
+fn check_tag(field: &str, tag: &str, errors: &mut Errors) {
+    let valid = !tag.is_empty()
+        && tag.len() <= 128
+        && tag.chars().enumerate().all(|(i, c)| {
+            c.is_ascii_alphanumeric() || c == '_' || (i > 0 && (c == '.' || c == '-'))
+        });
+    if !valid {
+        errors.add(
+            field,
+            format!("{tag:?} is not a valid image tag (letters, digits, '_', '.' and '-', at most 128, not starting with '.' or '-')"),
+        );
+    }
+}
+
+fn check_repository(field: &str, repository: &str, errors: &mut Errors) {
+    let valid = !repository.is_empty()
+        && repository.len() <= 255
+        && !repository.contains(['@', ' '])
+        && repository
+            .rsplit('/')
+            .next()
+            .is_some_and(|last| !last.contains(':'))
+        && repository.split('/').all(|part| {
+            !part.is_empty()
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-:".contains(c))
+        });
+    if !valid {
+        errors.add(
+            field,
+            format!(
+                "{repository:?} is not a valid image repository (host/path without a tag or digest)"
+            ),
+        );
+    }
+}
+
+fn check_image(field: &str, image: &ImageSpec, errors: &mut Errors) {
+    check_tag(&format!("{field}.version"), &image.version, errors);
+    check_repository(&format!("{field}.repository"), &image.repository, errors);
+}
+
+fn check_annotation_keys<'a>(
+    field: &str,
+    keys: impl Iterator<Item = &'a String>,
+    errors: &mut Errors,
+) {
+    for key in keys {
+        if !is_qualified_name(key) {
+            errors.add(
+                format!("{field}[{key}]"),
+                "annotation keys must be qualified names: an optional DNS subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
+            );
+        }
+    }
+}
+
+/// A DNS-1123 label: at most 63 lower case alphanumerics or '-', starting and
+/// ending with an alphanumeric.
+pub fn is_dns1123_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// A DNS-1035 label: a DNS-1123 label that starts with a letter.
+pub fn is_dns1035_label(s: &str) -> bool {
+    is_dns1123_label(s) && s.starts_with(|c: char| c.is_ascii_lowercase())
+}
+
+/// A DNS-1123 subdomain: dot-separated DNS-1123 labels, at most 253 in all.
+pub fn is_dns1123_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
+}
+
+/// A qualified name (label and annotation keys): `[prefix/]name`, the prefix
+/// a DNS-1123 subdomain, the name at most 63 alphanumerics, '-', '_' or '.',
+/// starting and ending with an alphanumeric.
+pub fn is_qualified_name(s: &str) -> bool {
+    let (prefix, name) = match s.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, s),
+    };
+    if prefix.is_some_and(|p| !is_dns1123_subdomain(p)) {
+        return false;
+    }
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dns_names() {
+        assert!(is_dns1123_label("us-east-1a"));
+        assert!(is_dns1123_label("1a"));
+        assert!(!is_dns1123_label("Us"));
+        assert!(!is_dns1123_label("-a"));
+        assert!(!is_dns1123_label("a-"));
+        assert!(!is_dns1123_label(&"a".repeat(64)));
+        assert!(is_dns1035_label("a1"));
+        assert!(!is_dns1035_label("1a"));
+        assert!(is_dns1123_subdomain("my.config-map"));
+        assert!(!is_dns1123_subdomain("my..map"));
+        assert!(is_qualified_name("example.com/team"));
+        assert!(is_qualified_name("Team_A.b"));
+        assert!(!is_qualified_name("example.com/"));
+        assert!(!is_qualified_name("a/b/c"));
+        assert!(!is_qualified_name("_a"));
+    }
+}

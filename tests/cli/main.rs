@@ -1,0 +1,3 @@
+//! Tests of the `cassandra-operator` binary's command line.
+
+mod help;

@@ -1,0 +1,1 @@
+//! The test world (see DESIGN.md section 7).
