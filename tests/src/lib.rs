@@ -1,1 +1,4 @@
 //! The test world (see DESIGN.md section 7).
+
+pub mod cel;
+pub mod schema;

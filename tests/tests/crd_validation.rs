@@ -1,0 +1,518 @@
+//! The Cluster API's validation, three ways: the CRD's structural schema (as
+//! the API server applies it), its CEL rules (evaluated client-side), and the
+//! controller's pure `validate()`. Every example manifest must pass all three;
+//! every invalid manifest must be rejected by the schema or CEL *and* by
+//! `validate()`, each naming the offending field.
+
+use std::path::{Path, PathBuf};
+
+use crds::Cluster;
+use serde_json::{Value, json};
+use testworld::{cel, schema};
+
+fn openapi_schema() -> Value {
+    let crd = crds::crd::definition();
+    let version = &crd.spec.versions[0];
+    let schema = version
+        .schema
+        .as_ref()
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .expect("the CRD has an openAPIV3Schema");
+    serde_json::to_value(schema).unwrap()
+}
+
+fn examples_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/examples")
+}
+
+/// Every `Cluster` document of a multi-document YAML file, as JSON.
+fn clusters_in(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    serde_norway::Deserializer::from_str(&text)
+        .map(|doc| {
+            let v: serde_norway::Value = serde::Deserialize::deserialize(doc).unwrap();
+            serde_json::to_value(v).unwrap()
+        })
+        .filter(|v| v["kind"] == "Cluster")
+        .collect()
+}
+
+/// What the API server would say about a new object: schema errors after
+/// null-dropping, pruning and defaulting, then CEL errors.
+fn api_server_errors(object: &Value, old: Option<&Value>) -> (Value, Vec<String>, Vec<String>) {
+    let schema = openapi_schema();
+    let mut admitted = object.clone();
+    let (pruned, errors) = schema::admit(&schema, &mut admitted);
+    let mut messages: Vec<String> = errors.iter().map(|e| e.message.clone()).collect();
+    if messages.is_empty() {
+        let old = old.map(|o| {
+            let mut o = o.clone();
+            schema::admit(&schema, &mut o);
+            o
+        });
+        messages.extend(cel::check(&schema, &admitted, old.as_ref()));
+    }
+    (admitted, pruned, messages)
+}
+
+#[test]
+fn example_manifests_are_accepted_unchanged() {
+    let mut seen = 0;
+    for entry in std::fs::read_dir(examples_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        for object in clusters_in(&path) {
+            seen += 1;
+            let (admitted, pruned, errors) = api_server_errors(&object, None);
+            assert!(errors.is_empty(), "{}: {errors:#?}", path.display());
+            assert!(
+                pruned.is_empty(),
+                "{}: fields the CRD does not know (strict validation rejects them): {pruned:?}",
+                path.display()
+            );
+            let cluster: Cluster = serde_json::from_value(admitted)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            crds::validate(&cluster).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        }
+    }
+    assert!(seen >= 4, "expected the example Clusters, found {seen}");
+}
+
+#[test]
+fn rook_manifest_keeps_its_values() {
+    let object = clusters_in(&examples_dir().join("rook-cluster.yaml")).remove(0);
+    let (admitted, _, errors) = api_server_errors(&object, None);
+    assert!(errors.is_empty(), "{errors:?}");
+    // `annotations:` with no value is null: accepted (the field is nullable)
+    // and read as "no annotations".
+    assert!(admitted["spec"]["annotations"].is_null());
+    let cluster: Cluster = serde_json::from_value(admitted).unwrap();
+    assert_eq!(cluster.spec.annotations, None);
+    let rack = &cluster.spec.datacenter.racks[0];
+    assert_eq!(rack.members, 3);
+    // `cpu: 1` is an integer in YAML and must survive as the quantity "1".
+    let limits = rack.resources.limits.as_ref().unwrap();
+    assert_eq!(limits["cpu"].0, "1");
+    assert_eq!(limits["memory"].0, "2Gi");
+    assert_eq!(
+        rack.storage.volume_claim_templates[0]
+            .metadata
+            .name
+            .as_deref(),
+        Some("rook-cassandra-data")
+    );
+    let placement = rack.placement.as_ref().unwrap();
+    assert_eq!(
+        placement.tolerations.as_ref().unwrap()[0].key.as_deref(),
+        Some("dedicated")
+    );
+    assert_eq!(
+        cluster.database_image(),
+        "my-private-repo.io/cassandra:3.11.1"
+    );
+}
+
+#[test]
+fn defaults_fill_mode_and_storage() {
+    let mut object = base();
+    object["spec"].as_object_mut().unwrap().remove("mode");
+    object["spec"]["datacenter"]["racks"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("storage");
+    let (admitted, _, errors) = api_server_errors(&object, None);
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(admitted["spec"]["mode"], "cassandra");
+    assert_eq!(
+        admitted["spec"]["datacenter"]["racks"][0]["storage"],
+        json!({"volumeClaimTemplates": []})
+    );
+}
+
+/// A valid Cluster to break in one place at a time.
+fn base() -> Value {
+    json!({
+        "apiVersion": "cassandra.rook.io/v1alpha1",
+        "kind": "Cluster",
+        "metadata": {"name": "cassandra", "namespace": "db"},
+        "spec": {
+            "version": "4.1.8",
+            "mode": "cassandra",
+            "datacenter": {
+                "name": "europe-west1",
+                "racks": [{
+                    "name": "europe-west1-b",
+                    "members": 3,
+                    "storage": {"volumeClaimTemplates": [{
+                        "metadata": {"name": "data"},
+                        "spec": {"storageClassName": "local-disks", "resources": {"requests": {"storage": "10Gi"}}}
+                    }]},
+                    "resources": {"requests": {"cpu": 1, "memory": "2Gi"}, "limits": {"cpu": 1, "memory": "2Gi"}}
+                }]
+            }
+        }
+    })
+}
+
+type Mutation = fn(&mut Value);
+
+/// (what is wrong, the change, the field the API server names, the field
+/// `validate()` names)
+const INVALID: &[(&str, Mutation, &str, &str)] = &[
+    (
+        "negative members",
+        |v| v["spec"]["datacenter"]["racks"][0]["members"] = json!(-1),
+        "spec.datacenter.racks[0].members",
+        "spec.datacenter.racks[0].members",
+    ),
+    (
+        "duplicate rack names",
+        |v| {
+            let rack = v["spec"]["datacenter"]["racks"][0].clone();
+            v["spec"]["datacenter"]["racks"]
+                .as_array_mut()
+                .unwrap()
+                .push(rack);
+        },
+        "spec.datacenter.racks",
+        "spec.datacenter.racks[1].name",
+    ),
+    (
+        "upper-case rack name",
+        |v| v["spec"]["datacenter"]["racks"][0]["name"] = json!("Rack-A"),
+        "spec.datacenter.racks[0].name",
+        "spec.datacenter.racks[0].name",
+    ),
+    (
+        "underscore in rack name",
+        |v| v["spec"]["datacenter"]["racks"][0]["name"] = json!("rack_a"),
+        "spec.datacenter.racks[0].name",
+        "spec.datacenter.racks[0].name",
+    ),
+    (
+        "rack name ending in a dash",
+        |v| v["spec"]["datacenter"]["racks"][0]["name"] = json!("rack-"),
+        "spec.datacenter.racks[0].name",
+        "spec.datacenter.racks[0].name",
+    ),
+    (
+        "empty rack name",
+        |v| v["spec"]["datacenter"]["racks"][0]["name"] = json!(""),
+        "spec.datacenter.racks[0].name",
+        "spec.datacenter.racks[0].name",
+    ),
+    (
+        "upper-case datacenter name",
+        |v| v["spec"]["datacenter"]["name"] = json!("DC1"),
+        "spec.datacenter.name",
+        "spec.datacenter.name",
+    ),
+    (
+        "empty datacenter name",
+        |v| v["spec"]["datacenter"]["name"] = json!(""),
+        "spec.datacenter.name",
+        "spec.datacenter.name",
+    ),
+    (
+        "datacenter name over 63 characters",
+        |v| v["spec"]["datacenter"]["name"] = json!("d".repeat(64)),
+        "spec.datacenter.name",
+        "spec.datacenter.name",
+    ),
+    (
+        "StatefulSet name over 52 characters",
+        |v| {
+            v["spec"]["datacenter"]["name"] = json!("datacenter-with-a-long-name");
+            v["spec"]["datacenter"]["racks"][0]["name"] = json!("rack-with-long-name");
+        },
+        "spec.datacenter.racks",
+        "spec.datacenter.racks[0].name",
+    ),
+    (
+        "dot in the cluster name",
+        |v| v["metadata"]["name"] = json!("my.cluster"),
+        "metadata.name",
+        "metadata.name",
+    ),
+    (
+        "cluster name starting with a digit",
+        |v| v["metadata"]["name"] = json!("1cassandra"),
+        "metadata.name",
+        "metadata.name",
+    ),
+    (
+        "cluster name over 56 characters",
+        |v| {
+            v["metadata"]["name"] = json!("c".repeat(57));
+            v["spec"]["datacenter"]["name"] = json!("d");
+            v["spec"]["datacenter"]["racks"][0]["name"] = json!("r");
+        },
+        "metadata.name",
+        "metadata.name",
+    ),
+    (
+        "empty version",
+        |v| v["spec"]["version"] = json!(""),
+        "spec.version",
+        "spec.version",
+    ),
+    (
+        "space in the version",
+        |v| v["spec"]["version"] = json!("3.11 .1"),
+        "spec.version",
+        "spec.version",
+    ),
+    (
+        "version starting with a dot",
+        |v| v["spec"]["version"] = json!(".3.11"),
+        "spec.version",
+        "spec.version",
+    ),
+    (
+        "version over 128 characters",
+        |v| v["spec"]["version"] = json!("1".repeat(129)),
+        "spec.version",
+        "spec.version",
+    ),
+    (
+        "no racks",
+        |v| v["spec"]["datacenter"]["racks"] = json!([]),
+        "spec.datacenter.racks",
+        "spec.datacenter.racks",
+    ),
+    (
+        "more than 64 racks",
+        |v| {
+            let racks: Vec<Value> = (0..65)
+                .map(|i| json!({"name": format!("r{i}"), "members": 0}))
+                .collect();
+            v["spec"]["datacenter"]["racks"] = json!(racks);
+        },
+        "spec.datacenter.racks",
+        "spec.datacenter.racks",
+    ),
+    (
+        "invalid ConfigMap name",
+        |v| v["spec"]["datacenter"]["racks"][0]["configMapName"] = json!("My_Overrides"),
+        "spec.datacenter.racks[0].configMapName",
+        "spec.datacenter.racks[0].configMapName",
+    ),
+    (
+        "invalid JMX exporter ConfigMap name",
+        |v| v["spec"]["datacenter"]["racks"][0]["jmxExporterConfigMapName"] = json!("-exporter"),
+        "spec.datacenter.racks[0].jmxExporterConfigMapName",
+        "spec.datacenter.racks[0].jmxExporterConfigMapName",
+    ),
+    (
+        "empty repository",
+        |v| v["spec"]["repository"] = json!(""),
+        "spec.repository",
+        "spec.repository",
+    ),
+    (
+        "invalid sidecar image tag",
+        |v| {
+            v["spec"]["sidecarImage"] =
+                json!({"repository": "example.com/op", "version": "v1 beta"})
+        },
+        "spec.sidecarImage.version",
+        "spec.sidecarImage.version",
+    ),
+    (
+        "empty sidecar image repository",
+        |v| v["spec"]["sidecarImage"] = json!({"repository": "", "version": "1.0"}),
+        "spec.sidecarImage.repository",
+        "spec.sidecarImage.repository",
+    ),
+];
+
+#[test]
+fn invalid_clusters_are_rejected_by_the_api_server_and_by_validate() {
+    assert!(INVALID.len() >= 20);
+    for (what, mutate, api_field, validate_field) in INVALID {
+        let mut object = base();
+        mutate(&mut object);
+        let (_, _, errors) = api_server_errors(&object, None);
+        if std::env::var_os("SHOW_ERRORS").is_some() {
+            eprintln!("{what}: {errors:?}");
+        }
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.starts_with(&format!("{api_field}:"))
+                    || e.starts_with(&format!(".{api_field}:"))),
+            "{what}: the API server must reject it naming {api_field}, said {errors:#?}"
+        );
+
+        let cluster: Cluster = serde_json::from_value(object)
+            .unwrap_or_else(|e| panic!("{what}: deserialises (the rule is not a type rule): {e}"));
+        let err = crds::validate(&cluster).expect_err(what);
+        assert!(
+            err.fields().contains(validate_field),
+            "{what}: validate() must name {validate_field}, said {err}"
+        );
+    }
+}
+
+#[test]
+fn the_error_messages_explain() {
+    let mut object = base();
+    object["spec"]["datacenter"]["racks"][0]["members"] = json!(-1);
+    let (_, _, errors) = api_server_errors(&object, None);
+    assert_eq!(
+        errors,
+        vec![
+            "spec.datacenter.racks[0].members: Invalid value: -1: spec.datacenter.racks[0].members in body should be greater than or equal to 0"
+        ]
+    );
+
+    let mut object = base();
+    let rack = object["spec"]["datacenter"]["racks"][0].clone();
+    object["spec"]["datacenter"]["racks"]
+        .as_array_mut()
+        .unwrap()
+        .push(rack);
+    let cluster: Cluster = serde_json::from_value(object).unwrap();
+    assert_eq!(
+        crds::validate(&cluster).unwrap_err().to_string(),
+        "spec.datacenter.racks[1].name: rack names must be unique: \"europe-west1-b\" appears more than once"
+    );
+}
+
+#[test]
+fn type_errors_are_rejected_by_the_schema_and_by_deserialisation() {
+    let cases: &[(Mutation, &str)] = &[
+        (
+            |v| v["spec"]["datacenter"]["racks"][0]["members"] = json!("three"),
+            "spec.datacenter.racks[0].members",
+        ),
+        (|v| v["spec"]["mode"] = json!("cassandra2"), "spec.mode"),
+        (
+            |v| {
+                v["spec"].as_object_mut().unwrap().remove("datacenter");
+            },
+            "spec.datacenter",
+        ),
+        (
+            |v| {
+                v["spec"].as_object_mut().unwrap().remove("version");
+            },
+            "spec.version",
+        ),
+        (
+            |v| {
+                v["spec"]["datacenter"]["racks"][0]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("members");
+            },
+            "spec.datacenter.racks[0].members",
+        ),
+    ];
+    for (mutate, field) in cases {
+        let mut object = base();
+        mutate(&mut object);
+        let (_, _, errors) = api_server_errors(&object, None);
+        assert!(
+            errors.iter().any(|e| e.starts_with(&format!("{field}:"))),
+            "must name {field}: {errors:#?}"
+        );
+        assert!(serde_json::from_value::<Cluster>(object).is_err());
+    }
+}
+
+#[test]
+fn validate_catches_what_the_schema_cannot_say() {
+    let cases: &[(Mutation, &str)] = &[
+        (
+            |v| v["spec"]["annotations"] = json!({"bad key": "x"}),
+            "spec.annotations[bad key]",
+        ),
+        (
+            |v| v["spec"]["datacenter"]["racks"][0]["annotations"] = json!({"example.com/": "x"}),
+            "spec.datacenter.racks[0].annotations[example.com/]",
+        ),
+        (
+            |v| {
+                v["spec"]["datacenter"]["racks"][0]["resources"]["requests"]["memory"] =
+                    json!("4Gi")
+            },
+            "spec.datacenter.racks[0].resources.requests.memory",
+        ),
+        (
+            |v| v["spec"]["datacenter"]["racks"][0]["resources"]["limits"]["cpu"] = json!("two"),
+            "spec.datacenter.racks[0].resources.limits.cpu",
+        ),
+        (
+            |v| {
+                v["spec"]["datacenter"]["racks"][0]["storage"]["volumeClaimTemplates"][0]["metadata"].as_object_mut().unwrap().remove("name");
+            },
+            "spec.datacenter.racks[0].storage.volumeClaimTemplates[0].metadata.name",
+        ),
+        (
+            |v| v["spec"]["repository"] = json!("repo:tag"),
+            "spec.repository",
+        ),
+    ];
+    for (mutate, field) in cases {
+        let mut object = base();
+        mutate(&mut object);
+        let cluster: Cluster = serde_json::from_value(object).unwrap();
+        let err = crds::validate(&cluster).unwrap_err();
+        assert!(err.fields().contains(field), "must name {field}: {err}");
+    }
+}
+
+#[test]
+fn transitions_that_cassandra_cannot_follow_are_rejected() {
+    let old = base();
+    let cases: &[(Mutation, &str)] = &[
+        (|v| v["spec"]["mode"] = json!("scylla"), "spec.mode"),
+        (
+            |v| v["spec"]["datacenter"]["name"] = json!("europe-west2"),
+            "spec.datacenter.name",
+        ),
+        (
+            |v| {
+                v["spec"]["datacenter"]["racks"] = json!([{"name": "other", "members": 1}]);
+            },
+            "spec.datacenter.racks",
+        ),
+    ];
+    for (mutate, field) in cases {
+        let mut new = old.clone();
+        mutate(&mut new);
+        // valid on its own, so only the transition rules can object
+        let (_, _, create_errors) = api_server_errors(&new, None);
+        assert!(create_errors.is_empty(), "{create_errors:?}");
+        let (_, _, errors) = api_server_errors(&new, Some(&old));
+        assert!(
+            errors.iter().any(|e| e.starts_with(&format!("{field}:"))),
+            "must name {field}: {errors:#?}"
+        );
+        let old_cluster: Cluster = serde_json::from_value(old.clone()).unwrap();
+        let new_cluster: Cluster = serde_json::from_value(new).unwrap();
+        let err = crds::validate_update(&old_cluster, &new_cluster).unwrap_err();
+        assert!(err.fields().contains(field), "must name {field}: {err}");
+    }
+}
+
+#[test]
+fn scaling_a_rack_to_zero_then_removing_it_is_allowed() {
+    let mut old = base();
+    let mut second = old["spec"]["datacenter"]["racks"][0].clone();
+    second["name"] = json!("europe-west1-c");
+    second["members"] = json!(0);
+    old["spec"]["datacenter"]["racks"]
+        .as_array_mut()
+        .unwrap()
+        .push(second);
+    let new = base();
+    let (_, _, errors) = api_server_errors(&new, Some(&old));
+    assert!(errors.is_empty(), "{errors:?}");
+    let old: Cluster = serde_json::from_value(old).unwrap();
+    let new: Cluster = serde_json::from_value(new).unwrap();
+    crds::validate_update(&old, &new).unwrap();
+}
