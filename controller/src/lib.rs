@@ -1,5 +1,11 @@
 //! The controller crate: reconciles `Cluster` objects into StatefulSets,
-//! Services, PVC clean-up, status and Events. Not built yet (issue: Controller).
+//! Services, PVC clean-up, status and Events.
+//!
+//! - [`resources`]: the pure builders of every object a Cluster is made of.
+//! - [`decide`]: the pure decision step: (spec, observed state) -> next action.
+
+pub mod decide;
+pub mod resources;
 
 /// `cassandra-operator controller`.
 #[derive(clap::Args, Debug, Clone)]
@@ -10,4 +16,8 @@ pub struct ControllerArgs {
     /// Watch only this namespace (default: all namespaces).
     #[arg(long, env = "WATCH_NAMESPACE")]
     pub namespace: Option<String>,
+    /// Image of the operator, used for the members' init container unless a
+    /// Cluster names its own sidecarImage.
+    #[arg(long, env = "OPERATOR_IMAGE", default_value = resources::DEFAULT_OPERATOR_IMAGE)]
+    pub operator_image: String,
 }

@@ -5,7 +5,9 @@
 //! through. [`validate_update`] holds the transition rules (what may not
 //! change). Both name the offending field in every error.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
 use crate::names;
 use crate::quantity::Quantity;
@@ -168,13 +170,11 @@ fn validate_rack(cluster: &str, dc: &str, field: &str, rack: &RackSpec, errors: 
             &rack.jmx_exporter_config_map_name,
         ),
     ] {
-        if let Some(value) = value {
-            if !is_dns1123_subdomain(value) {
-                errors.add(
-                    format!("{field}.{key}"),
-                    format!("{value:?} is not a valid ConfigMap name (a DNS-1123 subdomain of at most 253 characters)"),
-                );
-            }
+        if let Some(value) = value.as_ref().filter(|v| !is_dns1123_subdomain(v)) {
+            errors.add(
+                format!("{field}.{key}"),
+                format!("{value:?} is not a valid ConfigMap name (a DNS-1123 subdomain of at most 253 characters)"),
+            );
         }
     }
     if let Some(annotations) = &rack.annotations {
@@ -211,35 +211,30 @@ fn validate_rack(cluster: &str, dc: &str, field: &str, rack: &RackSpec, errors: 
     }
 
     let resources = &rack.resources;
-    let parse_all = |kind: &str,
-                     list: &Option<
-        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-    >,
-                     errors: &mut Errors| {
-        let mut parsed = std::collections::BTreeMap::new();
-        for (resource, q) in list.iter().flatten() {
-            match Quantity::parse(&q.0) {
-                Ok(v) => {
-                    parsed.insert(resource.clone(), v);
+    let parse_all =
+        |kind: &str, list: &Option<BTreeMap<String, K8sQuantity>>, errors: &mut Errors| {
+            let mut parsed = BTreeMap::new();
+            for (resource, q) in list.iter().flatten() {
+                match Quantity::parse(&q.0) {
+                    Ok(v) => {
+                        parsed.insert(resource.clone(), v);
+                    }
+                    Err(e) => errors.add(
+                        format!("{field}.resources.{kind}.{resource}"),
+                        e.to_string(),
+                    ),
                 }
-                Err(e) => errors.add(
-                    format!("{field}.resources.{kind}.{resource}"),
-                    e.to_string(),
-                ),
             }
-        }
-        parsed
-    };
+            parsed
+        };
     let limits = parse_all("limits", &resources.limits, errors);
     let requests = parse_all("requests", &resources.requests, errors);
     for (resource, request) in &requests {
-        if let Some(limit) = limits.get(resource) {
-            if request > limit {
-                errors.add(
-                    format!("{field}.resources.requests.{resource}"),
-                    format!("must be less than or equal to the {resource} limit"),
-                );
-            }
+        if limits.get(resource).is_some_and(|limit| request > limit) {
+            errors.add(
+                format!("{field}.resources.requests.{resource}"),
+                format!("must be less than or equal to the {resource} limit"),
+            );
         }
     }
 }

@@ -1,0 +1,490 @@
+//! The objects a Cluster is made of, built from its (validated) spec by plain
+//! functions: no client, no I/O. Every builder sets the cluster's labels and a
+//! controller owner reference to the Cluster, so that deleting the Cluster
+//! garbage-collects them and the controller can tell its own objects from
+//! foreign ones.
+
+use std::collections::BTreeMap;
+
+use crds::labels;
+use crds::names;
+use crds::v1alpha1::{Cluster, ClusterMode, RackSpec};
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
+use k8s_openapi::api::core::v1::{
+    Affinity, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, ExecAction,
+    HTTPGetAction, Lifecycle, LifecycleHandler, ObjectFieldSelector, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, ResourceFieldSelector, Service, ServiceAccount, ServicePort,
+    ServiceSpec, Volume, VolumeMount,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::Resource;
+
+/// Where the init container installs the binary, in both containers.
+pub const SHARED_DIR: &str = "/mnt/shared";
+/// Where a rack's ConfigMap of configuration overrides is mounted.
+pub const OVERRIDES_DIR: &str = "/mnt/overrides";
+/// Where a rack's JMX exporter ConfigMap is mounted.
+pub const JMX_EXPORTER_DIR: &str = "/mnt/jmx-exporter";
+/// The sidecar's HTTP port (probes).
+pub const SIDECAR_PORT: i32 = 8080;
+/// How long a member may take to drain and stop: draining flushes every
+/// memtable, which takes minutes on a loaded node.
+pub const TERMINATION_GRACE_SECONDS: i64 = 1800;
+/// The image the operator runs, used for the init container unless the
+/// Cluster names another.
+pub const DEFAULT_OPERATOR_IMAGE: &str = "ghcr.io/cassandra-rook/cassandra-operator:0.1.0";
+
+/// The database ports every member exposes, by name.
+pub const MEMBER_PORTS: [(&str, i32); 6] = [
+    ("intra-node", 7000),
+    ("tls-intra-node", 7001),
+    ("jmx", 7199),
+    ("cql", 9042),
+    ("cql-ssl", 9142),
+    ("thrift", 9160),
+];
+
+/// What the builders need besides the Cluster.
+#[derive(Debug, Clone)]
+pub struct BuildContext {
+    /// Image of the operator itself (the default sidecar image).
+    pub operator_image: String,
+}
+
+impl Default for BuildContext {
+    fn default() -> Self {
+        BuildContext {
+            operator_image: DEFAULT_OPERATOR_IMAGE.to_string(),
+        }
+    }
+}
+
+fn cluster_name(cluster: &Cluster) -> &str {
+    cluster.metadata.name.as_deref().unwrap_or_default()
+}
+
+/// The owner reference every object of the cluster carries.
+pub fn owner_reference(cluster: &Cluster) -> OwnerReference {
+    OwnerReference {
+        api_version: Cluster::api_version(&()).into_owned(),
+        kind: Cluster::kind(&()).into_owned(),
+        name: cluster_name(cluster).to_string(),
+        uid: cluster.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+fn meta(cluster: &Cluster, name: String, labels: BTreeMap<String, String>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: cluster.metadata.namespace.clone(),
+        labels: Some(labels),
+        owner_references: Some(vec![owner_reference(cluster)]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The StatefulSet of one rack, with the given number of replicas.
+pub fn statefulset_for_rack(
+    cluster: &Cluster,
+    rack: &RackSpec,
+    replicas: i32,
+    ctx: &BuildContext,
+) -> StatefulSet {
+    let name = cluster_name(cluster);
+    let dc = &cluster.spec.datacenter.name;
+    let labels = labels::rack_labels(name, dc, &rack.name);
+    StatefulSet {
+        metadata: meta(
+            cluster,
+            names::statefulset_name(name, dc, &rack.name),
+            labels.clone(),
+        ),
+        spec: Some(StatefulSetSpec {
+            replicas: Some(replicas),
+            service_name: Some(names::client_service_name(name)),
+            pod_management_policy: Some("OrderedReady".to_string()),
+            selector: LabelSelector {
+                match_labels: Some(labels.clone()),
+                match_expressions: None,
+            },
+            template: pod_template(cluster, rack, labels, ctx),
+            volume_claim_templates: Some(
+                rack.storage
+                    .volume_claim_templates
+                    .iter()
+                    .map(|template| {
+                        let mut template = template.clone();
+                        // A PVC template carries only what the StatefulSet
+                        // controller copies to each claim.
+                        template.status = None;
+                        template.metadata.namespace = None;
+                        template
+                    })
+                    .collect(),
+            )
+            .filter(|t: &Vec<_>| !t.is_empty()),
+            ..StatefulSetSpec::default()
+        }),
+        status: None,
+    }
+}
+
+fn pod_template(
+    cluster: &Cluster,
+    rack: &RackSpec,
+    labels: BTreeMap<String, String>,
+    ctx: &BuildContext,
+) -> PodTemplateSpec {
+    let mut annotations = cluster.spec.annotations.clone().unwrap_or_default();
+    annotations.extend(rack.annotations.clone().unwrap_or_default());
+    let mode = cluster.spec.mode;
+    let sidecar_image = cluster
+        .spec
+        .sidecar_image
+        .as_ref()
+        .map(|i| i.reference())
+        .unwrap_or_else(|| ctx.operator_image.clone());
+    let binary = format!("{SHARED_DIR}/cassandra-operator");
+
+    let mut volumes = vec![Volume {
+        name: "shared".to_string(),
+        empty_dir: Some(Default::default()),
+        ..Volume::default()
+    }];
+    let mut mounts = vec![VolumeMount {
+        name: "shared".to_string(),
+        mount_path: SHARED_DIR.to_string(),
+        ..VolumeMount::default()
+    }];
+    if let Some(template) = rack.storage.volume_claim_templates.first() {
+        mounts.push(VolumeMount {
+            name: template.metadata.name.clone().unwrap_or_default(),
+            mount_path: data_dir(mode).to_string(),
+            ..VolumeMount::default()
+        });
+    }
+    for (volume, config_map, dir) in [
+        ("overrides", &rack.config_map_name, OVERRIDES_DIR),
+        (
+            "jmx-exporter",
+            &rack.jmx_exporter_config_map_name,
+            JMX_EXPORTER_DIR,
+        ),
+    ] {
+        if let Some(config_map) = config_map {
+            volumes.push(Volume {
+                name: volume.to_string(),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: config_map.clone(),
+                    // A member must not start without the overrides its
+                    // rack asks for.
+                    optional: Some(false),
+                    ..ConfigMapVolumeSource::default()
+                }),
+                ..Volume::default()
+            });
+            mounts.push(VolumeMount {
+                name: volume.to_string(),
+                mount_path: dir.to_string(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            });
+        }
+    }
+
+    let http_probe = |path: &str, period: i32, failures: i32| Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_string()),
+            port: IntOrString::Int(SIDECAR_PORT),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period),
+        timeout_seconds: Some(5),
+        failure_threshold: Some(failures),
+        ..Probe::default()
+    };
+
+    let mut ports: Vec<ContainerPort> = MEMBER_PORTS
+        .iter()
+        .map(|(name, port)| ContainerPort {
+            name: Some(name.to_string()),
+            container_port: *port,
+            ..ContainerPort::default()
+        })
+        .collect();
+    ports.push(ContainerPort {
+        name: Some("sidecar".to_string()),
+        container_port: SIDECAR_PORT,
+        ..ContainerPort::default()
+    });
+
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels),
+            annotations: Some(annotations).filter(|a| !a.is_empty()),
+            ..ObjectMeta::default()
+        }),
+        spec: Some(PodSpec {
+            service_account_name: Some(names::member_service_account_name(cluster_name(cluster))),
+            termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
+            security_context: match mode {
+                // The cassandra image runs as uid/gid 999: let it write its
+                // data volume.
+                ClusterMode::Cassandra => Some(PodSecurityContext {
+                    fs_group: Some(999),
+                    ..PodSecurityContext::default()
+                }),
+                ClusterMode::Scylla => None,
+            },
+            init_containers: Some(vec![Container {
+                name: "install".to_string(),
+                image: Some(sidecar_image),
+                image_pull_policy: Some("IfNotPresent".to_string()),
+                command: Some(vec![
+                    "/usr/local/bin/cassandra-operator".to_string(),
+                    "install".to_string(),
+                    "--target".to_string(),
+                    SHARED_DIR.to_string(),
+                ]),
+                volume_mounts: Some(vec![mounts[0].clone()]),
+                ..Container::default()
+            }]),
+            containers: vec![Container {
+                name: mode.as_str().to_string(),
+                image: Some(cluster.database_image()),
+                image_pull_policy: Some("IfNotPresent".to_string()),
+                command: Some(vec![binary.clone(), "sidecar".to_string()]),
+                env: Some(downward_env()),
+                ports: Some(ports),
+                resources: Some(rack.resources.clone()),
+                volume_mounts: Some(mounts),
+                liveness_probe: Some(Probe {
+                    initial_delay_seconds: Some(15),
+                    ..http_probe("/healthz", 10, 6)
+                }),
+                readiness_probe: Some(http_probe("/readyz", 10, 3)),
+                lifecycle: Some(Lifecycle {
+                    pre_stop: Some(LifecycleHandler {
+                        exec: Some(ExecAction {
+                            command: Some(vec![
+                                binary,
+                                "nodetool".to_string(),
+                                "drain".to_string(),
+                            ]),
+                        }),
+                        ..LifecycleHandler::default()
+                    }),
+                    ..Lifecycle::default()
+                }),
+                ..Container::default()
+            }],
+            volumes: Some(volumes),
+            affinity: rack.placement.as_ref().map(|p| Affinity {
+                node_affinity: p.node_affinity.clone(),
+                pod_affinity: p.pod_affinity.clone(),
+                pod_anti_affinity: p.pod_anti_affinity.clone(),
+            }),
+            tolerations: rack.placement.as_ref().and_then(|p| p.tolerations.clone()),
+            ..PodSpec::default()
+        }),
+    }
+}
+
+/// The data directory of each database (where the first volume claim
+/// template is mounted).
+pub fn data_dir(mode: ClusterMode) -> &'static str {
+    match mode {
+        ClusterMode::Cassandra => "/var/lib/cassandra",
+        ClusterMode::Scylla => "/var/lib/scylla",
+    }
+}
+
+fn downward_env() -> Vec<EnvVar> {
+    let field = |name: &str, path: &str| EnvVar {
+        name: name.to_string(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.to_string(),
+                api_version: None,
+            }),
+            ..EnvVarSource::default()
+        }),
+        value: None,
+    };
+    let resource = |name: &str, resource: &str| EnvVar {
+        name: name.to_string(),
+        value_from: Some(EnvVarSource {
+            resource_field_ref: Some(ResourceFieldSelector {
+                resource: resource.to_string(),
+                container_name: None,
+                divisor: None,
+            }),
+            ..EnvVarSource::default()
+        }),
+        value: None,
+    };
+    vec![
+        field("POD_NAME", "metadata.name"),
+        field("POD_NAMESPACE", "metadata.namespace"),
+        field("POD_IP", "status.podIP"),
+        resource("CPU_LIMIT", "limits.cpu"),
+        resource("MEMORY_LIMIT", "limits.memory"),
+    ]
+}
+
+/// The member Service of one member: its stable ClusterIP and identity,
+/// carrying the seed label when the member is a seed.
+pub fn member_service(cluster: &Cluster, rack: &RackSpec, ordinal: i32, seed: bool) -> Service {
+    let name = cluster_name(cluster);
+    let statefulset = names::statefulset_name(name, &cluster.spec.datacenter.name, &rack.name);
+    let member = names::member_name(&statefulset, ordinal);
+    let mut labels = labels::rack_labels(name, &cluster.spec.datacenter.name, &rack.name);
+    if seed {
+        labels.insert(labels::SEED.to_string(), String::new());
+    }
+    Service {
+        metadata: meta(cluster, member.clone(), labels),
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".to_string()),
+            selector: Some(BTreeMap::from([(labels::POD_NAME.to_string(), member)])),
+            // Cassandra nodes must reach a member before it is ready: it
+            // gossips and streams while joining.
+            publish_not_ready_addresses: Some(true),
+            ports: Some(
+                MEMBER_PORTS
+                    .iter()
+                    .map(|(port_name, port)| ServicePort {
+                        name: Some(port_name.to_string()),
+                        port: *port,
+                        target_port: Some(IntOrString::Int(*port)),
+                        protocol: Some("TCP".to_string()),
+                        ..ServicePort::default()
+                    })
+                    .collect(),
+            ),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// Members 0 and 1 of each rack are seeds (DESIGN.md section 4).
+pub fn is_seed(ordinal: i32) -> bool {
+    ordinal < 2
+}
+
+/// The headless Service clients connect through: it selects the cluster's
+/// ready members.
+pub fn client_service(cluster: &Cluster) -> Service {
+    let name = cluster_name(cluster);
+    let labels = labels::cluster_labels(name);
+    Service {
+        metadata: meta(cluster, names::client_service_name(name), labels.clone()),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".to_string()),
+            selector: Some(labels),
+            ports: Some(
+                MEMBER_PORTS
+                    .iter()
+                    .filter(|(_, port)| matches!(port, 9042 | 9142 | 9160))
+                    .map(|(port_name, port)| ServicePort {
+                        name: Some(port_name.to_string()),
+                        port: *port,
+                        target_port: Some(IntOrString::Int(*port)),
+                        protocol: Some("TCP".to_string()),
+                        ..ServicePort::default()
+                    })
+                    .collect(),
+            ),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// At most one member of the cluster may be disrupted at a time: Cassandra's
+/// usual replication factor of 3 keeps quorum with one replica down.
+pub fn pod_disruption_budget(cluster: &Cluster) -> PodDisruptionBudget {
+    let name = cluster_name(cluster);
+    let labels = labels::cluster_labels(name);
+    PodDisruptionBudget {
+        metadata: meta(cluster, names::pdb_name(name), labels.clone()),
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(labels),
+                match_expressions: None,
+            }),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The members' ServiceAccount.
+pub fn member_service_account(cluster: &Cluster) -> ServiceAccount {
+    let name = cluster_name(cluster);
+    ServiceAccount {
+        metadata: meta(
+            cluster,
+            names::member_service_account_name(name),
+            labels::cluster_labels(name),
+        ),
+        ..ServiceAccount::default()
+    }
+}
+
+/// What a member's sidecar may do, and nothing more: read its Pod and its
+/// Cluster, watch and label member Services.
+pub fn member_role(cluster: &Cluster) -> Role {
+    let name = cluster_name(cluster);
+    let rule = |group: &str, resource: &str, verbs: &[&str]| PolicyRule {
+        api_groups: Some(vec![group.to_string()]),
+        resources: Some(vec![resource.to_string()]),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..PolicyRule::default()
+    };
+    Role {
+        metadata: meta(
+            cluster,
+            names::member_service_account_name(name),
+            labels::cluster_labels(name),
+        ),
+        rules: Some(vec![
+            rule("", "pods", &["get"]),
+            rule("", "services", &["get", "list", "watch", "patch"]),
+            PolicyRule {
+                resource_names: Some(vec![name.to_string()]),
+                ..rule(crds::v1alpha1::GROUP, "clusters", &["get"])
+            },
+        ]),
+    }
+}
+
+/// Binds [`member_role`] to [`member_service_account`].
+pub fn member_role_binding(cluster: &Cluster) -> RoleBinding {
+    let name = cluster_name(cluster);
+    let account = names::member_service_account_name(name);
+    RoleBinding {
+        metadata: meta(cluster, account.clone(), labels::cluster_labels(name)),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".to_string(),
+            kind: "Role".to_string(),
+            name: account.clone(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".to_string(),
+            name: account,
+            namespace: cluster.metadata.namespace.clone(),
+            api_group: None,
+        }]),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,338 @@
+//! Exact assertions on every builder: each object is compared whole, as JSON,
+//! with what the API server will receive.
+
+use serde_json::{Value, json};
+
+use super::*;
+
+fn cluster(yaml: &str) -> Cluster {
+    let mut cluster: Cluster = serde_norway::from_str(yaml).unwrap();
+    cluster.metadata.uid = Some("uid-1".to_string());
+    cluster
+}
+
+fn thesis() -> Cluster {
+    cluster(
+        r#"
+apiVersion: cassandra.rook.io/v1alpha1
+kind: Cluster
+metadata: {name: cassandra, namespace: db}
+spec:
+  version: 3.11.6
+  datacenter:
+    name: europe-west1
+    racks:
+      - name: europe-west1-b
+        members: 3
+        configMapName: overrides
+        storage:
+          volumeClaimTemplates:
+            - metadata: {name: data}
+              spec:
+                storageClassName: local-disks
+                accessModes: [ReadWriteOnce]
+                resources: {requests: {storage: 10Gi}}
+        resources:
+          requests: {cpu: 2, memory: 8Gi}
+          limits: {cpu: 2, memory: 8Gi}
+        annotations: {rack/note: b}
+        placement:
+          tolerations: [{key: dedicated, operator: Equal, value: cassandra, effect: NoSchedule}]
+          nodeAffinity:
+            requiredDuringSchedulingIgnoredDuringExecution:
+              nodeSelectorTerms:
+                - matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [europe-west1-b]}]
+  annotations: {cluster/note: a, rack/note: overridden}
+"#,
+    )
+}
+
+fn owner() -> Value {
+    json!([{
+        "apiVersion": "cassandra.rook.io/v1alpha1",
+        "kind": "Cluster",
+        "name": "cassandra",
+        "uid": "uid-1",
+        "controller": true,
+        "blockOwnerDeletion": true
+    }])
+}
+
+fn rack_labels() -> Value {
+    json!({
+        "app": "rook-cassandra",
+        "cassandra.rook.io/cluster": "cassandra",
+        "cassandra.rook.io/datacenter": "europe-west1",
+        "cassandra.rook.io/rack": "europe-west1-b"
+    })
+}
+
+fn to_json<T: serde::Serialize>(object: &T) -> Value {
+    serde_json::to_value(object).unwrap()
+}
+
+fn member_ports() -> Value {
+    json!([
+        {"name": "intra-node", "port": 7000, "protocol": "TCP", "targetPort": 7000},
+        {"name": "tls-intra-node", "port": 7001, "protocol": "TCP", "targetPort": 7001},
+        {"name": "jmx", "port": 7199, "protocol": "TCP", "targetPort": 7199},
+        {"name": "cql", "port": 9042, "protocol": "TCP", "targetPort": 9042},
+        {"name": "cql-ssl", "port": 9142, "protocol": "TCP", "targetPort": 9142},
+        {"name": "thrift", "port": 9160, "protocol": "TCP", "targetPort": 9160}
+    ])
+}
+
+#[test]
+fn statefulset_of_the_thesis_rack() {
+    let cluster = thesis();
+    let rack = &cluster.spec.datacenter.racks[0];
+    let sts = statefulset_for_rack(&cluster, rack, 0, &BuildContext::default());
+    let env_field = |name: &str, path: &str| json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}});
+    let env_resource = |name: &str, res: &str| json!({"name": name, "valueFrom": {"resourceFieldRef": {"resource": res}}});
+    let expected = json!({
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {
+            "name": "cassandra-europe-west1-europe-west1-b",
+            "namespace": "db",
+            "labels": rack_labels(),
+            "ownerReferences": owner()
+        },
+        "spec": {
+            "replicas": 0,
+            "serviceName": "cassandra-client",
+            "podManagementPolicy": "OrderedReady",
+            "selector": {"matchLabels": rack_labels()},
+            "template": {
+                "metadata": {
+                    "labels": rack_labels(),
+                    "annotations": {"cluster/note": "a", "rack/note": "b"}
+                },
+                "spec": {
+                    "serviceAccountName": "cassandra-member",
+                    "terminationGracePeriodSeconds": 1800,
+                    "securityContext": {"fsGroup": 999},
+                    "initContainers": [{
+                        "name": "install",
+                        "image": "ghcr.io/cassandra-rook/cassandra-operator:0.1.0",
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": ["/usr/local/bin/cassandra-operator", "install", "--target", "/mnt/shared"],
+                        "volumeMounts": [{"name": "shared", "mountPath": "/mnt/shared"}]
+                    }],
+                    "containers": [{
+                        "name": "cassandra",
+                        "image": "cassandra:3.11.6",
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": ["/mnt/shared/cassandra-operator", "sidecar"],
+                        "env": [
+                            env_field("POD_NAME", "metadata.name"),
+                            env_field("POD_NAMESPACE", "metadata.namespace"),
+                            env_field("POD_IP", "status.podIP"),
+                            env_resource("CPU_LIMIT", "limits.cpu"),
+                            env_resource("MEMORY_LIMIT", "limits.memory")
+                        ],
+                        "ports": [
+                            {"name": "intra-node", "containerPort": 7000},
+                            {"name": "tls-intra-node", "containerPort": 7001},
+                            {"name": "jmx", "containerPort": 7199},
+                            {"name": "cql", "containerPort": 9042},
+                            {"name": "cql-ssl", "containerPort": 9142},
+                            {"name": "thrift", "containerPort": 9160},
+                            {"name": "sidecar", "containerPort": 8080}
+                        ],
+                        "resources": {
+                            "requests": {"cpu": "2", "memory": "8Gi"},
+                            "limits": {"cpu": "2", "memory": "8Gi"}
+                        },
+                        "volumeMounts": [
+                            {"name": "shared", "mountPath": "/mnt/shared"},
+                            {"name": "data", "mountPath": "/var/lib/cassandra"},
+                            {"name": "overrides", "mountPath": "/mnt/overrides", "readOnly": true}
+                        ],
+                        "livenessProbe": {
+                            "httpGet": {"path": "/healthz", "port": 8080},
+                            "initialDelaySeconds": 15, "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6
+                        },
+                        "readinessProbe": {
+                            "httpGet": {"path": "/readyz", "port": 8080},
+                            "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3
+                        },
+                        "lifecycle": {"preStop": {"exec": {"command": ["/mnt/shared/cassandra-operator", "nodetool", "drain"]}}}
+                    }],
+                    "volumes": [
+                        {"name": "shared", "emptyDir": {}},
+                        {"name": "overrides", "configMap": {"name": "overrides", "optional": false}}
+                    ],
+                    "affinity": {
+                        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["europe-west1-b"]}]}
+                        ]}}
+                    },
+                    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "cassandra", "effect": "NoSchedule"}]
+                }
+            },
+            "volumeClaimTemplates": [{
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "data"},
+                "spec": {
+                    "storageClassName": "local-disks",
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "10Gi"}}
+                }
+            }]
+        }
+    });
+    assert_eq!(to_json(&sts), expected);
+}
+
+#[test]
+fn scylla_rack_without_storage_or_placement() {
+    let cluster = cluster(
+        r#"
+metadata: {name: sc, namespace: db}
+spec:
+  version: "6.2"
+  mode: scylla
+  sidecarImage: {repository: example.com/op, version: "2.0"}
+  datacenter: {name: dc, racks: [{name: r, members: 1}]}
+"#,
+    );
+    let sts = to_json(&statefulset_for_rack(
+        &cluster,
+        &cluster.spec.datacenter.racks[0],
+        2,
+        &BuildContext::default(),
+    ));
+    let spec = &sts["spec"];
+    assert_eq!(spec["replicas"], 2);
+    assert!(spec.get("volumeClaimTemplates").is_none());
+    let pod = &spec["template"]["spec"];
+    assert!(pod.get("securityContext").is_none());
+    assert!(pod.get("affinity").is_none());
+    assert!(spec["template"]["metadata"].get("annotations").is_none());
+    assert_eq!(pod["initContainers"][0]["image"], "example.com/op:2.0");
+    assert_eq!(pod["containers"][0]["name"], "scylla");
+    assert_eq!(pod["containers"][0]["image"], "scylladb/scylla:6.2");
+    assert_eq!(
+        pod["containers"][0]["volumeMounts"],
+        json!([{"name": "shared", "mountPath": "/mnt/shared"}])
+    );
+}
+
+#[test]
+fn member_services_of_seeds_and_others() {
+    let cluster = thesis();
+    let rack = &cluster.spec.datacenter.racks[0];
+    let mut seed_labels = rack_labels();
+    seed_labels["cassandra.rook.io/seed"] = json!("");
+    assert_eq!(
+        to_json(&member_service(&cluster, rack, 0, true)),
+        json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": "cassandra-europe-west1-europe-west1-b-0",
+                "namespace": "db",
+                "labels": seed_labels,
+                "ownerReferences": owner()
+            },
+            "spec": {
+                "type": "ClusterIP",
+                "selector": {"statefulset.kubernetes.io/pod-name": "cassandra-europe-west1-europe-west1-b-0"},
+                "publishNotReadyAddresses": true,
+                "ports": member_ports()
+            }
+        })
+    );
+    let other = to_json(&member_service(&cluster, rack, 2, false));
+    assert_eq!(
+        other["metadata"]["name"],
+        "cassandra-europe-west1-europe-west1-b-2"
+    );
+    assert_eq!(other["metadata"]["labels"], rack_labels());
+    assert!(is_seed(0) && is_seed(1) && !is_seed(2));
+}
+
+#[test]
+fn client_service_is_headless_over_ready_members() {
+    let cluster = thesis();
+    assert_eq!(
+        to_json(&client_service(&cluster)),
+        json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": "cassandra-client",
+                "namespace": "db",
+                "labels": {"app": "rook-cassandra", "cassandra.rook.io/cluster": "cassandra"},
+                "ownerReferences": owner()
+            },
+            "spec": {
+                "clusterIP": "None",
+                "selector": {"app": "rook-cassandra", "cassandra.rook.io/cluster": "cassandra"},
+                "ports": [
+                    {"name": "cql", "port": 9042, "protocol": "TCP", "targetPort": 9042},
+                    {"name": "cql-ssl", "port": 9142, "protocol": "TCP", "targetPort": 9142},
+                    {"name": "thrift", "port": 9160, "protocol": "TCP", "targetPort": 9160}
+                ]
+            }
+        })
+    );
+}
+
+#[test]
+fn pdb_allows_one_member_down() {
+    let cluster = thesis();
+    assert_eq!(
+        to_json(&pod_disruption_budget(&cluster)),
+        json!({
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {
+                "name": "cassandra",
+                "namespace": "db",
+                "labels": {"app": "rook-cassandra", "cassandra.rook.io/cluster": "cassandra"},
+                "ownerReferences": owner()
+            },
+            "spec": {
+                "maxUnavailable": 1,
+                "selector": {"matchLabels": {"app": "rook-cassandra", "cassandra.rook.io/cluster": "cassandra"}}
+            }
+        })
+    );
+}
+
+#[test]
+fn member_rbac_is_least_privilege() {
+    let cluster = thesis();
+    let labels = json!({"app": "rook-cassandra", "cassandra.rook.io/cluster": "cassandra"});
+    let meta = json!({"name": "cassandra-member", "namespace": "db", "labels": labels, "ownerReferences": owner()});
+    assert_eq!(
+        to_json(&member_service_account(&cluster)),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta})
+    );
+    assert_eq!(
+        to_json(&member_role(&cluster)),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta,
+            "rules": [
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+                {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch", "patch"]},
+                {"apiGroups": ["cassandra.rook.io"], "resources": ["clusters"], "resourceNames": ["cassandra"], "verbs": ["get"]}
+            ]
+        })
+    );
+    assert_eq!(
+        to_json(&member_role_binding(&cluster)),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cassandra-member"},
+            "subjects": [{"kind": "ServiceAccount", "name": "cassandra-member", "namespace": "db"}]
+        })
+    );
+}
