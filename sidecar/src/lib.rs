@@ -2,9 +2,11 @@
 //! process that reloads on a signal.
 //!
 //! - [`render`]: configuration rendering (`sidecar`, `config render`).
+//! - [`jolokia`]: the Jolokia client and the StorageService facade.
 //! - [`nodetool`]: a small nodetool over Jolokia.
 //! - [`reloader`]: the SIGHUP watcher (`cassandra-operator reloader`).
 
+pub mod jolokia;
 pub mod nodetool;
 pub mod reloader;
 pub mod render;
