@@ -93,10 +93,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             "sidecar",
             "Sidecar: configuration rendering, Cassandra supervision",
         ),
-        Command::Nodetool(_) => not_yet(
-            "nodetool",
-            "Sidecar: configuration rendering, Cassandra supervision",
-        ),
+        Command::Nodetool(args) => Ok(sidecar::nodetool::main(&args)),
         Command::Reloader(_) => not_yet("reloader", "Reloader: the SIGHUP watcher"),
         Command::Config(ConfigCommand::Render(_)) => not_yet(
             "config render",
