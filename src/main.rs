@@ -95,10 +95,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         ),
         Command::Nodetool(args) => Ok(sidecar::nodetool::main(&args)),
         Command::Reloader(_) => not_yet("reloader", "Reloader: the SIGHUP watcher"),
-        Command::Config(ConfigCommand::Render(_)) => not_yet(
-            "config render",
-            "Sidecar: configuration rendering, Cassandra supervision",
-        ),
+        Command::Config(ConfigCommand::Render(args)) => {
+            let report = sidecar::render::render_to_dir(&args)?;
+            print!("{}", report.summary());
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

@@ -1,0 +1,126 @@
+//! Scylla mode: scylla.yaml, cassandra-rackdc.properties and the arguments
+//! of the scylla image's entrypoint (`docker-entrypoint.py`). Pure.
+//!
+//! The entrypoint rewrites addresses itself when it is not told them: it
+//! listens on `hostname -i`, serves clients on the listen address, and
+//! seeds the node with its own address when `--seeds` is missing (a node
+//! that seeds itself does not bootstrap). So the addresses and seeds go
+//! into the arguments as well as into scylla.yaml; they are the same
+//! values.
+//!
+//! Sizing:
+//! - `--smp`: the CPU limit rounded up, at least 1 (none without a limit:
+//!   Scylla takes every processor it sees).
+//! - `--memory`: the memory limit minus a reserve for the sidecar, the
+//!   entrypoint's helpers and memory Scylla allocates outside Seastar:
+//!   max(512 MiB, 1/10 of the limit). Seastar would otherwise size itself
+//!   from the node's memory and the container would be OOM-killed. A limit
+//!   below 1 GiB is refused.
+//!
+//! Replacing: an IP address becomes `--replace-address-first-boot`
+//! (deprecated by ScyllaDB, refused by releases that replace by host ID
+//! only), a host ID (UUID) becomes `--replace-node-first-boot`.
+
+use super::heap::cpu_cores;
+use super::rackdc::render_rackdc;
+use super::yaml::{Identity, RPC_ADDRESS, render_main_file};
+use super::{MemberConfig, RACKDC_FILE, RenderError, Rendered, RenderedFile};
+
+/// The main file of Scylla.
+pub const SCYLLA_YAML: &str = "scylla.yaml";
+/// The smallest memory limit Scylla is started with.
+pub const MIN_MEMORY_LIMIT_MB: u64 = 1024;
+/// The least memory left outside Seastar.
+pub const MIN_RESERVE_MB: u64 = 512;
+
+/// `--memory` in MiB for a memory limit in MiB.
+pub fn scylla_memory_mb(limit_mb: u64) -> Result<u64, RenderError> {
+    if limit_mb < MIN_MEMORY_LIMIT_MB {
+        return Err(RenderError::MemoryLimitTooSmall {
+            limit_mb,
+            minimum_mb: MIN_MEMORY_LIMIT_MB,
+        });
+    }
+    Ok(limit_mb - MIN_RESERVE_MB.max(limit_mb / 10))
+}
+
+pub(super) fn render_scylla(
+    config: &MemberConfig,
+    defaults: &str,
+) -> Result<Rendered, RenderError> {
+    let replace_arg = match &config.replace_address {
+        None => None,
+        Some(text) if text.parse::<std::net::IpAddr>().is_ok() => {
+            Some(("--replace-address-first-boot", text.clone()))
+        }
+        Some(text) if is_host_id(text) => Some(("--replace-node-first-boot", text.clone())),
+        Some(text) => {
+            return Err(RenderError::InvalidReplaceAddress {
+                value: text.clone(),
+                expected: "an IP address or a host ID",
+            });
+        }
+    };
+    let memory = match config.memory_limit {
+        None => None,
+        Some(limit) => Some(scylla_memory_mb(super::heap::memory_mb(limit))?),
+    };
+    let seeds = config.seeds.join(",");
+    let identity = Identity {
+        cluster_name: &config.cluster_name,
+        listen_address: config.pod_ip.to_string(),
+        broadcast_address: config.broadcast_address.to_string(),
+        seeds: seeds.clone(),
+    };
+    let yaml = render_main_file(SCYLLA_YAML, defaults, &identity, config.overrides.as_ref())?;
+
+    let mut args = vec![
+        "--listen-address".to_string(),
+        config.pod_ip.to_string(),
+        "--rpc-address".to_string(),
+        RPC_ADDRESS.to_string(),
+        "--broadcast-address".to_string(),
+        config.broadcast_address.to_string(),
+        "--broadcast-rpc-address".to_string(),
+        config.broadcast_address.to_string(),
+        "--seeds".to_string(),
+        seeds,
+    ];
+    if let Some(cpu) = config.cpu_limit {
+        args.push("--smp".to_string());
+        args.push(cpu_cores(cpu).to_string());
+    }
+    if let Some(mb) = memory {
+        args.push("--memory".to_string());
+        args.push(format!("{mb}M"));
+    }
+    if let Some((flag, value)) = replace_arg {
+        args.push(flag.to_string());
+        args.push(value);
+    }
+    Ok(Rendered {
+        files: vec![
+            RenderedFile {
+                name: SCYLLA_YAML.to_string(),
+                content: yaml,
+            },
+            RenderedFile {
+                name: RACKDC_FILE.to_string(),
+                content: render_rackdc(&config.datacenter, &config.rack),
+            },
+        ],
+        env: Vec::new(),
+        args,
+        heap: None,
+    })
+}
+
+/// A host ID: a UUID in its 8-4-4-4-12 hex form.
+fn is_host_id(text: &str) -> bool {
+    let groups: Vec<&str> = text.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, n)| g.len() == n && g.chars().all(|c| c.is_ascii_hexdigit()))
+}

@@ -1,0 +1,760 @@
+//! The renderer on the real default files of Cassandra 3.11, 4.1, 5.0 and
+//! ScyllaDB (../shared/fixtures).
+
+use serde_norway::{Mapping, Value};
+
+use super::fixtures::{self, CASSANDRA_VERSIONS};
+use super::*;
+
+/// The keys the renderer may change (DESIGN.md section 6).
+const CHANGED: [&str; 7] = [
+    "cluster_name",
+    "listen_address",
+    "broadcast_address",
+    "rpc_address",
+    "broadcast_rpc_address",
+    "endpoint_snitch",
+    "seed_provider",
+];
+
+fn q(s: &str) -> Quantity {
+    Quantity::parse(s).unwrap()
+}
+
+fn member(mode: ClusterMode) -> MemberConfig {
+    MemberConfig {
+        mode,
+        cluster_name: "thesis".to_string(),
+        pod_ip: "10.8.1.7".parse().unwrap(),
+        broadcast_address: "10.96.0.12".parse().unwrap(),
+        seeds: vec!["10.96.0.10".to_string(), "10.96.0.11".to_string()],
+        datacenter: "europe-west1".to_string(),
+        rack: "europe-west1-b".to_string(),
+        memory_limit: Some(q("8Gi")),
+        cpu_limit: Some(q("2")),
+        node_cpu_cores: 32,
+        replace_address: None,
+        overrides: None,
+        jolokia_agent_jar: DEFAULT_JOLOKIA_AGENT_JAR.to_string(),
+    }
+}
+
+/// (label, mode, default main file text) of every fixture.
+fn every_fixture() -> Vec<(String, ClusterMode, String)> {
+    let mut all: Vec<_> = CASSANDRA_VERSIONS
+        .iter()
+        .map(|v| {
+            (
+                format!("cassandra {v}"),
+                ClusterMode::Cassandra,
+                fixtures::read(&format!("cassandra/{v}/cassandra.yaml")),
+            )
+        })
+        .collect();
+    all.push((
+        "scylla".to_string(),
+        ClusterMode::Scylla,
+        fixtures::read("scylla/scylla.yaml"),
+    ));
+    all
+}
+
+fn mapping(text: &str) -> Mapping {
+    match serde_norway::from_str::<Value>(text).unwrap() {
+        Value::Mapping(m) => m,
+        other => panic!("not a mapping: {other:?}"),
+    }
+}
+
+fn main_file(rendered: &Rendered, mode: ClusterMode) -> Mapping {
+    mapping(
+        rendered
+            .file(main_file_name(mode))
+            .expect("main file rendered"),
+    )
+}
+
+fn configmap(text: &str) -> Option<Overrides> {
+    Some(Overrides {
+        origin: OverridesOrigin::ConfigMap("my-overrides".to_string()),
+        text: text.to_string(),
+    })
+}
+
+fn seeds_of(doc: &Mapping) -> &Value {
+    &doc["seed_provider"][0]["parameters"][0]["seeds"]
+}
+
+#[test]
+fn every_untouched_key_keeps_its_value_type_and_place() {
+    for (label, mode, defaults) in every_fixture() {
+        let default = mapping(&defaults);
+        assert!(default.len() > 30, "{label}: only {} keys", default.len());
+        let rendered = render(&member(mode), &defaults).unwrap();
+        let out = main_file(&rendered, mode);
+        for (key, value) in &default {
+            let name = key.as_str().unwrap();
+            if CHANGED.contains(&name) {
+                continue;
+            }
+            assert_eq!(out.get(key), Some(value), "{label}: {name} changed");
+        }
+        // Same keys in the same order; the changed keys the default file
+        // lacks (commented out) come last.
+        let out_keys: Vec<&str> = out.keys().map(|k| k.as_str().unwrap()).collect();
+        let default_keys: Vec<&str> = default.keys().map(|k| k.as_str().unwrap()).collect();
+        assert_eq!(out_keys[..default_keys.len()], default_keys[..], "{label}");
+        for added in &out_keys[default_keys.len()..] {
+            assert!(CHANGED.contains(added), "{label}: {added} added");
+        }
+    }
+}
+
+#[test]
+fn fixtures_hold_the_types_the_preservation_test_relies_on() {
+    // The preservation test is only as strong as the variety of the
+    // default files: make sure they have ints, bools, nulls, lists, maps
+    // and strings that look like numbers.
+    for (label, _, defaults) in every_fixture() {
+        let default = mapping(&defaults);
+        let has = |pred: fn(&Value) -> bool| default.values().any(pred);
+        assert!(has(|v| v.is_u64()), "{label}: no int");
+        assert!(has(|v| v.is_bool()), "{label}: no bool");
+        assert!(has(|v| v.is_sequence()), "{label}: no list");
+        if !label.starts_with("scylla") {
+            assert!(has(|v| v.is_mapping()), "{label}: no mapping");
+        }
+    }
+    let scylla = mapping(&fixtures::read("scylla/scylla.yaml"));
+    assert_eq!(scylla["commitlog_total_space_in_mb"], Value::from(-1));
+    assert_eq!(scylla["audit"], Value::from("table"));
+    let v311 = mapping(&fixtures::read("cassandra/3.11/cassandra.yaml"));
+    assert!(v311["commitlog_sync_period_in_ms"].is_u64());
+    let v41 = mapping(&fixtures::read("cassandra/4.1/cassandra.yaml"));
+    assert!(
+        v41["key_cache_size"].is_null(),
+        "4.1 key_cache_size: {:?}",
+        v41["key_cache_size"]
+    );
+}
+
+#[test]
+fn changed_keys_have_the_members_values() {
+    for (label, mode, defaults) in every_fixture() {
+        let rendered = render(&member(mode), &defaults).unwrap();
+        let out = main_file(&rendered, mode);
+        let expect = [
+            ("cluster_name", "thesis"),
+            ("listen_address", "10.8.1.7"),
+            ("broadcast_address", "10.96.0.12"),
+            ("rpc_address", "0.0.0.0"),
+            ("broadcast_rpc_address", "10.96.0.12"),
+            ("endpoint_snitch", "GossipingPropertyFileSnitch"),
+        ];
+        for (key, value) in expect {
+            assert_eq!(out[key], Value::from(value), "{label}: {key}");
+        }
+        assert_eq!(
+            seeds_of(&out),
+            &Value::from("10.96.0.10,10.96.0.11"),
+            "{label}"
+        );
+        assert_eq!(
+            out["seed_provider"][0]["class_name"],
+            Value::from("org.apache.cassandra.locator.SimpleSeedProvider"),
+            "{label}"
+        );
+        assert_eq!(
+            out["seed_provider"].as_sequence().unwrap().len(),
+            1,
+            "{label}"
+        );
+        assert!(!out.contains_key("listen_interface"), "{label}");
+        assert!(!out.contains_key("rpc_interface"), "{label}");
+    }
+}
+
+#[test]
+fn identity_values_stay_strings_whatever_they_look_like() {
+    let defaults = fixtures::read("cassandra/4.1/cassandra.yaml");
+    let mut config = member(ClusterMode::Cassandra);
+    config.cluster_name = "1234".to_string();
+    let out = main_file(&render(&config, &defaults).unwrap(), ClusterMode::Cassandra);
+    assert_eq!(out["cluster_name"], Value::from("1234"));
+}
+
+#[test]
+fn seed_provider_keeps_its_class_and_other_parameters() {
+    let defaults = "seed_provider:\n  - class_name: com.example.K8sSeeds\n    parameters:\n      - seeds: \"127.0.0.1\"\n        service: cass\nnum_tokens: 16\n";
+    let out = main_file(
+        &render(&member(ClusterMode::Cassandra), defaults).unwrap(),
+        ClusterMode::Cassandra,
+    );
+    let provider = &out["seed_provider"][0];
+    assert_eq!(provider["class_name"], Value::from("com.example.K8sSeeds"));
+    assert_eq!(provider["parameters"][0]["service"], Value::from("cass"));
+    assert_eq!(seeds_of(&out), &Value::from("10.96.0.10,10.96.0.11"));
+}
+
+#[test]
+fn missing_seed_provider_is_created() {
+    let out = main_file(
+        &render(&member(ClusterMode::Cassandra), "num_tokens: 16\n").unwrap(),
+        ClusterMode::Cassandra,
+    );
+    assert_eq!(
+        out["seed_provider"][0]["class_name"],
+        Value::from("org.apache.cassandra.locator.SimpleSeedProvider")
+    );
+    assert_eq!(seeds_of(&out), &Value::from("10.96.0.10,10.96.0.11"));
+    assert_eq!(out["num_tokens"], Value::from(16));
+}
+
+#[test]
+fn malformed_seed_provider_is_an_error() {
+    let e = render(
+        &member(ClusterMode::Cassandra),
+        "seed_provider: org.apache.cassandra.locator.SimpleSeedProvider\n",
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "default cassandra.yaml has a seed_provider the operator cannot set seeds in: it is not a list"
+    );
+}
+
+#[test]
+fn interfaces_in_the_default_file_give_way_to_the_addresses() {
+    let defaults = "listen_address: localhost\nlisten_interface: eth0\nrpc_interface: eth1\nrpc_interface_prefer_ipv6: false\nnum_tokens: 16\n";
+    let out = main_file(
+        &render(&member(ClusterMode::Cassandra), defaults).unwrap(),
+        ClusterMode::Cassandra,
+    );
+    assert!(!out.contains_key("listen_interface"));
+    assert!(!out.contains_key("rpc_interface"));
+    assert_eq!(out["rpc_interface_prefer_ipv6"], Value::Bool(false));
+    assert_eq!(out["listen_address"], Value::from("10.8.1.7"));
+}
+
+#[test]
+fn overrides_win_and_merge_deeply() {
+    for (label, mode, defaults) in every_fixture() {
+        let default = mapping(&defaults);
+        // A nested mapping of the default file, to merge into (scylla.yaml
+        // has none: the fragment then adds one).
+        let (nested_key, nested) = default
+            .iter()
+            .find(|(_, v)| v.as_mapping().is_some_and(|m| m.len() >= 2))
+            .map(|(k, v)| {
+                (
+                    k.as_str().unwrap().to_string(),
+                    v.as_mapping().unwrap().clone(),
+                )
+            })
+            .unwrap_or_else(|| {
+                assert_eq!(mode, ClusterMode::Scylla, "{label}: no nested mapping");
+                let mut m = Mapping::new();
+                m.insert(Value::from("enabled"), Value::Bool(false));
+                m.insert(Value::from("kept"), Value::from(1));
+                ("new_section".to_string(), m)
+            });
+        let (inner_key, _) = nested.iter().next().unwrap();
+        let inner_key = inner_key.as_str().unwrap().to_string();
+        let fragment = if default.contains_key(nested_key.as_str()) {
+            format!(
+                "num_tokens: 7\n{nested_key}:\n  {inner_key}: overridden\nbrand_new_setting: [a, b]\ndata_file_directories:\n  - /var/lib/cassandra/data\n"
+            )
+        } else {
+            format!(
+                "num_tokens: 7\n{nested_key}:\n  {inner_key}: overridden\n  kept: 1\nbrand_new_setting: [a, b]\ndata_file_directories:\n  - /var/lib/cassandra/data\n"
+            )
+        };
+        let mut config = member(mode);
+        config.overrides = configmap(&fragment);
+        let out = main_file(&render(&config, &defaults).unwrap(), mode);
+        assert_eq!(out["num_tokens"], Value::from(7), "{label}");
+        assert_eq!(
+            out["brand_new_setting"],
+            Value::Sequence(vec![Value::from("a"), Value::from("b")]),
+            "{label}"
+        );
+        assert_eq!(
+            out["data_file_directories"],
+            Value::Sequence(vec![Value::from("/var/lib/cassandra/data")]),
+            "{label}"
+        );
+        let merged = out[nested_key.as_str()].as_mapping().unwrap();
+        assert_eq!(
+            merged[inner_key.as_str()],
+            Value::from("overridden"),
+            "{label}"
+        );
+        for (k, v) in nested.iter().skip(1) {
+            assert_eq!(
+                merged.get(k),
+                Some(v),
+                "{label}: {nested_key}.{k:?} lost in the merge"
+            );
+        }
+        // The identity is untouched by the overrides.
+        assert_eq!(out["listen_address"], Value::from("10.8.1.7"), "{label}");
+    }
+}
+
+#[test]
+fn overrides_replace_lists_and_may_set_null() {
+    let defaults = "a:\n  b: [1, 2]\n  c: 3\nd: 4\n";
+    let mut config = member(ClusterMode::Cassandra);
+    config.overrides = configmap("a:\n  b: [9]\nd: null\n");
+    let out = main_file(&render(&config, defaults).unwrap(), ClusterMode::Cassandra);
+    assert_eq!(out["a"]["b"], Value::Sequence(vec![Value::from(9)]));
+    assert_eq!(out["a"]["c"], Value::from(3));
+    assert!(out["d"].is_null());
+    assert!(out.contains_key("d"));
+}
+
+#[test]
+fn empty_overrides_change_nothing() {
+    let defaults = fixtures::read("cassandra/4.1/cassandra.yaml");
+    let plain = render(&member(ClusterMode::Cassandra), &defaults).unwrap();
+    for text in ["", "# only a comment\n", "---\n"] {
+        let mut config = member(ClusterMode::Cassandra);
+        config.overrides = configmap(text);
+        assert_eq!(render(&config, &defaults).unwrap(), plain, "{text:?}");
+    }
+}
+
+#[test]
+fn bad_overrides_are_errors_naming_the_configmap() {
+    let defaults = fixtures::read("cassandra/4.1/cassandra.yaml");
+    let cases = [
+        (
+            "- a\n- b\n",
+            "ConfigMap \"my-overrides\": key cassandra.yaml is not a YAML mapping (it is a list)",
+        ),
+        (
+            "just words\n",
+            "ConfigMap \"my-overrides\": key cassandra.yaml is not a YAML mapping (it is a string)",
+        ),
+        (
+            "listen_address: 1.2.3.4\n",
+            "ConfigMap \"my-overrides\": key cassandra.yaml sets listen_address, which the operator sets from the Cluster and the member's Service; remove it",
+        ),
+        (
+            "num_tokens: 4\nseed_provider: []\n",
+            "ConfigMap \"my-overrides\": key cassandra.yaml sets seed_provider, which the operator sets from the Cluster and the member's Service; remove it",
+        ),
+        (
+            "listen_interface: eth0\n",
+            "ConfigMap \"my-overrides\": key cassandra.yaml sets listen_interface, which the operator sets from the Cluster and the member's Service; remove it",
+        ),
+        (
+            "1: one\n",
+            "ConfigMap \"my-overrides\": key cassandra.yaml has a key that is not a string: 1",
+        ),
+    ];
+    for (text, message) in cases {
+        let mut config = member(ClusterMode::Cassandra);
+        config.overrides = configmap(text);
+        let e = render(&config, &defaults).unwrap_err();
+        assert_eq!(e.to_string(), message, "{text:?}");
+    }
+    for text in [
+        "num_tokens: [1\n",
+        "a: 1\n---\nb: 2\n",
+        "key: value\n  bad indent: 1\n",
+    ] {
+        let mut config = member(ClusterMode::Cassandra);
+        config.overrides = configmap(text);
+        let e = render(&config, &defaults).unwrap_err();
+        assert!(
+            matches!(e, RenderError::ParseOverrides { .. }),
+            "{text:?}: {e:?}"
+        );
+        assert!(
+            e.to_string()
+                .starts_with("ConfigMap \"my-overrides\": key cassandra.yaml is not valid YAML: "),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn scylla_overrides_are_named_by_their_scylla_key() {
+    let defaults = fixtures::read("scylla/scylla.yaml");
+    let mut config = member(ClusterMode::Scylla);
+    config.overrides = configmap("[1]");
+    assert_eq!(
+        render(&config, &defaults).unwrap_err().to_string(),
+        "ConfigMap \"my-overrides\": key scylla.yaml is not a YAML mapping (it is a list)"
+    );
+}
+
+#[test]
+fn bad_default_files_are_errors() {
+    let config = member(ClusterMode::Cassandra);
+    let e = render(&config, "a: [1\n").unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("default cassandra.yaml is not valid YAML: "),
+        "{e}"
+    );
+    let e = render(&config, "- 1\n").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "default cassandra.yaml is not a YAML mapping (it is a list)"
+    );
+}
+
+#[test]
+fn rackdc_of_every_mode() {
+    for (label, mode, defaults) in every_fixture() {
+        let rendered = render(&member(mode), &defaults).unwrap();
+        let rackdc = rendered.file(RACKDC_FILE).unwrap();
+        let settings: Vec<&str> = rackdc.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            settings,
+            [
+                "dc=europe-west1",
+                "rack=europe-west1-b",
+                "prefer_local=false"
+            ],
+            "{label}"
+        );
+        let names: Vec<&str> = rendered.files.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, [main_file_name(mode), RACKDC_FILE], "{label}");
+    }
+}
+
+#[test]
+fn cassandra_environment_sizes_the_heap_and_binds_jolokia_to_loopback() {
+    for version in CASSANDRA_VERSIONS {
+        let defaults = fixtures::read(&format!("cassandra/{version}/cassandra.yaml"));
+        let rendered = render(&member(ClusterMode::Cassandra), &defaults).unwrap();
+        assert_eq!(
+            rendered.env,
+            [
+                ("MAX_HEAP_SIZE".to_string(), "2048M".to_string()),
+                ("HEAP_NEWSIZE".to_string(), "200M".to_string()),
+                (
+                    "JVM_EXTRA_OPTS".to_string(),
+                    "-javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1"
+                        .to_string()
+                ),
+            ],
+            "{version}"
+        );
+        assert_eq!(
+            rendered.heap,
+            Some(HeapSizes {
+                max_heap_mb: 2048,
+                new_size_mb: 200
+            })
+        );
+        assert!(rendered.args.is_empty());
+    }
+}
+
+#[test]
+fn cpu_limits_round_up_and_the_node_counts_without_one() {
+    let defaults = fixtures::read("cassandra/5.0/cassandra.yaml");
+    let mut config = member(ClusterMode::Cassandra);
+    config.memory_limit = Some(q("16Gi"));
+    config.cpu_limit = Some(q("1500m"));
+    let rendered = render(&config, &defaults).unwrap();
+    assert_eq!(rendered.env_var("MAX_HEAP_SIZE"), Some("4096M"));
+    assert_eq!(rendered.env_var("HEAP_NEWSIZE"), Some("200M"));
+    config.cpu_limit = None;
+    config.node_cpu_cores = 6;
+    let rendered = render(&config, &defaults).unwrap();
+    assert_eq!(rendered.env_var("HEAP_NEWSIZE"), Some("600M"));
+}
+
+#[test]
+fn without_a_memory_limit_cassandra_env_sizes_the_heap() {
+    let defaults = fixtures::read("cassandra/3.11/cassandra.yaml");
+    let mut config = member(ClusterMode::Cassandra);
+    config.memory_limit = None;
+    let rendered = render(&config, &defaults).unwrap();
+    assert_eq!(rendered.heap, None);
+    assert_eq!(rendered.env_var("MAX_HEAP_SIZE"), None);
+    assert_eq!(rendered.env_var("HEAP_NEWSIZE"), None);
+    assert!(rendered.env_var("JVM_EXTRA_OPTS").is_some());
+}
+
+#[test]
+fn replacing_cassandra_adds_the_first_boot_property() {
+    let defaults = fixtures::read("cassandra/4.1/cassandra.yaml");
+    let mut config = member(ClusterMode::Cassandra);
+    config.replace_address = Some("10.96.0.12".to_string());
+    let rendered = render(&config, &defaults).unwrap();
+    assert_eq!(
+        rendered.env_var("JVM_EXTRA_OPTS"),
+        Some(
+            "-javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1 \
+             -Dcassandra.replace_address_first_boot=10.96.0.12"
+        )
+    );
+    // Replacing changes nothing in cassandra.yaml.
+    assert_eq!(
+        rendered.file("cassandra.yaml"),
+        render(&member(ClusterMode::Cassandra), &defaults)
+            .unwrap()
+            .file("cassandra.yaml")
+    );
+    config.replace_address = Some("6f0c2e4e-1d0a-4a8e-9a52-3f1f1f2b7c11".to_string());
+    assert_eq!(
+        render(&config, &defaults).unwrap_err().to_string(),
+        "invalid replace address \"6f0c2e4e-1d0a-4a8e-9a52-3f1f1f2b7c11\": expected an IP address"
+    );
+}
+
+#[test]
+fn tiny_memory_limits_are_refused() {
+    let defaults = fixtures::read("cassandra/4.1/cassandra.yaml");
+    let mut config = member(ClusterMode::Cassandra);
+    config.memory_limit = Some(q("4Mi"));
+    assert_eq!(
+        render(&config, &defaults).unwrap_err().to_string(),
+        "memory limit of 4 MiB is too small: at least 8 MiB"
+    );
+    config.memory_limit = Some(q("8Mi"));
+    assert_eq!(
+        render(&config, &defaults).unwrap().env_var("MAX_HEAP_SIZE"),
+        Some("4M")
+    );
+}
+
+#[test]
+fn scylla_entrypoint_arguments() {
+    let defaults = fixtures::read("scylla/scylla.yaml");
+    let rendered = render(&member(ClusterMode::Scylla), &defaults).unwrap();
+    // 8Gi = 8192 MiB; reserve max(512, 819) = 819.
+    assert_eq!(
+        rendered.args,
+        [
+            "--listen-address",
+            "10.8.1.7",
+            "--rpc-address",
+            "0.0.0.0",
+            "--broadcast-address",
+            "10.96.0.12",
+            "--broadcast-rpc-address",
+            "10.96.0.12",
+            "--seeds",
+            "10.96.0.10,10.96.0.11",
+            "--smp",
+            "2",
+            "--memory",
+            "7373M",
+        ]
+    );
+    assert!(rendered.env.is_empty());
+    assert_eq!(rendered.heap, None);
+}
+
+#[test]
+fn scylla_sizing_rule() {
+    assert_eq!(scylla::scylla_memory_mb(1024).unwrap(), 512);
+    assert_eq!(scylla::scylla_memory_mb(4096).unwrap(), 3584);
+    assert_eq!(scylla::scylla_memory_mb(5120).unwrap(), 4608);
+    assert_eq!(scylla::scylla_memory_mb(5130).unwrap(), 4617);
+    assert_eq!(scylla::scylla_memory_mb(65536).unwrap(), 58983);
+    assert_eq!(
+        scylla::scylla_memory_mb(1023).unwrap_err().to_string(),
+        "memory limit of 1023 MiB is too small: at least 1024 MiB"
+    );
+    let defaults = fixtures::read("scylla/scylla.yaml");
+    let mut config = member(ClusterMode::Scylla);
+    config.cpu_limit = Some(q("2500m"));
+    config.memory_limit = None;
+    let args = render(&config, &defaults).unwrap().args;
+    assert_eq!(args[args.len() - 2..], ["--smp", "3"]);
+    config.cpu_limit = None;
+    let args = render(&config, &defaults).unwrap().args;
+    assert!(
+        !args.iter().any(|a| a == "--smp" || a == "--memory"),
+        "{args:?}"
+    );
+}
+
+#[test]
+fn replacing_scylla_by_address_or_host_id() {
+    let defaults = fixtures::read("scylla/scylla.yaml");
+    let mut config = member(ClusterMode::Scylla);
+    config.replace_address = Some("10.96.0.12".to_string());
+    let rendered = render(&config, &defaults).unwrap();
+    assert_eq!(
+        rendered.args[rendered.args.len() - 2..],
+        ["--replace-address-first-boot", "10.96.0.12"]
+    );
+    config.replace_address = Some("6f0c2e4e-1d0a-4a8e-9a52-3f1f1f2b7c11".to_string());
+    let rendered = render(&config, &defaults).unwrap();
+    assert_eq!(
+        rendered.args[rendered.args.len() - 2..],
+        [
+            "--replace-node-first-boot",
+            "6f0c2e4e-1d0a-4a8e-9a52-3f1f1f2b7c11"
+        ]
+    );
+    config.replace_address = Some("node-3".to_string());
+    assert_eq!(
+        render(&config, &defaults).unwrap_err().to_string(),
+        "invalid replace address \"node-3\": expected an IP address or a host ID"
+    );
+}
+
+#[test]
+fn settings_are_validated() {
+    let defaults = fixtures::read("cassandra/4.1/cassandra.yaml");
+    let mut config = member(ClusterMode::Cassandra);
+    config.seeds.clear();
+    assert_eq!(
+        render(&config, &defaults).unwrap_err().to_string(),
+        "no seeds given: a member needs at least one seed address"
+    );
+    config.seeds = vec!["10.0.0.1 10.0.0.2".to_string()];
+    assert!(matches!(
+        render(&config, &defaults),
+        Err(RenderError::InvalidSeed(_))
+    ));
+    let mut config = member(ClusterMode::Cassandra);
+    config.rack = " ".to_string();
+    assert_eq!(
+        render(&config, &defaults).unwrap_err().to_string(),
+        "rack is empty"
+    );
+}
+
+/// SnakeYAML (Cassandra) reads YAML 1.1, where plain `yes`, `on`, `off`
+/// are booleans: no string of the rendered files may be written plain in
+/// such a form.
+#[test]
+fn rendered_strings_read_back_as_strings_in_yaml_1_1() {
+    for (label, mode, defaults) in every_fixture() {
+        let rendered = render(&member(mode), &defaults).unwrap();
+        let text = rendered.file(main_file_name(mode)).unwrap();
+        for line in text.lines() {
+            let Some((_, value)) = line.split_once(": ") else {
+                continue;
+            };
+            let lower = value.trim().to_ascii_lowercase();
+            assert!(
+                !["y", "n", "yes", "no", "on", "off"].contains(&lower.as_str()),
+                "{label}: {line:?} would be a boolean in YAML 1.1"
+            );
+        }
+    }
+}
+
+fn render_args(out: &Path, overrides: Option<PathBuf>) -> RenderArgs {
+    RenderArgs {
+        mode: "cassandra".to_string(),
+        defaults: fixtures::dir().join("cassandra/4.1"),
+        out: out.to_path_buf(),
+        cluster_name: "thesis".to_string(),
+        pod_ip: "10.8.1.7".to_string(),
+        broadcast_address: "10.96.0.12".to_string(),
+        seeds: vec!["10.96.0.10".to_string()],
+        dc: "dc1".to_string(),
+        rack: "rack1".to_string(),
+        memory_limit: Some("4Gi".to_string()),
+        cpu_limit: Some("1".to_string()),
+        overrides,
+        replace_address: Some("10.96.0.12".to_string()),
+    }
+}
+
+#[test]
+fn render_to_dir_writes_every_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("conf");
+    let overrides = dir.path().join("overrides.yaml");
+    std::fs::write(&overrides, "num_tokens: 8\n").unwrap();
+    let report = render_to_dir(&render_args(&out, Some(overrides))).unwrap();
+    let mut names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "cassandra-rackdc.properties",
+            "cassandra.yaml",
+            "entrypoint.env"
+        ]
+    );
+    assert_eq!(report.written.len(), 3);
+    let yaml = mapping(&std::fs::read_to_string(out.join("cassandra.yaml")).unwrap());
+    assert_eq!(yaml["num_tokens"], Value::from(8));
+    assert_eq!(yaml["listen_address"], Value::from("10.8.1.7"));
+    assert_eq!(
+        std::fs::read_to_string(out.join("entrypoint.env")).unwrap(),
+        "MAX_HEAP_SIZE='1024M'\nHEAP_NEWSIZE='100M'\nJVM_EXTRA_OPTS='-javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1 -Dcassandra.replace_address_first_boot=10.96.0.12'\n"
+    );
+    assert_eq!(
+        report.summary().lines().last(),
+        Some("heap: MAX_HEAP_SIZE=1024M HEAP_NEWSIZE=100M")
+    );
+}
+
+#[test]
+fn render_to_dir_writes_nothing_on_a_bad_override() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("conf");
+    std::fs::create_dir(&out).unwrap();
+    std::fs::write(out.join("cassandra.yaml"), "old\n").unwrap();
+    let overrides = dir.path().join("overrides.yaml");
+    std::fs::write(&overrides, "- not\n- a mapping\n").unwrap();
+    let e = render_to_dir(&render_args(&out, Some(overrides.clone()))).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "overrides file {:?} is not a YAML mapping (it is a list)",
+            overrides.display().to_string()
+        )
+    );
+    let names: Vec<_> = std::fs::read_dir(&out).unwrap().collect();
+    assert_eq!(names.len(), 1);
+    assert_eq!(
+        std::fs::read_to_string(out.join("cassandra.yaml")).unwrap(),
+        "old\n"
+    );
+}
+
+#[test]
+fn render_to_dir_rejects_bad_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("conf");
+    let mut args = render_args(&out, None);
+    args.memory_limit = Some("8GB".to_string());
+    assert_eq!(
+        render_to_dir(&args).unwrap_err().to_string(),
+        "invalid memory limit: invalid quantity \"8GB\": unknown suffix"
+    );
+    let mut args = render_args(&out, None);
+    args.pod_ip = "pod-1".to_string();
+    assert_eq!(
+        render_to_dir(&args).unwrap_err().to_string(),
+        "invalid pod IP \"pod-1\": not an IP address"
+    );
+    let mut args = render_args(&out, None);
+    args.mode = "mongo".to_string();
+    assert_eq!(
+        render_to_dir(&args).unwrap_err().to_string(),
+        "unknown mode \"mongo\": expected cassandra or scylla"
+    );
+    let mut args = render_args(&out, None);
+    args.defaults = dir.path().join("nowhere");
+    assert!(
+        render_to_dir(&args)
+            .unwrap_err()
+            .to_string()
+            .starts_with(&format!(
+                "reading {}",
+                dir.path().join("nowhere/cassandra.yaml").display()
+            ))
+    );
+    assert!(!out.exists());
+}

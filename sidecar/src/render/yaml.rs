@@ -1,0 +1,236 @@
+//! The main configuration file (cassandra.yaml, scylla.yaml): the image's
+//! default file with the member's identity set and the rack's overrides
+//! merged on top. Pure.
+//!
+//! The file goes through a YAML value and back, so the default file's
+//! comments and formatting are not kept; every key, its position, its
+//! value and its type are (an int stays an int, `null` stays null, a quoted
+//! `'7000'` stays a string).
+
+use serde_norway::{Mapping, Value};
+
+use super::{Overrides, RenderError};
+
+/// The class Cassandra and Scylla ship as their seed provider.
+pub const SIMPLE_SEED_PROVIDER: &str = "org.apache.cassandra.locator.SimpleSeedProvider";
+/// The snitch that reads cassandra-rackdc.properties and gossips it.
+pub const SNITCH: &str = "GossipingPropertyFileSnitch";
+/// Clients connect on every interface of the Pod.
+pub const RPC_ADDRESS: &str = "0.0.0.0";
+
+/// Keys the operator sets from the Cluster and the member's Service, which
+/// overrides may therefore not set: a member that listens or broadcasts on
+/// another address than its member Service, joins another cluster, or
+/// gossips another topology breaks the ring silently. `listen_interface` and
+/// `rpc_interface` are here because Cassandra refuses them next to
+/// `listen_address` / `rpc_address`; the replace keys because replacing is
+/// the operator's decision (DESIGN.md section 4).
+pub const OPERATOR_KEYS: &[&str] = &[
+    "cluster_name",
+    "listen_address",
+    "listen_interface",
+    "broadcast_address",
+    "rpc_address",
+    "rpc_interface",
+    "broadcast_rpc_address",
+    "endpoint_snitch",
+    "seed_provider",
+    "replace_address",
+    "replace_address_first_boot",
+    "replace_node_first_boot",
+];
+
+/// Keys that conflict with an address the operator sets: Cassandra refuses
+/// to start with both `listen_address` and `listen_interface` (and the same
+/// for rpc). A default file that sets one loses it.
+const CONFLICTING_KEYS: &[&str] = &["listen_interface", "rpc_interface"];
+
+/// The member's identity, as written into the main file.
+#[derive(Debug, Clone)]
+pub struct Identity<'a> {
+    pub cluster_name: &'a str,
+    pub listen_address: String,
+    pub broadcast_address: String,
+    pub seeds: String,
+}
+
+/// Renders the main file: defaults, identity, overrides. Every check runs
+/// before anything is returned, so an error leaves nothing half-rendered.
+pub fn render_main_file(
+    file_name: &str,
+    defaults: &str,
+    identity: &Identity<'_>,
+    overrides: Option<&Overrides>,
+) -> Result<String, RenderError> {
+    let mut doc = parse_defaults(file_name, defaults)?;
+    let fragment = match overrides {
+        Some(o) => Some(parse_overrides(file_name, o)?),
+        None => None,
+    };
+    apply_identity(file_name, &mut doc, identity)?;
+    if let Some(fragment) = fragment {
+        deep_merge(&mut doc, fragment);
+    }
+    let body = serde_norway::to_string(&Value::Mapping(doc)).map_err(|source| {
+        RenderError::SerializeYaml {
+            file: file_name.to_string(),
+            source,
+        }
+    })?;
+    Ok(format!(
+        "# Rendered by cassandra-operator from the image's default {file_name}:\n\
+         # the member's identity set, the rack's overrides merged on top.\n\
+         # The default file's comments are not kept.\n{body}"
+    ))
+}
+
+fn parse_defaults(file_name: &str, text: &str) -> Result<Mapping, RenderError> {
+    let value: Value =
+        serde_norway::from_str(text).map_err(|source| RenderError::ParseDefaults {
+            file: file_name.to_string(),
+            source,
+        })?;
+    match value {
+        Value::Mapping(m) => Ok(m),
+        other => Err(RenderError::DefaultsNotMapping {
+            file: file_name.to_string(),
+            found: kind(&other),
+        }),
+    }
+}
+
+/// Parses the rack's fragment. Empty (or only comments) is no override.
+fn parse_overrides(file_name: &str, overrides: &Overrides) -> Result<Mapping, RenderError> {
+    let origin = overrides.origin.describe(file_name);
+    let value: Value =
+        serde_norway::from_str(&overrides.text).map_err(|source| RenderError::ParseOverrides {
+            origin: origin.clone(),
+            source,
+        })?;
+    let fragment = match value {
+        Value::Mapping(m) => m,
+        Value::Null => Mapping::new(),
+        other => {
+            return Err(RenderError::OverridesNotMapping {
+                origin,
+                found: kind(&other),
+            });
+        }
+    };
+    for key in fragment.keys() {
+        let Some(name) = key.as_str() else {
+            return Err(RenderError::OverrideKeyNotString {
+                origin,
+                key: serde_norway::to_string(key)
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string(),
+            });
+        };
+        if OPERATOR_KEYS.contains(&name) {
+            return Err(RenderError::OverrideOperatorKey {
+                origin,
+                key: name.to_string(),
+            });
+        }
+    }
+    Ok(fragment)
+}
+
+fn apply_identity(
+    file_name: &str,
+    doc: &mut Mapping,
+    identity: &Identity<'_>,
+) -> Result<(), RenderError> {
+    for key in CONFLICTING_KEYS {
+        if doc.get(*key).is_some_and(|v| !v.is_null()) {
+            doc.shift_remove(*key);
+        }
+    }
+    set(doc, "cluster_name", identity.cluster_name);
+    set(doc, "listen_address", &identity.listen_address);
+    set(doc, "broadcast_address", &identity.broadcast_address);
+    set(doc, "rpc_address", RPC_ADDRESS);
+    set(doc, "broadcast_rpc_address", &identity.broadcast_address);
+    set(doc, "endpoint_snitch", SNITCH);
+    set_seeds(file_name, doc, &identity.seeds)
+}
+
+/// Sets a key in place (or at the end when the default file has none).
+fn set(doc: &mut Mapping, key: &str, value: &str) {
+    doc.insert(Value::from(key), Value::from(value));
+}
+
+/// Sets `seed_provider[0].parameters[0].seeds`, keeping the provider's class
+/// and any other parameter.
+fn set_seeds(file_name: &str, doc: &mut Mapping, seeds: &str) -> Result<(), RenderError> {
+    let malformed = |reason: &'static str| RenderError::MalformedSeedProvider {
+        file: file_name.to_string(),
+        reason,
+    };
+    let provider = doc
+        .entry(Value::from("seed_provider"))
+        .or_insert(Value::Null);
+    if provider.is_null() {
+        *provider = Value::Sequence(vec![Value::Mapping(Mapping::new())]);
+    }
+    let Value::Sequence(providers) = provider else {
+        return Err(malformed("it is not a list"));
+    };
+    if providers.is_empty() {
+        providers.push(Value::Mapping(Mapping::new()));
+    }
+    let Value::Mapping(first) = &mut providers[0] else {
+        return Err(malformed("its first entry is not a mapping"));
+    };
+    match first.get("class_name") {
+        None | Some(Value::Null) => {
+            first.insert(Value::from("class_name"), Value::from(SIMPLE_SEED_PROVIDER));
+        }
+        Some(Value::String(_)) => {}
+        Some(_) => return Err(malformed("its class_name is not a string")),
+    }
+    let parameters = first
+        .entry(Value::from("parameters"))
+        .or_insert(Value::Null);
+    if parameters.is_null() {
+        *parameters = Value::Sequence(vec![Value::Mapping(Mapping::new())]);
+    }
+    let Value::Sequence(parameters) = parameters else {
+        return Err(malformed("its parameters are not a list"));
+    };
+    if parameters.is_empty() {
+        parameters.push(Value::Mapping(Mapping::new()));
+    }
+    let Value::Mapping(parameters) = &mut parameters[0] else {
+        return Err(malformed("its first parameters entry is not a mapping"));
+    };
+    parameters.insert(Value::from("seeds"), Value::from(seeds));
+    Ok(())
+}
+
+/// Merges `top` into `base`: mappings merge key by key, recursively; any
+/// other value (scalar, list, null) replaces the one below.
+pub fn deep_merge(base: &mut Mapping, top: Mapping) {
+    for (key, value) in top {
+        match (base.get_mut(&key), value) {
+            (Some(Value::Mapping(below)), Value::Mapping(above)) => deep_merge(below, above),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+/// A word for the kind of a YAML value, for error messages.
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Sequence(_) => "list",
+        Value::Mapping(_) => "mapping",
+        Value::Tagged(_) => "tagged value",
+    }
+}
