@@ -2,10 +2,14 @@
 //! Services, PVC clean-up, status and Events.
 //!
 //! - [`resources`]: the pure builders of every object a Cluster is made of.
+//! - [`observe`]: from the cached objects to the observed state (pure).
 //! - [`decide`]: the pure decision step: (spec, observed state) -> next action.
+//! - [`status`]: the status and conditions a reconcile writes (pure).
 
 pub mod decide;
+pub mod observe;
 pub mod resources;
+pub mod status;
 
 /// `cassandra-operator controller`.
 #[derive(clap::Args, Debug, Clone)]

@@ -1,0 +1,429 @@
+//! The status a reconcile writes: per-rack members, readiness and
+//! conditions, and the cluster's Ready / Progressing / Degraded conditions.
+//! Pure and infallible: computed from the spec, the observed state and what
+//! the reconcile decided.
+
+use std::collections::BTreeMap;
+
+use crds::ValidationErrors;
+use crds::v1alpha1::{
+    CONDITION_DEGRADED, CONDITION_PROGRESSING, CONDITION_READY, Cluster, ClusterStatus,
+    ConditionStatus, RACK_CONDITION_MEMBER_LEAVING, RACK_CONDITION_MEMBER_REPLACING, RackCondition,
+    RackStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::decide::{Action, Observed, Refusal, WaitReason};
+
+/// What the reconcile concluded.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The spec is invalid: nothing was done.
+    Invalid(ValidationErrors),
+    /// The decision step chose this action.
+    Decided(Action),
+}
+
+/// One condition's (status, reason, message).
+struct Cond {
+    status: bool,
+    reason: &'static str,
+    message: String,
+}
+
+fn conditions(outcome: &Outcome) -> [(&'static str, Cond); 3] {
+    let cond = |status, reason, message: String| Cond {
+        status,
+        reason,
+        message,
+    };
+    match outcome {
+        Outcome::Invalid(errors) => [
+            (
+                CONDITION_READY,
+                cond(
+                    false,
+                    "InvalidSpec",
+                    "the spec is invalid; nothing was changed".into(),
+                ),
+            ),
+            (
+                CONDITION_PROGRESSING,
+                cond(false, "InvalidSpec", "waiting for a valid spec".into()),
+            ),
+            (
+                CONDITION_DEGRADED,
+                cond(
+                    true,
+                    "InvalidSpec",
+                    format!("invalid spec, nothing was changed: {errors}"),
+                ),
+            ),
+        ],
+        Outcome::Decided(action) => {
+            let progressing = |reason, message: String| {
+                [
+                    (
+                        CONDITION_READY,
+                        cond(false, "MembersNotReady", "the cluster is changing".into()),
+                    ),
+                    (CONDITION_PROGRESSING, cond(true, reason, message)),
+                    (
+                        CONDITION_DEGRADED,
+                        cond(false, "AsExpected", "nothing stands in the way".into()),
+                    ),
+                ]
+            };
+            match action {
+                Action::Converged => [
+                    (
+                        CONDITION_READY,
+                        cond(
+                            true,
+                            "AllMembersReady",
+                            "every member of every rack is ready".into(),
+                        ),
+                    ),
+                    (
+                        CONDITION_PROGRESSING,
+                        cond(
+                            false,
+                            "Converged",
+                            "the cluster has the members its spec asks for".into(),
+                        ),
+                    ),
+                    (
+                        CONDITION_DEGRADED,
+                        cond(false, "AsExpected", "nothing stands in the way".into()),
+                    ),
+                ],
+                Action::CreateStatefulSets { racks } => progressing(
+                    "RackCreating",
+                    format!("creating the StatefulSet of rack(s) {}", racks.join(", ")),
+                ),
+                Action::CreateMemberService { rack, member, .. } => progressing(
+                    "ScalingUp",
+                    format!("creating the member Service of member {member} of rack {rack}"),
+                ),
+                Action::ScaleUp { rack, replicas } => progressing(
+                    "ScalingUp",
+                    format!("adding member {} to rack {rack}", replicas - 1),
+                ),
+                Action::Wait(WaitReason::MemberNotReady { rack, member }) => progressing(
+                    "MemberNotReady",
+                    format!("waiting for member {member} of rack {rack} to be ready"),
+                ),
+                Action::Wait(WaitReason::MemberLeaving { rack, member }) => progressing(
+                    "MemberLeaving",
+                    format!("member {member} of rack {rack} is being decommissioned"),
+                ),
+                Action::Wait(WaitReason::MemberReplacing { rack, member }) => progressing(
+                    "MemberReplacing",
+                    format!("member {member} of rack {rack} is being replaced"),
+                ),
+                Action::Refuse(refusal) => {
+                    let (reason, message) = refusal_reason(refusal);
+                    [
+                        (CONDITION_READY, cond(false, reason, message.clone())),
+                        (
+                            CONDITION_PROGRESSING,
+                            cond(
+                                false,
+                                reason,
+                                "waiting for a change of the spec or of the objects".into(),
+                            ),
+                        ),
+                        (CONDITION_DEGRADED, cond(true, reason, message)),
+                    ]
+                }
+            }
+        }
+    }
+}
+
+/// The reason and message of a refusal (also used for its Warning Event).
+pub fn refusal_reason(refusal: &Refusal) -> (&'static str, String) {
+    match refusal {
+        Refusal::ForeignObject(o) => (
+            "ForeignObject",
+            format!(
+                "{} {} exists and is not owned by this Cluster: it was left alone and nothing was changed; delete or rename it",
+                o.kind, o.name
+            ),
+        ),
+        Refusal::RackRemovedWithMembers { rack, members } => (
+            "RackRemovedWithMembers",
+            format!(
+                "spec.datacenter.racks: rack {rack} was removed while it still runs {members} member(s); scale it to 0 members first (nothing was changed)"
+            ),
+        ),
+        Refusal::ScaleDownUnsupported {
+            rack,
+            members,
+            wanted,
+        } => (
+            "ScaleDownUnsupported",
+            format!(
+                "spec.datacenter.racks: rack {rack} has {members} members and the spec asks for {wanted}; decommissioning is not supported by this version of the operator, so nothing was removed"
+            ),
+        ),
+    }
+}
+
+/// Computes the status. Conditions keep their `lastTransitionTime` when their
+/// status did not change, so that an unchanged cluster gets an identical
+/// status (and the reconcile writes nothing).
+pub fn compute_status(
+    cluster: &Cluster,
+    observed: &Observed,
+    outcome: &Outcome,
+    now: &Time,
+) -> ClusterStatus {
+    let previous = cluster.status.clone().unwrap_or_default();
+    let mut racks = BTreeMap::new();
+    for (name, rack) in &observed.racks {
+        let Some(replicas) = rack.replicas else {
+            continue;
+        };
+        let ready = (0..replicas)
+            .filter(|o| rack.members.get(o).is_some_and(|m| m.pod_ready))
+            .count() as i32;
+        let flag =
+            |pred: &dyn Fn(&crate::decide::MemberObserved) -> bool| rack.members.values().any(pred);
+        let previous_rack = previous.racks.get(name);
+        let mut conditions = Vec::new();
+        for (kind, present) in [
+            (
+                RACK_CONDITION_MEMBER_LEAVING,
+                flag(&|m| {
+                    m.service
+                        .as_ref()
+                        .is_some_and(|s| s.decommissioned.is_some())
+                }),
+            ),
+            (
+                RACK_CONDITION_MEMBER_REPLACING,
+                flag(&|m| m.service.as_ref().is_some_and(|s| s.replace.is_some())),
+            ),
+        ] {
+            if !present {
+                continue;
+            }
+            let since = previous_rack
+                .and_then(|r| {
+                    r.conditions
+                        .iter()
+                        .find(|c| c.type_ == kind && c.status == ConditionStatus::True)
+                })
+                .and_then(|c| c.last_transition_time.clone())
+                .unwrap_or_else(|| now.clone());
+            conditions.push(RackCondition {
+                type_: kind.to_string(),
+                status: ConditionStatus::True,
+                reason: None,
+                message: None,
+                last_transition_time: Some(since),
+            });
+        }
+        racks.insert(
+            name.clone(),
+            RackStatus {
+                members: replicas,
+                ready_members: ready,
+                conditions,
+            },
+        );
+    }
+
+    let generation = cluster.metadata.generation;
+    let conditions = conditions(outcome)
+        .into_iter()
+        .map(|(type_, c)| {
+            let status = if c.status { "True" } else { "False" }.to_string();
+            let since = previous
+                .conditions
+                .iter()
+                .find(|p| p.type_ == type_ && p.status == status)
+                .map(|p| p.last_transition_time.clone())
+                .unwrap_or_else(|| now.clone());
+            Condition {
+                type_: type_.to_string(),
+                status,
+                reason: c.reason.to_string(),
+                message: c.message,
+                last_transition_time: since,
+                observed_generation: generation,
+            }
+        })
+        .collect();
+
+    ClusterStatus {
+        members: racks.values().map(|r| r.members).sum(),
+        ready_members: racks.values().map(|r| r.ready_members).sum(),
+        racks,
+        conditions,
+        observed_generation: generation,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decide::{MemberObserved, RackObserved, ServiceObserved};
+
+    fn time(secs: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
+    }
+
+    fn cluster() -> Cluster {
+        let mut cluster: Cluster = serde_norway::from_str(
+            "metadata: {name: c, namespace: db}\nspec: {version: 4.1.8, datacenter: {name: dc, racks: [{name: a, members: 2}]}}",
+        )
+        .unwrap();
+        cluster.metadata.generation = Some(3);
+        cluster
+    }
+
+    fn observed(ready: &[bool], leaving: bool) -> Observed {
+        let mut rack = RackObserved {
+            replicas: Some(ready.len() as i32),
+            ..RackObserved::default()
+        };
+        for (i, r) in ready.iter().enumerate() {
+            rack.members.insert(
+                i as i32,
+                MemberObserved {
+                    service: Some(ServiceObserved {
+                        decommissioned: (leaving && i + 1 == ready.len()).then(|| "false".into()),
+                        replace: None,
+                    }),
+                    pod_exists: true,
+                    pod_ready: *r,
+                },
+            );
+        }
+        Observed {
+            racks: BTreeMap::from([("a".to_string(), rack)]),
+            foreign: vec![],
+        }
+    }
+
+    fn cond<'a>(status: &'a ClusterStatus, type_: &str) -> &'a Condition {
+        status.conditions.iter().find(|c| c.type_ == type_).unwrap()
+    }
+
+    #[test]
+    fn converged_cluster_is_ready() {
+        let status = compute_status(
+            &cluster(),
+            &observed(&[true, true], false),
+            &Outcome::Decided(Action::Converged),
+            &time(10),
+        );
+        assert_eq!((status.members, status.ready_members), (2, 2));
+        assert_eq!(
+            status.racks["a"],
+            RackStatus {
+                members: 2,
+                ready_members: 2,
+                conditions: vec![]
+            }
+        );
+        assert_eq!(status.observed_generation, Some(3));
+        let ready = cond(&status, "Ready");
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("True", "AllMembersReady")
+        );
+        assert_eq!(ready.observed_generation, Some(3));
+        assert_eq!(cond(&status, "Progressing").status, "False");
+        assert_eq!(cond(&status, "Degraded").status, "False");
+    }
+
+    #[test]
+    fn waiting_on_a_member_is_progressing_with_its_name() {
+        let outcome = Outcome::Decided(Action::Wait(WaitReason::MemberNotReady {
+            rack: "a".into(),
+            member: 1,
+        }));
+        let status = compute_status(
+            &cluster(),
+            &observed(&[true, false], false),
+            &outcome,
+            &time(10),
+        );
+        assert_eq!(status.ready_members, 1);
+        let p = cond(&status, "Progressing");
+        assert_eq!(
+            (p.status.as_str(), p.reason.as_str()),
+            ("True", "MemberNotReady")
+        );
+        assert_eq!(p.message, "waiting for member 1 of rack a to be ready");
+    }
+
+    #[test]
+    fn invalid_spec_is_degraded_and_names_the_field() {
+        let errors = ValidationErrors(vec![crds::FieldError {
+            field: "spec.datacenter.racks[0].members".into(),
+            message: "must be 0 or more (is -1)".into(),
+        }]);
+        let status = compute_status(
+            &cluster(),
+            &observed(&[true], false),
+            &Outcome::Invalid(errors),
+            &time(10),
+        );
+        let d = cond(&status, "Degraded");
+        assert_eq!(
+            (d.status.as_str(), d.reason.as_str()),
+            ("True", "InvalidSpec")
+        );
+        assert!(
+            d.message
+                .contains("spec.datacenter.racks[0].members: must be 0 or more (is -1)"),
+            "{}",
+            d.message
+        );
+    }
+
+    #[test]
+    fn leaving_member_sets_the_rack_condition() {
+        let outcome = Outcome::Decided(Action::Wait(WaitReason::MemberLeaving {
+            rack: "a".into(),
+            member: 1,
+        }));
+        let status = compute_status(
+            &cluster(),
+            &observed(&[true, true], true),
+            &outcome,
+            &time(10),
+        );
+        let rack = &status.racks["a"];
+        assert_eq!(rack.conditions.len(), 1);
+        assert_eq!(rack.conditions[0].type_, "MemberLeaving");
+        assert_eq!(rack.conditions[0].status, ConditionStatus::True);
+    }
+
+    #[test]
+    fn unchanged_conditions_keep_their_transition_time() {
+        let mut c = cluster();
+        let outcome = Outcome::Decided(Action::Converged);
+        let first = compute_status(&c, &observed(&[true, true], false), &outcome, &time(10));
+        c.status = Some(first.clone());
+        let again = compute_status(&c, &observed(&[true, true], false), &outcome, &time(99));
+        assert_eq!(first, again, "a resync must compute the identical status");
+
+        let changed = compute_status(
+            &c,
+            &observed(&[true, false], false),
+            &Outcome::Decided(Action::Wait(WaitReason::MemberNotReady {
+                rack: "a".into(),
+                member: 1,
+            })),
+            &time(99),
+        );
+        assert_eq!(cond(&changed, "Ready").last_transition_time, time(99));
+        // Degraded stayed False: its time is kept
+        assert_eq!(cond(&changed, "Degraded").last_transition_time, time(10));
+    }
+}
