@@ -94,7 +94,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             "Sidecar: configuration rendering, Cassandra supervision",
         ),
         Command::Nodetool(args) => Ok(sidecar::nodetool::main(&args)),
-        Command::Reloader(_) => not_yet("reloader", "Reloader: the SIGHUP watcher"),
+        Command::Reloader(args) => {
+            sidecar::reloader::run_blocking(args)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Config(ConfigCommand::Render(args)) => {
             let report = sidecar::render::render_to_dir(&args)?;
             print!("{}", report.summary());

@@ -1,4 +1,5 @@
 //! Tests of the `cassandra-operator` binary's command line.
 
 mod help;
+mod reloader;
 mod render;

@@ -1,0 +1,324 @@
+//! `cassandra-operator reloader`, the real binary: a change of a watched file
+//! reaches a real process through SIGHUP, the log and the metrics say so, and
+//! SIGTERM stops it with exit code 0.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const PATIENCE: Duration = Duration::from_secs(15);
+const QUIET: Duration = Duration::from_millis(800);
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_cassandra-operator"))
+}
+
+fn wait_until(mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + PATIENCE;
+    while Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    condition()
+}
+
+/// A child that is killed and reaped when dropped.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A script named `name` that appends a line to `log` on each SIGHUP;
+/// returns once its trap is installed.
+fn start_recorder(dir: &Path, name: &str, log: &Path) -> Reaped {
+    let script = dir.join(name);
+    std::fs::write(
+        &script,
+        "#!/bin/sh\ntrap 'echo hup >> \"$1\"' HUP\n: > \"$2\"\nwhile :; do sleep 1 & wait $!; done\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let ready = dir.join(format!("{name}.ready"));
+    let mut tries = 0;
+    let child = loop {
+        match Command::new(&script).arg(log).arg(&ready).spawn() {
+            Ok(child) => break child,
+            // ETXTBSY: another test thread forked while the script was open.
+            Err(e) if e.raw_os_error() == Some(26) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("cannot start {}: {e}", script.display()),
+        }
+    };
+    let child = Reaped(child);
+    assert!(wait_until(|| ready.exists()), "{name} did not get ready");
+    child
+}
+
+fn lines_of(path: &Path) -> usize {
+    std::fs::read_to_string(path).map_or(0, |s| s.lines().count())
+}
+
+/// The reloader binary with its stderr collected line by line.
+struct Reloader {
+    child: Reaped,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Reloader {
+    fn start(args: &[&str], watch: &Path) -> Reloader {
+        let mut child = bin()
+            .args(["--log-format", "json", "reloader"])
+            .args(args)
+            .arg("--watch")
+            .arg(watch)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Reloader {
+            child: Reaped(child),
+            log,
+        }
+    }
+
+    fn logged(&self, text: &str) -> usize {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(text))
+            .count()
+    }
+
+    fn dump(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+}
+
+/// An address nobody listens on right now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn get_metrics(port: u16) -> Option<String> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    Some(response)
+}
+
+#[test]
+fn reloader_signals_a_real_process_logs_counts_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = format!("hupcli{}", std::process::id());
+    let hups = dir.path().join("hups");
+    let _agent = start_recorder(dir.path(), &name, &hups);
+    let labels = dir.path().join("labels");
+    std::fs::write(&labels, "generation=\"1\"\n").unwrap();
+    let port = free_port();
+    let metrics_addr = format!("127.0.0.1:{port}");
+
+    let mut reloader = Reloader::start(
+        &[
+            "--process",
+            &name,
+            "--signal",
+            "SIGHUP",
+            "--poll",
+            "50ms",
+            "--debounce",
+            "100ms",
+            "--metrics-addr",
+            &metrics_addr,
+        ],
+        &labels,
+    );
+    assert!(
+        wait_until(|| reloader.logged("watching file") == 1),
+        "no baseline:\n{}",
+        reloader.dump()
+    );
+
+    let tmp = dir.path().join("labels.tmp");
+    std::fs::write(&tmp, "generation=\"2\"\n").unwrap();
+    std::fs::rename(&tmp, &labels).unwrap();
+    assert!(
+        wait_until(|| lines_of(&hups) >= 1),
+        "no SIGHUP:\n{}",
+        reloader.dump()
+    );
+    std::thread::sleep(QUIET);
+    assert_eq!(lines_of(&hups), 1);
+    assert!(wait_until(|| reloader.logged("signal sent") == 1));
+    let sent_line = reloader
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|l| l.contains("signal sent"))
+        .cloned()
+        .unwrap();
+    assert!(sent_line.contains(&name), "{sent_line}");
+    assert!(
+        sent_line.contains("\"signals_sent_total\":1"),
+        "{sent_line}"
+    );
+
+    let metrics = get_metrics(port).expect("no /metrics");
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    assert!(
+        metrics.contains("reloader_signals_sent_total 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("reloader_changes_total 1"), "{metrics}");
+
+    let pid = reloader.child.0.id().to_string();
+    let stopped = Instant::now();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = loop {
+        if let Some(status) = reloader.child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(stopped.elapsed() < PATIENCE, "still running after SIGTERM");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(status.code(), Some(0), "{}", reloader.dump());
+    assert!(wait_until(|| reloader.logged("SIGTERM received") == 1));
+}
+
+#[test]
+fn reloader_waits_for_a_missing_process_without_failing() {
+    let dir = tempfile::tempdir().unwrap();
+    let labels = dir.path().join("labels");
+    std::fs::write(&labels, "a").unwrap();
+    let mut reloader = Reloader::start(
+        &[
+            "--process",
+            "no-such-process-anywhere",
+            "--poll",
+            "50ms",
+            "--debounce",
+            "0",
+        ],
+        &labels,
+    );
+    assert!(wait_until(|| reloader.logged("watching file") == 1));
+    std::fs::write(&labels, "b").unwrap();
+    assert!(
+        wait_until(|| reloader.logged("no process to signal") == 1),
+        "{}",
+        reloader.dump()
+    );
+    std::thread::sleep(QUIET);
+    assert!(
+        reloader.child.0.try_wait().unwrap().is_none(),
+        "the reloader exited:\n{}",
+        reloader.dump()
+    );
+    // Warned once, not at every poll.
+    assert_eq!(reloader.logged("no process to signal"), 1);
+}
+
+#[test]
+fn reloader_refuses_bad_flags() {
+    for (args, expected) in [
+        (&["reloader", "--process", "x"][..], "--watch"),
+        (&["reloader", "--watch", "/tmp/x"][..], "--process"),
+        (
+            &[
+                "reloader",
+                "--watch",
+                "/x",
+                "--process",
+                "x",
+                "--debounce",
+                "5",
+            ][..],
+            "missing unit",
+        ),
+        (
+            &[
+                "reloader",
+                "--watch",
+                "/x",
+                "--process",
+                "x",
+                "--poll",
+                "0s",
+            ][..],
+            "longer than zero",
+        ),
+        (
+            &[
+                "reloader",
+                "--watch",
+                "/x",
+                "--process",
+                "x",
+                "--signal",
+                "NOPE",
+            ][..],
+            "unknown signal",
+        ),
+    ] {
+        let out = bin().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn reloader_help_documents_every_flag() {
+    let out = bin().args(["reloader", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    for flag in [
+        "--watch <PATH>",
+        "--process <NAME>",
+        "--signal <SIGNAL>",
+        "--debounce <DURATION>",
+        "--poll <DURATION>",
+        "--pid-file <PATH>",
+        "--metrics-addr <ADDR>",
+        "[default: HUP]",
+        "[default: 500ms]",
+        "[default: 1s]",
+    ] {
+        assert!(help.contains(flag), "{flag} missing:\n{help}");
+    }
+}
