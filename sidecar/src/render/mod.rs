@@ -34,6 +34,7 @@
 //! member never starts with a half-applied configuration.
 
 pub mod cassandra;
+pub mod emit;
 #[cfg(test)]
 mod fixtures;
 pub mod heap;
@@ -270,9 +271,9 @@ pub enum RenderError {
     )]
     OverrideOperatorKey { origin: String, key: String },
     #[error("writing {file}: {source}")]
-    SerializeYaml {
+    WriteYaml {
         file: String,
-        source: serde_norway::Error,
+        source: emit::EmitError,
     },
     #[error("reading {path}: {source}")]
     ReadFile {

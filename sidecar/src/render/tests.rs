@@ -758,3 +758,20 @@ fn render_to_dir_rejects_bad_flags() {
     );
     assert!(!out.exists());
 }
+
+#[test]
+fn override_strings_reach_cassandra_as_strings() {
+    let defaults = fixtures::read("cassandra/3.11/cassandra.yaml");
+    let mut config = member(ClusterMode::Cassandra);
+    config.overrides = configmap("mode_a: 'on'\nmode_b: 'yes'\nat: '12:30'\ncount: '1_000'\n");
+    let rendered = render(&config, &defaults).unwrap();
+    let text = rendered.file("cassandra.yaml").unwrap();
+    for line in [
+        "mode_a: 'on'",
+        "mode_b: 'yes'",
+        "at: '12:30'",
+        "count: '1_000'",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing");
+    }
+}

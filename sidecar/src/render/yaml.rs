@@ -5,10 +5,12 @@
 //! The file goes through a YAML value and back, so the default file's
 //! comments and formatting are not kept; every key, its position, its
 //! value and its type are (an int stays an int, `null` stays null, a quoted
-//! `'7000'` stays a string).
+//! `'7000'` stays a string), for Cassandra's YAML 1.1 reader too
+//! ([`super::emit`]).
 
 use serde_norway::{Mapping, Value};
 
+use super::emit::mapping_to_yaml;
 use super::{Overrides, RenderError};
 
 /// The class Cassandra and Scylla ship as their seed provider.
@@ -71,11 +73,9 @@ pub fn render_main_file(
     if let Some(fragment) = fragment {
         deep_merge(&mut doc, fragment);
     }
-    let body = serde_norway::to_string(&Value::Mapping(doc)).map_err(|source| {
-        RenderError::SerializeYaml {
-            file: file_name.to_string(),
-            source,
-        }
+    let body = mapping_to_yaml(&doc).map_err(|source| RenderError::WriteYaml {
+        file: file_name.to_string(),
+        source,
     })?;
     Ok(format!(
         "# Rendered by cassandra-operator from the image's default {file_name}:\n\
