@@ -775,3 +775,75 @@ fn override_strings_reach_cassandra_as_strings() {
         assert!(text.lines().any(|l| l == line), "{line} missing");
     }
 }
+
+/// The environment we render, given to the real `cassandra-env.sh` of every
+/// version (with a stand-in `java`, a shell function that only answers
+/// `-version`): the JVM
+/// gets our heap and our flags, after the script's own.
+#[test]
+fn cassandra_env_sh_turns_the_environment_into_jvm_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    for version in CASSANDRA_VERSIONS {
+        let conf = fixtures::dir().join(format!("cassandra/{version}"));
+        let mut config = member(ClusterMode::Cassandra);
+        // 6000 MiB, 3 cores: 1500M heap, 300M young generation; sizes no
+        // machine's own memory would give.
+        config.memory_limit = Some(q("6000Mi"));
+        config.cpu_limit = Some(q("2500m"));
+        config.replace_address = Some("10.96.0.12".to_string());
+        let rendered = render(
+            &config,
+            &fixtures::read(&format!("cassandra/{version}/cassandra.yaml")),
+        )
+        .unwrap();
+        let output = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(
+                r#"fake_java() {
+                       echo 'openjdk version "11.0.20" 2023-07-18' >&2
+                       echo 'OpenJDK Runtime Environment (build 11.0.20)' >&2
+                       echo 'OpenJDK 64-Bit Server VM (build 11.0.20, mixed mode)' >&2
+                   }
+                   . "$CASSANDRA_CONF/cassandra-env.sh" >&2
+                   printf '%s\n' $JVM_OPTS"#,
+            )
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("JAVA", "fake_java")
+            .env("CASSANDRA_CONF", &conf)
+            .env("CASSANDRA_HOME", dir.path().join("home"))
+            .env("CASSANDRA_LOG_DIR", dir.path().join("logs"))
+            .envs(rendered.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .output()
+            .expect("bash runs");
+        assert!(
+            output.status.success(),
+            "{version}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let stdout = String::from_utf8(output.stdout).unwrap();
+        let flags: Vec<&str> = stdout.lines().collect();
+        let heap: Vec<&str> = flags
+            .iter()
+            .copied()
+            .filter(|f| f.starts_with("-Xms") || f.starts_with("-Xmx") || f.starts_with("-Xmn"))
+            .collect();
+        // 3.11's jvm.options selects CMS, under which the script adds -Xmn;
+        // from 4.0 the GC is chosen in jvm11-server.options (not read by
+        // cassandra-env.sh).
+        let expected: &[&str] = if version == "3.11" {
+            &["-Xms1500M", "-Xmx1500M", "-Xmn300M"]
+        } else {
+            &["-Xms1500M", "-Xmx1500M"]
+        };
+        assert_eq!(heap, expected, "{version}");
+        assert_eq!(
+            flags[flags.len() - 2..],
+            [
+                "-javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1",
+                "-Dcassandra.replace_address_first_boot=10.96.0.12",
+            ],
+            "{version}"
+        );
+    }
+}
