@@ -42,14 +42,23 @@ pub enum Error {
     BuildClient { source: reqwest::Error },
     /// Nothing listens at the URL (yet): Cassandra, and its Jolokia agent,
     /// is not up.
-    #[error("connecting to jolokia at {url} failed (is cassandra running?): {source}")]
-    Connect { url: String, source: reqwest::Error },
+    #[error("connecting to jolokia at {url} failed (is cassandra running?): {cause}")]
+    Connect {
+        url: String,
+        /// The error and its causes, e.g. "... Connection refused".
+        cause: String,
+        source: reqwest::Error,
+    },
     /// The request got no complete answer within its timeout.
     #[error("jolokia request to {url} timed out after {timeout:?}")]
     TimedOut { url: String, timeout: Duration },
     /// The request failed on the way (connection reset, broken body, ...).
-    #[error("sending the jolokia request to {url} failed: {source}")]
-    Send { url: String, source: reqwest::Error },
+    #[error("sending the jolokia request to {url} failed: {cause}")]
+    Send {
+        url: String,
+        cause: String,
+        source: reqwest::Error,
+    },
     /// The agent could not handle the HTTP request at all (wrong path, ...).
     #[error("jolokia at {url} answered http status {status}: {body}")]
     HttpStatus {
@@ -254,6 +263,22 @@ pub fn decode<T: DeserializeOwned>(label: &str, value: Value) -> Result<T, Error
     })
 }
 
+/// An error and its sources, joined by ": " (reqwest's own message leaves
+/// out "Connection refused").
+fn cause_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 fn kind_of(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
@@ -341,11 +366,13 @@ impl Jolokia {
             } else if source.is_connect() {
                 Error::Connect {
                     url: url.clone(),
+                    cause: cause_chain(&source),
                     source,
                 }
             } else {
                 Error::Send {
                     url: url.clone(),
+                    cause: cause_chain(&source),
                     source,
                 }
             }

@@ -177,13 +177,16 @@ async fn decommission(storage: &StorageService) -> Result<String, Error> {
         .operation_mode()
         .await
         .map_err(|source| Error::ReadOperationMode { source })?;
-    if mode == OperationMode::Decommissioned {
-        return Ok("already decommissioned\n".to_string());
+    match mode {
+        OperationMode::Decommissioned => return Ok("already decommissioned\n".to_string()),
+        // One is running (3.11 and 4.x would refuse a second call with
+        // IllegalStateException): wait for it instead.
+        OperationMode::Leaving => {}
+        _ => storage
+            .decommission()
+            .await
+            .map_err(|source| Error::Decommission { source })?,
     }
-    storage
-        .decommission()
-        .await
-        .map_err(|source| Error::Decommission { source })?;
     let timeout = storage.jolokia().long_timeout();
     let started = Instant::now();
     loop {

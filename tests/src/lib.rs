@@ -1,4 +1,6 @@
 //! The test world (see DESIGN.md section 7).
 
 pub mod cel;
+pub mod jolokia_contract;
+pub mod jolokia_real;
 pub mod schema;

@@ -1,0 +1,351 @@
+//! A real Jolokia to test against: `tests/jolokia/FakeCassandraJolokia.java`
+//! (jolokia-core 1.7.1 from Debian's `libjolokia-core-java`, in the JDK's
+//! HTTP server, in front of MBeans with the JMX signatures of Cassandra 3.11,
+//! 4.1 or 5.0), compiled with `javac` once per source version and started as
+//! a child process. I/O: files under the target directory and processes.
+//!
+//! Nothing here skips: a missing `java`, `javac` or jar is an error that
+//! names the Debian packages to install.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The Debian packages that provide what the real Jolokia needs.
+pub const APT_PACKAGES: &str =
+    "libjolokia-core-java libjson-simple-java (and a JDK: openjdk-17-jdk-headless)";
+
+/// jolokia-core 1.7.1 (`libjolokia-core-java`).
+pub const JOLOKIA_CORE_JAR: &str = "/usr/share/java/jolokia-core.jar";
+/// json-simple, jolokia-core's only dependency (`libjson-simple-java`).
+pub const JSON_SIMPLE_JAR: &str = "/usr/share/java/json-simple.jar";
+
+const SOURCE_NAME: &str = "FakeCassandraJolokia.java";
+const MAIN_CLASS: &str = "FakeCassandraJolokia";
+
+/// How long a JVM may take to print `ready <port>`.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Errors of preparing or starting the real Jolokia.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "{what} is missing ({detail}): install it with `apt-get update && apt-get install -y {APT_PACKAGES}`"
+    )]
+    FindPrerequisite { what: String, detail: String },
+    #[error("reading the java source {path} failed: {source}")]
+    ReadSource {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("preparing the class directory {path} failed: {source}")]
+    PrepareClassDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("javac failed on {path}:\n{stderr}")]
+    Compile { path: PathBuf, stderr: String },
+    #[error("starting java failed: {source}")]
+    StartJava { source: std::io::Error },
+    #[error("the fake cassandra jvm ({version}) did not print `ready <port>`: {detail}")]
+    AwaitReady { version: String, detail: String },
+}
+
+/// The Java source of the program.
+pub fn source_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("jolokia")
+        .join(SOURCE_NAME)
+}
+
+/// Check that `java`, `javac` and both jars are there.
+pub fn check_prerequisites() -> Result<(), Error> {
+    for jar in [JOLOKIA_CORE_JAR, JSON_SIMPLE_JAR] {
+        if !Path::new(jar).is_file() {
+            return Err(Error::FindPrerequisite {
+                what: jar.to_string(),
+                detail: "no such file".to_string(),
+            });
+        }
+    }
+    for tool in ["java", "javac"] {
+        let probe = Command::new(tool)
+            .arg("-version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        match probe {
+            Ok(status) if status.success() => {}
+            Ok(status) => {
+                return Err(Error::FindPrerequisite {
+                    what: tool.to_string(),
+                    detail: format!("`{tool} -version` exited with {status}"),
+                });
+            }
+            Err(e) => {
+                return Err(Error::FindPrerequisite {
+                    what: tool.to_string(),
+                    detail: e.to_string(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("..")
+                .join("target")
+        })
+}
+
+/// FNV-1a: a cache key that is stable across Rust versions.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
+        (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Compile the program unless this exact source was compiled before; the
+/// directory holding its classes. Safe to call from parallel tests and
+/// processes: each compiles into its own directory and renames it into
+/// place.
+pub fn compile() -> Result<PathBuf, Error> {
+    check_prerequisites()?;
+    let source = source_path();
+    let text = std::fs::read(&source).map_err(|e| Error::ReadSource {
+        path: source.clone(),
+        source: e,
+    })?;
+    let base = target_dir().join("jolokia-contract");
+    let classes = base.join(format!("classes-{:016x}", fnv1a(&text)));
+    if classes.join(format!("{MAIN_CLASS}.class")).is_file() {
+        return Ok(classes);
+    }
+    let scratch = base.join(format!(
+        "tmp-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let prepare = |path: &Path, e| Error::PrepareClassDir {
+        path: path.to_path_buf(),
+        source: e,
+    };
+    std::fs::create_dir_all(&scratch).map_err(|e| prepare(&scratch, e))?;
+    let output = Command::new("javac")
+        .arg("-nowarn")
+        .arg("-d")
+        .arg(&scratch)
+        .arg("-cp")
+        .arg(format!("{JOLOKIA_CORE_JAR}:{JSON_SIMPLE_JAR}"))
+        .arg(&source)
+        .output()
+        .map_err(|e| Error::FindPrerequisite {
+            what: "javac".to_string(),
+            detail: e.to_string(),
+        })?;
+    if !output.status.success() {
+        return Err(Error::Compile {
+            path: source,
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        });
+    }
+    match std::fs::rename(&scratch, &classes) {
+        Ok(()) => Ok(classes),
+        // Another test won the race: its classes are the same.
+        Err(_) if classes.join(format!("{MAIN_CLASS}.class")).is_file() => {
+            let _ = std::fs::remove_dir_all(&scratch);
+            Ok(classes)
+        }
+        Err(e) => Err(prepare(&classes, e)),
+    }
+}
+
+/// The Cassandra versions the program can imitate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CassandraLine {
+    V3_11,
+    V4_1,
+    V5_0,
+}
+
+impl CassandraLine {
+    pub const ALL: [CassandraLine; 3] = [
+        CassandraLine::V3_11,
+        CassandraLine::V4_1,
+        CassandraLine::V5_0,
+    ];
+
+    /// The program's version argument.
+    pub fn arg(self) -> &'static str {
+        match self {
+            CassandraLine::V3_11 => "3.11",
+            CassandraLine::V4_1 => "4.1",
+            CassandraLine::V5_0 => "5.0",
+        }
+    }
+
+    /// The `ReleaseVersion` the program reports.
+    pub fn release_version(self) -> &'static str {
+        match self {
+            CassandraLine::V3_11 => "3.11.19",
+            CassandraLine::V4_1 => "4.1.8",
+            CassandraLine::V5_0 => "5.0.3",
+        }
+    }
+}
+
+/// How to start one fake node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeConfig {
+    pub line: CassandraLine,
+    /// The other nodes: `(ip, state, rack)` with state UN, DN, UJ, UL or UM.
+    /// This node is 10.0.0.1, UN, rack1, datacenter dc1.
+    pub peers: Vec<(String, String, String)>,
+    /// Replication factor of the one user keyspace (4.x/5.0 refuse a
+    /// non-forced decommission when the ring has no more nodes than that).
+    pub rf: u32,
+    /// How long decommission blocks (LEAVING) before DECOMMISSIONED.
+    pub decommission: Duration,
+    /// How long drain blocks (DRAINING) before DRAINED.
+    pub drain: Duration,
+}
+
+impl NodeConfig {
+    pub fn new(line: CassandraLine) -> Self {
+        NodeConfig {
+            line,
+            peers: Vec::new(),
+            rf: 1,
+            decommission: Duration::from_millis(1500),
+            drain: Duration::from_millis(300),
+        }
+    }
+
+    pub fn peer(mut self, ip: &str, state: &str, rack: &str) -> Self {
+        self.peers
+            .push((ip.to_string(), state.to_string(), rack.to_string()));
+        self
+    }
+
+    pub fn rf(mut self, rf: u32) -> Self {
+        self.rf = rf;
+        self
+    }
+
+    pub fn decommission_time(mut self, duration: Duration) -> Self {
+        self.decommission = duration;
+        self
+    }
+}
+
+/// A running fake Cassandra JVM with a real Jolokia. Killed on drop.
+#[derive(Debug)]
+pub struct RealJolokia {
+    child: Child,
+    port: u16,
+    /// How long the JVM took from spawn to `ready`.
+    pub started_in: Duration,
+}
+
+impl RealJolokia {
+    /// Compile (cached) and start a node; returns once Jolokia listens.
+    pub fn start(config: &NodeConfig) -> Result<Self, Error> {
+        let classes = compile()?;
+        let peers = config
+            .peers
+            .iter()
+            .map(|(ip, state, rack)| format!("{ip}:{state}:{rack}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let began = Instant::now();
+        let mut child = Command::new("java")
+            // A small, quick JVM: these are tests, not a database.
+            .args([
+                "-Xmx64m",
+                "-Xss512k",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+            ])
+            .arg("-cp")
+            .arg(format!(
+                "{}:{JOLOKIA_CORE_JAR}:{JSON_SIMPLE_JAR}",
+                classes.display()
+            ))
+            .arg(MAIN_CLASS)
+            .arg(config.line.arg())
+            .args(["--port", "0"])
+            .args(["--rf", &config.rf.to_string()])
+            .args(["--peers", &peers])
+            .args([
+                "--decommission-ms",
+                &config.decommission.as_millis().to_string(),
+            ])
+            .args(["--drain-ms", &config.drain.as_millis().to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|source| Error::StartJava { source })?;
+        let version = config.line.arg().to_string();
+        let Some(stdout) = child.stdout.take() else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(Error::AwaitReady {
+                version,
+                detail: "no stdout pipe".to_string(),
+            });
+        };
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let first = lines.next();
+            let _ = tx.send(first);
+            // Keep draining so that the JVM never blocks on a full pipe.
+            for _ in lines {}
+        });
+        let port = match rx.recv_timeout(START_TIMEOUT) {
+            Ok(Some(Ok(line))) => line
+                .strip_prefix("ready ")
+                .and_then(|p| p.trim().parse::<u16>().ok())
+                .ok_or_else(|| format!("first line was {line:?}")),
+            Ok(Some(Err(e))) => Err(format!("reading stdout failed: {e}")),
+            Ok(None) => Err("the jvm exited (see its stderr above)".to_string()),
+            Err(_) => Err(format!("nothing within {START_TIMEOUT:?}")),
+        };
+        match port {
+            Ok(port) => Ok(RealJolokia {
+                child,
+                port,
+                started_in: began.elapsed(),
+            }),
+            Err(detail) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(Error::AwaitReady { version, detail })
+            }
+        }
+    }
+
+    /// The Jolokia base URL, e.g. `http://127.0.0.1:41234/jolokia/`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/jolokia/", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+impl Drop for RealJolokia {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
