@@ -58,6 +58,9 @@ pub struct Observed {
     pub racks: BTreeMap<String, RackObserved>,
     /// Objects in the way.
     pub foreign: Vec<ForeignObject>,
+    /// Datacenter names on the cluster's StatefulSets that differ from the
+    /// spec's (a renamed datacenter).
+    pub other_datacenters: Vec<String>,
 }
 
 /// Why the controller waits.
@@ -76,6 +79,9 @@ pub enum WaitReason {
 pub enum Refusal {
     /// An object the controller must create exists and belongs to someone else.
     ForeignObject(ForeignObject),
+    /// The cluster runs members of another datacenter name than the spec's:
+    /// Cassandra cannot rename a datacenter.
+    DatacenterChanged { running: String, spec: String },
     /// A rack was removed from the spec while its StatefulSet still runs members.
     RackRemovedWithMembers { rack: String, members: i32 },
     /// The spec asks for fewer members than a rack has; decommissioning is not
@@ -113,6 +119,12 @@ pub enum Action {
 pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
     if let Some(foreign) = observed.foreign.first() {
         return Action::Refuse(Refusal::ForeignObject(foreign.clone()));
+    }
+    if let Some(running) = observed.other_datacenters.first() {
+        return Action::Refuse(Refusal::DatacenterChanged {
+            running: running.clone(),
+            spec: spec.datacenter.name.clone(),
+        });
     }
     let in_spec = |name: &str| spec.datacenter.racks.iter().any(|r| r.name == name);
     for (name, rack) in &observed.racks {
@@ -289,7 +301,7 @@ mod tests {
     fn observed(racks: Vec<(&str, RackObserved)>) -> Observed {
         Observed {
             racks: racks.into_iter().map(|(n, r)| (n.to_string(), r)).collect(),
-            foreign: vec![],
+            ..Observed::default()
         }
     }
 
@@ -482,6 +494,19 @@ mod tests {
         for (what, spec, observed, expected) in cases {
             assert_eq!(decide(&spec, &observed), expected, "{what}");
         }
+    }
+
+    #[test]
+    fn a_renamed_datacenter_is_refused() {
+        let mut seen = observed(vec![]);
+        seen.other_datacenters.push("old-dc".into());
+        assert_eq!(
+            decide(&spec(&[("b", 3)]), &seen),
+            Action::Refuse(Refusal::DatacenterChanged {
+                running: "old-dc".into(),
+                spec: "dc".into()
+            })
+        );
     }
 
     #[test]

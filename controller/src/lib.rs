@@ -5,9 +5,13 @@
 //! - [`observe`]: from the cached objects to the observed state (pure).
 //! - [`decide`]: the pure decision step: (spec, observed state) -> next action.
 //! - [`status`]: the status and conditions a reconcile writes (pure).
+//! - [`reconcile`]: the caches, the reconcile pipeline and the kube-runtime
+//!   Controller (I/O); [`metrics`]: Prometheus metrics and probes.
 
 pub mod decide;
+pub mod metrics;
 pub mod observe;
+pub mod reconcile;
 pub mod resources;
 pub mod status;
 

@@ -73,6 +73,12 @@ pub fn observe<'a>(
             let Some(rack) = label(&sts.metadata, labels::RACK) else {
                 continue;
             };
+            if let Some(other) = label(&sts.metadata, labels::DATACENTER).filter(|d| *d != dc) {
+                if !observed.other_datacenters.iter().any(|d| d == other) {
+                    observed.other_datacenters.push(other.to_string());
+                }
+                continue;
+            }
             let entry = observed.racks.entry(rack.to_string()).or_default();
             entry.replicas = Some(sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1));
             sts_of_rack.insert(rack.to_string(), sts_name);
@@ -283,6 +289,18 @@ spec:
                 },
             ]
         );
+    }
+
+    #[test]
+    fn statefulsets_of_another_datacenter_name_are_reported() {
+        let mut cluster = cluster();
+        let ctx = BuildContext::default();
+        let sts =
+            resources::statefulset_for_rack(&cluster, &cluster.spec.datacenter.racks[0], 3, &ctx);
+        cluster.spec.datacenter.name = "renamed".into();
+        let observed = observe(&cluster, [&sts], &[], &[]);
+        assert_eq!(observed.other_datacenters, vec!["dc".to_string()]);
+        assert_eq!(observed.racks["a"].replicas, None);
     }
 
     #[test]

@@ -151,6 +151,12 @@ pub fn refusal_reason(refusal: &Refusal) -> (&'static str, String) {
                 o.kind, o.name
             ),
         ),
+        Refusal::DatacenterChanged { running, spec } => (
+            "DatacenterChanged",
+            format!(
+                "spec.datacenter.name: the cluster runs datacenter {running:?} and the spec names {spec:?}; Cassandra cannot rename a datacenter (nothing was changed)"
+            ),
+        ),
         Refusal::RackRemovedWithMembers { rack, members } => (
             "RackRemovedWithMembers",
             format!(
@@ -304,7 +310,7 @@ mod tests {
         }
         Observed {
             racks: BTreeMap::from([("a".to_string(), rack)]),
-            foreign: vec![],
+            ..Observed::default()
         }
     }
 
