@@ -128,12 +128,15 @@ mod tests {
     /// given memory and cores, and compares it with ours.
     #[test]
     fn matches_the_shell_function_of_every_version() {
+        // The boundaries of every branch (1/2 ram at 2048, the caps at
+        // 4096 and 32768 MiB, the young generation where 1/4 heap meets
+        // 100 MiB per core).
         let cases: Vec<(u64, u64)> = [
-            1u64, 100, 511, 512, 1023, 1024, 1025, 1500, 2047, 2048, 2049, 3000, 4095, 4096, 4097,
-            6000, 8191, 8192, 12288, 16384, 32767, 32768, 32769, 65536, 100000, 262144,
+            1u64, 511, 1023, 1024, 1025, 2047, 2048, 2049, 4095, 4096, 4097, 6000, 32767, 32768,
+            32769, 262144,
         ]
         .into_iter()
-        .flat_map(|m| [1u64, 2, 3, 4, 8, 16, 64].map(|c| (m, c)))
+        .flat_map(|m| [1u64, 2, 3, 16].map(|c| (m, c)))
         .collect();
         for version in crate::render::fixtures::CASSANDRA_VERSIONS {
             let script =

@@ -847,3 +847,16 @@ fn cassandra_env_sh_turns_the_environment_into_jvm_flags() {
         );
     }
 }
+
+/// A sidecar that restarts may find its own rendered file where the
+/// default was: rendering it again changes nothing.
+#[test]
+fn rendering_a_rendered_file_changes_nothing() {
+    for (label, mode, defaults) in every_fixture() {
+        let mut config = member(mode);
+        config.overrides = configmap("num_tokens: 8\n");
+        let once = render(&config, &defaults).unwrap();
+        let twice = render(&config, once.file(main_file_name(mode)).unwrap()).unwrap();
+        assert_eq!(once, twice, "{label}");
+    }
+}
