@@ -2,10 +2,12 @@
 //! process that reloads on a signal.
 //!
 //! - [`render`]: configuration rendering (`sidecar`, `config render`).
+//! - [`decommission`]: the member's side of the scale-down protocol (pure).
 //! - [`jolokia`]: the Jolokia client and the StorageService facade.
 //! - [`nodetool`]: a small nodetool over Jolokia.
 //! - [`reloader`]: the SIGHUP watcher (`cassandra-operator reloader`).
 
+pub mod decommission;
 pub mod jolokia;
 pub mod nodetool;
 pub mod reloader;
