@@ -81,12 +81,15 @@ use self::state::{Debouncer, Delivery, Observed, Plan, Seen, WatchedFile};
 /// finds no process stays pending; processes that start after a change read
 /// it themselves and get the next one. SIGTERM or SIGINT: exit 0.
 #[derive(clap::Args, Debug, Clone)]
-#[command(group(
-    clap::ArgGroup::new("target")
-        .args(["process", "pid_file"])
-        .required(true)
-        .multiple(true)
-))]
+#[command(
+    group(
+        clap::ArgGroup::new("target")
+            .args(["process", "pid_file"])
+            .required(true)
+            .multiple(true)
+    ),
+    after_help = AFTER_HELP
+)]
 pub struct ReloaderArgs {
     /// A file to watch; repeat for several.
     #[arg(long = "watch", value_name = "PATH", required = true)]
@@ -117,6 +120,30 @@ pub struct ReloaderArgs {
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<SocketAddr>,
 }
+
+const AFTER_HELP: &str = "\
+Behaviour:
+  - Only a change of content counts: a rewrite with the same bytes or a new
+    timestamp sends nothing. Files are read through their path, so the
+    kubelet's atomic ..data symlink swap (downward API, ConfigMap, Secret)
+    is seen.
+  - A burst of changes sends one signal, once the files have been quiet for
+    --debounce; a burst that ends on the content last delivered sends none.
+  - A file missing at start is waited for; its first content is the baseline
+    and sends nothing. A file that disappears later sends nothing; when it
+    comes back, only a different content counts.
+  - A change that finds no process stays pending and is retried every --poll.
+    Processes that started after the change read it when they started: they
+    are not signalled for it (an early SIGHUP would kill a process that has
+    not installed its handler yet) and get the next change. Failed signals
+    (EPERM: another user; run as the same user, or root with CAP_KILL) are
+    retried every --poll.
+  - One log line per change and per signal sent (with the running total).
+  - SIGTERM or SIGINT: exit 0.
+
+Example (a sidecar with shareProcessNamespace: true):
+  cassandra-operator reloader --watch /etc/podinfo/labels \\
+      --process contrail-vrouter-agent --signal HUP --debounce 500ms --poll 1s";
 
 /// What can stop the reloader. Everything else (missing files or
 /// processes, failed signals) is logged and retried.

@@ -183,7 +183,7 @@ fn write_atomically(path: &Path, content: &str) {
 }
 
 #[test]
-fn a_new_content_signals_once_and_the_same_content_never() {
+fn reloader_a_new_content_signals_once_and_the_same_content_never() {
     let dir = tempfile::tempdir().unwrap();
     let name = unique_name("nc");
     let script = hup_script(dir.path(), &name);
@@ -222,7 +222,7 @@ fn a_new_content_signals_once_and_the_same_content_never() {
 }
 
 #[test]
-fn a_burst_of_ten_writes_gives_one_signal() {
+fn reloader_a_burst_of_ten_writes_gives_one_signal() {
     let dir = tempfile::tempdir().unwrap();
     let name = unique_name("bu");
     let script = hup_script(dir.path(), &name);
@@ -260,7 +260,7 @@ fn a_burst_of_ten_writes_gives_one_signal() {
 /// timestamped directory; an update writes a new directory and renames a new
 /// `..data` over the old one. The watched path's own inode never changes.
 #[test]
-fn the_atomic_writer_symlink_swap_is_seen() {
+fn reloader_the_atomic_writer_symlink_swap_is_seen() {
     use std::os::unix::fs::{MetadataExt, symlink};
     let dir = tempfile::tempdir().unwrap();
     let volume = dir.path().join("podinfo");
@@ -308,7 +308,7 @@ fn the_atomic_writer_symlink_swap_is_seen() {
 }
 
 #[test]
-fn every_matching_process_gets_the_signal() {
+fn reloader_every_matching_process_gets_the_signal() {
     let dir = tempfile::tempdir().unwrap();
     let name = unique_name("tw");
     let script = hup_script(dir.path(), &name);
@@ -329,7 +329,7 @@ fn every_matching_process_gets_the_signal() {
 /// later (it read the new content when it started); that process gets the
 /// next change.
 #[test]
-fn a_process_that_starts_later_gets_the_next_change() {
+fn reloader_a_process_that_starts_later_gets_the_next_change() {
     let dir = tempfile::tempdir().unwrap();
     let name = unique_name("la");
     let script = hup_script(dir.path(), &name);
@@ -368,7 +368,7 @@ fn a_process_that_starts_later_gets_the_next_change() {
 /// baseline; the next change is signalled. A file that disappears sends
 /// nothing, nor does its return with the same content.
 #[test]
-fn a_missing_file_is_waited_for_and_its_first_content_sends_nothing() {
+fn reloader_a_missing_file_is_waited_for_and_its_first_content_sends_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let name = unique_name("mi");
     let script = hup_script(dir.path(), &name);
@@ -403,7 +403,7 @@ fn a_missing_file_is_waited_for_and_its_first_content_sends_nothing() {
 /// With --pid-file and --process, only the pid in the file is signalled, and
 /// only while its name matches.
 #[test]
-fn a_pid_file_picks_one_process_of_the_name() {
+fn reloader_a_pid_file_picks_one_process_of_the_name() {
     let dir = tempfile::tempdir().unwrap();
     let name = unique_name("pf");
     let script = hup_script(dir.path(), &name);
