@@ -195,8 +195,9 @@ pub struct Rendered {
     /// Files for the configuration directory.
     pub files: Vec<RenderedFile>,
     /// Environment of the process (Cassandra: `MAX_HEAP_SIZE`,
-    /// `HEAP_NEWSIZE`, `JVM_EXTRA_OPTS`; to be added to, not to replace, the
-    /// container's environment).
+    /// `HEAP_NEWSIZE`, `JVM_EXTRA_OPTS`), to be set on top of the
+    /// container's environment (append a `JVM_EXTRA_OPTS` the container
+    /// already has to ours rather than dropping it).
     pub env: Vec<(String, String)>,
     /// Arguments of the image's entrypoint (Scylla).
     pub args: Vec<String>,
@@ -337,6 +338,23 @@ fn validate(config: &MemberConfig) -> Result<(), RenderError> {
     Ok(())
 }
 
+/// The replace address a member starts with (DESIGN.md section 4): the
+/// value of its member Service's `cassandra.rook.io/replace` label, when the
+/// label is set and the member's data directory is empty (a member that
+/// still has its data is not a replacement, whatever the label says).
+pub fn replace_address_for(replace_label: Option<&str>, data_dir_is_empty: bool) -> Option<String> {
+    match replace_label.map(str::trim) {
+        Some(address) if !address.is_empty() && data_dir_is_empty => Some(address.to_string()),
+        _ => None,
+    }
+}
+
+/// The processors `cassandra-env.sh` would count on this machine, for
+/// [`MemberConfig::node_cpu_cores`] (at least 1).
+pub fn node_cpu_cores() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
+}
+
 /// The [`MemberConfig`] of `config render`'s flags; reads the overrides file.
 pub fn member_config_from_args(args: &RenderArgs) -> Result<MemberConfig, RenderError> {
     let address = |what, value: &str| {
@@ -372,8 +390,7 @@ pub fn member_config_from_args(args: &RenderArgs) -> Result<MemberConfig, Render
         rack: args.rack.clone(),
         memory_limit: quantity("memory limit", &args.memory_limit)?,
         cpu_limit: quantity("CPU limit", &args.cpu_limit)?,
-        node_cpu_cores: std::thread::available_parallelism()
-            .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
+        node_cpu_cores: node_cpu_cores(),
         replace_address: args.replace_address.clone(),
         overrides,
         jolokia_agent_jar: DEFAULT_JOLOKIA_AGENT_JAR.to_string(),

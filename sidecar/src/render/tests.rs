@@ -860,3 +860,14 @@ fn rendering_a_rendered_file_changes_nothing() {
         assert_eq!(once, twice, "{label}");
     }
 }
+
+#[test]
+fn a_member_replaces_only_with_the_label_and_an_empty_data_directory() {
+    assert_eq!(
+        replace_address_for(Some("10.96.0.12"), true),
+        Some("10.96.0.12".to_string())
+    );
+    assert_eq!(replace_address_for(Some("10.96.0.12"), false), None);
+    assert_eq!(replace_address_for(None, true), None);
+    assert_eq!(replace_address_for(Some(" "), true), None);
+}
