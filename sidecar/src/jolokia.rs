@@ -69,7 +69,10 @@ pub enum Error {
     /// Jolokia handled the request, and the request failed (`status != 200`
     /// inside the response): unknown MBean/attribute/operation (404), bad
     /// arguments (400), an exception thrown by the MBean (500), ...
-    #[error("jolokia {request} failed with status {status} ({error_type}): {message}")]
+    #[error(
+        "jolokia {request} failed with status {status}: {error_type}: {}",
+        without_class(error_type, message)
+    )]
     Jolokia {
         /// What was asked, e.g. `exec decommission`.
         request: String,
@@ -114,15 +117,18 @@ impl Error {
                 error_type,
                 message,
                 ..
-            } => Some(
-                message
-                    .strip_prefix(error_type.as_str())
-                    .and_then(|m| m.strip_prefix(" : "))
-                    .unwrap_or(message),
-            ),
+            } => Some(without_class(error_type, message)),
             _ => None,
         }
     }
+}
+
+/// An `error` text without the `"<class> : "` prefix of Jolokia 1.x.
+fn without_class<'a>(error_type: &str, message: &'a str) -> &'a str {
+    message
+        .strip_prefix(error_type)
+        .and_then(|m| m.strip_prefix(" : "))
+        .unwrap_or(message)
 }
 
 /// One Jolokia request (the POST body form).
@@ -1064,6 +1070,10 @@ mod tests {
             Some("java.lang.UnsupportedOperationException")
         );
         assert_eq!(err.exception_message(), Some("Not enough live nodes"));
+        assert_eq!(
+            err.to_string(),
+            "jolokia exec decommission failed with status 500: java.lang.UnsupportedOperationException: Not enough live nodes"
+        );
         assert!(!err.is_unreachable());
         // 2.x: ".error": true, no stack trace, and a plain message.
         let v2 = json!({
