@@ -866,10 +866,10 @@ impl StorageService {
         self.read("Tokens").await
     }
 
-    /// `getTokens(String)`: the tokens of another endpoint (as the node lists
-    /// it: `ip:port` on 4.0+, `ip` on 3.11).
+    /// `getTokens(String)`: the tokens of another endpoint, in any form the
+    /// node lists it (see [`tokens_request`]).
     pub async fn tokens_of(&self, endpoint: &str) -> Result<Vec<String>, Error> {
-        let request = Request::exec(STORAGE_SERVICE, "getTokens", vec![json!(endpoint)]);
+        let request = tokens_request(endpoint);
         let value = self.jolokia.request(&request).await?;
         decode(request.label(), value)
     }
@@ -992,9 +992,27 @@ impl StorageService {
 /// The `exec` of one EndpointSnitchInfo lookup (`getRack` or
 /// `getDatacenter`) for an endpoint. `getRack`/`getDatacenter` are
 /// overloaded with the attributes' getters, but only the one-argument form
-/// is an operation, so no signature is needed.
+/// is an operation, so no signature is needed. The endpoint goes as a bare
+/// address (see [`tokens_request`]).
 pub fn snitch_request(operation: &str, endpoint: &str) -> Request {
-    Request::exec(ENDPOINT_SNITCH_INFO, operation, vec![json!(endpoint)])
+    Request::exec(
+        ENDPOINT_SNITCH_INFO,
+        operation,
+        vec![json!(endpoint_host(endpoint))],
+    )
+}
+
+/// The `exec` of `getTokens(String)` for an endpoint. The endpoint goes as a
+/// bare address: 3.11 parses it with `InetAddress.getByName`, where
+/// `ip:port` would be taken for a host name (a DNS lookup that fails),
+/// while 4.0+ accepts an address without port (the storage port, the same
+/// on every member of a cluster this operator runs).
+pub fn tokens_request(endpoint: &str) -> Request {
+    Request::exec(
+        STORAGE_SERVICE,
+        "getTokens",
+        vec![json!(endpoint_host(endpoint))],
+    )
 }
 
 /// The operation and arguments of a non-forced decommission for a version:
@@ -1037,6 +1055,18 @@ mod tests {
             &json!({"type": "search", "mbean": "org.apache.cassandra.db:*"})
         );
         assert_eq!(Request::version().body(), &json!({"type": "version"}));
+    }
+
+    #[test]
+    fn endpoint_lookups_send_bare_addresses() {
+        assert_eq!(
+            tokens_request("10.0.0.5:7000").body(),
+            &json!({"type": "exec", "mbean": STORAGE_SERVICE, "operation": "getTokens", "arguments": ["10.0.0.5"]})
+        );
+        assert_eq!(
+            snitch_request("getRack", "/10.0.0.5").body(),
+            &json!({"type": "exec", "mbean": ENDPOINT_SNITCH_INFO, "operation": "getRack", "arguments": ["10.0.0.5"]})
+        );
     }
 
     #[test]

@@ -244,11 +244,7 @@ async fn gather_status(storage: &StorageService) -> Result<Status, Error> {
         .iter()
         .flat_map(|endpoint| {
             [
-                Request::exec(
-                    STORAGE_SERVICE,
-                    "getTokens",
-                    vec![Value::from(endpoint.as_str())],
-                ),
+                jolokia::tokens_request(endpoint),
                 jolokia::snitch_request("getDatacenter", endpoint),
                 jolokia::snitch_request("getRack", endpoint),
             ]

@@ -405,7 +405,7 @@ pub async fn check_protocol(url: &str, ring: &RingSpec) {
     // An operation with an argument, with and without an explicit signature.
     let peer_ip = ring.peers.first().map(|p| p.0.clone()).expect("a peer");
     for operation in ["getTokens", "getTokens(java.lang.String)"] {
-        let request = json!({"type": "exec", "mbean": STORAGE_SERVICE, "operation": operation, "arguments": [ring.endpoint(&peer_ip)]});
+        let request = json!({"type": "exec", "mbean": STORAGE_SERVICE, "operation": operation, "arguments": [peer_ip]});
         let response = post_json(url, &request).await;
         let tokens = assert_success(&response, &request);
         assert_eq!(tokens.as_array().map(Vec::len), Some(ring.num_tokens));
@@ -418,7 +418,7 @@ pub async fn check_protocol(url: &str, ring: &RingSpec) {
             "Murmur3 tokens are strings of i64: {tokens}"
         );
     }
-    let request = json!({"type": "exec", "mbean": ENDPOINT_SNITCH_INFO, "operation": "getRack", "arguments": [ring.endpoint(&peer_ip)]});
+    let request = json!({"type": "exec", "mbean": ENDPOINT_SNITCH_INFO, "operation": "getRack", "arguments": [peer_ip]});
     let response = post_json(url, &request).await;
     assert_eq!(
         assert_success(&response, &request),
