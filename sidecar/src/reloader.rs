@@ -24,13 +24,14 @@
 //!   [`procs`]); or, with `--pid-file`, the process whose pid the file holds
 //!   (and, if `--process` is given too, only when its name matches, which
 //!   guards against a stale pid file whose pid was reused).
-//! - **No process is not an error.** A change that finds no process stays
-//!   pending and is looked at again every poll. It is delivered to processes
-//!   that were already running when the change was seen; a process that
-//!   starts after the change read the new content when it started and is not
-//!   signalled for it (a SIGHUP that arrives before a process has installed
-//!   its handler kills it); it gets the next change. A failed signal (for
-//!   example EPERM) is retried every poll.
+//! - **No process is not an error.** A change is addressed to the processes
+//!   that ran under the name when the change was seen (they may hold the old
+//!   content). A change that finds none of them stays pending and is looked
+//!   at again every poll. A process that matches only later (it started, or
+//!   an entrypoint script exec'd into it, after the change) read the new
+//!   content as it started and is not signalled for it (a SIGHUP that arrives
+//!   before a process has installed its handler kills it); it gets the next
+//!   change. A failed signal (for example EPERM) is retried every poll.
 //! - **Missing files.** A file missing at start is waited for (logged once);
 //!   its first content is the baseline and sends nothing. A file that
 //!   disappears later sends nothing either and keeps its last delivered
@@ -79,7 +80,7 @@ use self::state::{Debouncer, Delivery, Observed, Plan, Seen, WatchedFile};
 /// one signal. A file missing at start is waited for and its first content
 /// sends nothing; a file that disappears later sends nothing. A change that
 /// finds no process stays pending; processes that start after a change read
-/// it themselves and get the next one. SIGTERM or SIGINT: exit 0.
+/// it as they start and get the next one. SIGTERM or SIGINT: exit 0.
 #[derive(clap::Args, Debug, Clone)]
 #[command(
     group(
@@ -132,10 +133,12 @@ Behaviour:
   - A file missing at start is waited for; its first content is the baseline
     and sends nothing. A file that disappears later sends nothing; when it
     comes back, only a different content counts.
-  - A change that finds no process stays pending and is retried every --poll.
-    Processes that started after the change read it when they started: they
-    are not signalled for it (an early SIGHUP would kill a process that has
-    not installed its handler yet) and get the next change. Failed signals
+  - A change goes to the processes of that name running when it was seen.
+    One that finds none stays pending and is looked at every --poll.
+    Processes that start (or exec into the name) after the change read it as
+    they start: they are not signalled for it (an early SIGHUP would kill a
+    process that has not installed its handler yet) and get the next change.
+    Failed signals
     (EPERM: another user; run as the same user, or root with CAP_KILL) are
     retried every --poll.
   - One log line per change and per signal sent (with the running total).
@@ -353,8 +356,9 @@ struct Watch {
     signal: Signal,
     poll: Duration,
     debouncer: Debouncer,
-    /// When the content was last seen changing, in ms since boot.
-    last_change_ms: Option<u64>,
+    /// The matching processes when the content was last seen changing
+    /// (`None` if they could not be listed): the addressees of the change.
+    running_at_change: Option<Vec<Process>>,
     pending: Option<Pending>,
     metrics: Metrics,
     proc_root: PathBuf,
@@ -388,7 +392,7 @@ impl Watch {
             signal: args.signal,
             poll: args.poll,
             debouncer: Debouncer::new(args.debounce, args.debounce * 10),
-            last_change_ms: None,
+            running_at_change: None,
             pending: None,
             metrics,
             proc_root,
@@ -476,7 +480,13 @@ impl Watch {
         self.metrics.files_present.set(present);
         if changed {
             self.debouncer.change(now);
-            self.last_change_ms = procs::uptime_ms(&self.proc_root);
+            self.running_at_change = match self.matching() {
+                Ok(running) => Some(running),
+                Err(e) => {
+                    warn!(error = %e, "cannot list processes; every matching process will be signalled");
+                    None
+                }
+            };
         }
         if self.debouncer.take_if_due(now) {
             let differing: Vec<String> = self
@@ -494,7 +504,7 @@ impl Watch {
                 self.metrics.changes.inc();
                 info!(files = ?differing, signal = %self.signal, target = %self.targets.describe(), "configuration changed; signalling");
                 self.pending = Some(Pending {
-                    delivery: Delivery::new(self.last_change_ms),
+                    delivery: Delivery::new(self.running_at_change.as_deref()),
                     said_waiting: false,
                     said_failed: Vec::new(),
                 });
@@ -541,7 +551,7 @@ impl Watch {
                 if !late.is_empty() {
                     info!(
                         pids = ?late,
-                        "processes started after the change read it at start; not signalling them"
+                        "processes that started after the change read it as they started; not signalling them"
                     );
                 }
                 false

@@ -44,6 +44,22 @@ fn hup_script(dir: &Path, name: &str) -> PathBuf {
     path
 }
 
+/// Spawns, retrying for a moment on ETXTBSY: another test thread may fork
+/// while a script file is still open for writing.
+fn spawn(command: &mut Command) -> Child {
+    let mut tries = 0;
+    loop {
+        match command.spawn() {
+            Ok(child) => return child,
+            Err(e) if e.raw_os_error() == Some(nix::libc::ETXTBSY) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("cannot start {command:?}: {e}"),
+        }
+    }
+}
+
 /// A running script and its log of signals.
 struct Recorder {
     child: Child,
@@ -54,19 +70,7 @@ impl Recorder {
     fn start(script: &Path, dir: &Path, label: &str) -> Recorder {
         let log = dir.join(format!("{label}.log"));
         let ready = dir.join(format!("{label}.ready"));
-        // Another test thread may fork while a script file is still open for
-        // writing: ETXTBSY for a moment.
-        let mut tries = 0;
-        let child = loop {
-            match Command::new(script).arg(&log).arg(&ready).spawn() {
-                Ok(child) => break child,
-                Err(e) if e.raw_os_error() == Some(nix::libc::ETXTBSY) && tries < 50 => {
-                    tries += 1;
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                Err(e) => panic!("cannot start {}: {e}", script.display()),
-            }
-        };
+        let child = spawn(Command::new(script).arg(&log).arg(&ready));
         let recorder = Recorder { child, log };
         assert!(
             wait_until(|| ready.exists()),
@@ -362,6 +366,72 @@ fn reloader_a_process_that_starts_later_gets_the_next_change() {
     assert_eq!(agent.signals(), 1);
     assert_eq!(reloader.sent(), 1);
     assert_eq!(m.changes.get(), 2);
+}
+
+/// An entrypoint that runs under another name and exec's into the process
+/// after the change (same pid, forked before the change) read the new
+/// content at its exec: it is not signalled for that change, only for the
+/// next.
+#[test]
+fn reloader_a_process_that_execs_into_the_name_after_the_change_gets_the_next_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique_name("ex");
+    let script = hup_script(dir.path(), &name);
+    let entrypoint = dir.path().join(unique_name("en"));
+    std::fs::write(
+        &entrypoint,
+        "#!/bin/sh\nwhile [ ! -e \"$4\" ]; do sleep 0.02; done\nexec \"$3\" \"$1\" \"$2\"\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&entrypoint, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (log, ready, go) = (
+        dir.path().join("agent.log"),
+        dir.path().join("agent.ready"),
+        dir.path().join("go"),
+    );
+    let agent = Recorder {
+        child: spawn(
+            Command::new(&entrypoint)
+                .arg(&log)
+                .arg(&ready)
+                .arg(&script)
+                .arg(&go),
+        ),
+        log,
+    };
+    let file = dir.path().join("labels");
+    write_atomically(&file, "generation=1");
+    let reloader = Running::start(args(&[&file], &name));
+
+    write_atomically(&file, "generation=2");
+    let m = &reloader.metrics;
+    assert!(
+        wait_until(|| m.changes.get() == 1 && m.pending.get() == 1),
+        "the change did not become pending"
+    );
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_until(|| ready.exists()), "the entrypoint did not exec");
+    assert!(
+        wait_until(|| m.pending.get() == 0),
+        "the pending change was not settled once the process appeared"
+    );
+    std::thread::sleep(QUIET);
+    assert_eq!(
+        agent.signals(),
+        0,
+        "a process exec'd after the change got it"
+    );
+    assert_eq!(reloader.sent(), 0);
+
+    write_atomically(&file, "generation=3");
+    assert!(
+        wait_until(|| agent.signals() >= 1),
+        "no signal for the next change"
+    );
+    std::thread::sleep(QUIET);
+    assert_eq!(agent.signals(), 1);
+    assert_eq!(reloader.sent(), 1);
 }
 
 /// A file missing at start is waited for; its first content is the

@@ -1,6 +1,6 @@
 //! Finding the processes to signal, from `/proc`. The parsing of
 //! `/proc/<pid>/stat` and `/proc/<pid>/cmdline` and the name matching are
-//! pure; [`scan`], [`read_process`] and [`uptime_ms`] read `/proc`.
+//! pure; [`scan`] and [`read_process`] read `/proc`.
 //!
 //! A process matches a name when its `comm` (the kernel's name of the
 //! process: the basename of the executed file, a script's own name rather
@@ -16,19 +16,22 @@ use std::path::Path;
 /// The length the kernel truncates `comm` to (TASK_COMM_LEN - 1).
 const COMM_MAX: usize = 15;
 
-/// Clock ticks per second of `/proc/<pid>/stat` start times (USER_HZ). It is
-/// part of the kernel's user-space ABI and is 100 on every architecture
-/// Kubernetes runs on (amd64, arm64, ppc64le, s390x).
-const USER_HZ: u64 = 100;
-
 /// What the reloader needs to know about a process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Process {
     pub pid: i32,
     /// The kernel's name of the process (`/proc/<pid>/comm`).
     pub comm: String,
-    /// Start time, in milliseconds since boot.
-    pub start_ms: u64,
+    /// Start time in clock ticks since boot: with the pid, the identity of a
+    /// process (a pid may be reused, not with the same start time).
+    pub start_ticks: u64,
+}
+
+impl Process {
+    /// Pid and start time: one process, even across pid reuse.
+    pub fn identity(&self) -> (i32, u64) {
+        (self.pid, self.start_ticks)
+    }
 }
 
 /// The fields of `/proc/<pid>/stat` the reloader uses.
@@ -106,7 +109,7 @@ pub fn read_process(proc_root: &Path, pid: i32, wanted: Option<&str>) -> Option<
     Some(Process {
         pid,
         comm: stat.comm,
-        start_ms: stat.start_ticks.saturating_mul(1000) / USER_HZ,
+        start_ticks: stat.start_ticks,
     })
 }
 
@@ -132,28 +135,6 @@ pub fn scan(proc_root: &Path, wanted: &str, own_pid: i32) -> io::Result<Vec<Proc
     }
     found.sort_by_key(|p| p.pid);
     Ok(found)
-}
-
-/// Milliseconds since boot, from `<proc_root>/uptime` (the clock of process
-/// start times).
-pub fn uptime_ms(proc_root: &Path) -> Option<u64> {
-    parse_uptime_ms(&std::fs::read_to_string(proc_root.join("uptime")).ok()?)
-}
-
-fn parse_uptime_ms(text: &str) -> Option<u64> {
-    let first = text.split_ascii_whitespace().next()?;
-    let (secs, frac) = first.split_once('.').unwrap_or((first, ""));
-    let secs: u64 = secs.parse().ok()?;
-    let mut ms: u64 = 0;
-    let mut place = 100;
-    for digit in frac.bytes().take(3) {
-        if !digit.is_ascii_digit() {
-            return None;
-        }
-        ms += u64::from(digit - b'0') * place;
-        place /= 10;
-    }
-    Some(secs.saturating_mul(1000).saturating_add(ms))
 }
 
 #[cfg(test)]
@@ -231,7 +212,6 @@ mod tests {
             std::fs::write(dir.join("cmdline"), cmdline).unwrap();
         }
         std::fs::create_dir(root.path().join("sys")).unwrap();
-        std::fs::write(root.path().join("uptime"), "12345.67 2345.10\n").unwrap();
         root
     }
 
@@ -255,28 +235,18 @@ mod tests {
                 Process {
                     pid: 7,
                     comm: "agent".into(),
-                    start_ms: 3000
+                    start_ticks: 300
                 },
                 Process {
                     pid: 30,
                     comm: "python3".into(),
-                    start_ms: 6000
+                    start_ticks: 600
                 },
             ]
         );
         // pid 1 is signalled only when it is the one named.
         let found = scan(root.path(), "pause", 12).unwrap();
         assert_eq!(found.iter().map(|p| p.pid).collect::<Vec<_>>(), vec![1]);
-        assert_eq!(uptime_ms(root.path()), Some(12_345_670));
         assert!(scan(&root.path().join("absent"), "agent", 1).is_err());
-    }
-
-    #[test]
-    fn uptime_parses_with_any_precision() {
-        assert_eq!(parse_uptime_ms("5.1 1.0"), Some(5100));
-        assert_eq!(parse_uptime_ms("5 1"), Some(5000));
-        assert_eq!(parse_uptime_ms("5.1234 1"), Some(5123));
-        assert_eq!(parse_uptime_ms("x"), None);
-        assert!(uptime_ms(Path::new("/proc")).unwrap() > 0);
     }
 }

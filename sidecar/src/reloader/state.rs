@@ -136,19 +136,22 @@ impl Debouncer {
 }
 
 /// A change on its way to the processes. It is addressed to the matching
-/// processes that started before the change was last seen: a process that
-/// started later read the new content when it started, and a signal to a
-/// process still starting could arrive before it has installed its handler,
-/// and SIGHUP's default action is to terminate it. So a change that found no
-/// process stays pending and each poll looks again; when only processes
-/// started after it show up, it is complete without a signal, and they get
-/// the next change. A process whose signal failed (other than by exiting) is
-/// retried each poll.
+/// processes that were already running under that name when the change was
+/// last seen (`addressees`, taken then): they may hold the old content. A
+/// process that matches only later started, or exec'd into that name (an
+/// entrypoint script that ends in `exec`), after the change and read the new
+/// content as it started; a signal could moreover reach it before it has
+/// installed its handler, and SIGHUP's default action is to terminate. So a
+/// change that finds no addressee stays pending and each poll looks again;
+/// once processes show up that are not addressees, it is complete without a
+/// signal, and they get the next change. A failed signal (other than by the
+/// process having exited) is retried each poll.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
-    /// When the content was last seen changing, in ms since boot (the clock
-    /// of process start times); `None` if unknown: then every match counts.
-    changed_at_ms: Option<u64>,
+    /// Identities (pid, start time) of the processes that matched when the
+    /// change was last seen; `None` if they could not be listed then: every
+    /// matching process is an addressee.
+    addressees: Option<BTreeSet<(i32, u64)>>,
     /// Pids the signal has reached (or that exited since).
     done: BTreeSet<i32>,
 }
@@ -160,24 +163,30 @@ pub enum Plan {
     Signal(Vec<i32>),
     /// Nothing matches yet: keep the change pending.
     Wait,
-    /// Nothing is left to do; `late` are matching processes that started
-    /// after the change and so were not signalled.
+    /// Nothing is left to do; `late` are matching processes that were not
+    /// running under that name when the change was seen, and so were not
+    /// signalled.
     Complete { late: Vec<i32> },
 }
 
 impl Delivery {
-    pub fn new(changed_at_ms: Option<u64>) -> Self {
+    /// `running`: the matching processes when the change was last seen.
+    pub fn new(running: Option<&[Process]>) -> Self {
         Delivery {
-            changed_at_ms,
+            addressees: running.map(|procs| procs.iter().map(Process::identity).collect()),
             done: BTreeSet::new(),
         }
     }
 
     pub fn plan(&self, matching: &[Process]) -> Plan {
-        let started_before = |p: &&Process| self.changed_at_ms.is_none_or(|t| p.start_ms <= t);
+        let addressed = |p: &&Process| {
+            self.addressees
+                .as_ref()
+                .is_none_or(|a| a.contains(&p.identity()))
+        };
         let to_signal: Vec<i32> = matching
             .iter()
-            .filter(started_before)
+            .filter(addressed)
             .filter(|p| !self.done.contains(&p.pid))
             .map(|p| p.pid)
             .collect();
@@ -186,7 +195,7 @@ impl Delivery {
         }
         let late: Vec<i32> = matching
             .iter()
-            .filter(|p| !started_before(p))
+            .filter(|p| !addressed(p))
             .map(|p| p.pid)
             .collect();
         if self.done.is_empty() && late.is_empty() {
@@ -306,50 +315,66 @@ mod tests {
         assert!(d.take_if_due(t0));
     }
 
-    fn proc(pid: i32, start_ms: u64) -> Process {
+    fn proc(pid: i32, start_ticks: u64) -> Process {
         Process {
             pid,
             comm: "agent".into(),
-            start_ms,
+            start_ticks,
         }
     }
 
     #[test]
-    fn delivery_signals_processes_started_before_the_change() {
-        let mut d = Delivery::new(Some(1000));
-        let running = [proc(10, 500), proc(11, 1000), proc(12, 1500)];
-        assert_eq!(d.plan(&running), Plan::Signal(vec![10, 11]));
+    fn delivery_signals_the_processes_running_when_the_change_was_seen() {
+        let running = [proc(10, 50), proc(11, 100)];
+        let mut d = Delivery::new(Some(&running));
+        let now = [proc(10, 50), proc(11, 100), proc(12, 150)];
+        assert_eq!(d.plan(&now), Plan::Signal(vec![10, 11]));
         d.reached(10);
         // 11's signal failed: it is retried, 10 is not signalled twice.
-        assert_eq!(d.plan(&running), Plan::Signal(vec![11]));
+        assert_eq!(d.plan(&now), Plan::Signal(vec![11]));
         d.reached(11);
-        assert_eq!(d.plan(&running), Plan::Complete { late: vec![12] });
+        assert_eq!(d.plan(&now), Plan::Complete { late: vec![12] });
     }
 
     #[test]
     fn delivery_waits_while_no_process_matches() {
-        let d = Delivery::new(Some(1000));
+        let d = Delivery::new(Some(&[]));
         assert_eq!(d.plan(&[]), Plan::Wait);
         assert_eq!(d.plan(&[]), Plan::Wait);
     }
 
     #[test]
-    fn a_process_that_starts_after_the_change_is_not_signalled_for_it() {
-        let d = Delivery::new(Some(1000));
+    fn a_process_that_appears_after_the_change_is_not_signalled_for_it() {
+        let d = Delivery::new(Some(&[]));
         assert_eq!(d.plan(&[]), Plan::Wait);
-        assert_eq!(d.plan(&[proc(20, 1200)]), Plan::Complete { late: vec![20] });
+        assert_eq!(d.plan(&[proc(20, 120)]), Plan::Complete { late: vec![20] });
+        // Even one that was forked before (an entrypoint that exec'd into the
+        // name after the change): it read the new content at its exec.
+        assert_eq!(d.plan(&[proc(21, 1)]), Plan::Complete { late: vec![21] });
+    }
+
+    #[test]
+    fn a_reused_pid_is_another_process() {
+        let d = Delivery::new(Some(&[proc(10, 50)]));
+        assert_eq!(d.plan(&[proc(10, 400)]), Plan::Complete { late: vec![10] });
     }
 
     #[test]
     fn a_process_that_exits_before_its_signal_completes_the_delivery() {
-        let mut d = Delivery::new(Some(1000));
+        let mut d = Delivery::new(Some(&[proc(10, 1)]));
         assert_eq!(d.plan(&[proc(10, 1)]), Plan::Signal(vec![10]));
         d.reached(10); // ESRCH
         assert_eq!(d.plan(&[]), Plan::Complete { late: vec![] });
     }
 
     #[test]
-    fn without_a_clock_every_match_is_signalled() {
+    fn an_addressee_that_exits_unsignalled_leaves_the_change_pending() {
+        let d = Delivery::new(Some(&[proc(10, 1)]));
+        assert_eq!(d.plan(&[]), Plan::Wait);
+    }
+
+    #[test]
+    fn when_the_processes_could_not_be_listed_every_match_is_signalled() {
         let d = Delivery::new(None);
         assert_eq!(
             d.plan(&[proc(1, 5), proc(2, u64::MAX)]),
