@@ -167,6 +167,19 @@ impl Request {
         }
     }
 
+    /// Execute one overload of an operation, named by its parameter types
+    /// (fully qualified class names or primitive names), e.g.
+    /// `("getTokens", &["java.lang.String"])` → `getTokens(java.lang.String)`.
+    pub fn exec_signed(
+        mbean: &str,
+        operation: &str,
+        signature: &[&str],
+        arguments: Vec<Value>,
+    ) -> Self {
+        let signed = format!("{operation}({})", signature.join(","));
+        Request::exec(mbean, &signed, arguments)
+    }
+
     /// The names of the MBeans matching an ObjectName pattern.
     pub fn search(pattern: &str) -> Self {
         Request {
@@ -1055,6 +1068,20 @@ mod tests {
             &json!({"type": "search", "mbean": "org.apache.cassandra.db:*"})
         );
         assert_eq!(Request::version().body(), &json!({"type": "version"}));
+        assert_eq!(
+            Request::exec_signed(
+                STORAGE_SERVICE,
+                "decommission",
+                &["boolean"],
+                vec![json!(true)]
+            )
+            .body()["operation"],
+            json!("decommission(boolean)")
+        );
+        assert_eq!(
+            Request::exec_signed(STORAGE_SERVICE, "drain", &[], vec![]).body()["operation"],
+            json!("drain()")
+        );
     }
 
     #[test]

@@ -628,6 +628,30 @@ pub async fn check_client(url: &str, ring: &RingSpec) {
         results[1].as_ref().err().and_then(Error::error_type),
         Some("javax.management.InstanceNotFoundException")
     );
+    // An explicit signature, and one that does not exist.
+    let peer_ip = ring.peers.first().map(|p| p.0.clone()).expect("a peer");
+    let tokens = client
+        .request(&jolokia::Request::exec_signed(
+            STORAGE_SERVICE,
+            "getTokens",
+            &["java.lang.String"],
+            vec![json!(peer_ip)],
+        ))
+        .await
+        .expect("getTokens(java.lang.String)");
+    assert_eq!(tokens.as_array().map(Vec::len), Some(ring.num_tokens));
+    let err = client
+        .request(&jolokia::Request::exec_signed(
+            STORAGE_SERVICE,
+            "getTokens",
+            &["int"],
+            vec![json!(1)],
+        ))
+        .await
+        .expect_err("no getTokens(int)");
+    assert_eq!(err.jolokia_status(), Some(400));
+    assert_eq!(err.error_type(), Some("java.lang.IllegalArgumentException"));
+
     // An HTTP-level error: a path outside the agent's context.
     let outside = url.replace("/jolokia/", "/nope/");
     let err = Jolokia::new(&outside)
@@ -753,7 +777,9 @@ pub async fn check_drain(url: &str) {
 
 /// 4.x/5.0 refuse a non-forced decommission when the ring has no more nodes
 /// than the replication factor: the nodetool error carries the exception.
-pub async fn check_decommission_refused(url: &str) {
+/// 5.0 then reports DECOMMISSION_FAILED (as a real 5.0 node does), 4.x stays
+/// NORMAL.
+pub async fn check_decommission_refused(url: &str, line: CassandraLine) {
     let storage = StorageService::new(Jolokia::new(url).expect("a client"));
     let mut out = Vec::new();
     let err = nodetool::run_with(&storage, &NodetoolCommand::Decommission, &mut out)
@@ -775,6 +801,12 @@ pub async fn check_decommission_refused(url: &str) {
     );
     assert!(err.to_string().contains(message), "{err}");
     assert!(out.is_empty());
+    let expected = if line == CassandraLine::V5_0 {
+        OperationMode::DecommissionFailed
+    } else {
+        OperationMode::Normal
+    };
+    assert_eq!(storage.operation_mode().await.expect("mode"), expected);
 }
 
 /// The whole decommission: the call blocks (a short timeout expires while

@@ -13,9 +13,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// The Debian packages that provide what the real Jolokia needs.
-pub const APT_PACKAGES: &str =
-    "libjolokia-core-java libjson-simple-java (and a JDK: openjdk-17-jdk-headless)";
+/// The Debian packages that provide what the real Jolokia needs (the JDK
+/// only where `javac` is missing).
+pub const APT_PACKAGES: &str = "libjolokia-core-java libjson-simple-java openjdk-17-jdk-headless";
 
 /// jolokia-core 1.7.1 (`libjolokia-core-java`).
 pub const JOLOKIA_CORE_JAR: &str = "/usr/share/java/jolokia-core.jar";
@@ -60,8 +60,8 @@ pub fn source_path() -> PathBuf {
         .join(SOURCE_NAME)
 }
 
-/// Check that `java`, `javac` and both jars are there.
-pub fn check_prerequisites() -> Result<(), Error> {
+/// Check that both jars are there (cheap: done before every start).
+fn check_jars() -> Result<(), Error> {
     for jar in [JOLOKIA_CORE_JAR, JSON_SIMPLE_JAR] {
         if !Path::new(jar).is_file() {
             return Err(Error::FindPrerequisite {
@@ -70,6 +70,12 @@ pub fn check_prerequisites() -> Result<(), Error> {
             });
         }
     }
+    Ok(())
+}
+
+/// Check that `java`, `javac` and both jars are there.
+pub fn check_prerequisites() -> Result<(), Error> {
+    check_jars()?;
     for tool in ["java", "javac"] {
         let probe = Command::new(tool)
             .arg("-version")
@@ -117,7 +123,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 /// processes: each compiles into its own directory and renames it into
 /// place.
 pub fn compile() -> Result<PathBuf, Error> {
-    check_prerequisites()?;
+    check_jars()?;
     let source = source_path();
     let text = std::fs::read(&source).map_err(|e| Error::ReadSource {
         path: source.clone(),
@@ -128,6 +134,7 @@ pub fn compile() -> Result<PathBuf, Error> {
     if classes.join(format!("{MAIN_CLASS}.class")).is_file() {
         return Ok(classes);
     }
+    check_prerequisites()?;
     let scratch = base.join(format!(
         "tmp-{}-{:?}",
         std::process::id(),
@@ -292,7 +299,13 @@ impl RealJolokia {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .map_err(|source| Error::StartJava { source })?;
+            .map_err(|source| match source.kind() {
+                std::io::ErrorKind::NotFound => Error::FindPrerequisite {
+                    what: "java".to_string(),
+                    detail: source.to_string(),
+                },
+                _ => Error::StartJava { source },
+            })?;
         let version = config.line.arg().to_string();
         let Some(stdout) = child.stdout.take() else {
             let _ = child.kill();
@@ -347,5 +360,31 @@ impl Drop for RealJolokia {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_prerequisite_names_the_packages_to_install() {
+        let err = Error::FindPrerequisite {
+            what: JOLOKIA_CORE_JAR.to_string(),
+            detail: "no such file".to_string(),
+        };
+        assert_eq!(
+            err.to_string(),
+            "/usr/share/java/jolokia-core.jar is missing (no such file): install it with \
+             `apt-get update && apt-get install -y libjolokia-core-java libjson-simple-java \
+             openjdk-17-jdk-headless`"
+        );
+    }
+
+    #[test]
+    fn the_cache_key_follows_the_source() {
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_ne!(fnv1a(b"class A {}"), fnv1a(b"class B {}"));
+        assert!(source_path().is_file(), "{}", source_path().display());
     }
 }

@@ -76,7 +76,7 @@ async fn contract_for(line: CassandraLine) {
     contract::check_client(&url, &ring).await;
     contract::check_nodetool_reads(&url, &ring).await;
     if line != CassandraLine::V3_11 {
-        contract::check_decommission_refused(&url).await;
+        contract::check_decommission_refused(&url, line).await;
     }
     contract::check_drain(&url).await;
 
