@@ -20,7 +20,9 @@ use sidecar::nodetool::{self, NodetoolArgs, NodetoolCommand};
 use testworld::jolokia_contract::{self as contract, RingSpec};
 use testworld::jolokia_real::{CassandraLine, NodeConfig, RealJolokia};
 
-const BLOCKING: Duration = Duration::from_millis(1500);
+/// How long a decommission blocks: long enough for the checks made while
+/// it runs, even on a loaded machine.
+const BLOCKING: Duration = Duration::from_millis(2500);
 
 fn ring_config(line: CassandraLine) -> NodeConfig {
     NodeConfig::new(line)
