@@ -106,8 +106,11 @@ struct Running {
 impl Running {
     /// Starts the reloader and waits until it has read the files that exist.
     fn start(args: ReloaderArgs) -> Running {
-        let expected_present = args.watch.iter().filter(|p| p.exists()).count();
-        let reloader = Reloader::new(args);
+        Running::start_reloader(Reloader::new(args))
+    }
+
+    fn start_reloader(reloader: Reloader) -> Running {
+        let expected_present = reloader.args().watch.iter().filter(|p| p.exists()).count();
         let metrics = reloader.metrics();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
@@ -265,6 +268,16 @@ fn reloader_a_burst_of_ten_writes_gives_one_signal() {
 /// `..data` over the old one. The watched path's own inode never changes.
 #[test]
 fn reloader_the_atomic_writer_symlink_swap_is_seen() {
+    atomic_writer_swap(false);
+}
+
+/// The same without inotify: polling alone sees the swap.
+#[test]
+fn reloader_the_atomic_writer_symlink_swap_is_seen_by_polling_alone() {
+    atomic_writer_swap(true);
+}
+
+fn atomic_writer_swap(poll_only: bool) {
     use std::os::unix::fs::{MetadataExt, symlink};
     let dir = tempfile::tempdir().unwrap();
     let volume = dir.path().join("podinfo");
@@ -285,10 +298,14 @@ fn reloader_the_atomic_writer_symlink_swap_is_seen() {
     symlink("..data/labels", &labels).unwrap();
     let inode = std::fs::symlink_metadata(&labels).unwrap().ino();
 
-    let name = unique_name("aw");
+    let name = unique_name(if poll_only { "ap" } else { "aw" });
     let script = hup_script(dir.path(), &name);
     let agent = Recorder::start(&script, dir.path(), "agent");
-    let reloader = Running::start(args(&[&labels], &name));
+    let mut reloader = Reloader::new(args(&[&labels], &name));
+    if poll_only {
+        reloader = reloader.poll_only();
+    }
+    let reloader = Running::start_reloader(reloader);
 
     publish(
         "..2026_11_22_04_01_00.000000002",
@@ -309,6 +326,41 @@ fn reloader_the_atomic_writer_symlink_swap_is_seen() {
     std::thread::sleep(QUIET);
     assert_eq!(agent.signals(), 1);
     assert_eq!(reloader.sent(), 1);
+}
+
+/// With the default --debounce (500ms) and a poll far too slow to matter,
+/// a change still arrives within a second: inotify wakes the reloader.
+#[test]
+fn reloader_with_the_default_debounce_a_change_arrives_within_a_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique_name("in");
+    let script = hup_script(dir.path(), &name);
+    let agent = Recorder::start(&script, dir.path(), "agent");
+    let file = dir.path().join("labels");
+    write_atomically(&file, "generation=1");
+    let mut a = args(&[&file], &name);
+    a.debounce = Duration::from_millis(500);
+    a.poll = Duration::from_secs(60);
+    let reloader = Running::start(a);
+
+    for generation in 2..=3 {
+        let changed = Instant::now();
+        write_atomically(&file, &format!("generation={generation}"));
+        assert!(
+            wait_until(|| agent.signals() >= generation - 1),
+            "no signal"
+        );
+        let latency = changed.elapsed();
+        eprintln!("signal latency with --debounce 500ms: {latency:?}");
+        assert!(latency < Duration::from_secs(1), "signal after {latency:?}");
+        assert!(
+            latency >= Duration::from_millis(500),
+            "not debounced: {latency:?}"
+        );
+    }
+    std::thread::sleep(QUIET);
+    assert_eq!(agent.signals(), 2);
+    assert_eq!(reloader.sent(), 2);
 }
 
 #[test]
