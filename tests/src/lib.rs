@@ -3,4 +3,5 @@
 pub mod cel;
 pub mod jolokia_contract;
 pub mod jolokia_real;
+pub mod ring;
 pub mod schema;
