@@ -659,15 +659,67 @@ impl Ring {
     /// The member at `address` (not one that left), preferring a running
     /// one.
     pub fn node_by_address(&self, address: &str) -> Option<&Node> {
-        let mut at = self
+        let at = || {
+            self.nodes
+                .values()
+                .filter(move |n| n.address == address && n.state != RingState::Left)
+        };
+        at().find(|n| n.process.is_some()).or_else(|| at().next())
+    }
+
+    /// Replaces the operation durations (from then on).
+    pub fn set_timing(&mut self, timing: Timing) {
+        self.options.timing = timing;
+    }
+
+    /// Addresses of the members gossip sees up (`LiveNodes`).
+    pub fn live_nodes(&self) -> Vec<String> {
+        self.addresses(|n| n.is_up())
+    }
+
+    /// Addresses of the members gossip sees down (`UnreachableNodes`).
+    pub fn unreachable_nodes(&self) -> Vec<String> {
+        self.addresses(|n| !n.is_up())
+    }
+
+    /// Addresses of bootstrapping and replacing members (`JoiningNodes`).
+    pub fn joining_nodes(&self) -> Vec<String> {
+        self.addresses(|n| matches!(n.state, RingState::Joining | RingState::Replacing { .. }))
+    }
+
+    /// Addresses of decommissioning members (`LeavingNodes`).
+    pub fn leaving_nodes(&self) -> Vec<String> {
+        self.addresses(|n| n.state == RingState::Leaving)
+    }
+
+    /// Address -> host ID of every member (`EndpointToHostId`).
+    pub fn endpoint_to_host_id(&self) -> BTreeMap<String, HostId> {
+        self.nodes
+            .values()
+            .filter(|n| n.state != RingState::Left)
+            .map(|n| (n.address.clone(), n.host_id.clone()))
+            .collect()
+    }
+
+    /// Token -> address of the owners (`TokenToEndpointMap`).
+    pub fn token_to_endpoint(&self) -> BTreeMap<Token, String> {
+        self.nodes
+            .values()
+            .filter(|n| n.is_natural())
+            .flat_map(|n| n.tokens.iter().map(|t| (*t, n.address.clone())))
+            .collect()
+    }
+
+    fn addresses(&self, pick: impl Fn(&Node) -> bool) -> Vec<String> {
+        let mut out: Vec<String> = self
             .nodes
             .values()
-            .filter(|n| n.address == address && n.state != RingState::Left);
-        let all: Vec<&Node> = at.by_ref().collect();
-        all.iter()
-            .find(|n| n.process.is_some())
-            .or(all.first())
-            .copied()
+            .filter(|n| n.state != RingState::Left && pick(n))
+            .map(|n| n.address.clone())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
     }
 
     /// The member running on `data_dir`, if its process runs.
@@ -881,11 +933,9 @@ impl Ring {
         let live_natural = natural.iter().filter(|h| self.is_up(h)).count();
         let live_pending = pending.iter().filter(|h| self.is_up(h)).count();
         let needed = consistency.block_for(ks.replication.total_rf());
-        let enough = if consistency == Consistency::Any {
-            live_natural + live_pending > 0 || !natural.is_empty()
-        } else {
-            live_natural + live_pending >= needed + pending.len()
-        };
+        // ANY is satisfied by a hint alone.
+        let enough = consistency == Consistency::Any
+            || live_natural + live_pending >= needed + pending.len();
         if !enough || natural.is_empty() {
             return Err(RingError::Unavailable { consistency });
         }

@@ -105,6 +105,80 @@ fn keys_replicated_by(ring: &Ring, host: &str) -> usize {
 
 // ---- the Done-when scenario ----
 
+/// The issue's Done-when list, in one ring, step after step, with the
+/// clock driving every streaming operation.
+#[test]
+fn done_when_scenario_end_to_end() {
+    let mut ring = Ring::new(Options::default());
+    let seeds = ["10.0.0.1"];
+    // Three nodes from rendered configs: one ring of 3 UN, check clean.
+    for i in 1..=3 {
+        let started = ring.start(&config(i, &seeds)).expect("starts");
+        if started.mode == OperationMode::Joining {
+            let done = ring.advance(2_000);
+            assert_eq!(done.len(), 1);
+            assert_eq!(done[0].result, Ok(()));
+        }
+    }
+    assert!(statuses(&ring).iter().all(|(_, s)| *s == NodeStatus::UN));
+    assert_eq!(ring.status(None).expect("status").rows.len(), 3);
+    load(&mut ring);
+    assert!(ring.check().is_clean());
+
+    // A fourth joins by bootstrapping.
+    let fourth = ring.start(&config(4, &seeds)).expect("fourth");
+    assert_eq!(fourth.startup, Startup::Bootstrapping);
+    assert_eq!(ring.advance(2_000)[0].result, Ok(()));
+    assert_eq!(
+        copies(&ring, &fourth.host_id),
+        keys_replicated_by(&ring, &fourth.host_id)
+    );
+    assert_fully_replicated(&ring);
+
+    // Decommissioning one moves its data; the next is refused on 4.1.
+    let second = ring.node_by_address("10.0.0.2").expect("n").host_id.clone();
+    ring.start_decommission(&second, false)
+        .expect("decommission");
+    assert_eq!(ring.advance(2_000)[0].result, Ok(()));
+    ring.kill(&second).expect("stop the JVM");
+    assert_eq!(statuses(&ring).len(), 3);
+    assert_fully_replicated(&ring);
+    assert!(matches!(
+        ring.start_decommission(&fourth.host_id, false),
+        Err(RingError::NotEnoughNodes {
+            rf: 3,
+            nodes: 3,
+            ..
+        })
+    ));
+
+    // Kill one, lose its disk, replace it: full replication restored.
+    let third = ring.node_by_address("10.0.0.3").expect("n").host_id.clone();
+    ring.wipe_data_dir("pvc-3");
+    assert!(!ring.check().is_clean());
+    assert!(ring.check().lost.is_empty());
+    let mut replacement = config(3, &seeds);
+    replacement.replace_address_first_boot = Some(addr(3));
+    assert_eq!(ring.start(&replacement).expect("replaces").host_id, third);
+    assert_eq!(ring.advance(2_000)[0].result, Ok(()));
+    assert_fully_replicated(&ring);
+
+    // A node started with itself as a seed is flagged by the data check.
+    let rogue = ring
+        .start(&config(5, &["10.0.0.5", "10.0.0.1"]))
+        .expect("starts");
+    let report = ring.check();
+    assert!(!report.is_clean());
+    assert_eq!(
+        report.under_replicated.len(),
+        keys_replicated_by(&ring, &rogue.host_id)
+    );
+    let text = report.to_string();
+    for k in &report.under_replicated {
+        assert!(text.contains(&format!("UNDER-REPLICATED {}.{} ", k.keyspace, k.key)));
+    }
+}
+
 #[test]
 fn three_nodes_form_one_ring_with_a_clean_data_check() {
     let mut ring = Ring::new(Options::default());
@@ -627,6 +701,19 @@ fn a_node_seeding_itself_into_a_populated_ring_owns_ranges_without_data() {
     // Repair fixes it.
     ring.repair(&started.host_id).expect("repair");
     assert!(ring.check().is_clean());
+
+    // auto_bootstrap: false has the same effect without being a seed.
+    let mut c = config(6, &["10.0.0.1"]);
+    c.auto_bootstrap = false;
+    let started = ring.start(&c).expect("starts");
+    assert_eq!(started.startup, Startup::JoinedWithoutBootstrap);
+    assert!(started.log.is_empty(), "{:?}", started.log);
+    let report = ring.check();
+    assert_eq!(
+        report.under_replicated.len(),
+        keys_replicated_by(&ring, &started.host_id)
+    );
+    assert!(!report.is_clean());
 }
 
 // ---- startup rules ----
@@ -932,6 +1019,48 @@ fn writes_need_enough_live_replicas() {
     );
     // Refused writes store nothing.
     assert!(!ring.keyspace("ks3").expect("ks").keys.contains_key("c"));
+}
+
+#[test]
+fn gossip_views_list_members_by_state() {
+    let (mut ring, ids) = three_nodes(Version::V4_1);
+    join(&mut ring, &config(4, &["10.0.0.1"]));
+    let joining = ring.start(&config(5, &["10.0.0.1"])).expect("joins");
+    ring.kill(&ids[1]).expect("kill");
+    assert_eq!(
+        ring.live_nodes(),
+        ["10.0.0.1", "10.0.0.3", "10.0.0.4", "10.0.0.5"]
+    );
+    assert_eq!(ring.unreachable_nodes(), ["10.0.0.2"]);
+    assert_eq!(ring.joining_nodes(), ["10.0.0.5"]);
+    assert!(ring.leaving_nodes().is_empty());
+    assert_eq!(ring.endpoint_to_host_id()["10.0.0.5"], joining.host_id);
+    assert_eq!(ring.endpoint_to_host_id().len(), 5);
+    // Only owners have tokens in the map: 4 members of 16.
+    let tokens = ring.token_to_endpoint();
+    assert_eq!(tokens.len(), 64);
+    assert!(!tokens.values().any(|a| a == "10.0.0.5"));
+    assert_eq!(
+        ring.node_by_address("10.0.0.2").map(|n| &n.host_id),
+        Some(&ids[1])
+    );
+    // ANY takes a hint when no replica is up.
+    ring.create_keyspace("one", Replication::simple(1))
+        .expect("ks");
+    let key = (0..)
+        .map(|i| format!("k{i}"))
+        .find(|k| ring.replicas("one", k).expect("r") == [ids[1].clone()])
+        .expect("a key on the dead node");
+    assert_eq!(
+        ring.write("one", &key, Consistency::One),
+        Err(RingError::Unavailable {
+            consistency: Consistency::One
+        })
+    );
+    ring.write("one", &key, Consistency::Any).expect("hinted");
+    assert!(!ring.disk_of(&ids[1]).expect("d").holds("one", &key));
+    ring.start(&config(2, &["10.0.0.1"])).expect("restart");
+    assert!(ring.disk_of(&ids[1]).expect("d").holds("one", &key));
 }
 
 #[test]
