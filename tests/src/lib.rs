@@ -3,5 +3,6 @@
 pub mod cel;
 pub mod jolokia_contract;
 pub mod jolokia_real;
+pub mod kubesim;
 pub mod ring;
 pub mod schema;

@@ -1,0 +1,284 @@
+//! Fault injection for chaos tests (rates of 409s, 500s, 429s, dropped
+//! watches and slow responses) and the request log tests read to count the
+//! writes an operator makes. Both are set and read in process or through
+//! the admin endpoints `/sim/faults` and `/sim/requests`. No I/O.
+
+use serde::{Deserialize, Serialize};
+use std::sync::Mutex;
+
+/// What to inject, each a probability per request in `[0, 1]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct FaultConfig {
+    /// 409 Conflict on writes (create, update, patch, delete).
+    pub conflict_rate: f64,
+    /// 500 InternalError on any resource request.
+    pub error_rate: f64,
+    /// 429 TooManyRequests (with `Retry-After: 1`) on any resource request.
+    pub throttle_rate: f64,
+    /// A watch is closed by the server after a random delay up to
+    /// `drop_watch_after_ms`.
+    pub drop_watch_rate: f64,
+    /// Longest time before a dropped watch is closed.
+    pub drop_watch_after_ms: u64,
+    /// A response is delayed by `slow_ms`.
+    pub slow_rate: f64,
+    /// Delay of a slow response.
+    pub slow_ms: u64,
+    /// Only requests with these verbs (get, list, watch, create, update,
+    /// patch, delete, deletecollection) are affected; empty: all.
+    pub verbs: Vec<String>,
+    /// Only requests for these resources (plural) are affected; empty: all.
+    pub resources: Vec<String>,
+}
+
+/// The fault chosen for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// 409
+    Conflict,
+    /// 500
+    Error,
+    /// 429
+    Throttle,
+}
+
+/// The faults in force, with a deterministic random source.
+#[derive(Debug, Default)]
+pub struct Faults {
+    inner: Mutex<(FaultConfig, u64)>,
+}
+
+const WRITES: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
+
+impl Faults {
+    /// Faults with a configuration.
+    pub fn new(cfg: FaultConfig) -> Faults {
+        Faults {
+            inner: Mutex::new((cfg, 0x2545_F491_4F6C_DD1D)),
+        }
+    }
+
+    /// Replaces the configuration.
+    pub fn set(&self, cfg: FaultConfig) {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).0 = cfg;
+    }
+
+    /// The configuration in force.
+    pub fn get(&self) -> FaultConfig {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .clone()
+    }
+
+    fn roll(state: &mut u64) -> f64 {
+        // xorshift64*
+        let mut x = *state;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        *state = x;
+        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn applies(cfg: &FaultConfig, verb: &str, resource: &str) -> bool {
+        (cfg.verbs.is_empty() || cfg.verbs.iter().any(|v| v == verb))
+            && (cfg.resources.is_empty() || cfg.resources.iter().any(|r| r == resource))
+    }
+
+    /// The delay to add to a request, if it is to be slow.
+    pub fn delay(&self, verb: &str, resource: &str) -> Option<std::time::Duration> {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let (cfg, state) = &mut *g;
+        (Self::applies(cfg, verb, resource)
+            && cfg.slow_rate > 0.0
+            && Self::roll(state) < cfg.slow_rate)
+            .then(|| std::time::Duration::from_millis(cfg.slow_ms))
+    }
+
+    /// The error to answer a request with instead of serving it, if any.
+    pub fn pick(&self, verb: &str, resource: &str) -> Option<Fault> {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let (cfg, state) = &mut *g;
+        if !Self::applies(cfg, verb, resource) {
+            return None;
+        }
+        if cfg.throttle_rate > 0.0 && Self::roll(state) < cfg.throttle_rate {
+            return Some(Fault::Throttle);
+        }
+        if cfg.error_rate > 0.0 && Self::roll(state) < cfg.error_rate {
+            return Some(Fault::Error);
+        }
+        if WRITES.contains(&verb)
+            && cfg.conflict_rate > 0.0
+            && Self::roll(state) < cfg.conflict_rate
+        {
+            return Some(Fault::Conflict);
+        }
+        None
+    }
+
+    /// When to drop a new watch, if it is to be dropped.
+    pub fn drop_watch_after(&self, resource: &str) -> Option<std::time::Duration> {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let (cfg, state) = &mut *g;
+        if !Self::applies(cfg, "watch", resource)
+            || cfg.drop_watch_rate <= 0.0
+            || Self::roll(state) >= cfg.drop_watch_rate
+        {
+            return None;
+        }
+        let ms = (Self::roll(state) * cfg.drop_watch_after_ms as f64) as u64;
+        Some(std::time::Duration::from_millis(ms))
+    }
+}
+
+/// One request the API served.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestRecord {
+    /// Order of arrival, from 1.
+    pub seq: u64,
+    /// HTTP method.
+    pub method: String,
+    /// URL path.
+    pub path: String,
+    /// Query string ("" when none).
+    pub query: String,
+    /// Kubernetes verb (get, list, watch, create, update, patch, delete,
+    /// deletecollection) or "" for non-resource requests.
+    pub verb: String,
+    /// API group of the resource ("" for core).
+    pub group: String,
+    /// Resource (plural), "" for non-resource requests.
+    pub resource: String,
+    /// Subresource ("status", "scale") or "".
+    pub subresource: String,
+    /// Namespace or "".
+    pub namespace: String,
+    /// Object name or "".
+    pub name: String,
+    /// `User-Agent` header.
+    pub user_agent: String,
+    /// `Content-Type` of the request body ("" when none).
+    pub content_type: String,
+    /// Status code answered.
+    pub code: u16,
+}
+
+impl RequestRecord {
+    /// Whether the request could change state.
+    pub fn is_write(&self) -> bool {
+        WRITES.contains(&self.verb.as_str())
+    }
+}
+
+/// The log of requests.
+#[derive(Debug, Default)]
+pub struct RequestLog {
+    inner: Mutex<(u64, Vec<RequestRecord>)>,
+}
+
+impl RequestLog {
+    /// Appends a record, numbering it.
+    pub fn push(&self, mut r: RequestRecord) {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.0 += 1;
+        r.seq = g.0;
+        g.1.push(r);
+    }
+
+    /// The records with a sequence number above `since`.
+    pub fn since(&self, since: u64) -> Vec<RequestRecord> {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.1.iter().filter(|r| r.seq > since).cloned().collect()
+    }
+
+    /// Forgets the records (numbering goes on).
+    pub fn clear(&self) {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+            .clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_zero_and_one_are_exact() {
+        let f = Faults::new(FaultConfig::default());
+        assert!(
+            (0..100)
+                .all(|_| f.pick("create", "pods").is_none() && f.delay("get", "pods").is_none())
+        );
+        f.set(FaultConfig {
+            conflict_rate: 1.0,
+            ..Default::default()
+        });
+        assert_eq!(f.pick("update", "pods"), Some(Fault::Conflict));
+        assert_eq!(f.pick("get", "pods"), None, "conflicts are for writes only");
+        f.set(FaultConfig {
+            throttle_rate: 1.0,
+            resources: vec!["configmaps".into()],
+            ..Default::default()
+        });
+        assert_eq!(f.pick("get", "configmaps"), Some(Fault::Throttle));
+        assert_eq!(f.pick("get", "pods"), None);
+    }
+
+    #[test]
+    fn a_rate_is_roughly_kept() {
+        let f = Faults::new(FaultConfig {
+            error_rate: 0.3,
+            ..Default::default()
+        });
+        let n = (0..10_000)
+            .filter(|_| f.pick("get", "pods") == Some(Fault::Error))
+            .count();
+        assert!((2700..3300).contains(&n), "{n} errors of 10000 at rate 0.3");
+    }
+
+    #[test]
+    fn config_json_is_camel_case_with_defaults() {
+        let cfg: FaultConfig =
+            serde_json::from_str(r#"{"errorRate": 0.5, "verbs": ["list"]}"#).unwrap();
+        assert_eq!(cfg.error_rate, 0.5);
+        assert_eq!(cfg.conflict_rate, 0.0);
+        assert_eq!(cfg.verbs, vec!["list".to_string()]);
+    }
+
+    #[test]
+    fn log_numbers_and_filters() {
+        let log = RequestLog::default();
+        let rec = |verb: &str| RequestRecord {
+            seq: 0,
+            method: "GET".into(),
+            path: "/".into(),
+            query: String::new(),
+            verb: verb.into(),
+            group: String::new(),
+            resource: "pods".into(),
+            subresource: String::new(),
+            namespace: String::new(),
+            name: String::new(),
+            user_agent: "t".into(),
+            content_type: String::new(),
+            code: 200,
+        };
+        log.push(rec("get"));
+        log.push(rec("patch"));
+        let all = log.since(0);
+        assert_eq!(all.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(all.iter().filter(|r| r.is_write()).count(), 1);
+        assert_eq!(log.since(1).len(), 1);
+        log.clear();
+        log.push(rec("get"));
+        assert_eq!(log.since(0)[0].seq, 3);
+    }
+}

@@ -1,0 +1,246 @@
+//! Starting kubesim: the listener on 127.0.0.1, the connection loop, the
+//! in-process controllers, the simulated Nodes and the kubeconfig. I/O.
+
+use super::faults::{FaultConfig, Faults, RequestLog, RequestRecord};
+use super::http::{Shared, handle};
+use super::store::{Store, StoreOptions, Target, WriteOptions};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// How to start kubesim.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Zones of the Nodes (`--zones`).
+    pub zones: Vec<String>,
+    /// Nodes in each zone (`--nodes-per-zone`).
+    pub nodes_per_zone: usize,
+    /// Port on 127.0.0.1 (0: any free port).
+    pub port: u16,
+    /// Events kept per kind (the watch cache window).
+    pub watch_window: usize,
+    /// How often watches that allow bookmarks get one.
+    pub bookmark_interval: Duration,
+    /// Faults from the start.
+    pub faults: FaultConfig,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            zones: vec!["a".into()],
+            nodes_per_zone: 1,
+            port: 0,
+            watch_window: StoreOptions::default().watch_window,
+            bookmark_interval: Duration::from_secs(1),
+            faults: FaultConfig::default(),
+        }
+    }
+}
+
+/// A running kubesim; stops when dropped.
+#[derive(Debug)]
+pub struct KubeSim {
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// The region of a zone, as cloud providers name them (`europe-west1-b`
+/// is in `europe-west1`); a zone without a suffix is its own region.
+pub fn region_of(zone: &str) -> String {
+    match zone.rsplit_once('-') {
+        Some((region, z)) if z.len() == 1 => region.to_string(),
+        _ => zone.to_string(),
+    }
+}
+
+/// The Node objects of a cluster of `zones` × `per_zone`.
+pub fn nodes(zones: &[String], per_zone: usize) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    let mut n = 0;
+    for zone in zones {
+        let region = region_of(zone);
+        for i in 0..per_zone {
+            n += 1;
+            let name = format!("node-{zone}-{i}");
+            out.push(json!({
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {
+                    "kubernetes.io/hostname": name,
+                    "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64",
+                    "beta.kubernetes.io/os": "linux",
+                    "beta.kubernetes.io/arch": "amd64",
+                    "topology.kubernetes.io/zone": zone,
+                    "topology.kubernetes.io/region": region,
+                    "failure-domain.beta.kubernetes.io/zone": zone,
+                    "failure-domain.beta.kubernetes.io/region": region,
+                }},
+                "spec": {},
+                "status": {
+                    "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"},
+                    "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"},
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"}],
+                    "addresses": [
+                        {"type": "InternalIP", "address": format!("127.0.1.{n}")},
+                        {"type": "Hostname", "address": name}
+                    ],
+                    "nodeInfo": {"kubeletVersion": "v1.33.0", "operatingSystem": "linux", "architecture": "amd64",
+                        "containerRuntimeVersion": "kubesim://1", "kernelVersion": "", "osImage": "kubesim",
+                        "machineID": "", "systemUUID": "", "bootID": "", "kubeProxyVersion": ""},
+                },
+            }));
+        }
+    }
+    out
+}
+
+impl KubeSim {
+    /// Starts serving on 127.0.0.1 and returns once requests are accepted.
+    pub async fn start(opts: Options) -> std::io::Result<KubeSim> {
+        let store = Store::new(StoreOptions {
+            watch_window: opts.watch_window,
+        });
+        let nodes_t = Target::new("", "v1", "nodes", None);
+        for node in nodes(&opts.zones, opts.nodes_per_zone) {
+            store
+                .create(&nodes_t, node, &WriteOptions::default())
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+        }
+        let listener = TcpListener::bind(("127.0.0.1", opts.port)).await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            store: store.clone(),
+            faults: Faults::new(opts.faults.clone()),
+            log: RequestLog::default(),
+            addr,
+            bookmark_interval: opts.bookmark_interval,
+        });
+        let (stop, stopped) = watch::channel(false);
+        let gc = tokio::spawn(super::gc::run(store, Duration::from_secs(1)));
+        let accept = tokio::spawn(accept_loop(listener, shared.clone(), stopped));
+        Ok(KubeSim {
+            shared,
+            stop,
+            tasks: vec![gc, accept],
+        })
+    }
+
+    /// The address served.
+    pub fn addr(&self) -> SocketAddr {
+        self.shared.addr
+    }
+
+    /// `http://127.0.0.1:<port>`
+    pub fn url(&self) -> String {
+        format!("http://{}", self.shared.addr)
+    }
+
+    /// The store: kubesim's in-process API.
+    pub fn store(&self) -> &Store {
+        &self.shared.store
+    }
+
+    /// A kubeconfig that points at this server (context `kubesim`,
+    /// namespace `default`).
+    pub fn kubeconfig(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: kubesim\n  cluster:\n    server: {}\ncontexts:\n- name: kubesim\n  context:\n    cluster: kubesim\n    user: kubesim\n    namespace: default\ncurrent-context: kubesim\nusers:\n- name: kubesim\n  user:\n    token: kubesim\npreferences: {{}}\n",
+            self.url()
+        )
+    }
+
+    /// Writes `dir/kubeconfig` and returns its path.
+    pub fn write_kubeconfig(&self, dir: &Path) -> std::io::Result<PathBuf> {
+        let path = dir.join("kubeconfig");
+        std::fs::write(&path, self.kubeconfig())?;
+        Ok(path)
+    }
+
+    /// The requests served so far (admin endpoints excepted).
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.shared.log.since(0)
+    }
+
+    /// Forgets the request log.
+    pub fn clear_requests(&self) {
+        self.shared.log.clear();
+    }
+
+    /// Sets the faults to inject.
+    pub fn set_faults(&self, cfg: FaultConfig) {
+        self.shared.faults.set(cfg);
+    }
+
+    /// Stops serving (also on drop).
+    pub fn stop(&self) {
+        let _ = self.stop.send(true);
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl Drop for KubeSim {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, stopped: watch::Receiver<bool>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let shared = shared.clone();
+        let mut stopped = stopped.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| {
+                let shared = shared.clone();
+                async move { Ok::<_, Infallible>(handle(shared, req).await) }
+            });
+            let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
+            tokio::select! {
+                _ = conn => {}
+                _ = stopped.wait_for(|s| *s) => {}
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_carry_zone_labels() {
+        let ns = nodes(&["europe-west1-b".into(), "europe-west1-c".into()], 2);
+        assert_eq!(ns.len(), 4);
+        assert_eq!(ns[2]["metadata"]["name"], "node-europe-west1-c-0");
+        assert_eq!(
+            ns[2]["metadata"]["labels"]["topology.kubernetes.io/zone"],
+            "europe-west1-c"
+        );
+        assert_eq!(
+            ns[2]["metadata"]["labels"]["failure-domain.beta.kubernetes.io/zone"],
+            "europe-west1-c"
+        );
+        assert_eq!(
+            ns[2]["metadata"]["labels"]["topology.kubernetes.io/region"],
+            "europe-west1"
+        );
+        assert_eq!(region_of("a"), "a");
+    }
+}

@@ -1,0 +1,1035 @@
+//! kubesim against the operator's real client (kube-rs) and the real
+//! kubectl: CRUD, conflicts, selectors, pagination, watches, patches,
+//! subresources, custom resources, garbage collection, faults and the
+//! request log.
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::watcher;
+use kube::{Client, Config};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+use testworld::kubesim::faults::FaultConfig;
+use testworld::kubesim::{KubeSim, Options};
+
+async fn start(opts: Options) -> (KubeSim, Client) {
+    let sim = KubeSim::start(opts).await.expect("kubesim starts");
+    let client = client_of(&sim, true).await;
+    (sim, client)
+}
+
+/// A kube client through kubesim's kubeconfig; `retry`: kube's default
+/// retries of 429, 503 and 504.
+async fn client_of(sim: &KubeSim, retry: bool) -> Client {
+    let kc = Kubeconfig::from_yaml(&sim.kubeconfig()).expect("a valid kubeconfig");
+    let mut cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("kube reads the kubeconfig");
+    cfg.default_retry = retry;
+    Client::try_from(cfg).expect("a client")
+}
+
+async fn sim() -> (KubeSim, Client) {
+    start(Options::default()).await
+}
+
+fn api_error(e: kube::Error) -> kube::core::Status {
+    match e {
+        kube::Error::Api(s) => *s,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+fn cm(name: &str, labels: Value, data: Value) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}, "data": data}))
+        .unwrap()
+}
+
+async fn eventually<F: AsyncFnMut() -> bool>(what: &str, mut f: F) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test]
+async fn crud_with_resource_versions_and_conflicts() {
+    let (_sim, client) = sim().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    let created = cms
+        .create(
+            &PostParams::default(),
+            &cm("a", json!({"app": "c"}), json!({"k": "v"})),
+        )
+        .await
+        .unwrap();
+    let meta = &created.metadata;
+    assert_eq!(meta.namespace.as_deref(), Some("default"));
+    assert_eq!(meta.uid.as_ref().map(String::len), Some(36));
+    assert!(meta.creation_timestamp.is_some());
+    let rv1: u64 = meta.resource_version.as_ref().unwrap().parse().unwrap();
+
+    let mut changed = created.clone();
+    changed
+        .data
+        .as_mut()
+        .unwrap()
+        .insert("k".into(), "w".into());
+    let updated = cms
+        .replace("a", &PostParams::default(), &changed)
+        .await
+        .unwrap();
+    let rv2: u64 = updated
+        .metadata
+        .resource_version
+        .as_ref()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(rv2 > rv1, "resourceVersion grows: {rv1} then {rv2}");
+    assert_eq!(updated.metadata.uid, created.metadata.uid);
+
+    // The stale copy is refused.
+    let stale = api_error(
+        cms.replace("a", &PostParams::default(), &changed)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(stale.code, 409);
+    assert_eq!(stale.reason, "Conflict");
+    assert_eq!(
+        stale.message,
+        "Operation cannot be fulfilled on configmaps \"a\": the object has been modified; please apply your changes to the latest version and try again"
+    );
+
+    let dup = api_error(
+        cms.create(&PostParams::default(), &cm("a", json!({}), json!({})))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((dup.code, dup.reason.as_str()), (409, "AlreadyExists"));
+    assert_eq!(dup.message, "configmaps \"a\" already exists");
+
+    let gone = cms.delete("a", &DeleteParams::default()).await.unwrap();
+    let status = gone
+        .right()
+        .expect("configmaps answer a delete with a Status");
+    assert!(status.is_success());
+    let nf = api_error(cms.get("a").await.unwrap_err());
+    assert_eq!((nf.code, nf.reason.as_str()), (404, "NotFound"));
+    assert_eq!(nf.message, "configmaps \"a\" not found");
+    let details = nf.details.unwrap();
+    assert_eq!(
+        (details.name.as_str(), details.kind.as_str()),
+        ("a", "configmaps")
+    );
+
+    // Pods answer with the deleted object.
+    let pods: Api<Pod> = Api::default_namespaced(cms.into_client());
+    let pod: Pod = serde_json::from_value(
+        json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}),
+    )
+    .unwrap();
+    let p = pods.create(&PostParams::default(), &pod).await.unwrap();
+    assert_eq!(p.metadata.generation, Some(1));
+    assert_eq!(p.status.unwrap().phase.as_deref(), Some("Pending"));
+    assert!(
+        pods.delete("p", &DeleteParams::default())
+            .await
+            .unwrap()
+            .is_left()
+    );
+}
+
+#[tokio::test]
+async fn namespaces_and_names_are_checked() {
+    let (_sim, client) = sim().await;
+    let elsewhere: Api<ConfigMap> = Api::namespaced(client.clone(), "nowhere");
+    let e = api_error(
+        elsewhere
+            .create(&PostParams::default(), &cm("a", json!({}), json!({})))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        (e.code, e.message.as_str()),
+        (404, "namespaces \"nowhere\" not found")
+    );
+
+    let nss: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "team"}})).unwrap();
+    let ns = nss.create(&PostParams::default(), &ns).await.unwrap();
+    assert_eq!(ns.status.unwrap().phase.as_deref(), Some("Active"));
+    let names: Vec<String> = nss
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            "default",
+            "kube-node-lease",
+            "kube-public",
+            "kube-system",
+            "team"
+        ]
+    );
+
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    let e = api_error(
+        cms.create(
+            &PostParams::default(),
+            &cm("Bad_Name", json!({}), json!({})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    assert!(e.message.starts_with("ConfigMap \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\": a lowercase RFC 1123 subdomain"), "{}", e.message);
+    let causes = e.details.unwrap().causes;
+    assert_eq!(causes[0].field, "metadata.name");
+    assert_eq!(causes[0].reason, "FieldValueInvalid");
+
+    let generated: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"generateName": "gen-"}})).unwrap();
+    let g = cms
+        .create(&PostParams::default(), &generated)
+        .await
+        .unwrap();
+    let name = g.metadata.name.unwrap();
+    assert!(name.starts_with("gen-") && name.len() == 9, "{name}");
+}
+
+#[tokio::test]
+async fn label_and_field_selectors_and_pagination() {
+    let (_sim, client) = sim().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    for (name, tier) in [
+        ("cm-0", "db"),
+        ("cm-1", "cache"),
+        ("cm-2", "web"),
+        ("cm-3", "db"),
+        ("cm-4", "db"),
+    ] {
+        cms.create(
+            &PostParams::default(),
+            &cm(name, json!({"tier": tier, "app": "x"}), json!({})),
+        )
+        .await
+        .unwrap();
+    }
+    let names = |l: kube::core::ObjectList<ConfigMap>| -> Vec<String> {
+        l.items
+            .into_iter()
+            .filter_map(|c| c.metadata.name)
+            .collect()
+    };
+    let db = cms
+        .list(&ListParams::default().labels("tier=db"))
+        .await
+        .unwrap();
+    assert_eq!(names(db), vec!["cm-0", "cm-3", "cm-4"]);
+    let set = cms
+        .list(&ListParams::default().labels("tier in (cache,web),app"))
+        .await
+        .unwrap();
+    assert_eq!(names(set), vec!["cm-1", "cm-2"]);
+    let neg = cms
+        .list(&ListParams::default().labels("tier notin (db),!missing"))
+        .await
+        .unwrap();
+    assert_eq!(names(neg), vec!["cm-1", "cm-2"]);
+    let by_name = cms
+        .list(&ListParams::default().fields("metadata.name=cm-3"))
+        .await
+        .unwrap();
+    assert_eq!(names(by_name), vec!["cm-3"]);
+    let not_ns = cms
+        .list(&ListParams::default().fields("metadata.namespace!=default"))
+        .await
+        .unwrap();
+    assert!(not_ns.items.is_empty());
+    let bad = api_error(
+        cms.list(&ListParams::default().fields("data.k=v"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        (bad.code, bad.message.as_str()),
+        (400, "field label not supported: data.k")
+    );
+
+    let first = cms.list(&ListParams::default().limit(2)).await.unwrap();
+    let token = first.metadata.continue_.clone().expect("a continue token");
+    assert_eq!(first.metadata.remaining_item_count, Some(3));
+    let snapshot_rv = first.metadata.resource_version.clone();
+    // A change after the first page does not show in the later ones.
+    cms.delete("cm-4", &DeleteParams::default()).await.unwrap();
+    let second = cms
+        .list(&ListParams::default().limit(2).continue_token(&token))
+        .await
+        .unwrap();
+    assert_eq!(second.metadata.resource_version, snapshot_rv);
+    let token = second.metadata.continue_.clone().expect("a third page");
+    assert_eq!(names(second), vec!["cm-2", "cm-3"]);
+    let third = cms
+        .list(&ListParams::default().limit(2).continue_token(&token))
+        .await
+        .unwrap();
+    assert_eq!(third.metadata.continue_.as_deref().unwrap_or(""), "");
+    assert_eq!(names(third), vec!["cm-4"]);
+    assert_eq!(names(first), vec!["cm-0", "cm-1"]);
+}
+
+#[tokio::test]
+async fn watcher_follows_changes() {
+    let (_sim, client) = sim().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    cms.create(
+        &PostParams::default(),
+        &cm("before", json!({"app": "w"}), json!({})),
+    )
+    .await
+    .unwrap();
+    let mut events = watcher(cms.clone(), watcher::Config::default().labels("app=w")).boxed();
+    let mut seen = Vec::new();
+    let writer = {
+        let cms = cms.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            cms.create(
+                &PostParams::default(),
+                &cm("after", json!({"app": "w"}), json!({})),
+            )
+            .await
+            .unwrap();
+            cms.create(
+                &PostParams::default(),
+                &cm("other", json!({"app": "z"}), json!({})),
+            )
+            .await
+            .unwrap();
+            cms.patch(
+                "after",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"data": {"k": "1"}})),
+            )
+            .await
+            .unwrap();
+            // Leaving the selection reads as a deletion.
+            cms.patch(
+                "before",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"app": "gone"}}})),
+            )
+            .await
+            .unwrap();
+            cms.delete("after", &DeleteParams::default()).await.unwrap();
+        }
+    };
+    let reader = async {
+        while let Some(ev) = events.try_next().await.unwrap() {
+            let entry = match ev {
+                watcher::Event::Init => "init".to_string(),
+                watcher::Event::InitApply(c) => format!("init-apply {}", c.metadata.name.unwrap()),
+                watcher::Event::InitDone => "init-done".to_string(),
+                watcher::Event::Apply(c) => format!(
+                    "apply {} {}",
+                    c.metadata.name.unwrap(),
+                    c.data.and_then(|d| d.get("k").cloned()).unwrap_or_default()
+                ),
+                watcher::Event::Delete(c) => format!("delete {}", c.metadata.name.unwrap()),
+            };
+            let done = entry == "delete after";
+            seen.push(entry);
+            if done {
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        futures::future::join(writer, reader),
+    )
+    .await
+    .expect("the watch ends in time");
+    assert_eq!(
+        seen,
+        vec![
+            "init",
+            "init-apply before",
+            "init-done",
+            "apply after ",
+            "apply after 1",
+            "delete before",
+            "delete after"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn watch_from_a_version_bookmarks_and_410() {
+    let (_sim, client) = start(Options {
+        watch_window: 3,
+        bookmark_interval: Duration::from_millis(100),
+        ..Options::default()
+    })
+    .await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    let first = cms
+        .create(&PostParams::default(), &cm("w0", json!({}), json!({})))
+        .await
+        .unwrap();
+    let rv0 = first.metadata.resource_version.unwrap();
+    cms.create(&PostParams::default(), &cm("w1", json!({}), json!({})))
+        .await
+        .unwrap();
+
+    // From a recent version: the changes after it, then bookmarks.
+    let mut stream = cms
+        .watch(&WatchParams::default(), &rv0)
+        .await
+        .unwrap()
+        .boxed();
+    match stream.try_next().await.unwrap().unwrap() {
+        WatchEvent::Added(c) => assert_eq!(c.metadata.name.as_deref(), Some("w1")),
+        other => panic!("expected ADDED w1, got {other:?}"),
+    }
+    match tokio::time::timeout(Duration::from_secs(5), stream.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+    {
+        WatchEvent::Bookmark(b) => {
+            assert!(b.metadata.resource_version.parse::<u64>().unwrap() > rv0.parse().unwrap())
+        }
+        other => panic!("expected a BOOKMARK, got {other:?}"),
+    }
+
+    for i in 2..6 {
+        cms.create(
+            &PostParams::default(),
+            &cm(&format!("w{i}"), json!({}), json!({})),
+        )
+        .await
+        .unwrap();
+    }
+    // Out of the window: an ERROR event with a 410 Expired Status.
+    let mut old = cms
+        .watch(&WatchParams::default(), &rv0)
+        .await
+        .unwrap()
+        .boxed();
+    match old.try_next().await.unwrap().unwrap() {
+        WatchEvent::Error(s) => {
+            assert_eq!((s.code, s.reason.as_str()), (410, "Expired"));
+            assert!(
+                s.message
+                    .starts_with(&format!("too old resource version: {rv0} (")),
+                "{}",
+                s.message
+            );
+        }
+        other => panic!("expected an ERROR event, got {other:?}"),
+    }
+    // And a list at that exact version is 410 too.
+    let lp = ListParams::default()
+        .at(&rv0)
+        .matching(kube::api::VersionMatch::Exact);
+    let e = api_error(cms.list(&lp).await.unwrap_err());
+    assert_eq!((e.code, e.reason.as_str()), (410, "Expired"));
+}
+
+#[tokio::test]
+async fn patches_merge_json_strategic_and_apply() {
+    let (_sim, client) = sim().await;
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let pod: Pod = serde_json::from_value(
+        json!({"metadata": {"name": "p", "labels": {"a": "1"}}, "spec": {"containers": [
+            {"name": "cassandra", "image": "cassandra:3.11", "env": [{"name": "A", "value": "1"}]}
+        ]}}),
+    )
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+
+    let smp = json!({"spec": {"containers": [
+        {"name": "cassandra", "env": [{"name": "B", "value": "2"}]},
+        {"name": "sidecar", "image": "sidecar:1"}
+    ]}});
+    let p = pods
+        .patch("p", &PatchParams::default(), &Patch::Strategic(smp))
+        .await
+        .unwrap();
+    let v = serde_json::to_value(&p.spec).unwrap();
+    assert_eq!(v["containers"][0]["image"], "cassandra:3.11");
+    assert_eq!(
+        v["containers"][0]["env"],
+        json!([{"name": "A", "value": "1"}, {"name": "B", "value": "2"}])
+    );
+    assert_eq!(v["containers"][1]["name"], "sidecar");
+    assert_eq!(p.metadata.generation, Some(2));
+
+    let p = pods
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"a": null, "b": "2"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(&p.metadata.labels).unwrap(),
+        json!({"b": "2"})
+    );
+    assert_eq!(
+        p.metadata.generation,
+        Some(2),
+        "metadata changes keep the generation"
+    );
+
+    let jp: json_patch::Patch = serde_json::from_value(
+        json!([{"op": "replace", "path": "/spec/containers/0/image", "value": "cassandra:4.1"}]),
+    )
+    .unwrap();
+    let p = pods
+        .patch("p", &PatchParams::default(), &Patch::Json::<()>(jp))
+        .await
+        .unwrap();
+    assert_eq!(
+        p.spec.unwrap().containers[0].image.as_deref(),
+        Some("cassandra:4.1")
+    );
+
+    let jp: json_patch::Patch = serde_json::from_value(
+        json!([{"op": "test", "path": "/spec/containers/0/image", "value": "nope"}]),
+    )
+    .unwrap();
+    let e = api_error(
+        pods.patch("p", &PatchParams::default(), &Patch::Json::<()>(jp))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 422);
+
+    // Server-side apply creates, records its manager, and drops what a
+    // later apply leaves out.
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    let pp = PatchParams::apply("kubesim-test").force();
+    let applied = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa", "labels": {"x": "1", "y": "2"}}, "data": {"k": "v"}});
+    let c = cms
+        .patch("ssa", &pp, &Patch::Apply(&applied))
+        .await
+        .unwrap();
+    let mf = c.metadata.managed_fields.clone().unwrap();
+    assert_eq!(mf.len(), 1);
+    assert_eq!(mf[0].manager.as_deref(), Some("kubesim-test"));
+    assert_eq!(mf[0].operation.as_deref(), Some("Apply"));
+    assert_eq!(
+        serde_json::to_value(&mf[0].fields_v1).unwrap(),
+        json!({"f:data": {"f:k": {}}, "f:metadata": {"f:labels": {"f:x": {}, "f:y": {}}}})
+    );
+    cms.patch(
+        "ssa",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"mine": "z"}}})),
+    )
+    .await
+    .unwrap();
+    let again = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa", "labels": {"x": "1"}}, "data": {"k": "w"}});
+    let c = cms.patch("ssa", &pp, &Patch::Apply(&again)).await.unwrap();
+    assert_eq!(
+        serde_json::to_value(&c.metadata.labels).unwrap(),
+        json!({"mine": "z", "x": "1"})
+    );
+    assert_eq!(c.data.unwrap()["k"], "w");
+    let e = api_error(
+        cms.patch("ssa", &PatchParams::default(), &Patch::Apply(&again))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 400, "apply needs a field manager");
+}
+
+#[tokio::test]
+async fn cluster_custom_resource_with_status_and_validation() {
+    let (_sim, client) = sim().await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = crds
+        .create(&PostParams::default(), &crds::crd::definition())
+        .await
+        .unwrap();
+    let conditions = crd.status.unwrap().conditions.unwrap();
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True")
+    );
+
+    let discovery = kube::discovery::Discovery::new(client.clone())
+        .run()
+        .await
+        .unwrap();
+    let (ar, caps) = discovery
+        .groups()
+        .find(|g| g.name() == "cassandra.rook.io")
+        .expect("the CRD's group is discovered")
+        .recommended_kind("Cluster")
+        .expect("the Cluster kind is discovered");
+    assert_eq!(ar.plural, "clusters");
+    assert!(
+        caps.subresources
+            .iter()
+            .any(|(s, _)| s.plural == "clusters/status" || s.plural == "status"),
+        "{:?}",
+        caps.subresources
+    );
+
+    let nss: Api<Namespace> = Api::all(client.clone());
+    nss.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "rook-cassandra"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let yaml = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../manifests/examples/rook-cluster.yaml"
+    ))
+    .unwrap();
+    let mut cluster: Value = serde_norway::from_str(&yaml).unwrap();
+    cluster["status"] = json!({"members": 99});
+    let clusters: Api<crds::v1alpha1::Cluster> = Api::namespaced(client.clone(), "rook-cassandra");
+    let created: crds::v1alpha1::Cluster = clusters
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(cluster.clone()).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(created.metadata.generation, Some(1));
+    assert!(created.status.is_none(), "status is dropped on create");
+
+    let st = clusters
+        .patch_status(
+            "rook-cassandra",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"members": 3, "readyMembers": 2}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(st.status.as_ref().unwrap().members, 3);
+    assert_eq!(st.metadata.generation, Some(1));
+
+    let sp = clusters
+        .patch(
+            "rook-cassandra",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"version": "3.11.6"}, "status": {"members": 0}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(sp.metadata.generation, Some(2));
+    assert_eq!(
+        sp.status.unwrap().members,
+        3,
+        "the main resource ignores status"
+    );
+
+    // The schema is enforced with the API server's Invalid status.
+    let mut bad = cluster.clone();
+    bad["metadata"]["name"] = json!("bad");
+    bad["spec"]["version"] = json!("");
+    let raw: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "rook-cassandra",
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("cassandra.rook.io", "v1alpha1", "Cluster"),
+            "clusters",
+        ),
+    );
+    let e = api_error(
+        raw.create(
+            &PostParams::default(),
+            &serde_json::from_value(bad).unwrap(),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    assert!(
+        e.message
+            .starts_with("Cluster.cassandra.rook.io \"bad\" is invalid: "),
+        "{}",
+        e.message
+    );
+    let details = e.details.unwrap();
+    assert_eq!(
+        (details.group.as_str(), details.kind.as_str()),
+        ("cassandra.rook.io", "Cluster")
+    );
+    assert!(
+        details.causes.iter().any(|c| c.field == "spec.version"),
+        "{:?}",
+        details.causes
+    );
+
+    // Deleting the CRD deletes its objects, then stops serving the kind.
+    crds.delete("clusters.cassandra.rook.io", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the CRD and its clusters to go", async || {
+        crds.get_opt("clusters.cassandra.rook.io")
+            .await
+            .unwrap()
+            .is_none()
+    })
+    .await;
+    let e = api_error(clusters.list(&ListParams::default()).await.unwrap_err());
+    assert_eq!(e.code, 404);
+}
+
+#[tokio::test]
+async fn owner_references_are_garbage_collected() {
+    let (_sim, client) = sim().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let owned_pod = |name: &str, owner: &ConfigMap| -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": name, "ownerReferences": [{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": owner.metadata.name, "uid": owner.metadata.uid,
+            "controller": true, "blockOwnerDeletion": true
+        }]}, "spec": {"containers": [{"name": "c", "image": "i"}]}}))
+        .unwrap()
+    };
+
+    let owner = cms
+        .create(&PostParams::default(), &cm("owner", json!({}), json!({})))
+        .await
+        .unwrap();
+    pods.create(&PostParams::default(), &owned_pod("dep", &owner))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        pods.get_opt("dep").await.unwrap().is_some(),
+        "a dependent of a live owner stays"
+    );
+    cms.delete("owner", &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually("the dependent pod to be collected", async || {
+        pods.get_opt("dep").await.unwrap().is_none()
+    })
+    .await;
+
+    // Foreground: the owner waits, marked, until its dependents are gone.
+    let owner = cms
+        .create(&PostParams::default(), &cm("fg", json!({}), json!({})))
+        .await
+        .unwrap();
+    let mut held = owned_pod("held", &owner);
+    held.metadata.finalizers = Some(vec!["test.kubesim/hold".into()]);
+    pods.create(&PostParams::default(), &held).await.unwrap();
+    let marked = cms
+        .delete("fg", &DeleteParams::foreground())
+        .await
+        .unwrap()
+        .left()
+        .unwrap();
+    assert_eq!(
+        marked.metadata.finalizers,
+        Some(vec!["foregroundDeletion".to_string()])
+    );
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    eventually("the dependent to be marked for deletion", async || {
+        pods.get("held")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    })
+    .await;
+    assert!(cms.get_opt("fg").await.unwrap().is_some());
+    pods.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    eventually("the foreground owner to go", async || {
+        cms.get_opt("fg").await.unwrap().is_none()
+    })
+    .await;
+
+    // Orphan: the dependent stays, without its owner reference.
+    let owner = cms
+        .create(&PostParams::default(), &cm("orph", json!({}), json!({})))
+        .await
+        .unwrap();
+    pods.create(&PostParams::default(), &owned_pod("kept", &owner))
+        .await
+        .unwrap();
+    cms.delete("orph", &DeleteParams::orphan()).await.unwrap();
+    eventually("the orphaning to finish", async || {
+        cms.get_opt("orph").await.unwrap().is_none()
+    })
+    .await;
+    let kept = pods.get("kept").await.unwrap();
+    assert_eq!(kept.metadata.owner_references, None);
+}
+
+#[tokio::test]
+async fn scale_subresource_of_a_statefulset() {
+    let (_sim, client) = sim().await;
+    let sts: Api<StatefulSet> = Api::default_namespaced(client);
+    let s: StatefulSet = serde_json::from_value(json!({"metadata": {"name": "rack"}, "spec": {
+        "replicas": 1, "serviceName": "rack", "selector": {"matchLabels": {"app": "c"}},
+        "template": {"metadata": {"labels": {"app": "c"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    }}))
+    .unwrap();
+    sts.create(&PostParams::default(), &s).await.unwrap();
+    let scale = sts.get_scale("rack").await.unwrap();
+    assert_eq!(scale.spec.unwrap().replicas, Some(1));
+    assert_eq!(scale.status.unwrap().selector.as_deref(), Some("app=c"));
+    let scaled = sts
+        .patch_scale(
+            "rack",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(scaled.spec.unwrap().replicas, Some(3));
+    let s = sts.get("rack").await.unwrap();
+    assert_eq!(s.spec.unwrap().replicas, Some(3));
+    assert_eq!(s.metadata.generation, Some(2));
+    let st = sts
+        .patch_status(
+            "rack",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"replicas": 3, "readyReplicas": 2}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(st.status.unwrap().ready_replicas, Some(2));
+}
+
+async fn admin(client: &Client, method: &str, path: &str, body: Value) -> Value {
+    let req = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&body).unwrap())
+        .unwrap();
+    serde_json::from_str(&client.request_text(req).await.unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn faults_and_the_request_log() {
+    let (sim, client) = sim().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let cfg = admin(
+        &client,
+        "PUT",
+        "/sim/faults",
+        json!({"conflictRate": 1.0, "verbs": ["create"]}),
+    )
+    .await;
+    assert_eq!(cfg["conflictRate"], 1.0);
+    let e = api_error(
+        cms.create(&PostParams::default(), &cm("f", json!({}), json!({})))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (409, "Conflict"));
+    assert!(
+        cms.list(&ListParams::default()).await.is_ok(),
+        "reads are not affected"
+    );
+
+    // kube retries a 429 by itself: half of them throttled still succeed.
+    sim.set_faults(FaultConfig {
+        throttle_rate: 0.5,
+        resources: vec!["configmaps".into()],
+        ..FaultConfig::default()
+    });
+    sim.clear_requests();
+    for _ in 0..10 {
+        cms.list(&ListParams::default()).await.unwrap();
+    }
+    let codes: Vec<u16> = sim.requests().iter().map(|r| r.code).collect();
+    assert_eq!(codes.iter().filter(|c| **c == 200).count(), 10);
+    assert!(
+        codes.iter().filter(|c| **c == 429).count() >= 3,
+        "{codes:?}"
+    );
+    // Without retries the fault reaches the caller.
+    let bare: Api<ConfigMap> = Api::default_namespaced(client_of(&sim, false).await);
+    sim.set_faults(FaultConfig {
+        throttle_rate: 1.0,
+        ..FaultConfig::default()
+    });
+    let e = api_error(bare.get("x").await.unwrap_err());
+    assert_eq!((e.code, e.reason.as_str()), (429, "TooManyRequests"));
+    sim.set_faults(FaultConfig {
+        error_rate: 1.0,
+        ..FaultConfig::default()
+    });
+    let e = api_error(bare.get("x").await.unwrap_err());
+    assert_eq!(e.code, 500);
+    admin(&client, "DELETE", "/sim/faults", json!({})).await;
+
+    admin(&client, "DELETE", "/sim/requests", json!({})).await;
+    cms.create(&PostParams::default(), &cm("counted", json!({}), json!({})))
+        .await
+        .unwrap();
+    cms.patch(
+        "counted",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"a": "b"}})),
+    )
+    .await
+    .unwrap();
+    cms.get("counted").await.unwrap();
+    let log = admin(&client, "GET", "/sim/requests", json!({})).await;
+    let items = log["items"].as_array().unwrap();
+    let verbs: Vec<&str> = items.iter().map(|r| r["verb"].as_str().unwrap()).collect();
+    assert_eq!(verbs, vec!["create", "patch", "get"]);
+    assert_eq!(
+        items[1]["path"],
+        "/api/v1/namespaces/default/configmaps/counted"
+    );
+    assert_eq!(items[1]["contentType"], "application/merge-patch+json");
+    assert_eq!(items[1]["code"], 200);
+    assert!(items[0]["userAgent"].is_string());
+    assert_eq!(sim.requests().iter().filter(|r| r.is_write()).count(), 2);
+}
+
+#[tokio::test]
+async fn nodes_per_zone() {
+    let (_sim, client) = start(Options {
+        zones: vec!["europe-west1-b".into(), "europe-west1-c".into()],
+        nodes_per_zone: 2,
+        ..Options::default()
+    })
+    .await;
+    let nodes: Api<Node> = Api::all(client);
+    assert_eq!(
+        nodes
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        4
+    );
+    let c = nodes
+        .list(
+            &ListParams::default().labels("failure-domain.beta.kubernetes.io/zone=europe-west1-c"),
+        )
+        .await
+        .unwrap();
+    let names: Vec<String> = c
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    assert_eq!(
+        names,
+        vec!["node-europe-west1-c-0", "node-europe-west1-c-1"]
+    );
+}
+
+fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_kubectl_gets_and_applies() {
+    if std::process::Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_err()
+    {
+        eprintln!("kubectl is not installed: skipped");
+        return;
+    }
+    let (sim, _client) = sim().await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = sim.write_kubeconfig(dir.path()).unwrap();
+    let kc2 = kc.clone();
+    let run = move |args: Vec<&'static str>| {
+        let kc = kc2.clone();
+        tokio::task::spawn_blocking(move || kubectl(&kc, &args))
+    };
+    let (ok, out, err) = run(vec!["get", "pods", "-A"]).await.unwrap();
+    assert!(ok, "{err}");
+    assert_eq!(out, "");
+    assert_eq!(err.trim(), "No resources found");
+
+    let manifest = dir.path().join("cm.yaml");
+    std::fs::write(&manifest, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: hello\n  labels: {app: x}\ndata:\n  k: v\n").unwrap();
+    let m: &'static str = Box::leak(manifest.to_string_lossy().into_owned().into_boxed_str());
+    let (ok, out, err) = run(vec!["apply", "-f", m]).await.unwrap();
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "configmap/hello created");
+    let (ok, out, err) = run(vec!["apply", "-f", m]).await.unwrap();
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "configmap/hello unchanged");
+    let (ok, out, _) = run(vec![
+        "get",
+        "cm",
+        "-l",
+        "app=x",
+        "-o",
+        "jsonpath={.items[*].data.k}",
+    ])
+    .await
+    .unwrap();
+    assert!(ok);
+    assert_eq!(out, "v");
+    let (ok, out, err) = run(vec!["get", "nodes"]).await.unwrap();
+    assert!(ok, "{err}");
+    assert!(out.starts_with("NAME") && out.contains("node-a-0"), "{out}");
+    let (ok, out, err) = run(vec!["delete", "cm", "hello"]).await.unwrap();
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "configmap \"hello\" deleted");
+    let writes: Vec<String> = sim
+        .requests()
+        .iter()
+        .filter(|r| r.is_write() && r.user_agent.starts_with("kubectl"))
+        .map(|r| format!("{} {}", r.verb, r.name))
+        .collect();
+    assert_eq!(
+        writes,
+        vec!["create ", "delete hello"],
+        "kubectl's second apply writes nothing"
+    );
+}
