@@ -137,11 +137,11 @@ fn install_file(
         source,
     };
     let content = fs::read(from).map_err(copy_err)?;
-    if let (Ok(existing), Ok(meta)) = (fs::read(to), fs::metadata(to)) {
-        if existing == content && meta.permissions().mode() & 0o777 == mode {
-            report.unchanged.push(to.to_path_buf());
-            return Ok(());
-        }
+    let up_to_date = fs::metadata(to).is_ok_and(|meta| meta.permissions().mode() & 0o777 == mode)
+        && fs::read(to).is_ok_and(|existing| existing == content);
+    if up_to_date {
+        report.unchanged.push(to.to_path_buf());
+        return Ok(());
     }
     let dir = to.parent().unwrap_or(Path::new("."));
     let file_name = to

@@ -3,6 +3,7 @@
 //!
 //! - [`render`]: configuration rendering (`sidecar`, `config render`).
 //! - [`decommission`]: the member's side of the scale-down protocol (pure).
+//! - [`supervise`]: the sidecar as the container's init (child, signals, reaping).
 //! - [`jolokia`]: the Jolokia client and the StorageService facade.
 //! - [`nodetool`]: a small nodetool over Jolokia.
 //! - [`reloader`]: the SIGHUP watcher (`cassandra-operator reloader`).
@@ -12,6 +13,7 @@ pub mod jolokia;
 pub mod nodetool;
 pub mod reloader;
 pub mod render;
+pub mod supervise;
 
 /// `cassandra-operator sidecar`: the entrypoint of the database container.
 /// Its settings come from the downward API.

@@ -160,10 +160,10 @@ pub fn apply_defaults(schema: &Value, value: &mut Value) {
         Value::Object(map) => {
             if let Some(Value::Object(props)) = schema.get("properties") {
                 for (key, sub) in props {
-                    if !map.contains_key(key) {
-                        if let Some(default) = sub.get("default") {
-                            map.insert(key.clone(), default.clone());
-                        }
+                    if !map.contains_key(key)
+                        && let Some(default) = sub.get("default")
+                    {
+                        map.insert(key.clone(), default.clone());
                     }
                 }
             }
@@ -248,43 +248,43 @@ fn check(schema: &Value, value: &Value, path: &str, errors: &mut Vec<SchemaError
         }
     }
 
-    if let Some(Value::Array(allowed)) = schema.get("enum") {
-        if !allowed.contains(value) {
-            let supported: Vec<String> = allowed.iter().map(|v| v.to_string()).collect();
-            errors.push(SchemaError {
-                field: shown.to_string(),
-                reason: Reason::NotSupported,
-                message: format!(
-                    "{shown}: Unsupported value: {value}: supported values: {}",
-                    supported.join(", ")
-                ),
-            });
-        }
+    if let Some(Value::Array(allowed)) = schema.get("enum")
+        && !allowed.contains(value)
+    {
+        let supported: Vec<String> = allowed.iter().map(|v| v.to_string()).collect();
+        errors.push(SchemaError {
+            field: shown.to_string(),
+            reason: Reason::NotSupported,
+            message: format!(
+                "{shown}: Unsupported value: {value}: supported values: {}",
+                supported.join(", ")
+            ),
+        });
     }
 
     match value {
         Value::Object(map) => check_object(schema, map, path, shown, errors),
         Value::Array(items) => {
-            if let Some(max) = schema.get("maxItems").and_then(Value::as_u64) {
-                if items.len() as u64 > max {
-                    errors.push(SchemaError {
-                        field: shown.to_string(),
-                        reason: Reason::TooMany,
-                        message: format!(
-                            "{shown}: Too many: {}: must have at most {max} items",
-                            items.len()
-                        ),
-                    });
-                }
+            if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
+                && items.len() as u64 > max
+            {
+                errors.push(SchemaError {
+                    field: shown.to_string(),
+                    reason: Reason::TooMany,
+                    message: format!(
+                        "{shown}: Too many: {}: must have at most {max} items",
+                        items.len()
+                    ),
+                });
             }
-            if let Some(min) = schema.get("minItems").and_then(Value::as_u64) {
-                if (items.len() as u64) < min {
-                    errors.push(invalid(
-                        shown,
-                        value,
-                        format!("{shown} in body should have at least {min} items"),
-                    ));
-                }
+            if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
+                && (items.len() as u64) < min
+            {
+                errors.push(invalid(
+                    shown,
+                    value,
+                    format!("{shown} in body should have at least {min} items"),
+                ));
             }
             if let Some(item_schema) = schema.get("items") {
                 for (i, item) in items.iter().enumerate() {
@@ -294,23 +294,23 @@ fn check(schema: &Value, value: &Value, path: &str, errors: &mut Vec<SchemaError
         }
         Value::String(s) => {
             let len = s.chars().count() as u64;
-            if let Some(max) = schema.get("maxLength").and_then(Value::as_u64) {
-                if len > max {
-                    errors.push(SchemaError {
-                        field: shown.to_string(),
-                        reason: Reason::TooLong,
-                        message: format!("{shown}: Too long: may not be more than {max} bytes"),
-                    });
-                }
+            if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
+                && len > max
+            {
+                errors.push(SchemaError {
+                    field: shown.to_string(),
+                    reason: Reason::TooLong,
+                    message: format!("{shown}: Too long: may not be more than {max} bytes"),
+                });
             }
-            if let Some(min) = schema.get("minLength").and_then(Value::as_u64) {
-                if len < min {
-                    errors.push(invalid(
-                        shown,
-                        value,
-                        format!("{shown} in body should be at least {min} chars long"),
-                    ));
-                }
+            if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
+                && len < min
+            {
+                errors.push(invalid(
+                    shown,
+                    value,
+                    format!("{shown} in body should be at least {min} chars long"),
+                ));
             }
             if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
                 match Regex::new(pattern) {
@@ -395,17 +395,17 @@ fn check_object(
             }
         }
     }
-    if let Some(max) = schema.get("maxProperties").and_then(Value::as_u64) {
-        if map.len() as u64 > max {
-            errors.push(SchemaError {
-                field: shown.to_string(),
-                reason: Reason::TooMany,
-                message: format!(
-                    "{shown}: Too many: {}: must have at most {max} items",
-                    map.len()
-                ),
-            });
-        }
+    if let Some(max) = schema.get("maxProperties").and_then(Value::as_u64)
+        && map.len() as u64 > max
+    {
+        errors.push(SchemaError {
+            field: shown.to_string(),
+            reason: Reason::TooMany,
+            message: format!(
+                "{shown}: Too many: {}: must have at most {max} items",
+                map.len()
+            ),
+        });
     }
     for (key, child) in map {
         if let Some(sub) = property_schema(schema, key) {

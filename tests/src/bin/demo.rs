@@ -14,7 +14,7 @@
 
 use std::process::ExitCode;
 
-use controller::decide::{Action, MemberObserved, Observed, ServiceObserved, WaitReason, decide};
+use controller::decide::{Action, Observed, ServiceObserved, WaitReason, decide};
 use controller::resources::{self, BuildContext};
 use crds::Cluster;
 use serde_json::Value;
@@ -171,11 +171,7 @@ fn converge(cluster: &Cluster, world: &mut Observed, ctx: &BuildContext) -> Resu
                 );
                 let observed = world.racks.entry(rack.clone()).or_default();
                 observed.replicas = Some(*replicas);
-                observed
-                    .members
-                    .entry(replicas - 1)
-                    .or_insert_with(MemberObserved::default)
-                    .pod_exists = true;
+                observed.members.entry(replicas - 1).or_default().pod_exists = true;
             }
             Action::Wait(WaitReason::MemberNotReady { rack, member }) => {
                 println!(
