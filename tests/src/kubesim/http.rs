@@ -208,6 +208,7 @@ fn write_options(q: &HashMap<String, String>) -> WriteOptions {
         dry_run: q.get("dryRun").is_some_and(|d| d == "All"),
         field_manager: q.get("fieldManager").cloned(),
         force: truthy(q, "force"),
+        field_validation: q.get("fieldValidation").cloned(),
     }
 }
 

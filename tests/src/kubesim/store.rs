@@ -279,6 +279,9 @@ pub struct WriteOptions {
     pub field_manager: Option<String>,
     /// `force` (server-side apply)
     pub force: bool,
+    /// `fieldValidation`: `Strict` refuses unknown fields of custom
+    /// resources (which are otherwise pruned).
+    pub field_validation: Option<String>,
 }
 
 /// The list parameters.
@@ -1135,6 +1138,8 @@ impl State {
         rt: &ResourceType,
         version: &str,
         obj: &mut Value,
+        old: Option<&Value>,
+        opts: &WriteOptions,
     ) -> Result<(), ApiError> {
         let Some(schema) = rt.schemas.get(version) else {
             return Ok(());
@@ -1146,19 +1151,41 @@ impl State {
             .iter()
             .filter_map(|k| o.remove(*k).map(|v| (k.to_string(), v)))
             .collect();
-        let (_pruned, errors) = crate::schema::admit(schema, obj);
+        let (pruned, errors) = crate::schema::admit(schema, obj);
         if let Some(o) = obj.as_object_mut() {
             for (k, v) in keep {
                 o.insert(k, v);
             }
         }
-        if errors.is_empty() {
-            return Ok(());
+        if opts.field_validation.as_deref() == Some("Strict") && !pruned.is_empty() {
+            let unknown: Vec<String> = pruned
+                .iter()
+                .map(|p| format!("unknown field \"{p}\""))
+                .collect();
+            return Err(ApiError::bad_request(format!(
+                "{} in version \"{version}\" cannot be handled as a {}: strict decoding error: {}",
+                rt.kind,
+                rt.kind,
+                unknown.join(", ")
+            )));
         }
-        let causes: Vec<(String, &str, String)> = errors
+        let mut causes: Vec<(String, &str, String)> = errors
             .iter()
             .map(|e| (e.field.clone(), e.reason.as_str(), e.message.clone()))
             .collect();
+        if causes.is_empty() {
+            // CEL rules run on a structurally valid object, as in the API server.
+            for e in crate::cel::check(schema, obj, old) {
+                let field = e
+                    .split_once(": ")
+                    .map(|(f, _)| f.to_string())
+                    .unwrap_or_default();
+                causes.push((field, "FieldValueInvalid", e));
+            }
+        }
+        if causes.is_empty() {
+            return Ok(());
+        }
         Err(ApiError::invalid(rt, name_of(obj), &causes))
     }
 
@@ -1297,7 +1324,7 @@ impl State {
             None => {}
         }
         if rt.custom {
-            self.admit_custom(rt, &t.version, &mut obj)?;
+            self.admit_custom(rt, &t.version, &mut obj, None, opts)?;
         }
         self.on_create_special(rt, &mut obj)?;
         if opts.dry_run {
@@ -1507,7 +1534,7 @@ impl State {
             }
         }
         if rt.custom {
-            self.admit_custom(rt, &t.version, &mut next)?;
+            self.admit_custom(rt, &t.version, &mut next, Some(&old), opts)?;
         }
         if rt.generation && spec_part(rt, &next) != spec_part(rt, &old) {
             let g = meta(&old)
