@@ -55,6 +55,8 @@ pub struct ResourceType {
     /// Field selectors accepted besides `metadata.name` and
     /// `metadata.namespace`.
     pub field_labels: Vec<String>,
+    /// A CRD's `additionalPrinterColumns`, per version.
+    pub printer_columns: BTreeMap<String, Vec<Value>>,
 }
 
 impl ResourceType {
@@ -126,6 +128,7 @@ fn builtin(b: Builtin<'_>) -> ResourceType {
         custom: false,
         schemas: BTreeMap::new(),
         field_labels: vec![],
+        printer_columns: BTreeMap::new(),
     }
 }
 
@@ -326,6 +329,7 @@ pub fn crd_type(crd: &Value) -> Result<ResourceType, String> {
     }
     let mut versions = Vec::new();
     let mut schemas = BTreeMap::new();
+    let mut printer_columns = BTreeMap::new();
     let mut status_subresource = false;
     let mut scale = None;
     let mut field_labels = Vec::new();
@@ -342,6 +346,9 @@ pub fn crd_type(crd: &Value) -> Result<ResourceType, String> {
         }
         if v.get("storage").and_then(Value::as_bool) == Some(true) {
             storage = Some(name.clone());
+        }
+        if let Some(cols) = v.get("additionalPrinterColumns").and_then(Value::as_array) {
+            printer_columns.insert(name.clone(), cols.clone());
         }
         if let Some(schema) = v.pointer("/schema/openAPIV3Schema") {
             schemas.insert(name.clone(), schema.clone());
@@ -418,6 +425,7 @@ pub fn crd_type(crd: &Value) -> Result<ResourceType, String> {
         custom: true,
         schemas,
         field_labels,
+        printer_columns,
     })
 }
 

@@ -259,7 +259,15 @@ fn delete_options(q: &HashMap<String, String>, body: &[u8]) -> Result<DeleteOpti
 }
 
 fn parse_body(body: &[u8], content_type: &str) -> Result<Value, ApiError> {
-    if content_type.contains("yaml") {
+    let media = content_type.split(';').next().unwrap_or_default().trim();
+    if media.contains("protobuf") || media.contains("cbor") {
+        // kubectl sends built-in kinds as protobuf first and falls back to
+        // JSON on 415, as it does with a server that lacks a codec.
+        return Err(ApiError::unsupported_media_type(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (not {media})"
+        )));
+    }
+    if media.contains("yaml") {
         let text = std::str::from_utf8(body).map_err(|e| ApiError::bad_request(e.to_string()))?;
         serde_norway::from_str(text)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))
@@ -710,7 +718,18 @@ async fn resource(
     })();
     match result {
         Ok((code, v)) if table && (verb == "get" || verb == "list") => {
-            json_response(code, &to_table(&v, q))
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs() as i64)
+                .unwrap_or(0);
+            let include = q
+                .get("includeObject")
+                .map(String::as_str)
+                .unwrap_or("PartialObjectMetadata");
+            json_response(
+                code,
+                &super::table::to_table(&rt, version, &v, include, now),
+            )
         }
         Ok((code, v)) => json_response(code, &v),
         Err(e) => error_response(&e),
@@ -813,47 +832,6 @@ fn write_scale(
     ptr_target[parts[parts.len() - 1]] = json!(replicas);
     let updated = store.update(target, name, obj, Subresource::Main, wo)?;
     Ok((200, scale_of(rt, &updated)))
-}
-
-/// A `meta.k8s.io/v1` Table (what kubectl asks for): Name and Age.
-fn to_table(v: &Value, q: &HashMap<String, String>) -> Value {
-    let items: Vec<Value> = match v.get("items").and_then(Value::as_array) {
-        Some(items) => items.clone(),
-        None => vec![v.clone()],
-    };
-    let include = q
-        .get("includeObject")
-        .map(String::as_str)
-        .unwrap_or("PartialObjectMetadata");
-    let rows: Vec<Value> = items
-        .iter()
-        .map(|o| {
-            let object = match include {
-                "Object" => o.clone(),
-                "None" => Value::Null,
-                _ => json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]}),
-            };
-            let mut row = json!({"cells": [o["metadata"]["name"], o["metadata"]["creationTimestamp"]]});
-            if !object.is_null() {
-                row["object"] = object;
-            }
-            row
-        })
-        .collect();
-    let mut metadata = json!({"resourceVersion": v["metadata"]["resourceVersion"]});
-    if let Some(c) = v.pointer("/metadata/continue") {
-        metadata["continue"] = c.clone();
-    }
-    json!({
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": metadata,
-        "columnDefinitions": [
-            {"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0},
-            {"name": "Age", "type": "date", "format": "", "description": "CreationTimestamp is a timestamp representing the server time when this object was created.", "priority": 0}
-        ],
-        "rows": rows,
-    })
 }
 
 fn event_line(kind: &str, object: &Value) -> Bytes {

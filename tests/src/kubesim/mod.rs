@@ -12,6 +12,7 @@ pub mod patch;
 pub mod selectors;
 pub mod server;
 pub mod store;
+pub mod table;
 
 pub use server::{KubeSim, Options};
 
