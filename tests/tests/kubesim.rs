@@ -1126,3 +1126,36 @@ async fn slow_responses_and_dropped_watches() {
     assert!(ended.is_ok(), "the server closed the watch");
     assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
 }
+
+#[tokio::test]
+async fn metadata_only_reads_and_watches() {
+    let (_sim, client) = sim().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    cms.create(
+        &PostParams::default(),
+        &cm("m", json!({"app": "m"}), json!({"big": "data"})),
+    )
+    .await
+    .unwrap();
+    let one = cms.get_metadata("m").await.unwrap();
+    assert_eq!(one.types.unwrap().kind, "PartialObjectMetadata");
+    assert_eq!(one.metadata.labels.unwrap()["app"], "m");
+    let list = cms.list_metadata(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    let mut events =
+        kube::runtime::metadata_watcher(cms.clone(), watcher::Config::default()).boxed();
+    let names = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut names = Vec::new();
+        while let Some(ev) = events.try_next().await.unwrap() {
+            match ev {
+                watcher::Event::InitApply(m) => names.push(m.metadata.name.unwrap()),
+                watcher::Event::InitDone => break,
+                _ => {}
+            }
+        }
+        names
+    })
+    .await
+    .unwrap();
+    assert_eq!(names, vec!["m"]);
+}

@@ -658,7 +658,13 @@ async fn resource(
         if let Some(n) = &name {
             q.insert("fieldSelector".into(), format!("metadata.name={n}"));
         }
-        return start_watch(shared, &target, &q).await;
+        return start_watch(
+            shared,
+            &target,
+            &q,
+            accept.contains("as=PartialObjectMetadata"),
+        )
+        .await;
     }
     let table = accept.contains("as=Table");
     let wo = write_options(q);
@@ -730,6 +736,12 @@ async fn resource(
                 code,
                 &super::table::to_table(&rt, version, &v, include, now),
             )
+        }
+        Ok((code, v)) if accept.contains("as=PartialObjectMetadataList") && verb == "list" => {
+            json_response(code, &partial_list(&v))
+        }
+        Ok((code, v)) if accept.contains("as=PartialObjectMetadata;") && verb == "get" => {
+            json_response(code, &partial(&v))
         }
         Ok((code, v)) => json_response(code, &v),
         Err(e) => error_response(&e),
@@ -840,10 +852,35 @@ fn event_line(kind: &str, object: &Value) -> Bytes {
     Bytes::from(s)
 }
 
-fn present_at(rt: &super::discovery::ResourceType, version: &str, obj: &Value) -> Value {
+fn present_at(
+    rt: &super::discovery::ResourceType,
+    version: &str,
+    obj: &Value,
+    meta_only: bool,
+) -> Value {
+    if meta_only {
+        return partial(obj);
+    }
     let mut o = obj.clone();
     o["apiVersion"] = json!(rt.api_version(version));
     o
+}
+
+/// The `PartialObjectMetadata` of an object (what metadata watchers ask
+/// for with `Accept: ...;as=PartialObjectMetadata`).
+fn partial(obj: &Value) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]})
+}
+
+/// A list as a `PartialObjectMetadataList`.
+fn partial_list(list: &Value) -> Value {
+    let items: Vec<Value> = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(partial)
+        .collect();
+    json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": list["metadata"], "items": items})
 }
 
 /// How one store event looks to a watcher with these filters: the event
@@ -879,6 +916,7 @@ async fn start_watch(
     shared: &Arc<Shared>,
     target: &Target,
     q: &HashMap<String, String>,
+    meta_only: bool,
 ) -> Response<Body> {
     let opts = match list_options(q) {
         Ok(o) => o,
@@ -958,7 +996,10 @@ async fn start_watch(
                 &opts.label_selector,
                 &opts.field_selector,
             ) && tx
-                .send(event_line(kind, &present_at(&rt, &version, &ev.object)))
+                .send(event_line(
+                    kind,
+                    &present_at(&rt, &version, &ev.object, meta_only),
+                ))
                 .await
                 .is_err()
             {
@@ -981,6 +1022,7 @@ async fn start_watch(
             dropped,
             &mut last_rv,
             &bookmark,
+            meta_only,
         )
         .await;
     });
@@ -1001,6 +1043,7 @@ async fn watch_loop(
     dropped: Option<tokio::time::Instant>,
     last_rv: &mut u64,
     bookmark: &impl Fn(u64, bool) -> Bytes,
+    meta_only: bool,
 ) {
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     let drop_at = dropped.unwrap_or(deadline);
@@ -1016,7 +1059,7 @@ async fn watch_loop(
                         continue;
                     }
                     if let Some(kind) = filter_event(&ev, ns, &opts.label_selector, &opts.field_selector)
-                        && tx.send(event_line(kind, &present_at(rt, version, &ev.object))).await.is_err()
+                        && tx.send(event_line(kind, &present_at(rt, version, &ev.object, meta_only))).await.is_err()
                     {
                         return;
                     }
