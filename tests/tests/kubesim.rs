@@ -1142,8 +1142,9 @@ async fn metadata_only_reads_and_watches() {
     assert_eq!(one.metadata.labels.unwrap()["app"], "m");
     let list = cms.list_metadata(&ListParams::default()).await.unwrap();
     assert_eq!(list.items.len(), 1);
-    let mut events =
-        kube::runtime::metadata_watcher(cms.clone(), watcher::Config::default()).boxed();
+    let meta: Api<kube::core::PartialObjectMeta<ConfigMap>> =
+        Api::default_namespaced(cms.into_client());
+    let mut events = watcher(meta, watcher::Config::default()).boxed();
     let names = tokio::time::timeout(Duration::from_secs(5), async {
         let mut names = Vec::new();
         while let Some(ev) = events.try_next().await.unwrap() {
