@@ -89,10 +89,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Controller(_) => not_yet("controller", "Controller: create and scale up clusters"),
-        Command::Sidecar(_) => not_yet(
-            "sidecar",
-            "Sidecar: configuration rendering, Cassandra supervision",
-        ),
+        Command::Sidecar(args) => {
+            let runtime = tokio::runtime::Runtime::new()?;
+            let code = runtime.block_on(sidecar::member::run(args))?;
+            Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+        }
         Command::Nodetool(args) => Ok(sidecar::nodetool::main(&args)),
         Command::Reloader(args) => {
             sidecar::reloader::run_blocking(args)?;

@@ -117,22 +117,33 @@ fn reap_forever(reaper: &Reaper) {
 pub struct Child {
     pid: i32,
     reaper: &'static Reaper,
+    stderr: Option<std::process::ChildStderr>,
 }
 
 impl Child {
-    /// Starts `command` as a supervised child (its stdout and stderr are the
-    /// sidecar's, so the container log shows the database's output).
+    /// Starts `command` as a supervised child. Its output goes where the
+    /// command says (the container log, or a pipe the caller reads).
     pub fn spawn(mut command: Command) -> Result<Child, SuperviseError> {
         let reaper = reaper()?;
         let program = command.get_program().to_string_lossy().into_owned();
-        let child = command
+        let mut child = command
             .spawn()
             .map_err(|source| SuperviseError::Spawn { program, source })?;
         let pid = child.id() as i32;
+        let stderr = child.stderr.take();
         // The std handle must not wait (the reaper does): forget it.
         drop(child);
         info!(pid, "started the database");
-        Ok(Child { pid, reaper })
+        Ok(Child {
+            pid,
+            reaper,
+            stderr,
+        })
+    }
+
+    /// The child's standard error, when it was spawned with a pipe for it.
+    pub fn take_stderr(&mut self) -> Option<std::process::ChildStderr> {
+        self.stderr.take()
     }
 
     /// The child's PID.

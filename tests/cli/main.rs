@@ -3,3 +3,4 @@
 mod help;
 mod reloader;
 mod render;
+mod sidecar;

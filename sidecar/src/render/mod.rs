@@ -464,7 +464,7 @@ fn read(path: &Path) -> Result<String, RenderError> {
 
 /// Writes every file to a temporary name, then renames them all; on an
 /// error the temporary files are removed and no target was touched.
-fn write_all(dir: &Path, files: &[(String, String)]) -> Result<Vec<PathBuf>, RenderError> {
+pub fn write_all(dir: &Path, files: &[(String, String)]) -> Result<Vec<PathBuf>, RenderError> {
     let write_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source| RenderError::WriteFile { path, source }

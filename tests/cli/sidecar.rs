@@ -1,0 +1,275 @@
+//! The `sidecar` subcommand, run for real against kubesim: it waits for its
+//! member Service, renders the configuration from the image's defaults (the
+//! real Cassandra 4.1 files), starts the database command with it, serves
+//! probes, and stops the database with the signal it got.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use controller::resources;
+use crds::Cluster;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config, CustomResourceExt};
+use serde_json::json;
+use testworld::kubesim::{KubeSim, Options};
+
+fn fixtures() -> &'static Path {
+    let dir = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/fixtures/cassandra/4.1"
+    ));
+    assert!(
+        dir.join("cassandra.yaml").is_file(),
+        "the Cassandra fixtures are missing at {} (shared/ must sit beside the repository)",
+        dir.display()
+    );
+    dir
+}
+
+async fn client(sim: &KubeSim) -> Client {
+    let kc = Kubeconfig::from_yaml(&sim.kubeconfig()).unwrap();
+    let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(cfg).unwrap()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn http_status(addr: &str, path: &str) -> Option<u16> {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    response.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sidecar_renders_starts_probes_and_stops_the_database() {
+    let defaults = fixtures();
+    let sim = KubeSim::start(Options::default()).await.unwrap();
+    let client = client(&sim).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = sim.write_kubeconfig(dir.path()).unwrap();
+
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let _ = namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "db"}})).unwrap(),
+        )
+        .await;
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    crds.create(&PostParams::default(), &Cluster::crd())
+        .await
+        .unwrap();
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
+    let cluster: Cluster = serde_json::from_value(json!({
+        "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "c", "namespace": "db"},
+        "spec": {"version": "4.1.8", "datacenter": {"name": "dc", "racks": [{"name": "r", "members": 1}]}}
+    }))
+    .unwrap();
+    let mut created = None;
+    for _ in 0..50 {
+        // the custom resource is served once the CRD is established
+        match clusters.create(&PostParams::default(), &cluster).await {
+            Ok(c) => {
+                created = Some(c);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    let cluster = created.expect("the Cluster is created");
+
+    // the member Service (with the replace label: the data dir is empty) and Pod
+    let rack = &cluster.spec.datacenter.racks[0];
+    let mut service = resources::member_service(&cluster, rack, 0, true);
+    service.spec.as_mut().unwrap().cluster_ip = Some("127.2.0.10".into());
+    service
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert(crds::labels::REPLACE.into(), "127.2.0.10".into());
+    let services: Api<Service> = Api::namespaced(client.clone(), "db");
+    services
+        .create(&PostParams::default(), &service)
+        .await
+        .unwrap();
+    let mut pod_labels = crds::labels::rack_labels("c", "dc", "r");
+    pod_labels.insert(crds::labels::POD_NAME.into(), "c-dc-r-0".into());
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "c-dc-r-0", "namespace": "db", "labels": pod_labels},
+        "spec": {"containers": [{"name": "cassandra", "image": "cassandra:4.1.8"}]}
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(client.clone(), "db")
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+
+    // the "database": records its environment and waits to be stopped
+    let env_file = dir.path().join("database.env");
+    let script = dir.path().join("database.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nenv > {}.tmp && mv {0}.tmp {0}\nexec sleep 600\n",
+            env_file.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+
+    let probe = format!("127.0.0.1:{}", free_port());
+    let conf = dir.path().join("conf");
+    let mut sidecar = Command::new(env!("CARGO_BIN_EXE_cassandra-operator"))
+        .arg("sidecar")
+        .env("KUBECONFIG", &kubeconfig)
+        .env("POD_NAME", "c-dc-r-0")
+        .env("POD_NAMESPACE", "db")
+        .env("POD_IP", "127.1.0.10")
+        .env("CPU_LIMIT", "2")
+        .env("MEMORY_LIMIT", "2147483648")
+        .env("PROBE_ADDR", &probe)
+        .env(
+            "JOLOKIA_URL",
+            format!("http://127.0.0.1:{}/jolokia/", free_port()),
+        )
+        .env("CONFIG_DEFAULTS_DIR", defaults)
+        .env("CONFIG_DIR", &conf)
+        .env("DATA_DIR", dir.path().join("data"))
+        .env("OVERRIDES_DIR", dir.path().join("overrides"))
+        .env("DATABASE_COMMAND", &script)
+        .env("DRAIN_TIMEOUT_SECONDS", "5")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    wait_for("the database to start", Duration::from_secs(60), || {
+        env_file.is_file()
+    });
+    let env = std::fs::read_to_string(&env_file).unwrap();
+    assert!(
+        env.lines()
+            .any(|l| l == format!("CASSANDRA_CONF={}", conf.display())),
+        "{env}"
+    );
+    assert!(env.lines().any(|l| l == "MAX_HEAP_SIZE=1024M"), "{env}");
+    assert!(env.lines().any(|l| l == "HEAP_NEWSIZE=200M"), "{env}");
+    let jvm = env
+        .lines()
+        .find(|l| l.starts_with("JVM_EXTRA_OPTS="))
+        .expect("JVM_EXTRA_OPTS");
+    assert!(
+        jvm.contains(
+            "-javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1"
+        ),
+        "{jvm}"
+    );
+    assert!(
+        jvm.contains("-Dcassandra.replace_address_first_boot=127.2.0.10"),
+        "{jvm}"
+    );
+
+    let yaml: serde_norway::Value =
+        serde_norway::from_str(&std::fs::read_to_string(conf.join("cassandra.yaml")).unwrap())
+            .unwrap();
+    assert_eq!(yaml["cluster_name"], "c");
+    assert_eq!(yaml["listen_address"], "127.1.0.10");
+    assert_eq!(yaml["broadcast_address"], "127.2.0.10");
+    assert_eq!(
+        yaml["seed_provider"][0]["parameters"][0]["seeds"],
+        "127.2.0.10"
+    );
+    let rackdc = std::fs::read_to_string(conf.join("cassandra-rackdc.properties")).unwrap();
+    assert!(
+        rackdc.contains("dc=dc") && rackdc.contains("rack=r"),
+        "{rackdc}"
+    );
+    // the image's other files are there too: CASSANDRA_CONF replaces the directory
+    assert!(conf.join("cassandra-env.sh").is_file());
+    assert!(conf.join("jvm-server.options").is_file());
+
+    wait_for("the probes", Duration::from_secs(10), || {
+        http_status(&probe, "/healthz") == Some(200)
+    });
+    assert_eq!(
+        http_status(&probe, "/readyz"),
+        Some(503),
+        "not ready while Jolokia does not answer"
+    );
+
+    // a label change reaches the sidecar through its watch; with no Jolokia
+    // it waits (never confirms a decommission it did not see)
+    services
+        .patch(
+            "c-dc-r-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {crds::labels::DECOMMISSIONED: "false"}}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let labels = services
+        .get("c-dc-r-0")
+        .await
+        .unwrap()
+        .metadata
+        .labels
+        .unwrap();
+    assert_eq!(labels[crds::labels::DECOMMISSIONED], "false");
+
+    // SIGTERM: no drain possible, then the database gets the signal, and the
+    // sidecar exits with its status (sleep killed by SIGTERM: 143)
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(sidecar.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = sidecar.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the sidecar did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    sidecar
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(status.code(), Some(143), "{stderr}");
+    assert!(stderr.contains("configuration rendered"), "{stderr}");
+}
