@@ -1160,3 +1160,65 @@ async fn metadata_only_reads_and_watches() {
     .unwrap();
     assert_eq!(names, vec!["m"]);
 }
+
+#[tokio::test]
+async fn events_of_both_apis_are_one_store() {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let (_sim, client) = sim().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let owner = cms
+        .create(&PostParams::default(), &cm("subject", json!({}), json!({})))
+        .await
+        .unwrap();
+    let reference = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("ConfigMap".into()),
+        name: owner.metadata.name.clone(),
+        namespace: owner.metadata.namespace.clone(),
+        uid: owner.metadata.uid.clone(),
+        ..ObjectReference::default()
+    };
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "cassandra-operator".into(),
+            instance: Some("operator-0".into()),
+        },
+    );
+    let ev = Event {
+        type_: EventType::Normal,
+        reason: "RackCreated".into(),
+        note: Some("rack r1 created".into()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    recorder.publish(&ev, &reference).await.unwrap();
+    recorder.publish(&ev, &reference).await.unwrap();
+
+    // The core API (kubectl get events, describe) sees the same Event.
+    let core: Api<CoreEvent> = Api::default_namespaced(client.clone());
+    let list = core
+        .list(&ListParams::default().fields("involvedObject.name=subject,reason=RackCreated"))
+        .await
+        .unwrap();
+    assert_eq!(list.items.len(), 1);
+    let e = &list.items[0];
+    assert_eq!(e.message.as_deref(), Some("rack r1 created"));
+    assert_eq!(e.reporting_component.as_deref(), Some("cassandra-operator"));
+    assert_eq!(e.involved_object.uid, owner.metadata.uid);
+    assert_eq!(
+        e.series.as_ref().map(|s| s.count),
+        Some(Some(2)),
+        "the second publish updated the series"
+    );
+
+    let v1: Api<k8s_openapi::api::events::v1::Event> = Api::default_namespaced(client);
+    let got = v1
+        .list(&ListParams::default().fields("regarding.name=subject"))
+        .await
+        .unwrap();
+    assert_eq!(got.items.len(), 1);
+    assert_eq!(got.items[0].note.as_deref(), Some("rack r1 created"));
+}

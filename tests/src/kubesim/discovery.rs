@@ -57,6 +57,9 @@ pub struct ResourceType {
     pub field_labels: Vec<String>,
     /// A CRD's `additionalPrinterColumns`, per version.
     pub printer_columns: BTreeMap<String, Vec<Value>>,
+    /// Stored as another kind (group, plural) and converted on the way in
+    /// and out (events.k8s.io Events are core Events).
+    pub stored_as: Option<(String, String)>,
 }
 
 impl ResourceType {
@@ -129,6 +132,7 @@ fn builtin(b: Builtin<'_>) -> ResourceType {
         schemas: BTreeMap::new(),
         field_labels: vec![],
         printer_columns: BTreeMap::new(),
+        stored_as: None,
     }
 }
 
@@ -220,6 +224,7 @@ pub fn builtin_types() -> Vec<ResourceType> {
         "type",
     ]);
     let mut ev2 = b("events.k8s.io", "v1", "events", "Event", true, &["ev"]);
+    ev2.stored_as = Some((String::new(), "events".into()));
     ev2.field_labels = strings(&[
         "regarding.kind",
         "regarding.name",
@@ -426,6 +431,7 @@ pub fn crd_type(crd: &Value) -> Result<ResourceType, String> {
         schemas,
         field_labels,
         printer_columns,
+        stored_as: None,
     })
 }
 

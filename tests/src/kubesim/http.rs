@@ -861,9 +861,21 @@ fn present_at(
     if meta_only {
         return partial(obj);
     }
-    let mut o = obj.clone();
-    o["apiVersion"] = json!(rt.api_version(version));
-    o
+    super::store::present(rt, version, obj)
+}
+
+/// A store event as watchers of a kind see it (converted when the kind is
+/// stored as another), so that selectors apply to the served shape.
+fn view(rt: &super::discovery::ResourceType, version: &str, ev: &Arc<Event>) -> Arc<Event> {
+    if rt.stored_as.is_none() {
+        return ev.clone();
+    }
+    let shown = |o: &Value| Arc::new(super::store::present(rt, version, o));
+    Arc::new(Event {
+        object: shown(&ev.object),
+        prev: ev.prev.as_deref().map(shown),
+        ..(**ev).clone()
+    })
 }
 
 /// The `PartialObjectMetadata` of an object (what metadata watchers ask
@@ -990,6 +1002,7 @@ async fn start_watch(
             )
         };
         for ev in &replay {
+            let ev = &view(&rt, &version, ev);
             if let Some(kind) = filter_event(
                 ev,
                 ns.as_deref(),
@@ -1055,9 +1068,11 @@ async fn watch_loop(
                         continue;
                     }
                     *last_rv = ev.rv;
-                    if ev.group != rt.group || ev.plural != rt.plural {
+                    let (group, plural) = super::store::storage_key(rt);
+                    if ev.group != group || ev.plural != plural {
                         continue;
                     }
+                    let ev = view(rt, version, &ev);
                     if let Some(kind) = filter_event(&ev, ns, &opts.label_selector, &opts.field_selector)
                         && tx.send(event_line(kind, &present_at(rt, version, &ev.object, meta_only))).await.is_err()
                     {

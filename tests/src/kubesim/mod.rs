@@ -4,6 +4,7 @@
 //! [`store`] holds the objects and is the in-process API (with change
 //! notifications) that simulated controllers use; [`http`] serves it.
 
+pub mod convert;
 pub mod discovery;
 pub mod faults;
 pub mod gc;

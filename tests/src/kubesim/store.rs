@@ -5,6 +5,7 @@
 //! and the simulated controllers call these methods. No I/O; a
 //! `std::sync::Mutex` guards the state and is never held across an await.
 
+use super::convert;
 use super::discovery::{self, ResourceType};
 use super::patch::{self, PatchType};
 use super::selectors::{FieldSelector, LabelSelector};
@@ -362,6 +363,8 @@ pub(super) struct Table {
 pub(super) struct State {
     pub(super) rv: u64,
     pub(super) tables: BTreeMap<TypeKey, Table>,
+    /// Kinds stored as another kind.
+    aliases: Vec<Arc<ResourceType>>,
     window: usize,
     events: broadcast::Sender<Arc<Event>>,
 }
@@ -489,6 +492,7 @@ impl Store {
         let mut st = State {
             rv: 0,
             tables: BTreeMap::new(),
+            aliases: Vec::new(),
             window: opts.watch_window.max(1),
             events: events.clone(),
         };
@@ -527,7 +531,10 @@ impl Store {
 
     /// The served kinds.
     pub fn types(&self) -> Vec<Arc<ResourceType>> {
-        self.lock().tables.values().map(|t| t.rt.clone()).collect()
+        let st = self.lock();
+        let mut types: Vec<Arc<ResourceType>> = st.tables.values().map(|t| t.rt.clone()).collect();
+        types.extend(st.aliases.iter().cloned());
+        types
     }
 
     /// The kind served at a group, version and plural.
@@ -613,7 +620,9 @@ impl Store {
             {
                 continue;
             }
-            if !opts.label_selector.matches_object(obj) || !opts.field_selector.matches_object(obj)
+            let shown = present(&rt, &t.version, obj);
+            if !opts.label_selector.matches_object(&shown)
+                || !opts.field_selector.matches_object(&shown)
             {
                 continue;
             }
@@ -629,7 +638,7 @@ impl Store {
                 remaining += 1;
                 continue;
             }
-            let mut item = present(&rt, &t.version, obj);
+            let mut item = shown;
             if !rt.custom
                 && let Some(o) = item.as_object_mut()
             {
@@ -918,14 +927,24 @@ fn set_apply_entry(
 /// An object as served at a version (custom resources are stored once and
 /// served at every version with only `apiVersion` changed, as the API server
 /// does with conversion strategy `None`).
-fn present(rt: &ResourceType, version: &str, obj: &Value) -> Value {
+pub fn present(rt: &ResourceType, version: &str, obj: &Value) -> Value {
+    if rt.stored_as.is_some() {
+        return convert::event_from_core(obj);
+    }
     let mut o = obj.clone();
     o["apiVersion"] = json!(rt.api_version(version));
     o
 }
 
+/// The (group, plural) a kind's objects are stored under.
+pub fn storage_key(rt: &ResourceType) -> TypeKey {
+    rt.stored_as
+        .clone()
+        .unwrap_or_else(|| (rt.group.clone(), rt.plural.clone()))
+}
+
 fn key(rt: &ResourceType) -> TypeKey {
-    (rt.group.clone(), rt.plural.clone())
+    storage_key(rt)
 }
 
 const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -1023,6 +1042,10 @@ impl Table {
 
 impl State {
     pub(super) fn register(&mut self, rt: ResourceType) {
+        if rt.stored_as.is_some() {
+            self.aliases.push(Arc::new(rt));
+            return;
+        }
         let k = key(&rt);
         let rv = self.rv;
         match self.tables.get_mut(&k) {
@@ -1047,10 +1070,17 @@ impl State {
         version: &str,
         plural: &str,
     ) -> Result<Arc<ResourceType>, ApiError> {
+        let served = |rt: &ResourceType| rt.versions.iter().any(|v| v == version);
         self.tables
             .get(&(group.to_string(), plural.to_string()))
-            .filter(|t| t.rt.versions.iter().any(|v| v == version))
+            .filter(|t| served(&t.rt))
             .map(|t| t.rt.clone())
+            .or_else(|| {
+                self.aliases
+                    .iter()
+                    .find(|a| a.group == group && a.plural == plural && served(a))
+                    .cloned()
+            })
             .ok_or_else(ApiError::no_route)
     }
 
@@ -1090,11 +1120,12 @@ impl State {
             EventType::Deleted => table.objects.remove(&k),
             _ => table.objects.insert(k, obj.clone()),
         };
+        let (group, plural) = key(rt);
         let ev = Arc::new(Event {
             rv,
             kind,
-            group: rt.group.clone(),
-            plural: rt.plural.clone(),
+            group,
+            plural,
             object: obj.clone(),
             prev,
         });
@@ -1235,6 +1266,9 @@ impl State {
             m.remove("namespace");
         }
         strip_empty_meta(obj);
+        if rt.stored_as.is_some() {
+            *obj = convert::event_to_core(obj);
+        }
         Ok(())
     }
 
