@@ -70,14 +70,6 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-/// A role whose issue is not done yet: say so, and fail.
-fn not_yet(role: &str, issue: &str) -> anyhow::Result<ExitCode> {
-    eprintln!(
-        "cassandra-operator {role}: not implemented yet (see the issue \"{issue}\"); nothing was done"
-    );
-    Ok(ExitCode::from(2))
-}
-
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Crd => {
@@ -88,7 +80,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             init::install(&args)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Controller(_) => not_yet("controller", "Controller: create and scale up clusters"),
+        Command::Controller(args) => {
+            let runtime = tokio::runtime::Runtime::new()?;
+            runtime.block_on(controller::reconcile::run(args))?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Sidecar(args) => {
             let runtime = tokio::runtime::Runtime::new()?;
             let code = runtime.block_on(sidecar::member::run(args))?;

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crds::v1alpha1::{CONDITION_DEGRADED, Cluster, ClusterStatus};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -101,6 +101,8 @@ pub struct Context {
     recorder: Recorder,
     metrics: Arc<Metrics>,
     build: BuildContext,
+    /// Every cache holds its first full list.
+    synced: Arc<AtomicBool>,
 }
 
 /// Runs the controller until SIGTERM or SIGINT.
@@ -169,13 +171,14 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
         build: BuildContext {
             operator_image: args.operator_image.clone(),
         },
+        synced: ready.clone(),
     });
 
     let clusters: Api<Cluster> = api(&client, &args.namespace);
     let controller = Controller::new(clusters, watcher::Config::default());
     let caches_ready = {
-        let stores = (
-            controller.store(),
+        let clusters_store = controller.store();
+        let (sts, svc, pod, pdb, sa, role, rb) = (
             statefulsets,
             services,
             pods,
@@ -185,14 +188,24 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
             role_bindings,
         );
         async move {
-            let _ = stores.0.wait_until_ready().await;
-            let _ = stores.1.wait_until_ready().await;
-            let _ = stores.2.wait_until_ready().await;
-            let _ = stores.3.wait_until_ready().await;
-            let _ = stores.4.wait_until_ready().await;
-            let _ = stores.5.wait_until_ready().await;
-            let _ = stores.6.wait_until_ready().await;
-            let _ = stores.7.wait_until_ready().await;
+            // Every cache must hold a first full list before the reconciles'
+            // reads mean anything.
+            synced(&clusters_store).await;
+            tracing::debug!("clusters cache synced");
+            synced(&sts).await;
+            tracing::debug!("statefulsets cache synced");
+            synced(&svc).await;
+            tracing::debug!("services cache synced");
+            synced(&pod).await;
+            tracing::debug!("pods cache synced");
+            synced(&pdb).await;
+            tracing::debug!("pdbs cache synced");
+            synced(&sa).await;
+            tracing::debug!("service accounts cache synced");
+            synced(&role).await;
+            tracing::debug!("roles cache synced");
+            synced(&rb).await;
+            tracing::debug!("role bindings cache synced");
         }
     };
     tokio::spawn(async move {
@@ -232,6 +245,26 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
     Ok(())
 }
 
+/// Waits until a cache holds its first full list. `wait_until_ready` is
+/// polled again and again: kube-runtime's readiness signal keeps only the
+/// last waiter's waker, and the Controller waits on the same store.
+async fn synced<K>(store: &Store<K>)
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    loop {
+        if let Ok(result) =
+            tokio::time::timeout(Duration::from_millis(200), store.wait_until_ready()).await
+        {
+            if result.is_err() {
+                warn!("a cache's writer was dropped");
+            }
+            return;
+        }
+    }
+}
+
 fn error_policy(_cluster: Arc<Cluster>, error: &Error, ctx: Arc<Context>) -> Requeue {
     ctx.metrics
         .errors
@@ -258,6 +291,11 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Requeue, Er
     let namespace = cluster
         .namespace()
         .ok_or_else(|| Error::NoNamespace(name.clone()))?;
+    if !ctx.synced.load(Ordering::Relaxed) {
+        // Deciding from half-filled caches would recreate what exists and
+        // rewrite a correct status: wait for them.
+        return Ok(Requeue::requeue(Duration::from_millis(200)));
+    }
     if cluster.metadata.deletion_timestamp.is_some() {
         // Its objects carry owner references: the garbage collector removes them.
         return Ok(Requeue::await_change());
@@ -480,6 +518,7 @@ async fn act(
                         "Rack {} created: StatefulSet {sts_name} with 0 members",
                         rack.name
                     ),
+                    Some(related_statefulset(cluster, &rack.name)),
                 )
                 .await;
             }
@@ -516,6 +555,7 @@ async fn act(
                 "RackScaledUp",
                 "ScaleUp",
                 format!("Rack {rack} scaled up to {replicas} members"),
+                Some(related_statefulset(cluster, rack)),
             )
             .await;
         }
@@ -551,8 +591,26 @@ async fn warn_on_new_degradation(
         &reason,
         "Reconcile",
         message,
+        None,
     )
     .await;
+}
+
+/// The object an Event is about besides the Cluster: Events with the same
+/// reason are aggregated into one series per (Cluster, related object), so
+/// that each rack gets its own `RackCreated` and `RackScaledUp`.
+fn related_statefulset(cluster: &Cluster, rack: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("apps/v1".to_string()),
+        kind: Some("StatefulSet".to_string()),
+        name: Some(crds::names::statefulset_name(
+            &cluster.name_any(),
+            &cluster.spec.datacenter.name,
+            rack,
+        )),
+        namespace: cluster.namespace(),
+        ..ObjectReference::default()
+    }
 }
 
 async fn publish(
@@ -562,13 +620,14 @@ async fn publish(
     reason: &str,
     action: &str,
     note: String,
+    related: Option<ObjectReference>,
 ) {
     let event = Event {
         type_,
         reason: reason.to_string(),
         note: Some(note),
         action: action.to_string(),
-        secondary: None,
+        secondary: related,
     };
     if let Err(e) = ctx.recorder.publish(&event, &cluster.object_ref(&())).await {
         // An Event is a courtesy: failing to record one must not stop the

@@ -1,5 +1,6 @@
 //! Tests of the `cassandra-operator` binary's command line.
 
+mod controller;
 mod help;
 mod reloader;
 mod render;

@@ -1,0 +1,371 @@
+//! The `controller` subcommand, run for real against kubesim. The test plays
+//! the StatefulSet controller and the kubelet in the simplest way (a Pod per
+//! replica, made Ready), so that what is tested is the operator: the thesis
+//! scale-up one member at a time, rack by rack, the objects, status and
+//! Events it writes, and zero writes when a restarted controller finds
+//! nothing to do.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crds::Cluster;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config, CustomResourceExt};
+use serde_json::json;
+use testworld::kubesim::{KubeSim, Options};
+
+async fn client(sim: &KubeSim) -> Client {
+    let kc = Kubeconfig::from_yaml(&sim.kubeconfig()).unwrap();
+    let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(cfg).unwrap()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Controller(Child);
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_controller(kubeconfig: &Path, metrics: &str, log: &Path) -> Controller {
+    let log = std::fs::File::create(log).unwrap();
+    Controller(
+        Command::new(env!("CARGO_BIN_EXE_cassandra-operator"))
+            .arg("controller")
+            .env("KUBECONFIG", kubeconfig)
+            .env("METRICS_ADDR", metrics)
+            .env("RUST_LOG", "info,controller=debug")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    )
+}
+
+fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((code, body))
+}
+
+/// The StatefulSet controller and kubelet of this test: one Ready Pod per
+/// replica of every StatefulSet, created in ordinal order.
+async fn play_kubelet(client: &Client) {
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), "db");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "db");
+    for sts in statefulsets.list(&ListParams::default()).await.unwrap() {
+        let name = sts.metadata.name.clone().unwrap();
+        let spec = sts.spec.clone().unwrap();
+        let labels = spec.template.metadata.clone().unwrap().labels.unwrap();
+        for ordinal in 0..spec.replicas.unwrap_or(1) {
+            let pod_name = format!("{name}-{ordinal}");
+            if pods.get_opt(&pod_name).await.unwrap().is_some() {
+                continue;
+            }
+            let mut pod_labels: BTreeMap<String, String> = labels.clone();
+            pod_labels.insert(
+                "statefulset.kubernetes.io/pod-name".into(),
+                pod_name.clone(),
+            );
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": pod_name, "namespace": "db", "labels": pod_labels},
+                "spec": {"containers": [{"name": "cassandra", "image": "cassandra"}]}
+            }))
+            .unwrap();
+            pods.create(&PostParams::default(), &pod).await.unwrap();
+            let status = json!({"status": {"phase": "Running", "conditions": [
+                {"type": "Ready", "status": "True"}
+            ]}});
+            pods.patch_status(&pod_name, &PatchParams::default(), &Patch::Merge(&status))
+                .await
+                .unwrap();
+            // one new member per pass, as OrderedReady does
+            return;
+        }
+    }
+}
+
+async fn until<F: AsyncFnMut() -> bool>(what: &str, timeout: Duration, client: &Client, mut f: F) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        play_kubelet(client).await;
+        if f().await {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn ready_members(cluster: &Cluster) -> (i32, i32) {
+    cluster
+        .status
+        .as_ref()
+        .map(|s| (s.members, s.ready_members))
+        .unwrap_or_default()
+}
+
+fn condition(cluster: &Cluster, type_: &str) -> Option<(String, String)> {
+    cluster
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_scales_the_thesis_cluster_up_one_member_at_a_time() {
+    let sim = KubeSim::start(Options::default()).await.unwrap();
+    let client = client(&sim).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = sim.write_kubeconfig(dir.path()).unwrap();
+
+    let _ = Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "db"}})).unwrap(),
+        )
+        .await;
+    Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(
+        client.clone(),
+    )
+    .create(&PostParams::default(), &Cluster::crd())
+    .await
+    .unwrap();
+
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let controller = start_controller(&kubeconfig, &metrics, &dir.path().join("controller-1.log"));
+
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
+    let cluster: Cluster = serde_json::from_value(json!({
+        "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "cassandra", "namespace": "db"},
+        "spec": {"version": "3.11.6", "datacenter": {"name": "europe-west1", "racks": [
+            {"name": "europe-west1-b", "members": 3,
+             "storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
+                "spec": {"storageClassName": "local-disks", "resources": {"requests": {"storage": "1Gi"}}}}]}}
+        ]}}
+    }))
+    .unwrap();
+    let mut created = None;
+    for _ in 0..50 {
+        match clusters.create(&PostParams::default(), &cluster).await {
+            Ok(c) => {
+                created = Some(c);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    created.expect("the Cluster is created");
+
+    // the first rack grows to 3, one member at a time
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), "db");
+    let mut max_seen_unready = 0;
+    until(
+        "3 ready members",
+        Duration::from_secs(90),
+        &client,
+        async || {
+            let c = clusters.get("cassandra").await.unwrap();
+            // never more than one member that is not ready
+            if let Ok(sts) = statefulsets
+                .get("cassandra-europe-west1-europe-west1-b")
+                .await
+            {
+                let replicas = sts.spec.unwrap().replicas.unwrap_or(0);
+                let pods = Api::<Pod>::namespaced(client.clone(), "db")
+                    .list(&ListParams::default())
+                    .await
+                    .unwrap();
+                let ready = pods.items.len() as i32;
+                max_seen_unready = max_seen_unready.max(replicas - ready);
+            }
+            ready_members(&c) == (3, 3)
+                && condition(&c, "Ready") == Some(("True".into(), "AllMembersReady".into()))
+        },
+    )
+    .await;
+    assert!(
+        max_seen_unready <= 1,
+        "the controller added a member before the previous one was ready"
+    );
+
+    // the objects of the cluster
+    let services: Api<Service> = Api::namespaced(client.clone(), "db");
+    let client_svc = services.get("cassandra-client").await.unwrap();
+    assert_eq!(client_svc.spec.unwrap().cluster_ip.as_deref(), Some("None"));
+    for (member, seed) in [(0, true), (1, true), (2, false)] {
+        let svc = services
+            .get(&format!("cassandra-europe-west1-europe-west1-b-{member}"))
+            .await
+            .unwrap();
+        let labels = svc.metadata.labels.unwrap();
+        assert_eq!(
+            labels.contains_key(crds::labels::SEED),
+            seed,
+            "member {member}"
+        );
+    }
+    Api::<PodDisruptionBudget>::namespaced(client.clone(), "db")
+        .get("cassandra")
+        .await
+        .unwrap();
+    Api::<ServiceAccount>::namespaced(client.clone(), "db")
+        .get("cassandra-member")
+        .await
+        .unwrap();
+    Api::<Role>::namespaced(client.clone(), "db")
+        .get("cassandra-member")
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(client.clone(), "db")
+        .get("cassandra-member")
+        .await
+        .unwrap();
+
+    // a second rack of 2
+    let patch = json!({"spec": {"datacenter": {"name": "europe-west1", "racks": [
+        {"name": "europe-west1-b", "members": 3,
+         "storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
+            "spec": {"storageClassName": "local-disks", "resources": {"requests": {"storage": "1Gi"}}}}]}},
+        {"name": "europe-west1-c", "members": 2}
+    ]}}});
+    clusters
+        .patch("cassandra", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    until(
+        "5 ready members",
+        Duration::from_secs(90),
+        &client,
+        async || {
+            let c = clusters.get("cassandra").await.unwrap();
+            ready_members(&c) == (5, 5) && condition(&c, "Ready").is_some_and(|(s, _)| s == "True")
+        },
+    )
+    .await;
+    let c = clusters.get("cassandra").await.unwrap();
+    let status = c.status.unwrap();
+    assert_eq!(status.racks["europe-west1-c"].members, 2);
+    assert_eq!(status.racks["europe-west1-c"].ready_members, 2);
+    assert_eq!(status.observed_generation, c.metadata.generation);
+
+    // the Events of the thesis's figures
+    let events: Api<Event> = Api::namespaced(client.clone(), "db");
+    let reasons: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect();
+    assert_eq!(
+        reasons.iter().filter(|r| *r == "RackCreated").count(),
+        2,
+        "{reasons:?}"
+    );
+    // one series per rack (kube aggregates repeats per related object)
+    assert_eq!(
+        reasons.iter().filter(|r| *r == "RackScaledUp").count(),
+        2,
+        "{reasons:?}"
+    );
+
+    // metrics
+    let (code, body) = http_get(&metrics, "/metrics").unwrap();
+    assert_eq!(code, 200);
+    assert!(
+        body.contains(
+            "cassandra_operator_cluster_ready_members{namespace=\"db\",cluster=\"cassandra\"} 5"
+        ),
+        "{body}"
+    );
+    let failed: Vec<String> = sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.code >= 400)
+        .map(|r| format!("{} {} {}?{} -> {}", r.verb, r.method, r.path, r.query, r.code))
+        .collect();
+    let log = std::fs::read_to_string(dir.path().join("controller-1.log")).unwrap_or_default();
+    let synced: Vec<&str> = log.lines().filter(|l| l.contains("synced")).collect();
+    assert_eq!(http_get(&metrics, "/readyz").map(|r| r.0), Some(200), "{failed:#?} {synced:#?}");
+
+    // a restarted controller resyncs everything and finds nothing to do:
+    // zero writes
+    drop(controller);
+    sim.clear_requests();
+    let metrics2 = format!("127.0.0.1:{}", free_port());
+    let _controller =
+        start_controller(&kubeconfig, &metrics2, &dir.path().join("controller-2.log"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while http_get(&metrics2, "/readyz").map(|r| r.0) != Some(200) {
+        assert!(
+            Instant::now() < deadline,
+            "the restarted controller never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // it reconciled the cluster at least once
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, body) = http_get(&metrics2, "/metrics").unwrap();
+        if body.contains(
+            "cassandra_operator_cluster_members{namespace=\"db\",cluster=\"cassandra\"} 5",
+        ) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no reconcile after the restart: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let writes: Vec<String> = sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.is_write())
+        .map(|r| format!("{} {}?{} ({})", r.method, r.path, r.query, r.user_agent))
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "a resync with nothing to do wrote: {writes:#?}"
+    );
+}
