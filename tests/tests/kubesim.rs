@@ -1069,6 +1069,46 @@ async fn real_kubectl_gets_and_applies() {
     let (ok, out, err) = run(vec!["delete", "cm", "hello"]).await.unwrap();
     assert!(ok, "{err}");
     assert_eq!(out.trim(), "configmap \"hello\" deleted");
+
+    // kubectl's generators send protobuf.
+    let (ok, out, err) = run(vec!["create", "namespace", "team"]).await.unwrap();
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "namespace/team created");
+    let (ok, _, err) = run(vec![
+        "create",
+        "configmap",
+        "gen",
+        "-n",
+        "team",
+        "--from-literal=a=b",
+    ])
+    .await
+    .unwrap();
+    assert!(ok, "{err}");
+    let (ok, _, err) = run(vec![
+        "create",
+        "secret",
+        "generic",
+        "pw",
+        "-n",
+        "team",
+        "--from-literal=p=abc",
+    ])
+    .await
+    .unwrap();
+    assert!(ok, "{err}");
+    let (ok, out, _) = run(vec![
+        "get",
+        "cm,secret",
+        "-n",
+        "team",
+        "-o",
+        "jsonpath={.items[*].data}",
+    ])
+    .await
+    .unwrap();
+    assert!(ok);
+    assert_eq!(out, r#"{"a":"b"} {"p":"YWJj"}"#);
     let writes: Vec<String> = sim
         .requests()
         .iter()
@@ -1077,7 +1117,7 @@ async fn real_kubectl_gets_and_applies() {
         .collect();
     assert_eq!(
         writes,
-        vec!["create ", "delete hello"],
+        vec!["create ", "delete hello", "create ", "create ", "create "],
         "kubectl's second apply writes nothing"
     );
 }

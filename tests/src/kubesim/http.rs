@@ -260,9 +260,16 @@ fn delete_options(q: &HashMap<String, String>, body: &[u8]) -> Result<DeleteOpti
 
 fn parse_body(body: &[u8], content_type: &str) -> Result<Value, ApiError> {
     let media = content_type.split(';').next().unwrap_or_default().trim();
+    if media == "application/vnd.kubernetes.protobuf" {
+        // kubectl's generators (create namespace, configmap, secret,
+        // serviceaccount) send protobuf.
+        return super::protobuf::decode(body).map_err(|e| {
+            ApiError::unsupported_media_type(format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml ({e})"
+            ))
+        });
+    }
     if media.contains("protobuf") || media.contains("cbor") {
-        // kubectl sends built-in kinds as protobuf first and falls back to
-        // JSON on 415, as it does with a server that lacks a codec.
         return Err(ApiError::unsupported_media_type(format!(
             "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (not {media})"
         )));
@@ -658,13 +665,18 @@ async fn resource(
         if let Some(n) = &name {
             q.insert("fieldSelector".into(), format!("metadata.name={n}"));
         }
-        return start_watch(
-            shared,
-            &target,
-            &q,
-            accept.contains("as=PartialObjectMetadata"),
-        )
-        .await;
+        let shape = if accept.contains("as=Table") {
+            Shape::Table(
+                q.get("includeObject")
+                    .cloned()
+                    .unwrap_or_else(|| "PartialObjectMetadata".into()),
+            )
+        } else if accept.contains("as=PartialObjectMetadata") {
+            Shape::Meta
+        } else {
+            Shape::Full
+        };
+        return start_watch(shared, &target, &q, shape).await;
     }
     let table = accept.contains("as=Table");
     let wo = write_options(q);
@@ -852,16 +864,35 @@ fn event_line(kind: &str, object: &Value) -> Bytes {
     Bytes::from(s)
 }
 
+/// How watch events carry their objects, as the request's `Accept` asks.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Shape {
+    /// The object.
+    Full,
+    /// `PartialObjectMetadata`
+    Meta,
+    /// A one-row `Table` (`kubectl get -w`), with this `includeObject`.
+    Table(String),
+}
+
 fn present_at(
     rt: &super::discovery::ResourceType,
     version: &str,
     obj: &Value,
-    meta_only: bool,
+    shape: &Shape,
 ) -> Value {
-    if meta_only {
-        return partial(obj);
+    match shape {
+        Shape::Full => super::store::present(rt, version, obj),
+        Shape::Meta => partial(obj),
+        Shape::Table(include) => {
+            let shown = super::store::present(rt, version, obj);
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs() as i64)
+                .unwrap_or(0);
+            super::table::to_table(rt, version, &shown, include, now)
+        }
     }
-    super::store::present(rt, version, obj)
 }
 
 /// A store event as watchers of a kind see it (converted when the kind is
@@ -928,7 +959,7 @@ async fn start_watch(
     shared: &Arc<Shared>,
     target: &Target,
     q: &HashMap<String, String>,
-    meta_only: bool,
+    shape: Shape,
 ) -> Response<Body> {
     let opts = match list_options(q) {
         Ok(o) => o,
@@ -1011,7 +1042,7 @@ async fn start_watch(
             ) && tx
                 .send(event_line(
                     kind,
-                    &present_at(&rt, &version, &ev.object, meta_only),
+                    &present_at(&rt, &version, &ev.object, &shape),
                 ))
                 .await
                 .is_err()
@@ -1035,7 +1066,7 @@ async fn start_watch(
             dropped,
             &mut last_rv,
             &bookmark,
-            meta_only,
+            &shape,
         )
         .await;
     });
@@ -1056,7 +1087,7 @@ async fn watch_loop(
     dropped: Option<tokio::time::Instant>,
     last_rv: &mut u64,
     bookmark: &impl Fn(u64, bool) -> Bytes,
-    meta_only: bool,
+    shape: &Shape,
 ) {
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     let drop_at = dropped.unwrap_or(deadline);
@@ -1074,7 +1105,7 @@ async fn watch_loop(
                     }
                     let ev = view(rt, version, &ev);
                     if let Some(kind) = filter_event(&ev, ns, &opts.label_selector, &opts.field_selector)
-                        && tx.send(event_line(kind, &present_at(rt, version, &ev.object, meta_only))).await.is_err()
+                        && tx.send(event_line(kind, &present_at(rt, version, &ev.object, shape))).await.is_err()
                     {
                         return;
                     }

@@ -10,6 +10,7 @@ pub mod faults;
 pub mod gc;
 pub mod http;
 pub mod patch;
+pub mod protobuf;
 pub mod selectors;
 pub mod server;
 pub mod store;

@@ -1,0 +1,351 @@
+//! Decoding of the Kubernetes protobuf envelope for the few kinds kubectl's
+//! generators send as protobuf (`kubectl create namespace|configmap|secret|
+//! serviceaccount`): `k8s\0` + `runtime.Unknown` wrapping the object's
+//! message, turned into the JSON the store takes. Pure: no I/O.
+
+use serde_json::{Map, Value, json};
+
+/// One field of a message: number and value.
+#[derive(Debug, Clone, PartialEq)]
+enum Field<'a> {
+    Varint(u64),
+    Bytes(&'a [u8]),
+    Fixed,
+}
+
+fn varint(buf: &[u8], pos: &mut usize) -> Result<u64, String> {
+    let mut out = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = *buf.get(*pos).ok_or("truncated varint")?;
+        *pos += 1;
+        out |= u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            return Ok(out);
+        }
+    }
+    Err("varint too long".into())
+}
+
+fn fields(buf: &[u8]) -> Result<Vec<(u64, Field<'_>)>, String> {
+    let mut pos = 0;
+    let mut out = Vec::new();
+    while pos < buf.len() {
+        let key = varint(buf, &mut pos)?;
+        let (num, wire) = (key >> 3, key & 7);
+        let f = match wire {
+            0 => Field::Varint(varint(buf, &mut pos)?),
+            1 => {
+                pos += 8;
+                Field::Fixed
+            }
+            2 => {
+                let len = varint(buf, &mut pos)? as usize;
+                let end = pos
+                    .checked_add(len)
+                    .filter(|e| *e <= buf.len())
+                    .ok_or("truncated field")?;
+                let b = &buf[pos..end];
+                pos = end;
+                Field::Bytes(b)
+            }
+            5 => {
+                pos += 4;
+                Field::Fixed
+            }
+            w => return Err(format!("unsupported wire type {w}")),
+        };
+        out.push((num, f));
+    }
+    Ok(out)
+}
+
+fn string(b: &[u8]) -> Result<String, String> {
+    String::from_utf8(b.to_vec()).map_err(|e| e.to_string())
+}
+
+const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+fn base64(data: &[u8]) -> String {
+    let mut out = String::new();
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(B64[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// A `map<string, string>` (or bytes, base64 as JSON has it) entry.
+fn map_entry(b: &[u8], bytes_values: bool) -> Result<(String, Value), String> {
+    let mut k = String::new();
+    let mut v = Value::String(String::new());
+    for (n, f) in fields(b)? {
+        match (n, f) {
+            (1, Field::Bytes(x)) => k = string(x)?,
+            (2, Field::Bytes(x)) if bytes_values => v = json!(base64(x)),
+            (2, Field::Bytes(x)) => v = json!(string(x)?),
+            _ => {}
+        }
+    }
+    Ok((k, v))
+}
+
+fn insert_entry(
+    m: &mut Map<String, Value>,
+    field: &str,
+    b: &[u8],
+    bytes_values: bool,
+) -> Result<(), String> {
+    let (k, v) = map_entry(b, bytes_values)?;
+    let slot = m.entry(field).or_insert_with(|| json!({}));
+    slot[k] = v;
+    Ok(())
+}
+
+fn push(m: &mut Map<String, Value>, field: &str, v: Value) {
+    if let Value::Array(a) = m.entry(field).or_insert_with(|| json!([])) {
+        a.push(v);
+    }
+}
+
+fn owner_reference(b: &[u8]) -> Result<Value, String> {
+    let mut m = Map::new();
+    for (n, f) in fields(b)? {
+        match (n, f) {
+            (1, Field::Bytes(x)) => m.insert("kind".into(), json!(string(x)?)),
+            (3, Field::Bytes(x)) => m.insert("name".into(), json!(string(x)?)),
+            (4, Field::Bytes(x)) => m.insert("uid".into(), json!(string(x)?)),
+            (5, Field::Bytes(x)) => m.insert("apiVersion".into(), json!(string(x)?)),
+            (6, Field::Varint(x)) => m.insert("controller".into(), json!(x != 0)),
+            (7, Field::Varint(x)) => m.insert("blockOwnerDeletion".into(), json!(x != 0)),
+            _ => None,
+        };
+    }
+    Ok(Value::Object(m))
+}
+
+fn object_meta(b: &[u8]) -> Result<Value, String> {
+    let mut m = Map::new();
+    for (n, f) in fields(b)? {
+        match (n, f) {
+            (1, Field::Bytes(x)) => {
+                m.insert("name".into(), json!(string(x)?));
+            }
+            (2, Field::Bytes(x)) => {
+                m.insert("generateName".into(), json!(string(x)?));
+            }
+            (3, Field::Bytes(x)) => {
+                m.insert("namespace".into(), json!(string(x)?));
+            }
+            (5, Field::Bytes(x)) => {
+                m.insert("uid".into(), json!(string(x)?));
+            }
+            (6, Field::Bytes(x)) => {
+                m.insert("resourceVersion".into(), json!(string(x)?));
+            }
+            (11, Field::Bytes(x)) => insert_entry(&mut m, "labels", x, false)?,
+            (12, Field::Bytes(x)) => insert_entry(&mut m, "annotations", x, false)?,
+            (13, Field::Bytes(x)) => push(&mut m, "ownerReferences", owner_reference(x)?),
+            (14, Field::Bytes(x)) => push(&mut m, "finalizers", json!(string(x)?)),
+            _ => {}
+        }
+    }
+    Ok(Value::Object(m))
+}
+
+fn local_object_reference(b: &[u8]) -> Result<Value, String> {
+    let mut name = String::new();
+    for (n, f) in fields(b)? {
+        if let (1, Field::Bytes(x)) = (n, f) {
+            name = string(x)?;
+        }
+    }
+    Ok(json!({"name": name}))
+}
+
+/// The JSON of one object message of a supported kind.
+fn object(api_version: &str, kind: &str, raw: &[u8]) -> Result<Value, String> {
+    let mut m = Map::new();
+    m.insert("apiVersion".into(), json!(api_version));
+    m.insert("kind".into(), json!(kind));
+    for (n, f) in fields(raw)? {
+        let Field::Bytes(x) = f else {
+            if let (Field::Varint(v), "ConfigMap", 4) | (Field::Varint(v), "Secret", 5) =
+                (&f, kind, n)
+            {
+                m.insert("immutable".into(), json!(*v != 0));
+            }
+            if let (Field::Varint(v), "ServiceAccount", 4) = (&f, kind, n) {
+                m.insert("automountServiceAccountToken".into(), json!(*v != 0));
+            }
+            continue;
+        };
+        if n == 1 {
+            m.insert("metadata".into(), object_meta(x)?);
+            continue;
+        }
+        match (kind, n) {
+            ("ConfigMap", 2) => insert_entry(&mut m, "data", x, false)?,
+            ("ConfigMap", 3) => insert_entry(&mut m, "binaryData", x, true)?,
+            ("Secret", 2) => insert_entry(&mut m, "data", x, true)?,
+            ("Secret", 3) => {
+                m.insert("type".into(), json!(string(x)?));
+            }
+            ("Secret", 4) => insert_entry(&mut m, "stringData", x, false)?,
+            ("Namespace", 2) => {
+                let mut spec = Map::new();
+                for (sn, sf) in fields(x)? {
+                    if let (1, Field::Bytes(y)) = (sn, sf) {
+                        push(&mut spec, "finalizers", json!(string(y)?));
+                    }
+                }
+                m.insert("spec".into(), Value::Object(spec));
+            }
+            ("ServiceAccount", 3) => push(&mut m, "imagePullSecrets", local_object_reference(x)?),
+            _ => {}
+        }
+    }
+    Ok(Value::Object(m))
+}
+
+/// Decodes a protobuf request body into JSON, for the supported kinds.
+pub fn decode(body: &[u8]) -> Result<Value, String> {
+    let rest = body
+        .strip_prefix(b"k8s\0")
+        .ok_or("not a Kubernetes protobuf envelope")?;
+    let (mut api_version, mut kind, mut raw) = (String::new(), String::new(), &[][..]);
+    for (n, f) in fields(rest)? {
+        match (n, f) {
+            (1, Field::Bytes(tm)) => {
+                for (tn, tf) in fields(tm)? {
+                    match (tn, tf) {
+                        (1, Field::Bytes(x)) => api_version = string(x)?,
+                        (2, Field::Bytes(x)) => kind = string(x)?,
+                        _ => {}
+                    }
+                }
+            }
+            (2, Field::Bytes(x)) => raw = x,
+            _ => {}
+        }
+    }
+    match (api_version.as_str(), kind.as_str()) {
+        ("v1", "Namespace" | "ConfigMap" | "Secret" | "ServiceAccount") => {
+            object(&api_version, &kind, raw)
+        }
+        _ => Err(format!(
+            "protobuf bodies of {api_version} {kind} are not supported"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tag(n: u64, wire: u64) -> Vec<u8> {
+        enc_varint((n << 3) | wire)
+    }
+
+    fn enc_varint(mut v: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        loop {
+            let b = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                out.push(b);
+                return out;
+            }
+            out.push(b | 0x80);
+        }
+    }
+
+    fn bytes(n: u64, b: &[u8]) -> Vec<u8> {
+        let mut out = tag(n, 2);
+        out.extend(enc_varint(b.len() as u64));
+        out.extend_from_slice(b);
+        out
+    }
+
+    fn entry(k: &str, v: &[u8]) -> Vec<u8> {
+        [bytes(1, k.as_bytes()), bytes(2, v)].concat()
+    }
+
+    fn envelope(kind: &str, raw: &[u8]) -> Vec<u8> {
+        let tm = [bytes(1, b"v1"), bytes(2, kind.as_bytes())].concat();
+        [
+            b"k8s\0".to_vec(),
+            bytes(1, &tm),
+            bytes(2, raw),
+            bytes(3, b""),
+            bytes(4, b""),
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn configmap_with_labels_and_data() {
+        let meta = [
+            bytes(1, b"cfg"),
+            bytes(3, b"default"),
+            bytes(11, &entry("app", b"x")),
+        ]
+        .concat();
+        let raw = [
+            bytes(1, &meta),
+            bytes(2, &entry("k", b"v")),
+            bytes(2, &entry("j", b"w")),
+            bytes(3, &entry("b", b"hi")),
+        ]
+        .concat();
+        let v = decode(&envelope("ConfigMap", &raw)).unwrap();
+        assert_eq!(
+            v,
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "cfg", "namespace": "default", "labels": {"app": "x"}},
+                "data": {"k": "v", "j": "w"}, "binaryData": {"b": "aGk="}})
+        );
+    }
+
+    #[test]
+    fn secret_and_namespace() {
+        let raw = [
+            bytes(1, &bytes(1, b"s")),
+            bytes(2, &entry("pw", b"abc")),
+            bytes(3, b"Opaque"),
+        ]
+        .concat();
+        let v = decode(&envelope("Secret", &raw)).unwrap();
+        assert_eq!(v["data"]["pw"], "YWJj");
+        assert_eq!(v["type"], "Opaque");
+        let raw = [
+            bytes(1, &bytes(1, b"team")),
+            bytes(2, &bytes(1, b"kubernetes")),
+        ]
+        .concat();
+        let v = decode(&envelope("Namespace", &raw)).unwrap();
+        assert_eq!(v["metadata"]["name"], "team");
+        assert_eq!(v["spec"]["finalizers"], json!(["kubernetes"]));
+    }
+
+    #[test]
+    fn unsupported_and_malformed() {
+        assert!(
+            decode(&envelope("Pod", &[]))
+                .unwrap_err()
+                .contains("not supported")
+        );
+        assert!(decode(b"{}").is_err());
+        assert!(decode(&[b"k8s\0".as_slice(), &[0x0a, 0x05, 0x01]].concat()).is_err());
+    }
+}
