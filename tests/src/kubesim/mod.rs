@@ -13,6 +13,7 @@ pub mod patch;
 pub mod protobuf;
 pub mod selectors;
 pub mod server;
+pub mod sim;
 pub mod store;
 pub mod table;
 

@@ -32,6 +32,9 @@ pub struct Options {
     pub bookmark_interval: Duration,
     /// Faults from the start.
     pub faults: FaultConfig,
+    /// The simulated cluster (StatefulSets, scheduler, storage, kubelet);
+    /// None: the API alone.
+    pub sim: Option<super::sim::SimOptions>,
 }
 
 impl Default for Options {
@@ -43,6 +46,7 @@ impl Default for Options {
             watch_window: StoreOptions::default().watch_window,
             bookmark_interval: Duration::from_secs(1),
             faults: FaultConfig::default(),
+            sim: None,
         }
     }
 }
@@ -53,6 +57,7 @@ pub struct KubeSim {
     shared: Arc<Shared>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    sim: Option<super::sim::Sim>,
 }
 
 /// The region of a zone, as cloud providers name them (`europe-west1-b`
@@ -128,12 +133,21 @@ impl KubeSim {
             bookmark_interval: opts.bookmark_interval,
         });
         let (stop, stopped) = watch::channel(false);
+        let sim = match opts.sim.clone() {
+            Some(o) => Some(super::sim::Sim::start(
+                store.clone(),
+                o,
+                format!("http://{addr}"),
+            )?),
+            None => None,
+        };
         let gc = tokio::spawn(super::gc::run(store, Duration::from_secs(1)));
         let accept = tokio::spawn(accept_loop(listener, shared.clone(), stopped));
         Ok(KubeSim {
             shared,
             stop,
             tasks: vec![gc, accept],
+            sim,
         })
     }
 
@@ -188,6 +202,9 @@ impl KubeSim {
         let _ = self.stop.send(true);
         for t in &self.tasks {
             t.abort();
+        }
+        if let Some(sim) = &self.sim {
+            sim.stop();
         }
     }
 }

@@ -367,6 +367,9 @@ pub(super) struct State {
     aliases: Vec<Arc<ResourceType>>,
     window: usize,
     events: broadcast::Sender<Arc<Event>>,
+    /// A kubelet runs (kubesim's sim): a DELETE of a scheduled Pod marks it
+    /// and the kubelet removes it after the containers stopped.
+    graceful_pods: bool,
 }
 
 /// The store; cheap to clone (shared).
@@ -397,6 +400,16 @@ fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
     obj["metadata"]
         .as_object_mut()
         .expect("metadata is an object")
+}
+
+/// A Pod in graceful deletion: it goes when the kubelet says so.
+fn graceful_pod(rt: &ResourceType, obj: &Value) -> bool {
+    rt.group.is_empty()
+        && rt.plural == "pods"
+        && meta(obj)
+            .get("deletionGracePeriodSeconds")
+            .and_then(Value::as_u64)
+            .is_some_and(|g| g > 0)
 }
 
 /// The name of an object.
@@ -495,6 +508,7 @@ impl Store {
             aliases: Vec::new(),
             window: opts.watch_window.max(1),
             events: events.clone(),
+            graceful_pods: false,
         };
         for rt in discovery::builtin_types() {
             st.register(rt);
@@ -517,6 +531,11 @@ impl Store {
 
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Graceful deletion of scheduled Pods (a kubelet confirms it).
+    pub fn set_graceful_pod_deletion(&self, on: bool) {
+        self.lock().graceful_pods = on;
     }
 
     /// Change notifications: every event committed from now on.
@@ -1614,7 +1633,9 @@ impl State {
         if opts.dry_run {
             return Ok(present(rt, &t.version, &next));
         }
-        let done = meta(&next).get("deletionTimestamp").is_some() && finalizers(&next).is_empty();
+        let done = meta(&next).get("deletionTimestamp").is_some()
+            && finalizers(&next).is_empty()
+            && !graceful_pod(rt, &next);
         let stored = self.commit(
             rt,
             if done {
@@ -1671,6 +1692,39 @@ impl State {
             ));
         }
         let mut next = (*old).clone();
+        if rt.group.is_empty() && rt.plural == "pods" && self.graceful_pods {
+            let bound = old
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .is_some_and(|n| !n.is_empty());
+            let m = meta_mut(&mut next);
+            if bound && !m.contains_key("deletionTimestamp") {
+                // The API server's graceful deletion: mark, the kubelet
+                // stops the containers and deletes again with grace 0.
+                let grace = old
+                    .pointer("/spec/terminationGracePeriodSeconds")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(30);
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0);
+                m.insert(
+                    "deletionTimestamp".into(),
+                    json!(super::rfc3339(now + grace)),
+                );
+                m.insert("deletionGracePeriodSeconds".into(), json!(grace));
+                if grace > 0 {
+                    if opts.dry_run {
+                        return Ok(present(rt, &t.version, &next));
+                    }
+                    let stored = self.commit(rt, EventType::Modified, next);
+                    return Ok(present(rt, &t.version, &stored));
+                }
+            } else if m.contains_key("deletionTimestamp") {
+                m.insert("deletionGracePeriodSeconds".into(), json!(0));
+            }
+        }
         let mut fins = finalizers(&old);
         match opts.propagation {
             Some(Propagation::Foreground) if !fins.iter().any(|f| f == "foregroundDeletion") => {

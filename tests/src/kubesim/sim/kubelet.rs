@@ -1,0 +1,1587 @@
+//! The kubelet of every Node: a scheduled Pod gets an IP from
+//! 127.1.0.0/16, its volumes become directories, its init containers run
+//! in order and then its containers run as real processes (see the module
+//! docs of [`super`] for the contract), supervised per `restartPolicy`
+//! with a doubling backoff; probes drive `ready`; the Pod's status
+//! (phase, conditions, container statuses) is written as it changes. A
+//! Pod marked for deletion is stopped (preStop, SIGTERM, SIGKILL after the
+//! grace period) and then removed; a Pod whose Node is gone is killed at
+//! once and removed (the pod garbage collector's job). I/O.
+
+use super::probes;
+use super::quantity::divide_ceil;
+use super::services::{POD_BASE, next_free};
+use super::{SimOptions, list_all, ns_of, patch_status, s, t};
+use crate::kubesim::now_rfc3339;
+use crate::kubesim::store::{DeleteOptions, Store};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+/// The command prefix of the operator image.
+pub const OPERATOR_COMMAND: &str = "/usr/local/bin/cassandra-operator";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Run,
+    Graceful,
+    Kill,
+}
+
+/// Running container processes of a pod: name → (unshare's pid, the
+/// container's PID 1 as the host sees it).
+type Procs = Arc<Mutex<BTreeMap<String, (u32, u32)>>>;
+
+#[derive(Debug)]
+struct PodHandle {
+    stop: watch::Sender<Stop>,
+    procs: Procs,
+    ip: Ipv4Addr,
+    task: JoinHandle<()>,
+}
+
+impl PodHandle {
+    fn kill_now(&self) {
+        let _ = self.stop.send(Stop::Kill);
+        for (outer, inner) in lock(&self.procs).values() {
+            signal(*inner, Signal::SIGKILL);
+            signal(*outer, Signal::SIGKILL);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn signal(pid: u32, sig: Signal) {
+    if pid > 1 {
+        let _ = kill(Pid::from_raw(pid as i32), sig);
+    }
+}
+
+/// The kubelets of all Nodes.
+#[derive(Debug)]
+pub struct Kubelet {
+    store: Store,
+    opts: SimOptions,
+    url: String,
+    kubeconfig: PathBuf,
+    pods: Mutex<HashMap<String, PodHandle>>,
+}
+
+fn force_delete(store: &Store, pod: &Value) {
+    let opts = DeleteOptions {
+        uid: Some(s(pod, "/metadata/uid").to_string()),
+        ..Default::default()
+    };
+    let target = t("", "pods", ns_of(pod));
+    let name = s(pod, "/metadata/name");
+    // The first DELETE of a running pod marks it; the second removes it.
+    if store.delete(&target, name, &opts).is_ok() {
+        let _ = store.delete(&target, name, &opts);
+    }
+}
+
+impl Kubelet {
+    pub(super) fn new(store: Store, opts: SimOptions, url: String, kubeconfig: PathBuf) -> Self {
+        Kubelet {
+            store,
+            opts,
+            url,
+            kubeconfig,
+            pods: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Kills every container (no grace).
+    pub fn kill_all(&self) {
+        for (_, h) in lock(&self.pods).drain() {
+            h.kill_now();
+            h.task.abort();
+        }
+    }
+
+    /// Removes the data of PVs that are gone (reclaim policy Delete).
+    pub fn collect_orphans(&self) {
+        let pvs: BTreeSet<String> = list_all(&self.store, "", "persistentvolumes")
+            .iter()
+            .map(|p| s(p, "/metadata/name").to_string())
+            .collect();
+        let dir = self.opts.work_dir.join("pvs");
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if !pvs.contains(&name) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+
+    /// One pass: starts pods bound to live Nodes, stops deleted ones, kills
+    /// and removes the pods of Nodes that are gone.
+    pub fn sync(&self) {
+        let nodes: BTreeMap<String, Value> = list_all(&self.store, "", "nodes")
+            .into_iter()
+            .map(|n| (s(&n, "/metadata/name").to_string(), n))
+            .collect();
+        let pods = list_all(&self.store, "", "pods");
+        let mut handles = lock(&self.pods);
+        let mut live = BTreeSet::new();
+        for pod in &pods {
+            let node = s(pod, "/spec/nodeName");
+            if node.is_empty() {
+                continue;
+            }
+            let uid = s(pod, "/metadata/uid").to_string();
+            let deleting = pod.pointer("/metadata/deletionTimestamp").is_some();
+            let Some(node_obj) = nodes.get(node) else {
+                // The machine is gone: its processes die with it, and the
+                // pod garbage collector removes the pod.
+                if let Some(h) = handles.remove(&uid) {
+                    h.kill_now();
+                }
+                force_delete(&self.store, pod);
+                continue;
+            };
+            live.insert(uid.clone());
+            match handles.get(&uid) {
+                Some(h) => {
+                    if deleting {
+                        h.stop.send_if_modified(|st| {
+                            let change = *st == Stop::Run;
+                            if change {
+                                *st = Stop::Graceful;
+                            }
+                            change
+                        });
+                    }
+                }
+                None if deleting => force_delete(&self.store, pod),
+                None => {
+                    let phase = s(pod, "/status/phase");
+                    if phase == "Succeeded" || phase == "Failed" {
+                        continue;
+                    }
+                    let used: BTreeSet<Ipv4Addr> = handles.values().map(|h| h.ip).collect();
+                    let Some(ip) = next_free(POD_BASE, &used) else {
+                        eprintln!("kubesim: the pod IP range is full");
+                        continue;
+                    };
+                    let (stop, rx) = watch::channel(Stop::Run);
+                    let procs: Procs = Arc::default();
+                    let ctx = Arc::new(PodCtx {
+                        store: self.store.clone(),
+                        opts: self.opts.clone(),
+                        url: self.url.clone(),
+                        kubeconfig: self.kubeconfig.clone(),
+                        ip: ip.to_string(),
+                        host_ip: node_obj
+                            .pointer("/status/addresses/0/address")
+                            .and_then(Value::as_str)
+                            .unwrap_or("127.0.0.1")
+                            .to_string(),
+                        allocatable: node_obj
+                            .pointer("/status/allocatable")
+                            .cloned()
+                            .unwrap_or(json!({})),
+                        dir: self.opts.work_dir.join("pods").join(format!(
+                            "{}_{}_{}",
+                            ns_of(pod).unwrap_or("default"),
+                            s(pod, "/metadata/name"),
+                            uid
+                        )),
+                        procs: procs.clone(),
+                        pod: Mutex::new(pod.clone()),
+                        run: Mutex::new(PodRun::new(pod)),
+                        changed: Notify::new(),
+                    });
+                    let task = tokio::spawn(run_pod(ctx, rx));
+                    handles.insert(
+                        uid,
+                        PodHandle {
+                            stop,
+                            procs,
+                            ip,
+                            task,
+                        },
+                    );
+                }
+            }
+        }
+        handles.retain(|uid, h| {
+            let keep = live.contains(uid);
+            if !keep {
+                h.kill_now();
+            }
+            keep
+        });
+    }
+}
+
+/// What the kubelet knows of one container.
+#[derive(Debug, Clone)]
+struct Cs {
+    name: String,
+    image: String,
+    restart_count: u32,
+    state: Value,
+    last_state: Value,
+    ready: bool,
+    started: bool,
+    container_id: String,
+}
+
+impl Cs {
+    fn new(c: &Value, reason: &str) -> Cs {
+        Cs {
+            name: s(c, "/name").to_string(),
+            image: s(c, "/image").to_string(),
+            restart_count: 0,
+            state: json!({"waiting": {"reason": reason}}),
+            last_state: json!({}),
+            ready: false,
+            started: false,
+            container_id: String::new(),
+        }
+    }
+
+    fn json(&self) -> Value {
+        let mut v = json!({"name": self.name, "image": self.image, "imageID": format!("kubesim://{}", self.image),
+            "restartCount": self.restart_count, "state": self.state, "lastState": self.last_state,
+            "ready": self.ready, "started": self.started});
+        if !self.container_id.is_empty() {
+            v["containerID"] = json!(self.container_id);
+        }
+        v
+    }
+
+    fn running(&self) -> bool {
+        self.state.get("running").is_some()
+    }
+
+    fn exit_code(&self) -> Option<i64> {
+        self.state
+            .pointer("/terminated/exitCode")
+            .and_then(Value::as_i64)
+    }
+}
+
+/// The state of one pod's run.
+#[derive(Debug)]
+struct PodRun {
+    init: Vec<Cs>,
+    main: Vec<Cs>,
+    initialized: bool,
+    init_failed: bool,
+    start_time: String,
+    transitions: BTreeMap<&'static str, (bool, String)>,
+}
+
+impl PodRun {
+    fn new(pod: &Value) -> PodRun {
+        let list = |p: &str, reason: &str| -> Vec<Cs> {
+            pod.pointer(p)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|c| Cs::new(c, reason))
+                .collect()
+        };
+        let init = list("/spec/initContainers", "PodInitializing");
+        let main = list(
+            "/spec/containers",
+            if init.is_empty() {
+                "ContainerCreating"
+            } else {
+                "PodInitializing"
+            },
+        );
+        PodRun {
+            initialized: init.is_empty(),
+            init,
+            main,
+            init_failed: false,
+            start_time: now_rfc3339(),
+            transitions: BTreeMap::new(),
+        }
+    }
+
+    /// The phase (the kubelet's getPhase).
+    fn phase(&self, policy: &str) -> &'static str {
+        if self.init_failed {
+            return "Failed";
+        }
+        if !self.initialized {
+            return "Pending";
+        }
+        let running = self.main.iter().filter(|c| c.running()).count();
+        let terminated: Vec<i64> = self.main.iter().filter_map(Cs::exit_code).collect();
+        let waiting = self.main.len() - running - terminated.len();
+        if waiting > 0 && running == 0 && terminated.is_empty() {
+            return "Pending";
+        }
+        if running > 0 || (waiting > 0 && policy == "Always") {
+            return "Running";
+        }
+        if terminated.len() == self.main.len() {
+            if policy == "Always" {
+                return "Running";
+            }
+            if terminated.iter().all(|c| *c == 0) {
+                return "Succeeded";
+            }
+            if policy == "Never" {
+                return "Failed";
+            }
+        }
+        "Running"
+    }
+}
+
+struct PodCtx {
+    store: Store,
+    opts: SimOptions,
+    url: String,
+    kubeconfig: PathBuf,
+    ip: String,
+    host_ip: String,
+    allocatable: Value,
+    dir: PathBuf,
+    procs: Procs,
+    pod: Mutex<Value>,
+    run: Mutex<PodRun>,
+    changed: Notify,
+}
+
+impl PodCtx {
+    fn pod(&self) -> Value {
+        lock(&self.pod).clone()
+    }
+
+    fn update(&self, init: bool, idx: usize, f: impl FnOnce(&mut Cs)) {
+        {
+            let mut run = lock(&self.run);
+            let list = if init { &mut run.init } else { &mut run.main };
+            if let Some(c) = list.get_mut(idx) {
+                f(c);
+            }
+        }
+        self.changed.notify_one();
+    }
+
+    fn policy(&self) -> String {
+        match s(&self.pod(), "/spec/restartPolicy") {
+            "" => "Always".to_string(),
+            p => p.to_string(),
+        }
+    }
+
+    fn grace(&self) -> Duration {
+        let pod = self.pod();
+        let secs = pod
+            .pointer("/metadata/deletionGracePeriodSeconds")
+            .and_then(Value::as_u64)
+            .or_else(|| {
+                pod.pointer("/spec/terminationGracePeriodSeconds")
+                    .and_then(Value::as_u64)
+            })
+            .unwrap_or(30);
+        let g = Duration::from_secs(secs);
+        self.opts.max_grace.map_or(g, |m| g.min(m))
+    }
+
+    fn status(&self) -> Value {
+        let pod = self.pod();
+        let policy = self.policy();
+        let mut run = lock(&self.run);
+        let phase = run.phase(&policy);
+        let containers_ready = !run.main.is_empty() && run.main.iter().all(|c| c.ready);
+        let now = now_rfc3339();
+        let mut conds = Vec::new();
+        for (kind, ok) in [
+            ("PodReadyToStartContainers", true),
+            ("Initialized", run.initialized),
+            ("Ready", containers_ready),
+            ("ContainersReady", containers_ready),
+            ("PodScheduled", true),
+        ] {
+            let entry = run.transitions.entry(kind).or_insert((ok, now.clone()));
+            if entry.0 != ok {
+                *entry = (ok, now.clone());
+            }
+            let mut c = json!({"type": kind, "status": if ok { "True" } else { "False" },
+                "lastProbeTime": null, "lastTransitionTime": entry.1});
+            if !ok && (kind == "Ready" || kind == "ContainersReady") {
+                let names: Vec<&str> = run
+                    .main
+                    .iter()
+                    .filter(|c| !c.ready)
+                    .map(|c| c.name.as_str())
+                    .collect();
+                c["reason"] = json!("ContainersNotReady");
+                c["message"] = json!(format!(
+                    "containers with unready status: [{}]",
+                    names.join(" ")
+                ));
+            }
+            if !ok && kind == "Initialized" {
+                c["reason"] = json!("ContainersNotInitialized");
+                let names: Vec<&str> = run
+                    .init
+                    .iter()
+                    .filter(|c| c.exit_code() != Some(0))
+                    .map(|c| c.name.as_str())
+                    .collect();
+                c["message"] = json!(format!(
+                    "containers with incomplete status: [{}]",
+                    names.join(" ")
+                ));
+            }
+            conds.push(c);
+        }
+        let qos = if pod
+            .pointer("/spec/containers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .all(|c| {
+                c.pointer("/resources/limits").is_none()
+                    && c.pointer("/resources/requests").is_none()
+            }) {
+            "BestEffort"
+        } else {
+            "Burstable"
+        };
+        json!({
+            "phase": phase,
+            "conditions": conds,
+            "hostIP": self.host_ip, "hostIPs": [{"ip": self.host_ip}],
+            "podIP": self.ip, "podIPs": [{"ip": self.ip}],
+            "startTime": run.start_time,
+            "qosClass": qos,
+            "initContainerStatuses": run.init.iter().map(Cs::json).collect::<Vec<_>>(),
+            "containerStatuses": run.main.iter().map(Cs::json).collect::<Vec<_>>(),
+        })
+    }
+}
+
+async fn stopped(rx: &mut watch::Receiver<Stop>) -> Stop {
+    match rx.wait_for(|s| *s != Stop::Run).await {
+        Ok(v) => *v,
+        Err(_) => Stop::Kill,
+    }
+}
+
+/// Sleeps, or returns the stop request that came first.
+async fn pause(rx: &mut watch::Receiver<Stop>, d: Duration) -> Option<Stop> {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => None,
+        s = stopped(rx) => Some(s),
+    }
+}
+
+async fn write_status(ctx: Arc<PodCtx>) {
+    let mut last = Value::Null;
+    loop {
+        let _ = tokio::time::timeout(Duration::from_secs(1), ctx.changed.notified()).await;
+        let pod = ctx.pod();
+        let status = ctx.status();
+        if status != last {
+            match patch_status(&ctx.store, "", "pods", &pod, &status) {
+                Ok(p) => {
+                    *lock(&ctx.pod) = p;
+                    last = status;
+                }
+                Err(e) if e.code == 404 => return,
+                Err(_) => {}
+            }
+        } else if let Ok(p) = ctx
+            .store
+            .get(&t("", "pods", ns_of(&pod)), s(&pod, "/metadata/name"))
+            && p.pointer("/metadata/uid") == pod.pointer("/metadata/uid")
+        {
+            *lock(&ctx.pod) = p;
+        }
+        refresh_projections(&ctx);
+    }
+}
+
+async fn run_pod(ctx: Arc<PodCtx>, mut rx: watch::Receiver<Stop>) {
+    let writer = tokio::spawn(write_status(ctx.clone()));
+    ctx.changed.notify_one();
+    let how = lifecycle(&ctx, &mut rx).await;
+    if how == Stop::Graceful {
+        // Last status, then the kubelet confirms the deletion.
+        let pod = ctx.pod();
+        let _ = patch_status(&ctx.store, "", "pods", &pod, &ctx.status());
+        force_delete(&ctx.store, &pod);
+    }
+    writer.abort();
+}
+
+async fn lifecycle(ctx: &Arc<PodCtx>, rx: &mut watch::Receiver<Stop>) -> Stop {
+    let volumes = loop {
+        match prepare_volumes(ctx) {
+            Ok(v) => break v,
+            Err(msg) => {
+                for i in 0..lock(&ctx.run).main.len() {
+                    ctx.update(false, i, |c| {
+                        c.state =
+                            json!({"waiting": {"reason": "ContainerCreating", "message": msg}});
+                    });
+                }
+                if let Some(s) = pause(rx, Duration::from_millis(500)).await {
+                    return s;
+                }
+            }
+        }
+    };
+    let pod = ctx.pod();
+    let inits: Vec<Value> = pod
+        .pointer("/spec/initContainers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut backoff = ctx.opts.restart_backoff;
+    for (i, c) in inits.iter().enumerate() {
+        loop {
+            if *rx.borrow() != Stop::Run {
+                return *rx.borrow();
+            }
+            match run_once(ctx, true, i, c, &volumes, rx).await {
+                Exit::Stopped(s) => return s,
+                Exit::Code(0) => break,
+                Exit::Code(_) | Exit::CreateFailed if ctx.policy() == "Never" => {
+                    lock(&ctx.run).init_failed = true;
+                    ctx.changed.notify_one();
+                    return stopped(rx).await;
+                }
+                _ => {
+                    ctx.update(true, i, |c| c.restart_count += 1);
+                    if let Some(s) = pause(rx, backoff).await {
+                        return s;
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
+    }
+    lock(&ctx.run).initialized = true;
+    ctx.changed.notify_one();
+    let containers: Vec<Value> = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let sups: Vec<JoinHandle<()>> = containers
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| tokio::spawn(supervise(ctx.clone(), i, c, volumes.clone(), rx.clone())))
+        .collect();
+    let how = stopped(rx).await;
+    for s in sups {
+        let _ = s.await;
+    }
+    how
+}
+
+enum Exit {
+    Code(i32),
+    CreateFailed,
+    Stopped(Stop),
+}
+
+async fn supervise(
+    ctx: Arc<PodCtx>,
+    idx: usize,
+    c: Value,
+    volumes: HashMap<String, PathBuf>,
+    mut rx: watch::Receiver<Stop>,
+) {
+    let mut backoff = ctx.opts.restart_backoff;
+    loop {
+        let began = Instant::now();
+        let exit = run_once(&ctx, false, idx, &c, &volumes, &mut rx).await;
+        let code = match exit {
+            Exit::Stopped(_) => return,
+            Exit::Code(code) => Some(code),
+            Exit::CreateFailed => None,
+        };
+        let restart = match ctx.policy().as_str() {
+            "Never" => false,
+            "OnFailure" => code != Some(0),
+            _ => true,
+        };
+        if !restart {
+            let _ = stopped(&mut rx).await;
+            return;
+        }
+        if began.elapsed() > Duration::from_secs(10) {
+            backoff = ctx.opts.restart_backoff;
+        }
+        if code.is_some() {
+            ctx.update(false, idx, |cs| {
+                cs.last_state = cs.state.clone();
+                cs.state = json!({"waiting": {"reason": "CrashLoopBackOff",
+                    "message": format!("back-off {}ms restarting failed container={}", backoff.as_millis(), cs.name)}});
+                cs.restart_count += 1;
+            });
+        }
+        if pause(&mut rx, backoff).await.is_some() {
+            return;
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(10));
+    }
+}
+
+/// Starts a container, runs it (with its probes) until it exits or the pod
+/// stops, and records its states.
+async fn run_once(
+    ctx: &Arc<PodCtx>,
+    init: bool,
+    idx: usize,
+    c: &Value,
+    volumes: &HashMap<String, PathBuf>,
+    rx: &mut watch::Receiver<Stop>,
+) -> Exit {
+    let restart = {
+        let run = lock(&ctx.run);
+        let list = if init { &run.init } else { &run.main };
+        list.get(idx).map_or(0, |c| c.restart_count)
+    };
+    let mut running = match start_container(ctx, c, volumes, restart).await {
+        Ok(r) => r,
+        Err(msg) => {
+            ctx.update(init, idx, |cs| {
+                cs.state = json!({"waiting": {"reason": "CreateContainerError", "message": msg}});
+            });
+            return Exit::CreateFailed;
+        }
+    };
+    let name = s(c, "/name").to_string();
+    lock(&ctx.procs).insert(name.clone(), (running.outer, running.inner));
+    let started_at = now_rfc3339();
+    let has_readiness = c.get("readinessProbe").is_some() && !init;
+    ctx.update(init, idx, |cs| {
+        cs.state = json!({"running": {"startedAt": started_at}});
+        cs.started = true;
+        cs.ready = !has_readiness && !init;
+        cs.container_id = format!("kubesim://{}", running.inner);
+    });
+    let target = probes::Target {
+        pod_ip: ctx.ip.clone(),
+        pid: running.inner,
+        env: running.env.clone(),
+        ports: c
+            .get("ports")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|p| {
+                Some((
+                    p.get("name")?.as_str()?.to_string(),
+                    u16::try_from(p.get("containerPort")?.as_u64()?).ok()?,
+                ))
+            })
+            .collect(),
+    };
+    let (live_tx, mut live_rx) = tokio::sync::mpsc::channel::<()>(1);
+    let probe_tasks: Vec<JoinHandle<()>> = if init {
+        Vec::new()
+    } else {
+        let mut v = Vec::new();
+        if let Some(p) = c.get("readinessProbe").cloned() {
+            v.push(tokio::spawn(probe_loop(
+                ctx.clone(),
+                idx,
+                p,
+                target.clone(),
+                None,
+            )));
+        }
+        if let Some(p) = c.get("livenessProbe").cloned() {
+            v.push(tokio::spawn(probe_loop(
+                ctx.clone(),
+                idx,
+                p,
+                target.clone(),
+                Some(live_tx),
+            )));
+        }
+        v
+    };
+    let outcome = tokio::select! {
+        st = running.child.wait() => Ok(st),
+        s = stopped(rx) => Err(Some(s)),
+        _ = live_rx.recv() => Err(None),
+    };
+    for p in &probe_tasks {
+        p.abort();
+    }
+    let status = match outcome {
+        Ok(st) => st.ok(),
+        Err(how) => {
+            let graceful = how != Some(Stop::Kill);
+            terminate(ctx, c, &mut running, &target, graceful).await
+        }
+    };
+    lock(&ctx.procs).remove(&name);
+    let code = status.map_or(137, |st| {
+        use std::os::unix::process::ExitStatusExt;
+        st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(9))
+    });
+    let finished = now_rfc3339();
+    ctx.update(init, idx, |cs| {
+        let started = cs
+            .state
+            .pointer("/running/startedAt")
+            .cloned()
+            .unwrap_or(json!(null));
+        cs.state = json!({"terminated": {"exitCode": code,
+            "reason": if code == 0 { "Completed" } else { "Error" },
+            "startedAt": started, "finishedAt": finished, "containerID": cs.container_id}});
+        cs.ready = false;
+        cs.started = false;
+    });
+    match outcome_stop(rx) {
+        Some(s) => Exit::Stopped(s),
+        None => Exit::Code(code),
+    }
+}
+
+fn outcome_stop(rx: &watch::Receiver<Stop>) -> Option<Stop> {
+    let s = *rx.borrow();
+    (s != Stop::Run).then_some(s)
+}
+
+async fn probe_loop(
+    ctx: Arc<PodCtx>,
+    idx: usize,
+    probe: Value,
+    target: probes::Target,
+    liveness: Option<tokio::sync::mpsc::Sender<()>>,
+) {
+    let mut timing = probes::timing(&probe);
+    if let Some(cap) = ctx.opts.max_probe_period {
+        timing.period = timing.period.min(cap);
+        timing.initial_delay = timing.initial_delay.min(cap);
+    }
+    tokio::time::sleep(timing.initial_delay).await;
+    let (mut ok_run, mut fail_run) = (0u32, 0u32);
+    loop {
+        let ok = probes::run(&probe, &target, timing.timeout).await;
+        if ok {
+            ok_run += 1;
+            fail_run = 0;
+        } else {
+            fail_run += 1;
+            ok_run = 0;
+        }
+        match &liveness {
+            Some(tx) => {
+                if fail_run >= timing.failure_threshold {
+                    let _ = tx.send(()).await;
+                    return;
+                }
+            }
+            None => {
+                if ok_run >= timing.success_threshold {
+                    ctx.update(false, idx, |c| c.ready = true);
+                } else if fail_run >= timing.failure_threshold {
+                    ctx.update(false, idx, |c| c.ready = false);
+                }
+            }
+        }
+        tokio::time::sleep(timing.period).await;
+    }
+}
+
+/// Stops a container: preStop and SIGTERM then SIGKILL after the grace
+/// period (graceful), or SIGKILL at once.
+async fn terminate(
+    ctx: &Arc<PodCtx>,
+    c: &Value,
+    running: &mut Running,
+    target: &probes::Target,
+    graceful: bool,
+) -> Option<std::process::ExitStatus> {
+    if graceful {
+        let deadline = Instant::now() + ctx.grace();
+        if let Some(h) = c.pointer("/lifecycle/preStop") {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if let Some(argv) = h.pointer("/exec/command").and_then(Value::as_array) {
+                let argv: Vec<String> = argv
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect();
+                let _ = probes::exec(&argv, target, left).await;
+            } else {
+                let _ = probes::run(h, target, left).await;
+            }
+        }
+        signal(running.inner, Signal::SIGTERM);
+        let left = deadline.saturating_duration_since(Instant::now());
+        if let Ok(st) = tokio::time::timeout(left, running.child.wait()).await {
+            return st.ok();
+        }
+    }
+    signal(running.inner, Signal::SIGKILL);
+    signal(running.outer, Signal::SIGKILL);
+    running.child.wait().await.ok()
+}
+
+struct Running {
+    child: tokio::process::Child,
+    outer: u32,
+    inner: u32,
+    env: BTreeMap<String, String>,
+}
+
+/// What an image provides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Image {
+    /// The operator image: its entrypoint is the operator binary.
+    Operator,
+    /// A database image: `cassandra` or `scylla`, and its tag.
+    Database {
+        /// `cassandra` or `scylla`
+        kind: String,
+        /// The image tag (`3.11.1`).
+        tag: String,
+    },
+    /// Anything else: its command runs as a host program.
+    Other,
+}
+
+/// Classifies an image reference.
+pub fn classify(image: &str, operator_images: &[String]) -> Image {
+    let (repo, tag) = match image.rsplit_once(':') {
+        Some((r, t)) if !t.contains('/') => (r, t),
+        _ => (image, "latest"),
+    };
+    let repo = repo.split('@').next().unwrap_or(repo);
+    if operator_images.iter().any(|o| o == repo) {
+        return Image::Operator;
+    }
+    let last = repo.rsplit('/').next().unwrap_or(repo);
+    if last == "cassandra" || last == "scylla" {
+        return Image::Database {
+            kind: last.to_string(),
+            tag: tag.to_string(),
+        };
+    }
+    Image::Other
+}
+
+/// The fixtures directory of a database image's default configuration.
+pub fn fixtures_dir(root: &Path, kind: &str, tag: &str) -> Option<PathBuf> {
+    if kind == "scylla" {
+        return Some(root.join("scylla"));
+    }
+    let base = root.join("cassandra");
+    if tag == "latest" {
+        let mut versions: Vec<String> = std::fs::read_dir(&base)
+            .ok()?
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .collect();
+        versions.sort_by_key(|v| {
+            v.split('.')
+                .map(|p| p.parse::<u32>().unwrap_or(0))
+                .collect::<Vec<_>>()
+        });
+        return versions.last().map(|v| base.join(v));
+    }
+    let mut parts = tag.split(['.', '-']);
+    let mm = format!("{}.{}", parts.next()?, parts.next().unwrap_or("0"));
+    let dir = base.join(mm);
+    dir.is_dir().then_some(dir)
+}
+
+/// Expands `$(VAR)` references as the kubelet does (`$$` escapes).
+pub fn expand(s: &str, env: &BTreeMap<String, String>) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(a) = after.strip_prefix('$') {
+            out.push('$');
+            rest = a;
+        } else if let Some(body) = after.strip_prefix('(')
+            && let Some(end) = body.find(')')
+            && let Some(v) = env.get(&body[..end])
+        {
+            out.push_str(v);
+            rest = &body[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn field_value(pod: &Value, path: &str, ip: &str, host_ip: &str) -> Option<String> {
+    let quoted = |prefix: &str| {
+        path.strip_prefix(prefix)
+            .and_then(|r| r.strip_prefix("['"))
+            .and_then(|r| r.strip_suffix("']"))
+            .map(str::to_string)
+    };
+    if let Some(k) = quoted("metadata.labels") {
+        return Some(s(pod, &format!("/metadata/labels/{}", k.replace('/', "~1"))).to_string());
+    }
+    if let Some(k) = quoted("metadata.annotations") {
+        return Some(
+            s(
+                pod,
+                &format!("/metadata/annotations/{}", k.replace('/', "~1")),
+            )
+            .to_string(),
+        );
+    }
+    Some(match path {
+        "metadata.name" => s(pod, "/metadata/name").to_string(),
+        "metadata.namespace" => s(pod, "/metadata/namespace").to_string(),
+        "metadata.uid" => s(pod, "/metadata/uid").to_string(),
+        "spec.nodeName" => s(pod, "/spec/nodeName").to_string(),
+        "spec.serviceAccountName" => s(pod, "/spec/serviceAccountName").to_string(),
+        "status.podIP" | "status.podIPs" => ip.to_string(),
+        "status.hostIP" | "status.hostIPs" => host_ip.to_string(),
+        _ => return None,
+    })
+}
+
+fn resource_value(pod: &Value, this: &Value, r: &Value, allocatable: &Value) -> Option<String> {
+    let container = match s(r, "/containerName") {
+        "" => this.clone(),
+        name => pod
+            .pointer("/spec/containers")
+            .and_then(Value::as_array)?
+            .iter()
+            .find(|c| c["name"] == name)?
+            .clone(),
+    };
+    let resource = s(r, "/resource");
+    let (kind, what) = resource.split_once('.')?;
+    let divisor = match r.get("divisor") {
+        Some(Value::String(d)) => d.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        _ => "1".to_string(),
+    };
+    let from = |k: &str| {
+        container
+            .pointer(&format!("/resources/{k}/{what}"))
+            .and_then(|v| match v {
+                Value::String(s) => Some(s.clone()),
+                Value::Number(n) => Some(n.to_string()),
+                _ => None,
+            })
+    };
+    let value = match kind {
+        "limits" => from("limits").or_else(|| allocatable.get(what)?.as_str().map(str::to_string)),
+        _ => from("requests")
+            .or_else(|| from("limits"))
+            .or(Some("0".into())),
+    }?;
+    divide_ceil(&value, &divisor).map(|v| v.to_string())
+}
+
+impl PodCtx {
+    fn env_for(&self, c: &Value, image: &Image, bin: &Path) -> BTreeMap<String, String> {
+        let pod = self.pod();
+        let mut env = BTreeMap::new();
+        let mut put = |k: &str, v: String| {
+            env.insert(k.to_string(), v);
+        };
+        put(
+            "PATH",
+            format!(
+                "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                bin.display()
+            ),
+        );
+        put("HOME", "/root".into());
+        let hostname = match s(&pod, "/spec/hostname") {
+            "" => s(&pod, "/metadata/name"),
+            h => h,
+        };
+        put("HOSTNAME", hostname.to_string());
+        put("KUBECONFIG", self.kubeconfig.display().to_string());
+        put("KUBESIM_URL", self.url.clone());
+        put("JOLOKIA_URL", format!("http://{}:8778/jolokia/", self.ip));
+        put("KUBESIM_JOLOKIA_HOST", self.ip.clone());
+        put("PROBE_ADDR", format!("{}:8080", self.ip));
+        let tag = s(c, "/image")
+            .rsplit_once(':')
+            .map(|(_, t)| t.to_string())
+            .unwrap_or_else(|| "latest".into());
+        put("CASSANDRA_VERSION", tag);
+        if let Image::Database { kind, .. } = image {
+            put("CONFIG_DEFAULTS_DIR", format!("/etc/{kind}"));
+        }
+        let ns = ns_of(&pod).unwrap_or("default").to_string();
+        for from in c
+            .get("envFrom")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let name = s(from, "/configMapRef/name");
+            if name.is_empty() {
+                continue;
+            }
+            if let Ok(cm) = self.store.get(&t("", "configmaps", Some(&ns)), name) {
+                let prefix = s(from, "/prefix");
+                for (k, v) in cm
+                    .get("data")
+                    .and_then(Value::as_object)
+                    .into_iter()
+                    .flatten()
+                {
+                    env.insert(
+                        format!("{prefix}{k}"),
+                        v.as_str().unwrap_or_default().to_string(),
+                    );
+                }
+            }
+        }
+        for e in c.get("env").and_then(Value::as_array).into_iter().flatten() {
+            let name = s(e, "/name").to_string();
+            let value = if let Some(v) = e.get("value").and_then(Value::as_str) {
+                Some(expand(v, &env))
+            } else if let Some(f) = e.pointer("/valueFrom/fieldRef") {
+                field_value(&pod, s(f, "/fieldPath"), &self.ip, &self.host_ip)
+            } else if let Some(r) = e.pointer("/valueFrom/resourceFieldRef") {
+                resource_value(&pod, c, r, &self.allocatable)
+            } else if let Some(k) = e.pointer("/valueFrom/configMapKeyRef") {
+                self.store
+                    .get(&t("", "configmaps", Some(&ns)), s(k, "/name"))
+                    .ok()
+                    .and_then(|cm| {
+                        cm.pointer(&format!("/data/{}", s(k, "/key")))
+                            .and_then(Value::as_str)
+                            .map(str::to_string)
+                    })
+            } else {
+                Some(String::new())
+            };
+            if let Some(v) = value {
+                env.insert(name, v);
+            }
+        }
+        env
+    }
+}
+
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let dest = to.join(e.file_name());
+        if e.file_type()?.is_dir() {
+            copy_dir(&e.path(), &dest)?;
+        } else {
+            std::fs::copy(e.path(), dest)?;
+        }
+    }
+    Ok(())
+}
+
+async fn start_container(
+    ctx: &Arc<PodCtx>,
+    c: &Value,
+    volumes: &HashMap<String, PathBuf>,
+    restart: u32,
+) -> Result<Running, String> {
+    let name = s(c, "/name");
+    let image = classify(s(c, "/image"), &ctx.opts.operator_images);
+    let strings = |p: &str| -> Option<Vec<String>> {
+        c.get(p).and_then(Value::as_array).map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+    };
+    let operator = || {
+        ctx.opts
+            .operator_binary
+            .clone()
+            .ok_or_else(|| "kubesim has no operator binary (--operator-binary)".to_string())
+    };
+    let mut argv = match (strings("command"), &image) {
+        (Some(cmd), _) if !cmd.is_empty() => {
+            let mut a = cmd;
+            a.extend(strings("args").unwrap_or_default());
+            a
+        }
+        (_, Image::Operator) => {
+            let mut a = vec![operator()?.display().to_string()];
+            a.extend(strings("args").unwrap_or_default());
+            a
+        }
+        (_, Image::Database { .. }) => {
+            strings("args").unwrap_or_else(|| vec!["cassandra".into(), "-f".into()])
+        }
+        (_, Image::Other) => {
+            return Err(format!(
+                "kubesim does not know the entrypoint of image {:?}: give a command",
+                s(c, "/image")
+            ));
+        }
+    };
+    if argv[0] == OPERATOR_COMMAND {
+        argv[0] = operator()?.display().to_string();
+    }
+    let cdir = ctx.dir.join("containers").join(name);
+    // A restarted container starts from its image again.
+    let _ = std::fs::remove_dir_all(&cdir);
+    let bin = cdir.join("bin");
+    std::fs::create_dir_all(&bin).map_err(|e| format!("create {}: {e}", bin.display()))?;
+    let mut mounts: Vec<(PathBuf, String, bool)> = Vec::new();
+    if image == Image::Operator
+        && let Ok(op) = operator()
+    {
+        let _ = std::os::unix::fs::symlink(op, bin.join("cassandra-operator"));
+    }
+    if let Image::Database { kind, tag } = &image {
+        if let Some(fake) = &ctx.opts.fake_cassandra {
+            let _ = std::os::unix::fs::symlink(fake, bin.join("cassandra"));
+            if kind == "scylla" {
+                let _ = std::os::unix::fs::symlink(fake, bin.join("scylla"));
+            }
+        }
+        if let Some(root) = &ctx.opts.fixtures {
+            let Some(src) = fixtures_dir(root, kind, tag) else {
+                return Err(format!(
+                    "no default configuration for {kind}:{tag} under {}",
+                    root.display()
+                ));
+            };
+            let etc = cdir.join("etc").join(kind);
+            copy_dir(&src, &etc).map_err(|e| format!("copy {}: {e}", src.display()))?;
+            mounts.push((etc, format!("/etc/{kind}"), false));
+        }
+    }
+    for m in c
+        .get("volumeMounts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let Some(host) = volumes.get(s(m, "/name")) else {
+            return Err(format!("volume {:?} not found", s(m, "/name")));
+        };
+        let mut host = host.clone();
+        let sub = s(m, "/subPath");
+        if !sub.is_empty() {
+            host = host.join(sub);
+            if !host.exists() {
+                std::fs::create_dir_all(&host).map_err(|e| e.to_string())?;
+            }
+        }
+        mounts.push((
+            host,
+            s(m, "/mountPath").to_string(),
+            m.get("readOnly") == Some(&json!(true)),
+        ));
+    }
+    let env = ctx.env_for(c, &image, &bin);
+    let argv: Vec<String> = argv.iter().map(|a| expand(a, &env)).collect();
+    let mut script = String::from("set -e\n");
+    for (host, path, ro) in &mounts {
+        let (h, p) = (quote(&host.display().to_string()), quote(path));
+        script.push_str(&format!(
+            "if [ -d {h} ]; then mkdir -p {p}; else mkdir -p \"$(dirname {p})\"; [ -e {p} ] || touch {p}; fi\nmount --bind {h} {p}\n"
+        ));
+        if *ro {
+            script.push_str(&format!("mount -o remount,bind,ro {p}\n"));
+        }
+    }
+    if let Some(wd) = c.get("workingDir").and_then(Value::as_str) {
+        script.push_str(&format!("mkdir -p {0}; cd {0}\n", quote(wd)));
+    }
+    script.push_str("exec \"$@\"\n");
+    let logs = ctx.dir.join("logs").join(name);
+    std::fs::create_dir_all(&logs).map_err(|e| e.to_string())?;
+    let log_path = logs.join(format!("{restart}.log"));
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| format!("open {}: {e}", log_path.display()))?;
+    let log2 = log.try_clone().map_err(|e| e.to_string())?;
+    let mut cmd = tokio::process::Command::new("setpriv");
+    cmd.args([
+        "--pdeathsig",
+        "KILL",
+        "unshare",
+        "--mount",
+        "--pid",
+        "--fork",
+        "--kill-child",
+    ])
+    .args(["--mount-proc", "--propagation", "private", "sh", "-c"])
+    .arg(&script)
+    .arg("sh")
+    .args(&argv)
+    .env_clear()
+    .envs(&env)
+    .current_dir(&cdir)
+    .stdin(Stdio::null())
+    .stdout(log)
+    .stderr(log2)
+    .process_group(0)
+    .kill_on_drop(true);
+    let child = cmd.spawn().map_err(|e| format!("start {name}: {e}"))?;
+    let outer = child.id().unwrap_or(0);
+    let inner = inner_pid(outer).await.unwrap_or(outer);
+    Ok(Running {
+        child,
+        outer,
+        inner,
+        env,
+    })
+}
+
+/// The container's PID 1: the child of unshare (the child of setpriv's
+/// exec, the same process).
+async fn inner_pid(outer: u32) -> Option<u32> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        if let Ok(text) = std::fs::read_to_string(format!("/proc/{outer}/task/{outer}/children"))
+            && let Some(pid) = text.split_whitespace().next().and_then(|p| p.parse().ok())
+        {
+            return Some(pid);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    None
+}
+
+/// Writes `files` into `dir` as the kubelet's atomic writer does: a fresh
+/// `..<timestamp>` directory, the `..data` symlink swapped to it by a
+/// rename, and one symlink per top-level name into `..data`. Nothing is
+/// written when the content is unchanged.
+pub fn project(dir: &Path, files: &BTreeMap<String, Vec<u8>>) -> std::io::Result<bool> {
+    std::fs::create_dir_all(dir)?;
+    let data = dir.join("..data");
+    let current: BTreeMap<String, Vec<u8>> = files
+        .keys()
+        .filter_map(|k| std::fs::read(data.join(k)).ok().map(|v| (k.clone(), v)))
+        .collect();
+    if data.exists() && current == *files {
+        return Ok(false);
+    }
+    let old = std::fs::read_link(&data).ok();
+    let stamp = format!(
+        "..{}_{}",
+        now_rfc3339().replace(':', "_"),
+        crate::kubesim::random_u64() % 1_000_000_000
+    );
+    let fresh = dir.join(&stamp);
+    for (k, v) in files {
+        let p = fresh.join(k);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(p, v)?;
+    }
+    std::fs::create_dir_all(&fresh)?;
+    let tmp = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(&stamp, &tmp)?;
+    std::fs::rename(&tmp, &data)?;
+    let tops: BTreeSet<String> = files
+        .keys()
+        .map(|k| k.split('/').next().unwrap_or(k).to_string())
+        .collect();
+    for top in &tops {
+        let link = dir.join(top);
+        if std::fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(format!("..data/{top}"), &link)?;
+        }
+    }
+    for e in std::fs::read_dir(dir)?.flatten() {
+        let n = e.file_name().to_string_lossy().to_string();
+        if !n.starts_with("..") && !tops.contains(&n) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    if let Some(old) = old
+        && old != Path::new(&stamp)
+    {
+        let _ = std::fs::remove_dir_all(dir.join(old));
+    }
+    Ok(true)
+}
+
+fn format_map(m: Option<&Value>) -> Vec<u8> {
+    let mut out = String::new();
+    for (k, v) in m.and_then(Value::as_object).into_iter().flatten() {
+        out.push_str(&format!(
+            "{k}={}\n",
+            Value::String(v.as_str().unwrap_or_default().into())
+        ));
+    }
+    out.trim_end_matches('\n').as_bytes().to_vec()
+}
+
+impl PodCtx {
+    /// The files of a ConfigMap or downward-API volume; Err when a
+    /// required ConfigMap is missing.
+    fn projection(&self, v: &Value) -> Result<Option<BTreeMap<String, Vec<u8>>>, String> {
+        let pod = self.pod();
+        if let Some(src) = v.get("configMap") {
+            let name = s(src, "/name");
+            let cm = self.store.get(&t("", "configmaps", ns_of(&pod)), name).ok();
+            let Some(cm) = cm else {
+                if src.get("optional") == Some(&json!(true)) {
+                    return Ok(Some(BTreeMap::new()));
+                }
+                return Err(format!("configmap \"{name}\" not found"));
+            };
+            let data: BTreeMap<String, Vec<u8>> = cm
+                .get("data")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        v.as_str().unwrap_or_default().as_bytes().to_vec(),
+                    )
+                })
+                .collect();
+            let files = match src.get("items").and_then(Value::as_array) {
+                Some(items) => items
+                    .iter()
+                    .filter_map(|i| {
+                        Some((s(i, "/path").to_string(), data.get(s(i, "/key"))?.clone()))
+                    })
+                    .collect(),
+                None => data,
+            };
+            return Ok(Some(files));
+        }
+        if let Some(src) = v.get("downwardAPI") {
+            let mut files = BTreeMap::new();
+            for item in src
+                .get("items")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let path = s(item, "/path").to_string();
+                let content = if let Some(f) = item.get("fieldRef") {
+                    match s(f, "/fieldPath") {
+                        "metadata.labels" => format_map(pod.pointer("/metadata/labels")),
+                        "metadata.annotations" => format_map(pod.pointer("/metadata/annotations")),
+                        p => field_value(&pod, p, &self.ip, &self.host_ip)
+                            .unwrap_or_default()
+                            .into_bytes(),
+                    }
+                } else if let Some(r) = item.get("resourceFieldRef") {
+                    let container = pod
+                        .pointer("/spec/containers/0")
+                        .cloned()
+                        .unwrap_or(json!({}));
+                    resource_value(&pod, &container, r, &self.allocatable)
+                        .unwrap_or_default()
+                        .into_bytes()
+                } else {
+                    Vec::new()
+                };
+                files.insert(path, content);
+            }
+            return Ok(Some(files));
+        }
+        Ok(None)
+    }
+}
+
+fn refresh_projections(ctx: &PodCtx) {
+    let pod = ctx.pod();
+    for v in pod
+        .pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Ok(Some(files)) = ctx.projection(v) {
+            let _ = project(&ctx.dir.join("volumes").join(s(v, "/name")), &files);
+        }
+    }
+}
+
+fn prepare_volumes(ctx: &PodCtx) -> Result<HashMap<String, PathBuf>, String> {
+    let pod = ctx.pod();
+    let mut out = HashMap::new();
+    for v in pod
+        .pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let name = s(v, "/name").to_string();
+        let local = ctx.dir.join("volumes").join(&name);
+        let path = if let Some(claim) = v.pointer("/persistentVolumeClaim/claimName") {
+            let claim = claim.as_str().unwrap_or_default();
+            let pvc = ctx
+                .store
+                .get(&t("", "persistentvolumeclaims", ns_of(&pod)), claim)
+                .map_err(|_| format!("persistentvolumeclaim \"{claim}\" not found"))?;
+            let pv = s(&pvc, "/spec/volumeName");
+            if pv.is_empty() {
+                return Err(format!("persistentvolumeclaim \"{claim}\" is not bound"));
+            }
+            ctx.opts.work_dir.join("pvs").join(pv)
+        } else if let Some(p) = v.pointer("/hostPath/path").and_then(Value::as_str) {
+            PathBuf::from(p)
+        } else if let Some(files) = ctx.projection(v)? {
+            project(&local, &files).map_err(|e| format!("write volume {name}: {e}"))?;
+            local
+        } else {
+            local
+        };
+        std::fs::create_dir_all(&path).map_err(|e| format!("create {}: {e}", path.display()))?;
+        out.insert(name, path);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn images() {
+        assert_eq!(
+            classify("cassandra:3.11.1", &[]),
+            Image::Database {
+                kind: "cassandra".into(),
+                tag: "3.11.1".into()
+            }
+        );
+        assert_eq!(
+            classify("scylladb/scylla:5.4", &[]),
+            Image::Database {
+                kind: "scylla".into(),
+                tag: "5.4".into()
+            }
+        );
+        assert_eq!(
+            classify(
+                "example.com:5000/ops/op:1.0",
+                &["example.com:5000/ops/op".into()]
+            ),
+            Image::Operator
+        );
+        assert_eq!(classify("busybox", &[]), Image::Other);
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures");
+        if root.is_dir() {
+            assert_eq!(
+                fixtures_dir(&root, "cassandra", "3.11.1"),
+                Some(root.join("cassandra/3.11"))
+            );
+            assert_eq!(
+                fixtures_dir(&root, "cassandra", "latest"),
+                Some(root.join("cassandra/5.0"))
+            );
+            assert_eq!(fixtures_dir(&root, "cassandra", "2.2.0"), None);
+        }
+    }
+
+    #[test]
+    fn env_expansion_and_downward_api() {
+        let env = BTreeMap::from([("A".to_string(), "x".to_string())]);
+        assert_eq!(expand("$(A)-$(B)-$$(A)", &env), "x-$(B)-$(A)");
+        let pod = json!({"metadata": {"name": "p", "namespace": "n", "labels": {"app.kubernetes.io/name": "c"}},
+            "spec": {"nodeName": "node-a-0", "containers": [{"name": "c", "resources": {"limits": {"cpu": "1500m", "memory": "2Gi"}}}]}});
+        assert_eq!(
+            field_value(&pod, "metadata.name", "127.1.0.1", "h").as_deref(),
+            Some("p")
+        );
+        assert_eq!(
+            field_value(&pod, "metadata.labels['app.kubernetes.io/name']", "", "").as_deref(),
+            Some("c")
+        );
+        assert_eq!(
+            field_value(&pod, "status.podIP", "127.1.0.1", "h").as_deref(),
+            Some("127.1.0.1")
+        );
+        let c = pod["spec"]["containers"][0].clone();
+        let alloc = json!({"cpu": "8", "memory": "32Gi"});
+        assert_eq!(
+            resource_value(&pod, &c, &json!({"resource": "limits.cpu"}), &alloc).as_deref(),
+            Some("2")
+        );
+        assert_eq!(
+            resource_value(&pod, &c, &json!({"resource": "limits.memory"}), &alloc).as_deref(),
+            Some("2147483648")
+        );
+        let bare = json!({"name": "d"});
+        assert_eq!(
+            resource_value(&pod, &bare, &json!({"resource": "limits.cpu"}), &alloc).as_deref(),
+            Some("8")
+        );
+        assert_eq!(
+            String::from_utf8(format_map(pod.pointer("/metadata/labels"))).unwrap(),
+            "app.kubernetes.io/name=\"c\""
+        );
+    }
+
+    #[test]
+    fn atomic_projection() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = BTreeMap::from([("a".to_string(), b"1".to_vec())]);
+        assert!(project(dir.path(), &files).unwrap());
+        let first = std::fs::read_link(dir.path().join("..data")).unwrap();
+        assert_eq!(std::fs::read(dir.path().join("a")).unwrap(), b"1");
+        assert!(!project(dir.path(), &files).unwrap(), "unchanged: no write");
+        let files = BTreeMap::from([("b".to_string(), b"2".to_vec())]);
+        assert!(project(dir.path(), &files).unwrap());
+        assert_ne!(
+            std::fs::read_link(dir.path().join("..data")).unwrap(),
+            first
+        );
+        assert!(!dir.path().join("a").exists());
+        assert!(!dir.path().join(first).exists(), "the old data goes");
+        assert_eq!(std::fs::read(dir.path().join("b")).unwrap(), b"2");
+        assert_eq!(
+            std::fs::read_link(dir.path().join("b")).unwrap(),
+            Path::new("..data/b")
+        );
+    }
+
+    #[test]
+    fn phases() {
+        let pod = json!({"spec": {"containers": [{"name": "c"}]}});
+        let mut run = PodRun::new(&pod);
+        assert_eq!(run.phase("Always"), "Pending");
+        run.main[0].state = json!({"running": {}});
+        assert_eq!(run.phase("Always"), "Running");
+        run.main[0].state = json!({"terminated": {"exitCode": 1}});
+        assert_eq!(run.phase("Never"), "Failed");
+        assert_eq!(run.phase("Always"), "Running");
+        run.main[0].state = json!({"terminated": {"exitCode": 0}});
+        assert_eq!(run.phase("OnFailure"), "Succeeded");
+    }
+}

@@ -1,0 +1,250 @@
+//! The simulated cluster inside kubesim (DESIGN.md section 7, issue 3
+//! part 2): the StatefulSet controller, the scheduler, storage (two
+//! StorageClasses, PV provisioning and binding), ClusterIP allocation and
+//! a kubelet whose containers are real local processes. Every part runs in
+//! one task driven by the store's change notifications (plus a short tick
+//! for timers), level based: each pass reads the store and writes what is
+//! missing, so a pass may run any number of times.
+//!
+//! # The contract with the programs in the containers
+//!
+//! Processes run on this machine. Each container runs as
+//! `setpriv --pdeathsig KILL unshare --mount --pid --fork --kill-child
+//! --mount-proc sh -c <mounts> <command>`: its own mount namespace (the
+//! pod's volumes bind-mounted at their `mountPath`, mount points created on
+//! the host when missing) and its own PID namespace, so the container's
+//! command is PID 1 (as in a real container: a PID 1 without a SIGTERM
+//! handler ignores SIGTERM and is killed after the grace period). Exec
+//! probes and preStop hooks enter the container's namespaces with
+//! `nsenter`. Killing kubesim (or the test process) kills every container:
+//! the namespace dies with its PID 1.
+//!
+//! Images map to programs ([`SimOptions`]):
+//! - the operator image ([`SimOptions::operator_images`], or a command that
+//!   starts with `/usr/local/bin/cassandra-operator`): that path is the
+//!   operator binary under test ([`SimOptions::operator_binary`]);
+//! - database images `cassandra:<tag>` and `scylladb/scylla:<tag>` (any
+//!   repository whose last path element is `cassandra` or `scylla`): the
+//!   image's default configuration (`<fixtures>/cassandra/<major.minor>` or
+//!   `<fixtures>/scylla`) is copied into the container (its writable
+//!   layer) and mounted at `/etc/cassandra` (`/etc/scylla` for scylla),
+//!   also named by env `CONFIG_DEFAULTS_DIR`; the program `cassandra`
+//!   (first on `PATH`) is the fake Cassandra ([`SimOptions::fake_cassandra`]).
+//!   Without a command the container runs `cassandra -f`.
+//! - any other image runs its command as a host program.
+//!
+//! Every container's environment: the pod spec's `env` (values, downward
+//! API `fieldRef` and `resourceFieldRef`, ConfigMap keys) on top of
+//! `PATH`, `HOSTNAME` (the pod name), `KUBECONFIG` (a kubeconfig for this
+//! kubesim), `KUBESIM_URL` (`POD_IP` only when the spec asks for it), and
+//! the sim-only `JOLOKIA_URL=http://<podIP>:8778/jolokia/`,
+//! `KUBESIM_JOLOKIA_HOST=<podIP>`, `PROBE_ADDR=<podIP>:8080`,
+//! `CASSANDRA_VERSION=<image tag>`; the spec's env wins.
+//!
+//! Network: the host network. Pod IPs come from 127.1.0.0/16 (Linux
+//! routes all of 127/8 to the loopback device, so a program can bind its
+//! pod IP). ClusterIPs are the store's (only the model uses them; nothing
+//! routes them). HTTP probes go to `<podIP>:<port>`.
+//!
+//! Files: under [`SimOptions::work_dir`]: `pods/<ns>_<pod>_<uid>/` holds
+//! the pod's volumes (`volumes/<name>`), each container's writable layer
+//! (`containers/<name>/`) and logs (`logs/<container>/<restartCount>.log`,
+//! stdout and stderr, the kubelet's layout); `pvs/<pv>` holds each
+//! PersistentVolume's data (as long as the PV lives).
+//!
+//! Pods are deleted gracefully: a DELETE marks a scheduled Pod with
+//! `deletionTimestamp`; the kubelet runs preStop hooks, sends SIGTERM,
+//! SIGKILL after `terminationGracePeriodSeconds` (capped by
+//! [`SimOptions::max_grace`]), then removes the Pod. Deleting a Node kills
+//! its pods' processes at once (no preStop: the machine is gone) and the
+//! pod garbage collector removes those Pods.
+
+pub mod kubelet;
+pub mod probes;
+pub mod quantity;
+pub mod scheduler;
+pub mod services;
+pub mod statefulset;
+pub mod storage;
+
+use super::patch::PatchType;
+use super::store::{ApiError, ListOptions, Store, Subresource, Target, WriteOptions};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::task::JoinHandle;
+
+/// The images the sim knows, where its programs are, and its limits.
+#[derive(Debug, Clone)]
+pub struct SimOptions {
+    /// Where pods and PVs keep their files (`--sim-dir`).
+    pub work_dir: PathBuf,
+    /// The operator binary under test (`--operator-binary`,
+    /// `KUBESIM_OPERATOR_BINARY`).
+    pub operator_binary: Option<PathBuf>,
+    /// Image names (without tag) that are the operator image
+    /// (`--operator-image`, repeatable).
+    pub operator_images: Vec<String>,
+    /// The fake Cassandra program (`--fake-cassandra`,
+    /// `KUBESIM_FAKE_CASSANDRA`): the database images' `cassandra`.
+    pub fake_cassandra: Option<PathBuf>,
+    /// The fixtures root holding `cassandra/<3.11|4.1|5.0>` and `scylla`
+    /// (`--fixtures`, `KUBESIM_FIXTURES`).
+    pub fixtures: Option<PathBuf>,
+    /// A cap on every grace period (`--max-grace-seconds`).
+    pub max_grace: Option<Duration>,
+    /// A cap on probe periods and initial delays, so that tests need not
+    /// wait 10 s between readiness probes (`--max-probe-period-ms`).
+    pub max_probe_period: Option<Duration>,
+    /// The first restart backoff (doubles up to 10 s; the kubelet's is 10 s
+    /// up to 5 min).
+    pub restart_backoff: Duration,
+}
+
+impl SimOptions {
+    /// Options with everything else at its default.
+    pub fn new(work_dir: impl Into<PathBuf>) -> SimOptions {
+        SimOptions {
+            work_dir: work_dir.into(),
+            operator_binary: std::env::var_os("KUBESIM_OPERATOR_BINARY").map(PathBuf::from),
+            operator_images: Vec::new(),
+            fake_cassandra: std::env::var_os("KUBESIM_FAKE_CASSANDRA").map(PathBuf::from),
+            fixtures: std::env::var_os("KUBESIM_FIXTURES").map(PathBuf::from),
+            max_grace: None,
+            max_probe_period: None,
+            restart_backoff: Duration::from_millis(500),
+        }
+    }
+}
+
+/// The running sim; stopping it (or dropping it) kills every container.
+#[derive(Debug)]
+pub struct Sim {
+    kubelet: Arc<kubelet::Kubelet>,
+    task: JoinHandle<()>,
+}
+
+impl Sim {
+    /// Starts the controllers; `url` is where kubesim serves.
+    pub fn start(store: Store, opts: SimOptions, url: String) -> std::io::Result<Sim> {
+        std::fs::create_dir_all(&opts.work_dir)?;
+        let kubeconfig = opts.work_dir.join("kubeconfig");
+        std::fs::write(&kubeconfig, kubeconfig_for(&url))?;
+        store.set_graceful_pod_deletion(true);
+        storage::ensure_storage_classes(&store);
+        let kubelet = Arc::new(kubelet::Kubelet::new(store.clone(), opts, url, kubeconfig));
+        let task = tokio::spawn(run(store, kubelet.clone()));
+        Ok(Sim { kubelet, task })
+    }
+
+    /// Stops the controllers and kills every container.
+    pub fn stop(&self) {
+        self.task.abort();
+        self.kubelet.kill_all();
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn kubeconfig_for(url: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kubesim\n  cluster:\n    server: {url}\ncontexts:\n- name: kubesim\n  context:\n    cluster: kubesim\n    user: kubesim\n    namespace: default\ncurrent-context: kubesim\nusers:\n- name: kubesim\n  user:\n    token: kubesim\npreferences: {{}}\n"
+    )
+}
+
+async fn run(store: Store, kubelet: Arc<kubelet::Kubelet>) {
+    let mut rx = store.subscribe();
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        pass(&store, &kubelet);
+        tokio::select! {
+            r = rx.recv() => match r {
+                Ok(_) | Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => return,
+            },
+            _ = tick.tick() => {}
+        }
+        // Take everything that is already queued: one pass covers it.
+        while let Ok(_) | Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) =
+            rx.try_recv()
+        {}
+    }
+}
+
+/// One pass of every controller.
+fn pass(store: &Store, kubelet: &kubelet::Kubelet) {
+    services::allocate_cluster_ips(store);
+    storage::bind_immediate(store);
+    storage::reclaim(store);
+    statefulset::sync_all(store);
+    kubelet.collect_orphans();
+    scheduler::schedule_all(store);
+    kubelet.sync();
+}
+
+pub(crate) fn t(group: &str, plural: &str, ns: Option<&str>) -> Target {
+    Target::new(group, "v1", plural, ns)
+}
+
+/// Every object of a kind (all namespaces).
+pub(crate) fn list_all(store: &Store, group: &str, plural: &str) -> Vec<Value> {
+    store
+        .list(&t(group, plural, None), &ListOptions::default())
+        .ok()
+        .and_then(|l| l.get("items").and_then(Value::as_array).cloned())
+        .unwrap_or_default()
+}
+
+pub(crate) fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {
+    v.pointer(ptr).and_then(Value::as_str).unwrap_or_default()
+}
+
+pub(crate) fn ns_of(v: &Value) -> Option<&str> {
+    v.pointer("/metadata/namespace").and_then(Value::as_str)
+}
+
+/// Merge-patches an object's status.
+pub(crate) fn patch_status(
+    store: &Store,
+    group: &str,
+    plural: &str,
+    obj: &Value,
+    status: &Value,
+) -> Result<Value, ApiError> {
+    store
+        .patch(
+            &t(group, plural, ns_of(obj)),
+            s(obj, "/metadata/name"),
+            PatchType::Merge,
+            &serde_json::json!({"status": status}),
+            Subresource::Status,
+            &WriteOptions::default(),
+        )
+        .map(|(v, _)| v)
+}
+
+/// Merge-patches an object.
+pub(crate) fn patch_main(
+    store: &Store,
+    group: &str,
+    plural: &str,
+    obj: &Value,
+    body: &Value,
+) -> Result<Value, ApiError> {
+    store
+        .patch(
+            &t(group, plural, ns_of(obj)),
+            s(obj, "/metadata/name"),
+            PatchType::Merge,
+            body,
+            Subresource::Main,
+            &WriteOptions::default(),
+        )
+        .map(|(v, _)| v)
+}

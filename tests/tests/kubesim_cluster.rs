@@ -1,0 +1,364 @@
+//! The simulated cluster end to end with real processes: a 3-replica
+//! StatefulSet on local disks comes up in order, each pod on its PV's
+//! node; a graceful pod deletion runs SIGTERM through the container's PID
+//! 1; deleting a Node kills its processes and its pod cannot come back
+//! while its local PV is bound to the gone node.
+
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use testworld::kubesim::sim::SimOptions;
+use testworld::kubesim::store::{
+    DeleteOptions, EventType, ListOptions, Store, Target, WriteOptions,
+};
+use testworld::kubesim::{KubeSim, Options};
+
+fn t(group: &str, plural: &str, ns: Option<&str>) -> Target {
+    Target::new(group, "v1", plural, ns)
+}
+
+fn pods() -> Target {
+    t("", "pods", Some("default"))
+}
+
+fn s<'a>(v: &'a Value, p: &str) -> &'a str {
+    v.pointer(p).and_then(Value::as_str).unwrap_or_default()
+}
+
+fn ready(pod: &Value) -> bool {
+    s(pod, "/status/phase") == "Running"
+        && pod
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
+/// Polls `f` until it gives a value or the deadline passes.
+async fn until<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn pid_alive(pid: u32) -> bool {
+    // A zombie is dead for our purposes.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|st| {
+            st.rsplit_once(") ")
+                .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+fn container_pid(pod: &Value) -> u32 {
+    s(pod, "/status/containerStatuses/0/containerID")
+        .strip_prefix("kubesim://")
+        .and_then(|p| p.parse().ok())
+        .expect("a running container has an id")
+}
+
+/// The container (`$$$$` is the shell's `$$` after the kubelet's `$(VAR)`
+/// expansion): writes who it is to its data volume, then waits; on
+/// SIGTERM it writes `bye` and exits.
+const SCRIPT: &str = r#"echo "$POD_NAME $POD_IP $$$$ $CPU $NODE" > /data/hello
+trap 'echo bye > /data/bye; exit 0' TERM
+while :; do sleep 0.1; done"#;
+
+fn statefulset() -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {
+            "replicas": 3,
+            "serviceName": "web",
+            "podManagementPolicy": "OrderedReady",
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 30,
+                    "containers": [{
+                        "name": "app", "image": "busybox:1.36",
+                        "command": ["/bin/sh", "-c", SCRIPT],
+                        "env": [
+                            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                            {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                            {"name": "CPU", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}
+                        ],
+                        "resources": {"limits": {"cpu": "1500m", "memory": "64Mi"}},
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                        "readinessProbe": {"exec": {"command": ["cat", "/data/hello"]}, "periodSeconds": 1}
+                    }]
+                }
+            },
+            "volumeClaimTemplates": [{
+                "metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local-disks",
+                    "resources": {"requests": {"storage": "1Gi"}}}
+            }]
+        }
+    })
+}
+
+fn pv_dir(work: &Path, store: &Store, pod: &str) -> PathBuf {
+    let pvc = store
+        .get(
+            &t("", "persistentvolumeclaims", Some("default")),
+            &format!("data-{pod}"),
+        )
+        .unwrap();
+    work.join("pvs").join(s(&pvc, "/spec/volumeName"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statefulset_on_local_disks_and_a_lost_node() {
+    let work = tempfile::tempdir().unwrap();
+    let mut sim_opts = SimOptions::new(work.path());
+    sim_opts.max_grace = Some(Duration::from_secs(5));
+    let sim = KubeSim::start(Options {
+        zones: vec!["a".into(), "b".into(), "c".into()],
+        nodes_per_zone: 1,
+        sim: Some(sim_opts),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let store = sim.store().clone();
+    let w = WriteOptions::default();
+    let started = Instant::now();
+
+    // Services: a headless one keeps no address, a ClusterIP one gets one.
+    let svcs = t("", "services", Some("default"));
+    store
+        .create(&svcs, json!({"metadata": {"name": "web"}, "spec": {"clusterIP": "None",
+            "publishNotReadyAddresses": true, "selector": {"app": "web"}, "ports": [{"port": 80}]}}), &w)
+        .unwrap();
+    store
+        .create(
+            &svcs,
+            json!({"metadata": {"name": "web-0"}, "spec": {
+            "selector": {"statefulset.kubernetes.io/pod-name": "web-0"}, "ports": [{"port": 80}]}}),
+            &w,
+        )
+        .unwrap();
+
+    // Every pod that appears must find its predecessor Running and Ready.
+    let mut events = store.subscribe();
+    let order_store = store.clone();
+    let order = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while seen.len() < 3 {
+            let Ok(e) = events.recv().await else { break };
+            if e.plural != "pods" || e.kind != EventType::Added {
+                continue;
+            }
+            let name = s(&e.object, "/metadata/name").to_string();
+            let ord: usize = name.trim_start_matches("web-").parse().unwrap();
+            let before = (ord > 0).then(|| order_store.get(&pods(), &format!("web-{}", ord - 1)));
+            let prev_ready = before.is_none_or(|p| p.as_ref().is_ok_and(ready));
+            seen.push((name, prev_ready));
+        }
+        seen
+    });
+    store
+        .create(
+            &t("apps", "statefulsets", Some("default")),
+            statefulset(),
+            &w,
+        )
+        .unwrap();
+
+    let running: Vec<Value> = until("three ready pods", 60, || {
+        let all: Vec<Value> = (0..3)
+            .map(|i| store.get(&pods(), &format!("web-{i}")).ok())
+            .collect::<Option<_>>()?;
+        all.iter().all(ready).then_some(all)
+    })
+    .await;
+    let up = started.elapsed();
+    let seen = order.await.unwrap();
+    assert_eq!(
+        seen,
+        vec![
+            ("web-0".to_string(), true),
+            ("web-1".to_string(), true),
+            ("web-2".to_string(), true)
+        ],
+        "created in order, each after the previous was Running and Ready"
+    );
+
+    let sts = until("statefulset status", 10, || {
+        let sts = store
+            .get(&t("apps", "statefulsets", Some("default")), "web")
+            .ok()?;
+        (sts["status"]["readyReplicas"] == 3).then_some(sts)
+    })
+    .await;
+    assert_eq!(sts["status"]["replicas"], 3);
+    assert_eq!(sts["status"]["currentReplicas"], 3);
+    assert_eq!(sts["status"]["updatedReplicas"], 3);
+    assert_eq!(sts["status"]["observedGeneration"], 1);
+    assert_eq!(
+        sts["status"]["currentRevision"],
+        sts["status"]["updateRevision"]
+    );
+
+    let mut ips = std::collections::BTreeSet::new();
+    let mut nodes = std::collections::BTreeSet::new();
+    for (i, pod) in running.iter().enumerate() {
+        let name = format!("web-{i}");
+        let node = s(pod, "/spec/nodeName").to_string();
+        let ip = s(pod, "/status/podIP").to_string();
+        assert!(ip.starts_with("127.1."), "{ip}");
+        ips.insert(ip.clone());
+        nodes.insert(node.clone());
+        // The claim is bound to a local PV on the pod's node.
+        let pvc = store
+            .get(
+                &t("", "persistentvolumeclaims", Some("default")),
+                &format!("data-{name}"),
+            )
+            .unwrap();
+        assert_eq!(s(&pvc, "/status/phase"), "Bound");
+        let pv = store
+            .get(
+                &t("", "persistentvolumes", None),
+                s(&pvc, "/spec/volumeName"),
+            )
+            .unwrap();
+        assert_eq!(s(&pv, "/status/phase"), "Bound");
+        assert_eq!(s(&pv, "/spec/storageClassName"), "local-disks");
+        assert_eq!(
+            pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"],
+            json!([node])
+        );
+        // The process ran as PID 1 of its container with the downward API
+        // environment, and wrote through its volume mount into the PV.
+        let hello =
+            std::fs::read_to_string(pv_dir(work.path(), &store, &name).join("hello")).unwrap();
+        assert_eq!(hello.trim(), format!("{name} {ip} 1 2 {node}"));
+        assert!(pid_alive(container_pid(pod)));
+        let conds: Vec<(String, String)> = pod["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (s(c, "/type").to_string(), s(c, "/status").to_string()))
+            .collect();
+        for kind in ["PodScheduled", "Initialized", "ContainersReady", "Ready"] {
+            assert!(
+                conds.contains(&(kind.to_string(), "True".to_string())),
+                "{kind}: {conds:?}"
+            );
+        }
+    }
+    assert_eq!(ips.len(), 3);
+    assert_eq!(nodes.len(), 3, "the scheduler spreads the pods");
+    let web0 = store.get(&svcs, "web-0").unwrap();
+    let cluster_ip: std::net::Ipv4Addr = s(&web0, "/spec/clusterIP").parse().unwrap();
+    assert_eq!(web0["spec"]["clusterIPs"], json!([cluster_ip.to_string()]));
+    assert_eq!(
+        s(&store.get(&svcs, "web").unwrap(), "/spec/clusterIP"),
+        "None"
+    );
+
+    // Graceful deletion: SIGTERM reaches the container's PID 1, the pod
+    // comes back on the same node with the same disk.
+    let old2 = running[2].clone();
+    let pid2 = container_pid(&old2);
+    let marked = store
+        .delete(&pods(), "web-2", &DeleteOptions::default())
+        .unwrap();
+    assert!(marked["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(marked["metadata"]["deletionGracePeriodSeconds"], 30);
+    let dir2 = pv_dir(work.path(), &store, "web-2");
+    until("web-2 said bye", 20, || {
+        dir2.join("bye").exists().then_some(())
+    })
+    .await;
+    let back = until("web-2 back and ready", 60, || {
+        let p = store.get(&pods(), "web-2").ok()?;
+        (p["metadata"]["uid"] != old2["metadata"]["uid"] && ready(&p)).then_some(p)
+    })
+    .await;
+    assert!(!pid_alive(pid2));
+    assert_eq!(s(&back, "/spec/nodeName"), s(&old2, "/spec/nodeName"));
+    assert_eq!(pv_dir(work.path(), &store, "web-2"), dir2, "the same PV");
+
+    // A lost machine: its processes die, the pod is replaced and cannot be
+    // placed while its local PV is on the gone node.
+    let lost = running[1].clone();
+    let lost_node = s(&lost, "/spec/nodeName").to_string();
+    let lost_pid = container_pid(&lost);
+    let survivors: Vec<u32> = [&running[0], &back]
+        .iter()
+        .map(|p| container_pid(p))
+        .collect();
+    store
+        .delete(&t("", "nodes", None), &lost_node, &DeleteOptions::default())
+        .unwrap();
+    until("the lost node's process to die", 10, || {
+        (!pid_alive(lost_pid)).then_some(())
+    })
+    .await;
+    let pending = until("web-1 replaced and unschedulable", 20, || {
+        let p = store.get(&pods(), "web-1").ok()?;
+        let cond = p["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "PodScheduled")?
+            .clone();
+        (p["metadata"]["uid"] != lost["metadata"]["uid"] && cond["status"] == "False")
+            .then_some((p, cond))
+    })
+    .await;
+    assert!(!dir2.join("..").join("nothing").exists());
+    let (p, cond) = pending;
+    assert_eq!(s(&p, "/status/phase"), "Pending");
+    assert_eq!(s(&p, "/spec/nodeName"), "");
+    assert_eq!(cond["reason"], "Unschedulable");
+    assert_eq!(
+        cond["message"],
+        "0/2 nodes are available: 2 node(s) had volume node affinity conflict."
+    );
+    // The claim still names the PV on the gone node.
+    let pvc = store
+        .get(
+            &t("", "persistentvolumeclaims", Some("default")),
+            "data-web-1",
+        )
+        .unwrap();
+    let pv = store
+        .get(
+            &t("", "persistentvolumes", None),
+            s(&pvc, "/spec/volumeName"),
+        )
+        .unwrap();
+    assert_eq!(
+        pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"],
+        json!([lost_node])
+    );
+    for pid in &survivors {
+        assert!(pid_alive(*pid), "pods on other nodes keep running");
+    }
+    let listed = store.list(&pods(), &ListOptions::default()).unwrap();
+    assert_eq!(listed["items"].as_array().unwrap().len(), 3);
+
+    eprintln!(
+        "three pods ready in {up:?}; whole scenario {:?}",
+        started.elapsed()
+    );
+    // Stopping kubesim kills every container.
+    drop(sim);
+    until("every container to die", 10, || {
+        survivors.iter().all(|p| !pid_alive(*p)).then_some(())
+    })
+    .await;
+}
