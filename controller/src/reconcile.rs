@@ -554,7 +554,9 @@ async fn act(
                 EventType::Normal,
                 "RackScaledUp",
                 "ScaleUp",
-                format!("Rack {rack} scaled up to {replicas} members"),
+                // kube aggregates repeats of an Event into a series that keeps
+                // the first note: say what every repeat means.
+                format!("Rack {rack} scaled up by one member"),
                 Some(related_statefulset(cluster, rack)),
             )
             .await;

@@ -308,6 +308,57 @@ async fn controller_scales_the_thesis_cluster_up_one_member_at_a_time() {
         "{reasons:?}"
     );
 
+    // what a person sees: kubectl get and describe
+    let kubectl = |args: &[&str]| {
+        let out = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(args)
+            .output()
+            .expect("kubectl is on the machine");
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let table = kubectl(&["get", "clusters.cassandra.rook.io", "-n", "db"]);
+    let row: Vec<&str> = table
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        &row[..5],
+        ["cassandra", "3.11.6", "5", "5", "AllMembersReady"],
+        "{table}"
+    );
+    let describe = kubectl(&[
+        "describe",
+        "clusters.cassandra.rook.io",
+        "-n",
+        "db",
+        "cassandra",
+    ]);
+    assert!(
+        describe
+            .lines()
+            .any(|l| l.split_whitespace().eq(["Ready", "Members:", "5"])),
+        "{describe}"
+    );
+    for expected in [
+        "AllMembersReady",
+        "Rack europe-west1-b created: StatefulSet cassandra-europe-west1-europe-west1-b with 0 members",
+        "Rack europe-west1-c scaled up by one member",
+    ] {
+        assert!(
+            describe.contains(expected),
+            "{expected:?} missing from kubectl describe:\n{describe}"
+        );
+    }
+
     // metrics
     let (code, body) = http_get(&metrics, "/metrics").unwrap();
     assert_eq!(code, 200);
@@ -321,11 +372,20 @@ async fn controller_scales_the_thesis_cluster_up_one_member_at_a_time() {
         .requests()
         .into_iter()
         .filter(|r| r.code >= 400)
-        .map(|r| format!("{} {} {}?{} -> {}", r.verb, r.method, r.path, r.query, r.code))
+        .map(|r| {
+            format!(
+                "{} {} {}?{} -> {}",
+                r.verb, r.method, r.path, r.query, r.code
+            )
+        })
         .collect();
     let log = std::fs::read_to_string(dir.path().join("controller-1.log")).unwrap_or_default();
     let synced: Vec<&str> = log.lines().filter(|l| l.contains("synced")).collect();
-    assert_eq!(http_get(&metrics, "/readyz").map(|r| r.0), Some(200), "{failed:#?} {synced:#?}");
+    assert_eq!(
+        http_get(&metrics, "/readyz").map(|r| r.0),
+        Some(200),
+        "{failed:#?} {synced:#?}"
+    );
 
     // a restarted controller resyncs everything and finds nothing to do:
     // zero writes
@@ -367,5 +427,204 @@ async fn controller_scales_the_thesis_cluster_up_one_member_at_a_time() {
     assert!(
         writes.is_empty(),
         "a resync with nothing to do wrote: {writes:#?}"
+    );
+}
+
+async fn setup() -> (KubeSim, Client, tempfile::TempDir, std::path::PathBuf) {
+    let sim = KubeSim::start(Options::default()).await.unwrap();
+    let client = client(&sim).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = sim.write_kubeconfig(dir.path()).unwrap();
+    let _ = Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "db"}})).unwrap(),
+        )
+        .await;
+    Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(
+        client.clone(),
+    )
+    .create(&PostParams::default(), &Cluster::crd())
+    .await
+    .unwrap();
+    (sim, client, dir, kubeconfig)
+}
+
+async fn create_cluster(client: &Client, spec: serde_json::Value) {
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
+    let cluster: Cluster = serde_json::from_value(json!({
+        "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "cassandra", "namespace": "db"},
+        "spec": spec
+    }))
+    .unwrap();
+    for _ in 0..50 {
+        if clusters
+            .create(&PostParams::default(), &cluster)
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the Cluster was not created");
+}
+
+async fn degraded(client: &Client, timeout: Duration) -> (String, String) {
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
+    let deadline = Instant::now() + timeout;
+    loop {
+        let c = clusters.get("cassandra").await.unwrap();
+        if let Some(d) = c.status.as_ref().and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == "Degraded" && c.status == "True")
+        }) {
+            return (d.reason.clone(), d.message.clone());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cluster never became Degraded"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn warning_events(client: &Client) -> Vec<(String, String)> {
+    Api::<Event>::namespaced(client.clone(), "db")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_spec_is_degraded_with_a_warning_and_changes_nothing() {
+    let (sim, client, dir, kubeconfig) = setup().await;
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let _controller = start_controller(&kubeconfig, &metrics, &dir.path().join("controller.log"));
+    // valid for the schema, invalid for validate(): a request above its limit
+    create_cluster(
+        &client,
+        json!({"version": "4.1.8", "datacenter": {"name": "dc", "racks": [{"name": "r", "members": 3,
+            "resources": {"requests": {"memory": "8Gi"}, "limits": {"memory": "4Gi"}}}]}}),
+    )
+    .await;
+    let (reason, message) = degraded(&client, Duration::from_secs(30)).await;
+    assert_eq!(reason, "InvalidSpec");
+    assert!(
+        message.contains("spec.datacenter.racks[0].resources.requests.memory"),
+        "{message}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !warning_events(&client)
+        .await
+        .iter()
+        .any(|(r, _)| r == "InvalidSpec")
+    {
+        assert!(Instant::now() < deadline, "no Warning Event");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // nothing but the status and the Event was written
+    let writes: Vec<String> = sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.is_write() && r.resource != "customresourcedefinitions")
+        .filter(|r| {
+            !(r.resource == "clusters" && r.subresource == "status") && r.resource != "events"
+        })
+        .filter(|r| !(r.resource == "clusters" && r.verb == "create") && r.resource != "namespaces")
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "an invalid spec changed objects: {writes:#?}"
+    );
+    assert!(
+        Api::<StatefulSet>::namespaced(client.clone(), "db")
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    // fixing the spec lets the controller go on
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
+    let fix = json!({"spec": {"datacenter": {"name": "dc", "racks": [{"name": "r", "members": 3,
+        "resources": {"requests": {"memory": "4Gi"}, "limits": {"memory": "4Gi"}}}]}}});
+    clusters
+        .patch("cassandra", &PatchParams::default(), &Patch::Merge(&fix))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Api::<StatefulSet>::namespaced(client.clone(), "db")
+        .get_opt("cassandra-dc-r")
+        .await
+        .unwrap()
+        .is_none()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the fixed cluster got no StatefulSet"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_object_is_never_adopted() {
+    let (_sim, client, dir, kubeconfig) = setup().await;
+    // someone else's Service holds the name of the client Service
+    let foreign: Service = serde_json::from_value(json!({
+        "metadata": {"name": "cassandra-client", "namespace": "db", "labels": {"team": "other"}},
+        "spec": {"ports": [{"port": 80}]}
+    }))
+    .unwrap();
+    Api::<Service>::namespaced(client.clone(), "db")
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let _controller = start_controller(&kubeconfig, &metrics, &dir.path().join("controller.log"));
+    create_cluster(
+        &client,
+        json!({"version": "4.1.8", "datacenter": {"name": "dc", "racks": [{"name": "r", "members": 1}]}}),
+    )
+    .await;
+    let (reason, message) = degraded(&client, Duration::from_secs(30)).await;
+    assert_eq!(reason, "ForeignObject");
+    assert!(message.contains("Service cassandra-client"), "{message}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !warning_events(&client)
+        .await
+        .iter()
+        .any(|(r, _)| r == "ForeignObject")
+    {
+        assert!(Instant::now() < deadline, "no Warning Event");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // the foreign Service is untouched and no rack was created
+    let svc = Api::<Service>::namespaced(client.clone(), "db")
+        .get("cassandra-client")
+        .await
+        .unwrap();
+    assert_eq!(
+        svc.metadata.labels.unwrap().get("team").map(String::as_str),
+        Some("other")
+    );
+    assert!(svc.metadata.owner_references.is_none());
+    assert!(
+        Api::<StatefulSet>::namespaced(client.clone(), "db")
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
     );
 }
