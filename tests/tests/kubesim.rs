@@ -1262,3 +1262,63 @@ async fn events_of_both_apis_are_one_store() {
     assert_eq!(got.items.len(), 1);
     assert_eq!(got.items[0].note.as_deref(), Some("rack r1 created"));
 }
+
+#[tokio::test]
+async fn defaults_cluster_ips_and_idempotent_apply() {
+    use k8s_openapi::api::core::v1::Service;
+    let (_sim, client) = sim().await;
+    let svcs: Api<Service> = Api::default_namespaced(client.clone());
+    let k = svcs.get("kubernetes").await.unwrap();
+    assert_eq!(k.spec.unwrap().cluster_ip.as_deref(), Some("10.96.0.1"));
+    let svc: Service = serde_json::from_value(
+        json!({"metadata": {"name": "cql"}, "spec": {"ports": [{"port": 9042}]}}),
+    )
+    .unwrap();
+    let s = svcs
+        .create(&PostParams::default(), &svc)
+        .await
+        .unwrap()
+        .spec
+        .unwrap();
+    assert_eq!(s.cluster_ip.as_deref(), Some("10.96.0.2"));
+    assert_eq!(s.type_.as_deref(), Some("ClusterIP"));
+    // An update that leaves the allocated IP out keeps it.
+    let mut again = svcs.get("cql").await.unwrap();
+    again.spec.as_mut().unwrap().cluster_ip = None;
+    again.spec.as_mut().unwrap().cluster_ips = None;
+    let kept = svcs
+        .replace("cql", &PostParams::default(), &again)
+        .await
+        .unwrap();
+    assert_eq!(kept.spec.unwrap().cluster_ip.as_deref(), Some("10.96.0.2"));
+
+    // What an operator applies is defaulted, and applying it again writes nothing.
+    let sts: Api<StatefulSet> = Api::default_namespaced(client);
+    let desired = json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "rack"}, "spec": {
+        "serviceName": "rack", "selector": {"matchLabels": {"app": "c"}},
+        "template": {"metadata": {"labels": {"app": "c"}}, "spec": {"containers": [{"name": "cassandra", "image": "cassandra:4.1.8"}]}}
+    }});
+    let pp = PatchParams::apply("cassandra-operator").force();
+    let first = sts
+        .patch("rack", &pp, &Patch::Apply(&desired))
+        .await
+        .unwrap();
+    let spec = first.spec.clone().unwrap();
+    assert_eq!(spec.replicas, Some(1));
+    assert_eq!(spec.pod_management_policy.as_deref(), Some("OrderedReady"));
+    let c = &spec.template.spec.unwrap().containers[0];
+    assert_eq!(c.image_pull_policy.as_deref(), Some("IfNotPresent"));
+    assert_eq!(
+        c.termination_message_path.as_deref(),
+        Some("/dev/termination-log")
+    );
+    let second = sts
+        .patch("rack", &pp, &Patch::Apply(&desired))
+        .await
+        .unwrap();
+    assert_eq!(
+        second.metadata.resource_version,
+        first.metadata.resource_version
+    );
+    assert_eq!(second.metadata.generation, Some(1));
+}

@@ -5,6 +5,7 @@
 //! notifications) that simulated controllers use; [`http`] serves it.
 
 pub mod convert;
+pub mod defaults;
 pub mod discovery;
 pub mod faults;
 pub mod gc;

@@ -6,6 +6,7 @@
 //! `std::sync::Mutex` guards the state and is never held across an await.
 
 use super::convert;
+use super::defaults;
 use super::discovery::{self, ResourceType};
 use super::patch::{self, PatchType};
 use super::selectors::{FieldSelector, LabelSelector};
@@ -526,6 +527,14 @@ impl Store {
                 )
                 .expect("a fresh store accepts the initial namespaces");
         }
+        store
+            .create(
+                &Target::new("", "v1", "services", Some("default")),
+                json!({"metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
+                    "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443, "targetPort": 6443}]}}),
+                &WriteOptions::default(),
+            )
+            .expect("a fresh store accepts the kubernetes Service");
         store
     }
 
@@ -1267,6 +1276,8 @@ impl State {
         obj["kind"] = json!(rt.kind);
         if !rt.custom {
             normalize_builtin(obj);
+            let (group, plural) = key(rt);
+            defaults::apply(&group, &plural, obj);
         }
         let url_ns = self.namespace_of(rt, t)?;
         let m = meta_mut(obj);
@@ -1380,6 +1391,18 @@ impl State {
             self.admit_custom(rt, &t.version, &mut obj, None, opts)?;
         }
         self.on_create_special(rt, &mut obj)?;
+        if rt.group.is_empty() && rt.plural == "services" {
+            let used: Vec<String> = self.tables[&key(rt)]
+                .objects
+                .values()
+                .filter_map(|s| s.pointer("/spec/clusterIP").and_then(Value::as_str))
+                .map(str::to_string)
+                .collect();
+            defaults::allocate_cluster_ip(&mut obj, &used).map_err(|e| {
+                let field = e.split(':').next().unwrap_or("spec.clusterIPs").to_string();
+                ApiError::invalid(rt, name_of(&obj), &[(field, "FieldValueInvalid", e)])
+            })?;
+        }
         if opts.dry_run {
             return Ok(present(rt, &t.version, &obj));
         }
@@ -1569,6 +1592,21 @@ impl State {
         strip_empty_meta(&mut next);
         if rt.plural == "namespaces" && rt.group.is_empty() {
             next["spec"] = old.get("spec").cloned().unwrap_or(json!({}));
+        }
+        if rt.plural == "services" && rt.group.is_empty() && sub == Subresource::Main {
+            // Allocated values an update leaves out are kept (the API
+            // server's patchAllocatedValues).
+            let unset = next
+                .pointer("/spec/clusterIP")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty);
+            if unset && next.get("spec").is_some_and(Value::is_object) {
+                for f in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
+                    if let Some(v) = old.get("spec").and_then(|s| s.get(f)) {
+                        next["spec"][f] = v.clone();
+                    }
+                }
+            }
         }
         if meta(&old).get("deletionTimestamp").is_some() {
             let before = finalizers(&old);
