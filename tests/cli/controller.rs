@@ -17,26 +17,11 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config, CustomResourceExt};
+use kube::{Client, CustomResourceExt};
 use serde_json::json;
 use testworld::kubesim::{KubeSim, Options};
 
-async fn client(sim: &KubeSim) -> Client {
-    let kc = Kubeconfig::from_yaml(&sim.kubeconfig()).unwrap();
-    let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    Client::try_from(cfg).unwrap()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use crate::common::{client, free_port};
 
 struct Controller(Child);
 
@@ -150,49 +135,19 @@ fn condition(cluster: &Cluster, type_: &str) -> Option<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controller_scales_the_thesis_cluster_up_one_member_at_a_time() {
-    let sim = KubeSim::start(Options::default()).await.unwrap();
-    let client = client(&sim).await;
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = sim.write_kubeconfig(dir.path()).unwrap();
-
-    let _ = Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "db"}})).unwrap(),
-        )
-        .await;
-    Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(
-        client.clone(),
-    )
-    .create(&PostParams::default(), &Cluster::crd())
-    .await
-    .unwrap();
-
+    let (sim, client, dir, kubeconfig) = setup().await;
     let metrics = format!("127.0.0.1:{}", free_port());
     let controller = start_controller(&kubeconfig, &metrics, &dir.path().join("controller-1.log"));
-
-    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
-    let cluster: Cluster = serde_json::from_value(json!({
-        "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
-        "metadata": {"name": "cassandra", "namespace": "db"},
-        "spec": {"version": "3.11.6", "datacenter": {"name": "europe-west1", "racks": [
+    create_cluster(
+        &client,
+        json!({"version": "3.11.6", "datacenter": {"name": "europe-west1", "racks": [
             {"name": "europe-west1-b", "members": 3,
              "storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
                 "spec": {"storageClassName": "local-disks", "resources": {"requests": {"storage": "1Gi"}}}}]}}
-        ]}}
-    }))
-    .unwrap();
-    let mut created = None;
-    for _ in 0..50 {
-        match clusters.create(&PostParams::default(), &cluster).await {
-            Ok(c) => {
-                created = Some(c);
-                break;
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-    created.expect("the Cluster is created");
+        ]}}),
+    )
+    .await;
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
 
     // the first rack grows to 3, one member at a time
     let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), "db");

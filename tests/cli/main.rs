@@ -1,5 +1,6 @@
 //! Tests of the `cassandra-operator` binary's command line.
 
+mod common;
 mod controller;
 mod help;
 mod reloader;

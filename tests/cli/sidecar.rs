@@ -12,10 +12,11 @@ use controller::resources;
 use crds::Cluster;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config, CustomResourceExt};
+use kube::CustomResourceExt;
 use serde_json::json;
 use testworld::kubesim::{KubeSim, Options};
+
+use crate::common::{client, free_port};
 
 fn fixtures() -> &'static Path {
     let dir = Path::new(concat!(
@@ -28,22 +29,6 @@ fn fixtures() -> &'static Path {
         dir.display()
     );
     dir
-}
-
-async fn client(sim: &KubeSim) -> Client {
-    let kc = Kubeconfig::from_yaml(&sim.kubeconfig()).unwrap();
-    let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    Client::try_from(cfg).unwrap()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
