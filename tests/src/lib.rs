@@ -1,6 +1,7 @@
 //! The test world (see DESIGN.md section 7).
 
 pub mod cel;
+pub mod fake_cassandra;
 pub mod jolokia_contract;
 pub mod jolokia_real;
 pub mod kubesim;

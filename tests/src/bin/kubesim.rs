@@ -2,6 +2,11 @@
 //! Kubernetes API emulator as a process. Serves HTTP on 127.0.0.1, writes
 //! `DIR/kubeconfig`, prints `ready` once it accepts requests, and runs until
 //! SIGTERM (or SIGINT).
+//!
+//! `kubesim ring [--url URL | --dir DIR] [--check]`: prints the fake
+//! Cassandra ring of a running kubesim like `nodetool status`; with
+//! `--check`, also the data check, exiting 1 when any key has fewer live
+//! copies than its replication factor (the keys are named).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -69,6 +74,9 @@ fn parse_args(args: &[String]) -> Result<(PathBuf, Options), String> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("ring") {
+        return ring_command(&args[1..]).await;
+    }
     let (dir, opts) = match parse_args(&args) {
         Ok(x) => x,
         Err(e) => {
@@ -110,4 +118,100 @@ async fn main() -> std::process::ExitCode {
     }
     sim.stop();
     std::process::ExitCode::SUCCESS
+}
+
+const RING_USAGE: &str = "usage: kubesim ring [--url URL | --dir DIR] [--check]";
+
+/// The server URL of `DIR/kubeconfig`.
+fn url_of_dir(dir: &str) -> Result<String, String> {
+    let path = PathBuf::from(dir).join("kubeconfig");
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("server:"))
+        .map(|s| s.trim().to_string())
+        .ok_or_else(|| format!("{} names no server", path.display()))
+}
+
+fn parse_ring_args(args: &[String]) -> Result<(String, bool), String> {
+    let mut url = None;
+    let mut check = false;
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let (flag, inline) = match flag.split_once('=') {
+            Some((f, v)) => (f, Some(v.to_string())),
+            None => (flag.as_str(), None),
+        };
+        let mut value = || {
+            inline
+                .clone()
+                .or_else(|| it.next().cloned())
+                .ok_or_else(|| format!("{flag} needs a value\n{RING_USAGE}"))
+        };
+        match flag {
+            "--url" => url = Some(value()?),
+            "--dir" => url = Some(url_of_dir(&value()?)?),
+            "--check" => check = true,
+            other => return Err(format!("unknown flag {other}\n{RING_USAGE}")),
+        }
+    }
+    let url = url.ok_or_else(|| format!("--url or --dir is required\n{RING_USAGE}"))?;
+    Ok((url.trim_end_matches('/').to_string(), check))
+}
+
+async fn get_text(client: &reqwest::Client, url: &str) -> Result<(u16, String), String> {
+    let resp = client
+        .get(url)
+        .send()
+        .await
+        .map_err(|e| format!("GET {url}: {e}"))?;
+    let status = resp.status().as_u16();
+    let text = resp.text().await.map_err(|e| format!("GET {url}: {e}"))?;
+    Ok((status, text))
+}
+
+async fn ring_command(args: &[String]) -> std::process::ExitCode {
+    let (url, check) = match parse_ring_args(args) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("{e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let client = match reqwest::Client::builder().no_proxy().build() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("kubesim ring: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match get_text(&client, &format!("{url}/sim/ring/status")).await {
+        Ok((200, text)) => print!("{text}"),
+        Ok((status, text)) => {
+            eprintln!("kubesim ring: {status}: {text}");
+            return std::process::ExitCode::FAILURE;
+        }
+        Err(e) => {
+            eprintln!("kubesim ring: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    }
+    if !check {
+        return std::process::ExitCode::SUCCESS;
+    }
+    match get_text(&client, &format!("{url}/sim/ring/check?format=text")).await {
+        Ok((status, text)) => {
+            println!();
+            print!("{text}");
+            if status == 200 {
+                std::process::ExitCode::SUCCESS
+            } else {
+                std::process::ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("kubesim ring: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

@@ -75,6 +75,8 @@ pub struct Shared {
     pub addr: SocketAddr,
     /// How often a watch that asked for bookmarks gets one.
     pub bookmark_interval: Duration,
+    /// The fake Cassandra nodes' ring (`/sim/ring`).
+    pub ring: Arc<super::ring_api::RingService>,
 }
 
 fn json_response(code: u16, body: &Value) -> Response<Body> {
@@ -448,6 +450,9 @@ async fn route(
                 _ => return error_response(&ApiError::no_route()),
             };
             json_response(200, &openapi_v3(store, group, version))
+        }
+        (_, ["sim", "ring", rest @ ..]) => {
+            super::ring_api::handle(&shared.ring, method, rest, q, body).await
         }
         (_, ["sim", rest @ ..]) => admin(shared, method, rest, q, body),
         (_, ["api", "v1", rest @ ..]) => {

@@ -12,6 +12,7 @@ pub mod gc;
 pub mod http;
 pub mod patch;
 pub mod protobuf;
+pub mod ring_api;
 pub mod selectors;
 pub mod server;
 pub mod sim;

@@ -32,6 +32,8 @@ pub struct Options {
     pub bookmark_interval: Duration,
     /// Faults from the start.
     pub faults: FaultConfig,
+    /// The fake Cassandra nodes' ring model (seed, timing).
+    pub ring: crate::ring::Options,
     /// The simulated cluster (StatefulSets, scheduler, storage, kubelet);
     /// None: the API alone.
     pub sim: Option<super::sim::SimOptions>,
@@ -46,6 +48,7 @@ impl Default for Options {
             watch_window: StoreOptions::default().watch_window,
             bookmark_interval: Duration::from_secs(1),
             faults: FaultConfig::default(),
+            ring: crate::ring::Options::default(),
             sim: None,
         }
     }
@@ -131,6 +134,7 @@ impl KubeSim {
             log: RequestLog::default(),
             addr,
             bookmark_interval: opts.bookmark_interval,
+            ring: Arc::new(super::ring_api::RingService::new(opts.ring.clone())),
         });
         let (stop, stopped) = watch::channel(false);
         let sim = match opts.sim.clone() {
@@ -143,10 +147,11 @@ impl KubeSim {
         };
         let gc = tokio::spawn(super::gc::run(store, Duration::from_secs(1)));
         let accept = tokio::spawn(accept_loop(listener, shared.clone(), stopped));
+        let clock = tokio::spawn(super::ring_api::run_clock(shared.ring.clone()));
         Ok(KubeSim {
             shared,
             stop,
-            tasks: vec![gc, accept],
+            tasks: vec![gc, accept, clock],
             sim,
         })
     }
@@ -164,6 +169,11 @@ impl KubeSim {
     /// The store: kubesim's in-process API.
     pub fn store(&self) -> &Store {
         &self.shared.store
+    }
+
+    /// The fake Cassandra nodes' ring.
+    pub fn ring(&self) -> &Arc<super::ring_api::RingService> {
+        &self.shared.ring
     }
 
     /// A kubeconfig that points at this server (context `kubesim`,

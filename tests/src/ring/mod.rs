@@ -40,7 +40,10 @@ use serde::{Serialize, Serializer};
 
 pub use murmur3::{Rng, Token, hash3_x64_128, token_of};
 pub use placement::{Endpoint, Replication, TokenMap};
-pub use view::{CheckReport, KeyReport, NodeStatus, ReplicaCopy, StatusRow, StatusTable};
+pub use view::{
+    BYTES_PER_COPY, CheckReport, KeyReport, NodeStatus, ReplicaCopy, StatusRow, StatusTable,
+    stringify_size,
+};
 
 /// A host ID (UUID text).
 pub type HostId = String;
@@ -1680,7 +1683,7 @@ impl Ring {
         }
         if node.version >= Version::V4_0 && !force {
             let members: Vec<&Node> = self.nodes.values().filter(|n| n.is_natural()).collect();
-            for ks in self.keyspaces.values() {
+            let refusal = self.keyspaces.values().find_map(|ks| {
                 let (rf, nodes) = match &ks.replication {
                     Replication::Simple { replication_factor } => {
                         (*replication_factor, members.len())
@@ -1690,13 +1693,19 @@ impl Ring {
                         members.iter().filter(|n| n.dc == node.dc).count(),
                     ),
                 };
-                if rf > 0 && nodes <= rf {
-                    return Err(RingError::NotEnoughNodes {
-                        keyspace: ks.name.clone(),
-                        rf,
-                        nodes,
-                    });
+                (rf > 0 && nodes <= rf).then(|| RingError::NotEnoughNodes {
+                    keyspace: ks.name.clone(),
+                    rf,
+                    nodes,
+                })
+            });
+            if let Some(refusal) = refusal {
+                // 5.0 marks the failed attempt (DECOMMISSION_FAILED, from
+                // which a retry is allowed).
+                if v5 {
+                    self.set_mode(host_id, OperationMode::DecommissionFailed);
                 }
+                return Err(refusal);
             }
         }
         let until_ms = self.now_ms + self.options.timing.decommission_ms;

@@ -77,7 +77,7 @@ pub struct StatusTable {
 }
 
 /// `FileUtils.stringifyFileSize`: "#.##" with binary units.
-fn stringify_size(bytes: u64) -> String {
+pub fn stringify_size(bytes: u64) -> String {
     const UNITS: [(&str, f64); 4] = [
         ("TiB", 1024f64 * 1024f64 * 1024f64 * 1024f64),
         ("GiB", 1024f64 * 1024f64 * 1024f64),

@@ -1,0 +1,174 @@
+//! `fake-cassandra`: the test world's Cassandra process, started like the
+//! image's `cassandra -f` (the sidecar under test supervises it). Reads
+//! `CASSANDRA_CONF`/cassandra.yaml and cassandra-rackdc.properties,
+//! `MAX_HEAP_SIZE`, `HEAP_NEWSIZE`, `JVM_EXTRA_OPTS`, `CASSANDRA_VERSION`,
+//! `CASSANDRA_DATA_DIR` (overrides `data_file_directories[0]`), joins the
+//! ring of kubesim at `KUBESIM_URL`, serves Jolokia where `-javaagent:`
+//! says (host overridden by `KUBESIM_JOLOKIA_HOST`), and runs until SIGTERM
+//! or SIGINT (exit 143/130, down in the ring, data kept). A start Cassandra
+//! refuses logs its message and exits 3; a bad configuration exits 1.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use testworld::fake_cassandra::MARKER;
+use testworld::fake_cassandra::config::{self, FakeConfig};
+use testworld::fake_cassandra::jolokia::Identity;
+use testworld::fake_cassandra::node::{FakeNode, NodeError, RingClient, serve_jolokia};
+use testworld::kubesim::ring_api::StartRequest;
+
+fn log(level: &str, message: &str) {
+    println!("{level:<5} [main] {message}");
+}
+
+fn read_config() -> Result<FakeConfig, String> {
+    let conf = std::env::var("CASSANDRA_CONF").map_err(|_| "CASSANDRA_CONF is not set")?;
+    let conf = PathBuf::from(conf);
+    let yaml_path = conf.join("cassandra.yaml");
+    let yaml = std::fs::read_to_string(&yaml_path)
+        .map_err(|e| format!("reading {}: {e}", yaml_path.display()))?;
+    let rackdc = std::fs::read_to_string(conf.join("cassandra-rackdc.properties")).ok();
+    let env = |name: &str| std::env::var(name).ok();
+    config::parse(&yaml, rackdc.as_deref(), &env).map_err(|e| e.to_string())
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a != "-f" && a != "-R") {
+        eprintln!(
+            "usage: fake-cassandra -f (the configuration comes from CASSANDRA_CONF and the environment)"
+        );
+        return ExitCode::from(1);
+    }
+    let config = match read_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ERROR [main] Fatal configuration error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let Some(kubesim) = std::env::var("KUBESIM_URL").ok().filter(|u| !u.is_empty()) else {
+        eprintln!("ERROR [main] KUBESIM_URL is not set: the fake node keeps its ring in kubesim");
+        return ExitCode::from(1);
+    };
+    let identity = match Identity::new(&config.release, config.storage_port) {
+        Some(i) => i,
+        None => {
+            eprintln!("ERROR [main] invalid CASSANDRA_VERSION {}", config.release);
+            return ExitCode::from(1);
+        }
+    };
+    log(
+        "INFO",
+        &format!(
+            "Cassandra version: {}; cluster {}; listen {}; broadcast {}; dc {} rack {}; heap {} (new {})",
+            config.release,
+            config.node.cluster_name,
+            config.listen_address,
+            config.node.address,
+            config.node.dc,
+            config.node.rack,
+            config.max_heap_size.as_deref().unwrap_or("auto"),
+            config.heap_newsize.as_deref().unwrap_or("auto"),
+        ),
+    );
+
+    let data_dir = PathBuf::from(&config.node.data_dir);
+    let marker = data_dir.join(MARKER);
+    let data_dir_empty = !marker.exists();
+    if let Err(e) = std::fs::create_dir_all(&data_dir) {
+        eprintln!(
+            "ERROR [main] cannot create the data directory {}: {e}",
+            data_dir.display()
+        );
+        return ExitCode::from(3);
+    }
+    let ring = RingClient::new(&kubesim);
+    let started = match ring
+        .start(&StartRequest::of(
+            &config.node,
+            &config.release,
+            data_dir_empty,
+        ))
+        .await
+    {
+        Ok(s) => s,
+        Err(NodeError::Refused(r)) => {
+            eprintln!(
+                "ERROR [main] Exception encountered during startup: {}: {}",
+                r.error_type, r.message
+            );
+            return ExitCode::from(3);
+        }
+        Err(e) => {
+            eprintln!("ERROR [main] {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let host_id = started["host_id"].as_str().unwrap_or_default().to_string();
+    for line in started["log"].as_array().into_iter().flatten() {
+        log("INFO", line.as_str().unwrap_or_default());
+    }
+    if let Err(e) = std::fs::write(&marker, &host_id) {
+        eprintln!("ERROR [main] writing {}: {e}", marker.display());
+    }
+    log(
+        "INFO",
+        &format!(
+            "Node /{} state jump to {} (host id {host_id}, {})",
+            config.node.address,
+            started["mode"].as_str().unwrap_or_default(),
+            started["startup"]
+        ),
+    );
+
+    let fake = Arc::new(FakeNode {
+        ring: ring.clone(),
+        host_id: host_id.clone(),
+        identity,
+    });
+    let server = match &config.jolokia {
+        Some((host, port)) => match tokio::net::TcpListener::bind((host.as_str(), *port)).await {
+            Ok(listener) => {
+                log(
+                    "INFO",
+                    &format!("Jolokia: Agent started with URL http://{host}:{port}/jolokia/"),
+                );
+                Some(tokio::spawn(serve_jolokia(listener, fake.clone())))
+            }
+            Err(e) => {
+                eprintln!("ERROR [main] Jolokia: cannot bind {host}:{port}: {e}");
+                let _ = ring.stop(&host_id).await;
+                return ExitCode::from(1);
+            }
+        },
+        None => None,
+    };
+
+    let code = wait_for_signal().await;
+    log("INFO", "Cassandra shutting down...");
+    if let Err(e) = ring.stop(&host_id).await {
+        eprintln!("WARN  [StorageServiceShutdownHook] {e}");
+    }
+    if let Some(s) = server {
+        s.abort();
+    }
+    ExitCode::from(code)
+}
+
+/// Waits for SIGTERM (exit 143, as the JVM does) or SIGINT (130).
+async fn wait_for_signal() -> u8 {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return 1;
+    };
+    tokio::select! {
+        _ = term.recv() => 143,
+        _ = int.recv() => 130,
+    }
+}

@@ -1,0 +1,972 @@
+//! The fake node's Jolokia: requests mapped to answers as jolokia-core
+//! 1.7.1 gives them for Cassandra's StorageService and EndpointSnitchInfo
+//! MBeans, per Cassandra line (the shapes are recorded in
+//! [`crate::jolokia_contract`]). Pure: a request and the node's
+//! [`NodeView`] in, a JSON answer out; the operations that change the ring
+//! (decommission, drain, removeNode) come out as a [`RingCall`] for the I/O
+//! layer, whose outcome [`answer_call`] turns into the answer.
+
+use serde_json::{Map, Value, json};
+
+use super::view::NodeView;
+use crate::ring::{RingError, Version};
+
+pub const STORAGE_SERVICE: &str = "org.apache.cassandra.db:type=StorageService";
+pub const ENDPOINT_SNITCH_INFO: &str = "org.apache.cassandra.db:type=EndpointSnitchInfo";
+pub const AGENT_VERSION: &str = "1.7.1";
+pub const PROTOCOL_VERSION: &str = "7.2";
+/// Jolokia 1.x answers with this content type.
+pub const CONTENT_TYPE: &str = "text/plain; charset=utf-8";
+const SNITCH: &str = "org.apache.cassandra.locator.GossipingPropertyFileSnitch";
+
+/// What the node runs as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// `ReleaseVersion` (the image tag, e.g. 4.1.8).
+    pub release: String,
+    pub version: Version,
+    /// `storage_port`, for the `WithPort` endpoints.
+    pub storage_port: u16,
+}
+
+impl Identity {
+    pub fn new(release: &str, storage_port: u16) -> Option<Self> {
+        Some(Identity {
+            release: release.to_string(),
+            version: Version::parse(release)?,
+            storage_port,
+        })
+    }
+
+    fn v4(&self) -> bool {
+        self.version >= Version::V4_0
+    }
+
+    fn v5(&self) -> bool {
+        self.version >= Version::V5_0
+    }
+}
+
+/// A Java exception as Jolokia reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JavaError {
+    pub status: u16,
+    pub class: String,
+    pub message: String,
+}
+
+impl JavaError {
+    pub fn new(status: u16, class: &str, message: impl Into<String>) -> Self {
+        JavaError {
+            status,
+            class: class.to_string(),
+            message: message.into(),
+        }
+    }
+
+    fn illegal_argument(message: impl Into<String>) -> Self {
+        JavaError::new(400, "java.lang.IllegalArgumentException", message)
+    }
+
+    fn no_attribute(name: &str) -> Self {
+        JavaError::new(
+            404,
+            "javax.management.AttributeNotFoundException",
+            format!("No such attribute: {name}"),
+        )
+    }
+
+    fn no_instance(mbean: &str) -> Self {
+        JavaError::new(404, "javax.management.InstanceNotFoundException", mbean)
+    }
+
+    /// An exception thrown by the MBean method (500).
+    pub fn thrown(class: &str, message: impl Into<String>) -> Self {
+        JavaError::new(500, class, message)
+    }
+}
+
+/// The Cassandra exception class a ring refusal is thrown as.
+pub fn exception_class(error: &RingError) -> &'static str {
+    match error {
+        RingError::StillDecommissioning => "java.lang.IllegalStateException",
+        RingError::NotAMember
+        | RingError::NoOtherNormalNodes
+        | RingError::WrongMode { .. }
+        | RingError::NotEnoughNodes { .. }
+        | RingError::HostIdNotFound
+        | RingError::RemoveSelf
+        | RingError::RemoveLive { .. }
+        | RingError::RemoveNotMember => "java.lang.UnsupportedOperationException",
+        _ => "java.lang.RuntimeException",
+    }
+}
+
+/// An operation the ring model has to carry out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RingCall {
+    /// Blocks until the node left the ring (or the attempt failed).
+    Decommission {
+        force: bool,
+    },
+    Drain,
+    RemoveNode {
+        host_id: String,
+    },
+    ForceRemoveCompletion,
+}
+
+/// What a request needs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// The answer.
+    Answer(Value),
+    /// Carry out the call, then [`answer_call`] with this echo.
+    Call { call: RingCall, echo: Value },
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
+/// A success answer.
+pub fn success(echo: &Value, value: Value) -> Value {
+    json!({"request": echo, "value": value, "timestamp": now_secs(), "status": 200})
+}
+
+/// An error answer (`request` only when there is one to echo).
+pub fn failure(echo: Option<&Value>, error: &JavaError) -> Value {
+    let mut out = Map::new();
+    if let Some(echo) = echo {
+        out.insert("request".into(), echo.clone());
+    }
+    out.insert(
+        "stacktrace".into(),
+        json!(format!(
+            "{}: {}\n\tat org.apache.cassandra.service.StorageService (fake-cassandra)\n",
+            error.class, error.message
+        )),
+    );
+    out.insert("error_type".into(), json!(error.class));
+    out.insert(
+        "error".into(),
+        json!(format!("{} : {}", error.class, error.message)),
+    );
+    out.insert("status".into(), json!(error.status));
+    Value::Object(out)
+}
+
+/// The answer once a [`RingCall`] is done: void operations return null.
+pub fn answer_call(echo: &Value, outcome: Result<(), JavaError>) -> Value {
+    match outcome {
+        Ok(()) => success(echo, Value::Null),
+        Err(e) => failure(Some(echo), &e),
+    }
+}
+
+/// The answer to a POST body: one request or a bulk array.
+pub fn parse_body(body: &[u8]) -> Result<Value, Value> {
+    serde_json::from_slice::<Value>(body)
+        .ok()
+        .filter(|v| v.is_object() || v.is_array())
+        .ok_or_else(|| {
+            failure(
+                None,
+                &JavaError::illegal_argument(
+                    "Invalid JSON request java.io.InputStreamReader@6d06d69c",
+                ),
+            )
+        })
+}
+
+/// What Jolokia 1.x echoes of a request: its known keys, without an empty
+/// argument list.
+fn echo_of(request: &Value) -> Value {
+    let mut echo = Map::new();
+    if let Some(o) = request.as_object() {
+        for key in [
+            "type",
+            "mbean",
+            "attribute",
+            "path",
+            "operation",
+            "arguments",
+        ] {
+            if let Some(v) = o.get(key) {
+                if key == "arguments" && v.as_array().is_some_and(Vec::is_empty) {
+                    continue;
+                }
+                echo.insert(key.to_string(), v.clone());
+            }
+        }
+    }
+    Value::Object(echo)
+}
+
+/// Maps one request (an object of a POST) to its answer or a ring call.
+pub fn step(id: &Identity, view: &NodeView, request: &Value) -> Step {
+    let echo = echo_of(request);
+    let kind = request.get("type").and_then(Value::as_str).unwrap_or("");
+    let result = match kind.to_ascii_lowercase().as_str() {
+        "read" => read(id, view, request),
+        "exec" => match exec(id, view, request) {
+            Ok(Exec::Value(v)) => Ok(v),
+            Ok(Exec::Call(call)) => return Step::Call { call, echo },
+            Err(e) => Err(e),
+        },
+        "search" => Ok(search(
+            request.get("mbean").and_then(Value::as_str).unwrap_or(""),
+        )),
+        "version" => Ok(version_value()),
+        "" => Err(JavaError::illegal_argument("No type given")),
+        other => Err(JavaError::illegal_argument(format!(
+            "Unknown request type {other}"
+        ))),
+    };
+    Step::Answer(match result {
+        Ok(v) => success(&echo, v),
+        Err(e) => failure(Some(&echo), &e),
+    })
+}
+
+fn version_value() -> Value {
+    json!({
+        "agent": AGENT_VERSION,
+        "protocol": PROTOCOL_VERSION,
+        "config": {
+            "agentContext": "/jolokia",
+            "agentType": "jvm",
+            "debug": "false",
+            "debugMaxEntries": "100",
+            "discoveryEnabled": "false",
+            "historyMaxEntries": "10",
+            "maxCollectionSize": "0",
+            "maxDepth": "15",
+            "maxObjects": "0",
+            "serializeException": "false"
+        },
+        "info": {}
+    })
+}
+
+// ---- MBean names ----
+
+/// An ObjectName split: domain, sorted key properties, and whether the
+/// property list ends in the `*` wildcard.
+type NameParts<'a> = (&'a str, Vec<(&'a str, &'a str)>, bool);
+
+/// `domain:key=value,...`: the domain and the sorted properties.
+fn split_name(name: &str) -> Option<NameParts<'_>> {
+    let (domain, props) = name.split_once(':')?;
+    let mut wildcard = false;
+    let mut out = Vec::new();
+    for p in props.split(',') {
+        if p == "*" {
+            wildcard = true;
+            continue;
+        }
+        out.push(p.split_once('=')?);
+    }
+    out.sort();
+    Some((domain, out, wildcard))
+}
+
+fn glob(pattern: &str, text: &str) -> bool {
+    fn go(p: &[u8], t: &[u8]) -> bool {
+        match (p.first(), t.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => go(&p[1..], t) || (!t.is_empty() && go(p, &t[1..])),
+            (Some(b'?'), Some(_)) => go(&p[1..], &t[1..]),
+            (Some(a), Some(b)) if a == b => go(&p[1..], &t[1..]),
+            _ => false,
+        }
+    }
+    go(pattern.as_bytes(), text.as_bytes())
+}
+
+fn matches(pattern: &str, name: &str) -> bool {
+    let (Some((pd, pp, wild)), Some((nd, np, _))) = (split_name(pattern), split_name(name)) else {
+        return false;
+    };
+    if !glob(pd, nd) {
+        return false;
+    }
+    if wild {
+        pp.iter()
+            .all(|(k, v)| np.iter().any(|(nk, nv)| nk == k && glob(v, nv)))
+    } else {
+        pp.len() == np.len()
+            && pp
+                .iter()
+                .zip(np.iter())
+                .all(|((k, v), (nk, nv))| k == nk && glob(v, nv))
+    }
+}
+
+fn search(pattern: &str) -> Value {
+    let names: Vec<&str> = [STORAGE_SERVICE, ENDPOINT_SNITCH_INFO]
+        .into_iter()
+        .filter(|n| matches(pattern, n))
+        .collect();
+    json!(names)
+}
+
+/// The registered MBean a name designates (its canonical form).
+fn mbean_of(name: &str) -> Option<&'static str> {
+    [STORAGE_SERVICE, ENDPOINT_SNITCH_INFO]
+        .into_iter()
+        .find(|n| split_name(n).map(|(d, p, _)| (d, p)) == split_name(name).map(|(d, p, _)| (d, p)))
+}
+
+// ---- attributes ----
+
+/// StorageService attributes per line (the members the sidecar and
+/// nodetool use; JMX-FACTS §2.1).
+fn storage_attributes(id: &Identity) -> Vec<&'static str> {
+    let mut names = vec![
+        "OperationMode",
+        "Initialized",
+        "Joined",
+        "Starting",
+        "Drained",
+        "Draining",
+        "DrainProgress",
+        "BootstrapMode",
+        "LiveNodes",
+        "UnreachableNodes",
+        "JoiningNodes",
+        "LeavingNodes",
+        "MovingNodes",
+        "EndpointToHostId",
+        "HostIdToEndpoint",
+        "Tokens",
+        "LocalHostId",
+        "ReleaseVersion",
+        "SchemaVersion",
+        "LoadString",
+        "LoadMap",
+        "RemovalStatus",
+        "ClusterName",
+        "GossipRunning",
+        "NativeTransportRunning",
+        "Ownership",
+    ];
+    if !id.v5() {
+        names.push("HostIdMap");
+    }
+    if id.v4() {
+        names.extend([
+            "LiveNodesWithPort",
+            "UnreachableNodesWithPort",
+            "JoiningNodesWithPort",
+            "LeavingNodesWithPort",
+            "MovingNodesWithPort",
+            "EndpointWithPortToHostId",
+            "HostIdToEndpointWithPort",
+            "LoadMapWithPort",
+            "RemovalStatusWithPort",
+            "OwnershipWithPort",
+        ]);
+    }
+    if id.v5() {
+        names.extend([
+            "UncompressedLoadString",
+            "DecommissionFailed",
+            "Decommissioning",
+            "BootstrapState",
+        ]);
+    }
+    names
+}
+
+const SNITCH_ATTRIBUTES: [&str; 3] = ["Datacenter", "Rack", "SnitchName"];
+
+/// Java's `Float.toString` for a ring share.
+fn java_float(v: f64) -> Value {
+    let mut text = format!("{}", v as f32);
+    if !text.contains(['.', 'e', 'E']) {
+        text.push_str(".0");
+    }
+    serde_json::from_str(&text).unwrap_or(Value::Null)
+}
+
+fn storage_attribute(id: &Identity, view: &NodeView, name: &str) -> Value {
+    let port = id.storage_port;
+    // `LiveNodesWithPort`, `EndpointWithPortToHostId`: the same data with
+    // ip:port endpoints.
+    let with_port = name.contains("WithPort");
+    let base = name.replace("WithPort", "");
+    let base = base.as_str();
+    let ep = |address: &str| {
+        if with_port {
+            format!("{address}:{port}")
+        } else {
+            address.to_string()
+        }
+    };
+    let list = |keep: &dyn Fn(&super::view::EndpointView) -> bool| {
+        let mut out: Vec<String> = view
+            .endpoints
+            .iter()
+            .filter(|e| keep(e))
+            .map(|e| ep(&e.address))
+            .collect();
+        out.sort();
+        json!(out)
+    };
+    let drained = view.mode == "DRAINED";
+    match (base, name) {
+        ("LiveNodes", _) => list(&|e| e.up),
+        ("UnreachableNodes", _) => list(&|e| !e.up),
+        ("JoiningNodes", _) => list(&|e| e.state == 'J'),
+        ("LeavingNodes", _) => list(&|e| e.state == 'L'),
+        ("MovingNodes", _) => list(&|e| e.state == 'M'),
+        ("EndpointToHostId" | "HostIdMap", _) => {
+            let map: Map<String, Value> = view
+                .endpoints
+                .iter()
+                .map(|e| (ep(&e.address), json!(e.host_id)))
+                .collect();
+            Value::Object(map)
+        }
+        ("HostIdToEndpoint", _) => Value::Object(
+            view.endpoints
+                .iter()
+                .map(|e| (e.host_id.clone(), json!(ep(&e.address))))
+                .collect(),
+        ),
+        ("LoadMap", _) => Value::Object(
+            view.endpoints
+                .iter()
+                .filter(|e| e.up || e.host_id == view.host_id)
+                .map(|e| {
+                    (
+                        ep(&e.address),
+                        json!(crate::ring::stringify_size(e.load_bytes)),
+                    )
+                })
+                .collect(),
+        ),
+        ("Ownership", _) => Value::Object(
+            view.endpoints
+                .iter()
+                .map(|e| {
+                    // 3.11's Map<InetAddress, Float>: InetAddress.toString().
+                    let key = if with_port {
+                        ep(&e.address)
+                    } else {
+                        format!("/{}", e.address)
+                    };
+                    (key, java_float(e.ownership))
+                })
+                .collect(),
+        ),
+        ("RemovalStatus", _) => json!("No token removals in process."),
+        (_, "OperationMode") => json!(view.mode),
+        (_, "Initialized") => json!(true),
+        (_, "Joined") => json!(view.joined),
+        (_, "Starting") => json!(view.mode == "STARTING"),
+        (_, "Drained") => json!(drained),
+        (_, "Draining") => json!(view.mode == "DRAINING"),
+        (_, "DrainProgress") => json!(if drained {
+            "Drained 12/12 ColumnFamilies"
+        } else {
+            "Drained 0/12 ColumnFamilies"
+        }),
+        (_, "BootstrapMode") => json!(view.mode == "JOINING"),
+        (_, "Tokens") => json!(view.tokens),
+        (_, "LocalHostId") => json!(view.host_id),
+        (_, "ReleaseVersion") => json!(id.release),
+        (_, "SchemaVersion") => json!("59adb24e-f3cd-3e02-97f0-5b395827453f"),
+        (_, "LoadString" | "UncompressedLoadString") => json!(view.load_string()),
+        (_, "ClusterName") => json!(view.cluster_name),
+        (_, "GossipRunning") => json!(!drained && view.mode != "DECOMMISSIONED"),
+        (_, "NativeTransportRunning") => json!(view.mode == "NORMAL"),
+        (_, "DecommissionFailed") => json!(view.decommission_failed),
+        (_, "Decommissioning") => json!(view.decommissioning),
+        (_, "BootstrapState") => json!(view.bootstrap_state),
+        _ => Value::Null,
+    }
+}
+
+fn snitch_attribute(view: &NodeView, name: &str) -> Value {
+    match name {
+        "Datacenter" => json!(view.dc),
+        "Rack" => json!(view.rack),
+        _ => json!(SNITCH),
+    }
+}
+
+fn attribute(id: &Identity, view: &NodeView, mbean: &str, name: &str) -> Result<Value, JavaError> {
+    if mbean == STORAGE_SERVICE {
+        if storage_attributes(id).contains(&name) {
+            return Ok(storage_attribute(id, view, name));
+        }
+    } else if SNITCH_ATTRIBUTES.contains(&name) {
+        return Ok(snitch_attribute(view, name));
+    }
+    Err(JavaError::no_attribute(name))
+}
+
+fn apply_path(value: Value, path: Option<&str>) -> Result<Value, JavaError> {
+    let Some(path) = path.filter(|p| !p.is_empty()) else {
+        return Ok(value);
+    };
+    let mut current = value;
+    for part in path.split('/') {
+        current = match current {
+            Value::Object(mut o) => o.remove(part),
+            Value::Array(a) => part
+                .parse::<usize>()
+                .ok()
+                .and_then(|i| a.into_iter().nth(i)),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            JavaError::new(
+                400,
+                "javax.management.AttributeNotFoundException",
+                format!("No such key {part}"),
+            )
+        })?;
+    }
+    Ok(current)
+}
+
+fn read(id: &Identity, view: &NodeView, request: &Value) -> Result<Value, JavaError> {
+    let name = request.get("mbean").and_then(Value::as_str).unwrap_or("");
+    let mbean = mbean_of(name).ok_or_else(|| JavaError::no_instance(name))?;
+    let path = request.get("path").and_then(Value::as_str);
+    match request.get("attribute") {
+        Some(Value::String(a)) => apply_path(attribute(id, view, mbean, a)?, path),
+        Some(Value::Array(names)) => {
+            let mut out = Map::new();
+            for n in names {
+                let n = n.as_str().unwrap_or_default();
+                out.insert(n.to_string(), attribute(id, view, mbean, n)?);
+            }
+            Ok(Value::Object(out))
+        }
+        _ => {
+            let names: Vec<&str> = if mbean == STORAGE_SERVICE {
+                storage_attributes(id)
+            } else {
+                SNITCH_ATTRIBUTES.to_vec()
+            };
+            Ok(Value::Object(
+                names
+                    .into_iter()
+                    .map(|n| Ok((n.to_string(), attribute(id, view, mbean, n)?)))
+                    .collect::<Result<_, JavaError>>()?,
+            ))
+        }
+    }
+}
+
+// ---- operations ----
+
+/// The operations of an MBean per line: (name, Java parameter types).
+fn operations(id: &Identity, mbean: &str) -> Vec<(&'static str, Vec<&'static str>)> {
+    const STRING: &str = "java.lang.String";
+    if mbean == ENDPOINT_SNITCH_INFO {
+        return vec![("getRack", vec![STRING]), ("getDatacenter", vec![STRING])];
+    }
+    vec![
+        (
+            "decommission",
+            if id.v4() { vec!["boolean"] } else { vec![] },
+        ),
+        ("drain", vec![]),
+        ("getTokens", vec![STRING]),
+        ("removeNode", vec![STRING]),
+        ("forceRemoveCompletion", vec![]),
+    ]
+}
+
+/// Jolokia 1.x lists the signatures of the operation's overloads.
+fn signatures(params: &[Vec<&str>]) -> String {
+    params
+        .iter()
+        .map(|p| {
+            let mut s = String::from("(");
+            for t in p {
+                s.push_str(t);
+                s.push(',');
+            }
+            s.pop();
+            s.push(')');
+            s
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+enum Exec {
+    Value(Value),
+    Call(RingCall),
+}
+
+fn string_arg(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+fn bool_arg(v: &Value) -> Result<bool, JavaError> {
+    match v {
+        Value::Bool(b) => Ok(*b),
+        Value::String(s) => Ok(s.eq_ignore_ascii_case("true")),
+        other => Err(JavaError::illegal_argument(format!(
+            "Cannot convert {other} to boolean"
+        ))),
+    }
+}
+
+/// An endpoint argument: 3.11 parses an InetAddress (no port), 4.x an
+/// InetAddressAndPort (port optional).
+fn endpoint_arg(id: &Identity, raw: &str) -> Result<String, JavaError> {
+    let unknown = || {
+        JavaError::thrown(
+            "java.net.UnknownHostException",
+            format!("{raw}: Name or service not known"),
+        )
+    };
+    let ip = if id.v4() {
+        match raw.rsplit_once(':') {
+            Some((ip, port)) if port.parse::<u16>().is_ok() && !ip.contains(':') => ip,
+            _ => raw,
+        }
+    } else {
+        raw
+    };
+    ip.parse::<std::net::IpAddr>().map_err(|_| unknown())?;
+    Ok(ip.to_string())
+}
+
+fn exec(id: &Identity, view: &NodeView, request: &Value) -> Result<Exec, JavaError> {
+    let name = request.get("mbean").and_then(Value::as_str).unwrap_or("");
+    let mbean = mbean_of(name).ok_or_else(|| JavaError::no_instance(name))?;
+    let operation = request
+        .get("operation")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let args: Vec<Value> = match request.get("arguments") {
+        Some(Value::Array(a)) => a.clone(),
+        None | Some(Value::Null) => Vec::new(),
+        Some(other) => vec![other.clone()],
+    };
+    let ops = operations(id, mbean);
+    let (op_name, signature) = match operation.split_once('(') {
+        Some((n, rest)) => {
+            let sig: Vec<&str> = rest
+                .trim_end_matches(')')
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .collect();
+            (n, Some(sig))
+        }
+        None => (operation, None),
+    };
+    let overloads: Vec<&Vec<&str>> = ops
+        .iter()
+        .filter(|(n, _)| *n == op_name)
+        .map(|(_, p)| p)
+        .collect();
+    if overloads.is_empty() {
+        return Err(JavaError::illegal_argument(format!(
+            "No operation {operation} found on MBean {mbean}"
+        )));
+    }
+    let params = match &signature {
+        Some(sig) => overloads
+            .iter()
+            .find(|p| p.as_slice() == sig.as_slice())
+            .ok_or_else(|| {
+                let known: Vec<Vec<&str>> = overloads.iter().map(|p| (*p).clone()).collect();
+                JavaError::illegal_argument(format!(
+                    "No operation {operation} on MBean {mbean} exists. Known signatures: {}",
+                    signatures(&known)
+                ))
+            })?,
+        None => overloads[0],
+    };
+    if params.len() != args.len() {
+        return Err(JavaError::illegal_argument(format!(
+            "Invalid number of operation arguments. Operation {operation} on {mbean} requires {} parameters, not {} as given",
+            params.len(),
+            args.len()
+        )));
+    }
+    match (mbean, op_name) {
+        (ENDPOINT_SNITCH_INFO, "getRack" | "getDatacenter") => {
+            let ip = endpoint_arg(id, &string_arg(&args[0]))?;
+            let found = view.endpoint(&ip);
+            Ok(Exec::Value(json!(match (op_name, found) {
+                ("getRack", Some(e)) => e.rack.as_str(),
+                ("getRack", None) => "UNKNOWN_RACK",
+                (_, Some(e)) => e.dc.as_str(),
+                (_, None) => "UNKNOWN_DC",
+            })))
+        }
+        (_, "getTokens") => {
+            let ip = endpoint_arg(id, &string_arg(&args[0]))?;
+            Ok(Exec::Value(json!(
+                view.endpoint(&ip)
+                    .map(|e| e.tokens.clone())
+                    .unwrap_or_default()
+            )))
+        }
+        (_, "decommission") => Ok(Exec::Call(RingCall::Decommission {
+            force: match args.first() {
+                Some(v) => bool_arg(v)?,
+                None => false,
+            },
+        })),
+        (_, "drain") => Ok(Exec::Call(RingCall::Drain)),
+        (_, "removeNode") => Ok(Exec::Call(RingCall::RemoveNode {
+            host_id: string_arg(&args[0]),
+        })),
+        _ => Ok(Exec::Call(RingCall::ForceRemoveCompletion)),
+    }
+}
+
+// ---- the GET form ----
+
+/// Splits a GET path (after the agent context) on unescaped `/`, undoing
+/// `!/`, `!!` and `!"`.
+fn split_get_path(path: &str) -> Vec<String> {
+    let mut parts = vec![String::new()];
+    let mut chars = path.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '!' => {
+                if let Some(n) = chars.next() {
+                    parts.last_mut().expect("one").push(n);
+                }
+            }
+            '/' => parts.push(String::new()),
+            c => parts.last_mut().expect("one").push(c),
+        }
+    }
+    if parts.last().is_some_and(String::is_empty) {
+        parts.pop();
+    }
+    parts
+}
+
+/// The request a GET path (after `/jolokia/`, already percent-decoded)
+/// stands for.
+pub fn request_of_get(path: &str) -> Result<Value, Value> {
+    let parts = split_get_path(path);
+    let bad = |m: &str| failure(None, &JavaError::illegal_argument(m.to_string()));
+    match parts.first().map(String::as_str) {
+        None | Some("version") => Ok(json!({"type": "version"})),
+        Some("read") => {
+            let mbean = parts.get(1).ok_or_else(|| bad("No MBean name given"))?;
+            let mut r = json!({"type": "read", "mbean": mbean});
+            if let Some(a) = parts.get(2) {
+                r["attribute"] = json!(a);
+            }
+            if parts.len() > 3 {
+                r["path"] = json!(parts[3..].join("/"));
+            }
+            Ok(r)
+        }
+        Some("exec") => {
+            let (Some(mbean), Some(op)) = (parts.get(1), parts.get(2)) else {
+                return Err(bad("No operation given"));
+            };
+            let mut r = json!({"type": "exec", "mbean": mbean, "operation": op});
+            if parts.len() > 3 {
+                r["arguments"] = json!(parts[3..]);
+            }
+            Ok(r)
+        }
+        Some("search") => Ok(json!({"type": "search", "mbean": parts.get(1)})),
+        Some(other) => Err(bad(&format!("Unknown request type {other}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake_cassandra::view::EndpointView;
+
+    fn ep(address: &str, up: bool, state: char, rack: &str) -> EndpointView {
+        EndpointView {
+            address: address.into(),
+            host_id: format!("00000000-0000-4000-8000-0000000000{}", &address[7..]),
+            dc: "dc1".into(),
+            rack: rack.into(),
+            tokens: vec!["-9".into(), "7".into()],
+            up,
+            state,
+            load_bytes: 2048,
+            ownership: 0.5,
+        }
+    }
+
+    fn view() -> NodeView {
+        NodeView {
+            host_id: "00000000-0000-4000-8000-0000000000.1".into(),
+            address: "10.0.0.1".into(),
+            cluster_name: "Test Cluster".into(),
+            mode: "NORMAL".into(),
+            joined: true,
+            dc: "dc1".into(),
+            rack: "rack1".into(),
+            tokens: vec!["-9".into(), "7".into()],
+            load_bytes: 2048,
+            bootstrap_state: "COMPLETED".into(),
+            decommissioning: false,
+            decommission_failed: false,
+            endpoints: vec![
+                ep("10.0.0.1", true, 'N', "rack1"),
+                ep("10.0.0.2", false, 'N', "rack2"),
+            ],
+        }
+    }
+
+    fn answer(id: &Identity, request: Value) -> Value {
+        match step(id, &view(), &request) {
+            Step::Answer(v) => v,
+            other => panic!("expected an answer, got {other:?}"),
+        }
+    }
+
+    fn v(release: &str) -> Identity {
+        Identity::new(release, 7000).expect("a release")
+    }
+
+    #[test]
+    fn reads_answer_per_line() {
+        let r = answer(
+            &v("4.1.8"),
+            json!({"type": "read", "mbean": STORAGE_SERVICE, "attribute": "LiveNodesWithPort"}),
+        );
+        assert_eq!(r["value"], json!(["10.0.0.1:7000"]));
+        assert_eq!(r["status"], json!(200));
+        let r = answer(
+            &v("3.11.6"),
+            json!({"type": "read", "mbean": STORAGE_SERVICE, "attribute": ["LiveNodes", "LiveNodesWithPort"]}),
+        );
+        assert_eq!(r["status"], json!(404));
+        assert_eq!(
+            r["error"],
+            json!(
+                "javax.management.AttributeNotFoundException : No such attribute: LiveNodesWithPort"
+            )
+        );
+        let r = answer(
+            &v("5.0.3"),
+            json!({"type": "read", "mbean": STORAGE_SERVICE, "attribute": "HostIdMap"}),
+        );
+        assert_eq!(r["status"], json!(404));
+        let r = answer(
+            &v("3.11.6"),
+            json!({"type": "read", "mbean": STORAGE_SERVICE, "attribute": "Ownership"}),
+        );
+        assert_eq!(r["value"], json!({"/10.0.0.1": 0.5, "/10.0.0.2": 0.5}));
+        // A down node gossips no load.
+        let r = answer(
+            &v("3.11.6"),
+            json!({"type": "read", "mbean": STORAGE_SERVICE, "attribute": "LoadMap"}),
+        );
+        assert_eq!(r["value"], json!({"10.0.0.1": "2 KiB"}));
+    }
+
+    #[test]
+    fn exec_errors_like_jolokia() {
+        let r = answer(
+            &v("3.11.6"),
+            json!({"type": "exec", "mbean": STORAGE_SERVICE, "operation": "decommission", "arguments": [false]}),
+        );
+        assert_eq!(r["status"], json!(400));
+        assert_eq!(
+            r["error"],
+            json!(format!(
+                "java.lang.IllegalArgumentException : Invalid number of operation arguments. Operation decommission on {STORAGE_SERVICE} requires 0 parameters, not 1 as given"
+            ))
+        );
+        let r = answer(
+            &v("3.11.6"),
+            json!({"type": "exec", "mbean": STORAGE_SERVICE, "operation": "decommission(boolean)", "arguments": [false]}),
+        );
+        assert_eq!(
+            r["error"],
+            json!(format!(
+                "java.lang.IllegalArgumentException : No operation decommission(boolean) on MBean {STORAGE_SERVICE} exists. Known signatures: )"
+            ))
+        );
+        // An empty argument list is not echoed.
+        let r = answer(
+            &v("4.1.8"),
+            json!({"type": "exec", "mbean": STORAGE_SERVICE, "operation": "decommission", "arguments": []}),
+        );
+        assert_eq!(
+            r["request"],
+            json!({"type": "exec", "mbean": STORAGE_SERVICE, "operation": "decommission"})
+        );
+        let s = step(
+            &v("4.1.8"),
+            &view(),
+            &json!({"type": "exec", "mbean": STORAGE_SERVICE, "operation": "decommission", "arguments": [true]}),
+        );
+        assert!(matches!(
+            s,
+            Step::Call {
+                call: RingCall::Decommission { force: true },
+                ..
+            }
+        ));
+        let r = answer(
+            &v("4.1.8"),
+            json!({"type": "exec", "mbean": ENDPOINT_SNITCH_INFO, "operation": "getRack", "arguments": ["10.0.0.2:7000"]}),
+        );
+        assert_eq!(r["value"], json!("rack2"));
+        let r = answer(
+            &v("3.11.6"),
+            json!({"type": "exec", "mbean": ENDPOINT_SNITCH_INFO, "operation": "getRack", "arguments": ["10.0.0.2:7000"]}),
+        );
+        assert_eq!(r["error_type"], json!("java.net.UnknownHostException"));
+    }
+
+    #[test]
+    fn search_matches_object_name_patterns() {
+        assert_eq!(
+            search("org.apache.cassandra.db:*"),
+            json!([STORAGE_SERVICE, ENDPOINT_SNITCH_INFO])
+        );
+        assert_eq!(
+            search("org.apache.cassandra.*:type=Storage*"),
+            json!([STORAGE_SERVICE])
+        );
+        assert_eq!(search("org.apache.nope:*"), json!([]));
+    }
+
+    #[test]
+    fn get_paths_unescape() {
+        assert_eq!(
+            request_of_get("read/org.apache.cassandra.db:type=StorageService/OperationMode")
+                .expect("a request"),
+            json!({"type": "read", "mbean": STORAGE_SERVICE, "attribute": "OperationMode"})
+        );
+        assert_eq!(
+            request_of_get("exec/a:b=c/op/x!/y").expect("a request"),
+            json!({"type": "exec", "mbean": "a:b=c", "operation": "op", "arguments": ["x/y"]})
+        );
+    }
+
+    #[test]
+    fn not_json_is_an_error_without_echo() {
+        let err = parse_body(b"not json").expect_err("not json");
+        assert_eq!(err["status"], json!(400));
+        assert!(err.get("request").is_none());
+    }
+}

@@ -1,0 +1,274 @@
+//! The fake node's I/O: the client of kubesim's ring service and the
+//! Jolokia HTTP server (POST single and bulk, GET forms) over the pure
+//! mapping of [`super::jolokia`].
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tokio::net::TcpListener;
+
+use super::jolokia::{self, Identity, JavaError, RingCall, Step};
+use super::view::NodeView;
+use crate::kubesim::ring_api::{Refusal, StartRequest};
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("ring service at {url} unreachable: {source}")]
+    Unreachable { url: String, source: reqwest::Error },
+    #[error("ring service answered {status} to {what}: {body}")]
+    Answer {
+        what: String,
+        status: u16,
+        body: String,
+    },
+    /// Cassandra refused (startup, an operation).
+    #[error("{}", .0.message)]
+    Refused(Refusal),
+}
+
+/// The client of kubesim's `/sim/ring` endpoints.
+#[derive(Debug, Clone)]
+pub struct RingClient {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl RingClient {
+    /// `kubesim_url`: kubesim's base URL.
+    pub fn new(kubesim_url: &str) -> Self {
+        RingClient {
+            base: format!("{}/sim/ring", kubesim_url.trim_end_matches('/')),
+            http: reqwest::Client::builder()
+                .no_proxy()
+                .connect_timeout(Duration::from_secs(5))
+                .build()
+                .expect("an http client"),
+        }
+    }
+
+    async fn post(&self, path: &str, body: Option<&Value>) -> Result<Value, NodeError> {
+        let url = format!("{}/{path}", self.base);
+        let mut req = self.http.post(&url);
+        if let Some(b) = body {
+            req = req
+                .header("content-type", "application/json")
+                .body(b.to_string());
+        }
+        let resp = req.send().await.map_err(|source| NodeError::Unreachable {
+            url: url.clone(),
+            source,
+        })?;
+        Self::parse(path, resp).await
+    }
+
+    async fn parse(what: &str, resp: reqwest::Response) -> Result<Value, NodeError> {
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        if status < 300 {
+            return Ok(serde_json::from_str(&text).unwrap_or(Value::Null));
+        }
+        match serde_json::from_str::<Refusal>(&text) {
+            Ok(r) => Err(NodeError::Refused(r)),
+            Err(_) => Err(NodeError::Answer {
+                what: what.to_string(),
+                status,
+                body: text,
+            }),
+        }
+    }
+
+    /// Starts the node in the ring: the model's `Started` (host_id,
+    /// startup, mode, log).
+    pub async fn start(&self, request: &StartRequest) -> Result<Value, NodeError> {
+        let body = serde_json::to_value(request).unwrap_or_default();
+        self.post("nodes", Some(&body)).await
+    }
+
+    pub async fn view(&self, host_id: &str) -> Result<NodeView, NodeError> {
+        let url = format!("{}/nodes/{host_id}", self.base);
+        let resp = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .map_err(|source| NodeError::Unreachable {
+                url: url.clone(),
+                source,
+            })?;
+        let value = Self::parse("the node view", resp).await?;
+        serde_json::from_value(value).map_err(|e| NodeError::Answer {
+            what: "the node view".into(),
+            status: 200,
+            body: e.to_string(),
+        })
+    }
+
+    /// The process stops (SIGTERM, a crash): down in the ring, data kept.
+    pub async fn stop(&self, host_id: &str) -> Result<(), NodeError> {
+        self.post(&format!("nodes/{host_id}/stop"), None)
+            .await
+            .map(drop)
+    }
+
+    /// Carries out an operation; blocks as long as the JMX call does.
+    pub async fn call(&self, host_id: &str, call: &RingCall) -> Result<(), NodeError> {
+        let path = match call {
+            RingCall::Decommission { force } => {
+                format!("nodes/{host_id}/decommission?force={force}")
+            }
+            RingCall::Drain => format!("nodes/{host_id}/drain"),
+            RingCall::RemoveNode { host_id: target } => {
+                format!("nodes/{host_id}/remove?target={target}")
+            }
+            RingCall::ForceRemoveCompletion => return Ok(()),
+        };
+        self.post(&path, None).await.map(drop)
+    }
+}
+
+/// A running fake node: who it is in the ring and what it runs as.
+#[derive(Debug, Clone)]
+pub struct FakeNode {
+    pub ring: RingClient,
+    pub host_id: String,
+    pub identity: Identity,
+}
+
+fn java_error_of(e: NodeError) -> JavaError {
+    match e {
+        NodeError::Refused(r) => JavaError::thrown(&r.error_type, r.message),
+        other => JavaError::thrown("java.lang.RuntimeException", other.to_string()),
+    }
+}
+
+impl FakeNode {
+    async fn answer_one(&self, request: &Value) -> Value {
+        let view = match self.ring.view(&self.host_id).await {
+            Ok(v) => v,
+            Err(e) => {
+                return jolokia::failure(Some(request), &java_error_of(e));
+            }
+        };
+        match jolokia::step(&self.identity, &view, request) {
+            Step::Answer(v) => v,
+            Step::Call { call, echo } => {
+                let outcome = self
+                    .ring
+                    .call(&self.host_id, &call)
+                    .await
+                    .map_err(java_error_of);
+                jolokia::answer_call(&echo, outcome)
+            }
+        }
+    }
+
+    /// The answer to a request or a bulk array of them.
+    pub async fn answer(&self, body: &Value) -> Value {
+        match body {
+            Value::Array(items) => {
+                let mut out = Vec::with_capacity(items.len());
+                for item in items {
+                    out.push(self.answer_one(item).await);
+                }
+                Value::Array(out)
+            }
+            one => self.answer_one(one).await,
+        }
+    }
+}
+
+fn reply(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        "content-type",
+        hyper::header::HeaderValue::from_static(content_type),
+    );
+    r
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16)
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(if bytes[i] == b'+' { b' ' } else { bytes[i] });
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn handle(node: Arc<FakeNode>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or_default().to_string();
+    let Some(rest) = path
+        .strip_prefix("/jolokia")
+        .filter(|r| r.is_empty() || r.starts_with('/'))
+    else {
+        return reply(
+            StatusCode::NOT_FOUND,
+            "text/html",
+            "<h1>404 Not Found</h1>No context found for request".into(),
+        );
+    };
+    let rest = rest.trim_start_matches('/').to_string();
+    let method = req.method().clone();
+    let body = match req.into_body().collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => Bytes::new(),
+    };
+    let answer = if method == hyper::Method::POST {
+        match jolokia::parse_body(&body) {
+            Ok(request) => node.answer(&request).await,
+            Err(error) => error,
+        }
+    } else {
+        let p = query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("p="))
+            .map(percent_decode);
+        let get_path = p.unwrap_or_else(|| percent_decode(&rest));
+        match jolokia::request_of_get(get_path.trim_start_matches('/')) {
+            Ok(request) => node.answer(&request).await,
+            Err(error) => error,
+        }
+    };
+    reply(StatusCode::OK, jolokia::CONTENT_TYPE, answer.to_string())
+}
+
+/// Serves Jolokia on `listener` until the task is dropped.
+pub async fn serve_jolokia(listener: TcpListener, node: Arc<FakeNode>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let node = node.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| {
+                let node = node.clone();
+                async move { Ok::<_, Infallible>(handle(node, req).await) }
+            });
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}

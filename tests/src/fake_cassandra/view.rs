@@ -1,0 +1,150 @@
+//! What one node's JMX sees of the ring (its gossip view), taken from the
+//! ring model kept by kubesim and served to the fake node at
+//! `GET /sim/ring/nodes/{host_id}`. Pure.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ring::{
+    BYTES_PER_COPY, BootstrapState, Endpoint, Operation, Ring, RingState, Token, TokenMap,
+};
+
+/// A ring member as another node's gossip shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EndpointView {
+    pub address: String,
+    pub host_id: String,
+    pub dc: String,
+    pub rack: String,
+    pub tokens: Vec<String>,
+    /// Up in gossip (`LiveNodes`) or not (`UnreachableNodes`).
+    pub up: bool,
+    /// `N`, `J` (joining or replacing), `L` (leaving) or `M`.
+    pub state: char,
+    /// Bytes of live data it gossips (`LoadMap`).
+    pub load_bytes: u64,
+    /// Share of the token ring its tokens own (`getOwnership`).
+    pub ownership: f64,
+}
+
+/// One node's view: its own state and the members it knows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeView {
+    pub host_id: String,
+    pub address: String,
+    pub cluster_name: String,
+    /// `OperationMode`.
+    pub mode: String,
+    /// A token-ring member (`isJoined`).
+    pub joined: bool,
+    pub dc: String,
+    pub rack: String,
+    pub tokens: Vec<String>,
+    pub load_bytes: u64,
+    /// `SystemKeyspace.BootstrapState` of its data directory.
+    pub bootstrap_state: String,
+    pub decommissioning: bool,
+    pub decommission_failed: bool,
+    /// Every member that has not left (this node too while it is one).
+    pub endpoints: Vec<EndpointView>,
+}
+
+impl NodeView {
+    /// The member at `address`.
+    pub fn endpoint(&self, address: &str) -> Option<&EndpointView> {
+        self.endpoints.iter().find(|e| e.address == address)
+    }
+
+    /// The load of this node's data directory.
+    pub fn load_string(&self) -> String {
+        crate::ring::stringify_size(self.load_bytes)
+    }
+}
+
+fn state_letter(state: &RingState) -> char {
+    match state {
+        RingState::Joining | RingState::Replacing { .. } => 'J',
+        RingState::Leaving => 'L',
+        _ => 'N',
+    }
+}
+
+fn bootstrap_name(state: BootstrapState) -> &'static str {
+    match state {
+        BootstrapState::NeedsBootstrap => "NEEDS_BOOTSTRAP",
+        BootstrapState::InProgress => "IN_PROGRESS",
+        BootstrapState::Completed => "COMPLETED",
+        BootstrapState::Decommissioned => "DECOMMISSIONED",
+    }
+}
+
+/// The view of the member `host_id` of `ring`, `None` if there is no such
+/// member. Ownership counts the tokens of joining members as theirs (as the
+/// contract peer does), so that a joining member shows a share.
+pub fn node_view(ring: &Ring, host_id: &str) -> Option<NodeView> {
+    let me = ring.node(host_id)?;
+    let members: Vec<_> = ring
+        .nodes()
+        .filter(|n| n.state != RingState::Left)
+        .collect();
+    let owners: Vec<(Endpoint, Vec<Token>)> = members
+        .iter()
+        .filter(|n| n.state != RingState::Hibernating || n.process.is_some())
+        .map(|n| {
+            (
+                Endpoint {
+                    host_id: n.host_id.clone(),
+                    dc: n.dc.clone(),
+                    rack: n.rack.clone(),
+                },
+                n.tokens.clone(),
+            )
+        })
+        .collect();
+    let map = TokenMap::new(owners.iter().map(|(e, t)| (e.clone(), t.as_slice())));
+    let ownership = if map.is_empty() {
+        Default::default()
+    } else {
+        map.ownership(None)
+    };
+    let copies = |h: &str| ring.disk_of(h).map_or(0, |d| d.copy_count()) as u64;
+    let endpoints = members
+        .iter()
+        .map(|n| EndpointView {
+            address: n.address.clone(),
+            host_id: n.host_id.clone(),
+            dc: n.dc.clone(),
+            rack: n.rack.clone(),
+            tokens: n.tokens.iter().map(|t| t.to_string()).collect(),
+            up: n.is_up(),
+            state: state_letter(&n.state),
+            load_bytes: copies(&n.host_id) * BYTES_PER_COPY,
+            ownership: ownership.get(&n.host_id).copied().unwrap_or(0.0),
+        })
+        .collect();
+    let process = me.process.as_ref();
+    let busy = process.and_then(|p| p.busy).map(|b| b.operation);
+    Some(NodeView {
+        host_id: me.host_id.clone(),
+        address: me.address.clone(),
+        cluster_name: ring.cluster_name().unwrap_or_default().to_string(),
+        mode: me
+            .mode()
+            .map(|m| m.to_string())
+            .unwrap_or_else(|| "STARTING".to_string()),
+        joined: matches!(
+            me.state,
+            RingState::Normal | RingState::Leaving | RingState::Hibernating
+        ),
+        dc: me.dc.clone(),
+        rack: me.rack.clone(),
+        tokens: me.tokens.iter().map(|t| t.to_string()).collect(),
+        load_bytes: copies(&me.host_id) * BYTES_PER_COPY,
+        bootstrap_state: ring
+            .data_dir(&me.data_dir)
+            .map_or("NEEDS_BOOTSTRAP", |d| bootstrap_name(d.bootstrap))
+            .to_string(),
+        decommissioning: busy == Some(Operation::Decommission),
+        decommission_failed: me.mode() == Some(crate::ring::OperationMode::DecommissionFailed),
+        endpoints,
+    })
+}

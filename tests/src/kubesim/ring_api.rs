@@ -1,0 +1,492 @@
+//! The ring service of kubesim: the shared [`Ring`] of the fake Cassandra
+//! nodes, under `/sim/ring` (DESIGN.md section 7). Inspection (`GET
+//! /sim/ring`, `/sim/ring/status`, `/sim/ring/check`), the node-facing
+//! operations the fake processes call (start, stop, decommission, drain,
+//! their JMX view), data seeding (keyspaces and keys) and the timing of
+//! streaming. The model's clock follows real time: [`run_clock`] advances it
+//! every 50 ms. I/O (HTTP handlers over the shared state).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hyper::{Response, StatusCode};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+use super::http::Body;
+use crate::fake_cassandra::jolokia::exception_class;
+use crate::fake_cassandra::view::node_view;
+use crate::ring::{
+    Consistency, DecommissionStart, HostId, NodeConfig, OperationMode, Replication, Ring,
+    RingError, Version,
+};
+
+/// How often the model's clock moves.
+pub const TICK: Duration = Duration::from_millis(50);
+
+/// A node's start, as the fake process asks for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartRequest {
+    pub cluster_name: String,
+    pub address: String,
+    pub dc: String,
+    pub rack: String,
+    pub seeds: Vec<String>,
+    pub num_tokens: usize,
+    pub auto_bootstrap: bool,
+    pub replace_address: Option<String>,
+    pub replace_address_first_boot: Option<String>,
+    pub allow_unsafe_replace: bool,
+    pub override_decommission: bool,
+    /// The release (`4.1.8`).
+    pub version: String,
+    pub data_dir: String,
+    /// The fake found no marker of an earlier start in its data directory:
+    /// whatever the model remembers of that directory is lost.
+    pub data_dir_empty: bool,
+}
+
+impl StartRequest {
+    pub fn of(config: &NodeConfig, release: &str, data_dir_empty: bool) -> Self {
+        StartRequest {
+            cluster_name: config.cluster_name.clone(),
+            address: config.address.clone(),
+            dc: config.dc.clone(),
+            rack: config.rack.clone(),
+            seeds: config.seeds.clone(),
+            num_tokens: config.num_tokens,
+            auto_bootstrap: config.auto_bootstrap,
+            replace_address: config.replace_address.clone(),
+            replace_address_first_boot: config.replace_address_first_boot.clone(),
+            allow_unsafe_replace: config.allow_unsafe_replace,
+            override_decommission: config.override_decommission,
+            version: release.to_string(),
+            data_dir: config.data_dir.clone(),
+            data_dir_empty,
+        }
+    }
+
+    fn config(&self) -> Result<NodeConfig, String> {
+        Ok(NodeConfig {
+            cluster_name: self.cluster_name.clone(),
+            address: self.address.clone(),
+            dc: self.dc.clone(),
+            rack: self.rack.clone(),
+            seeds: self.seeds.clone(),
+            num_tokens: self.num_tokens,
+            auto_bootstrap: self.auto_bootstrap,
+            replace_address: self.replace_address.clone(),
+            replace_address_first_boot: self.replace_address_first_boot.clone(),
+            allow_unsafe_replace: self.allow_unsafe_replace,
+            override_decommission: self.override_decommission,
+            version: Version::parse(&self.version)
+                .ok_or_else(|| format!("invalid version {:?}", self.version))?,
+            data_dir: self.data_dir.clone(),
+        })
+    }
+}
+
+/// A refusal: the Java exception class and Cassandra's message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal {
+    pub error_type: String,
+    pub message: String,
+}
+
+impl Refusal {
+    fn of(e: &RingError) -> Self {
+        Refusal {
+            error_type: exception_class(e).to_string(),
+            message: e.to_string(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    ring: Option<Ring>,
+    /// The last failed completion of each node's operation.
+    failures: BTreeMap<HostId, RingError>,
+    /// The real time the model's clock stands at.
+    synced: Instant,
+}
+
+impl State {
+    /// Moves the model's clock to the real time, completing what is due;
+    /// whether anything completed.
+    fn sync(&mut self) -> bool {
+        let ms = self.synced.elapsed().as_millis() as u64;
+        if ms == 0 {
+            return false;
+        }
+        // Keep the sub-millisecond rest for the next time.
+        self.synced += Duration::from_millis(ms);
+        let completions = self.ring.as_mut().expect("a ring").advance(ms);
+        let any = !completions.is_empty();
+        for c in completions {
+            match c.result {
+                Ok(()) => {
+                    self.failures.remove(&c.host_id);
+                }
+                Err(e) => {
+                    self.failures.insert(c.host_id, e);
+                }
+            }
+        }
+        any
+    }
+}
+
+/// The ring and who waits on it.
+#[derive(Debug)]
+pub struct RingService {
+    state: Mutex<State>,
+    changed: Notify,
+}
+
+impl RingService {
+    pub fn new(options: crate::ring::Options) -> Self {
+        RingService {
+            state: Mutex::new(State {
+                ring: Some(Ring::new(options)),
+                failures: BTreeMap::new(),
+                synced: Instant::now(),
+            }),
+            changed: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` on the ring (its clock brought to the real time first)
+    /// and wakes the waiters.
+    pub fn with<T>(&self, f: impl FnOnce(&mut Ring) -> T) -> T {
+        let out = {
+            let mut state = self.lock();
+            state.sync();
+            f(state.ring.as_mut().expect("a ring"))
+        };
+        self.changed.notify_waiters();
+        out
+    }
+
+    /// Brings the model's clock to the real time (completing the
+    /// operations due), waking the waiters when something completed.
+    pub fn tick(&self) {
+        if self.lock().sync() {
+            self.changed.notify_waiters();
+        }
+    }
+}
+
+/// Keeps the ring's clock with the real time: a tick every [`TICK`].
+pub async fn run_clock(service: Arc<RingService>) {
+    let mut interval = tokio::time::interval(TICK);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        service.tick();
+    }
+}
+
+fn respond(code: u16, content_type: &'static str, body: String) -> Response<Body> {
+    let mut r = Response::new(Body::Full(Some(Bytes::from(body))));
+    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(
+        "content-type",
+        hyper::header::HeaderValue::from_static(content_type),
+    );
+    r
+}
+
+fn json_reply(code: u16, body: &Value) -> Response<Body> {
+    respond(code, "application/json", body.to_string())
+}
+
+fn text_reply(code: u16, body: String) -> Response<Body> {
+    respond(code, "text/plain; charset=utf-8", body)
+}
+
+fn refused(code: u16, e: &RingError) -> Response<Body> {
+    json_reply(
+        code,
+        &serde_json::to_value(Refusal::of(e)).unwrap_or_default(),
+    )
+}
+
+fn bad_request(message: String) -> Response<Body> {
+    json_reply(400, &json!({"message": message}))
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Box<Response<Body>>> {
+    serde_json::from_slice(body).map_err(|e| Box::new(bad_request(format!("invalid body: {e}"))))
+}
+
+/// Partial timing: the fields given replace the model's.
+#[derive(Debug, Default, Deserialize)]
+struct TimingPatch {
+    bootstrap_ms: Option<u64>,
+    replace_ms: Option<u64>,
+    decommission_ms: Option<u64>,
+    max_hint_window_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct KeyspaceRequest {
+    name: String,
+    /// `{"class": "SimpleStrategy", "replication_factor": 3}` or
+    /// `{"class": "NetworkTopologyStrategy", "datacenters": {"dc1": 3}}`.
+    replication: Value,
+}
+
+#[derive(Debug, Deserialize)]
+struct KeysRequest {
+    #[serde(default = "default_prefix")]
+    prefix: String,
+    count: usize,
+    #[serde(default)]
+    consistency: Option<String>,
+}
+
+fn default_prefix() -> String {
+    "key".to_string()
+}
+
+fn replication_of(v: &Value) -> Result<Replication, String> {
+    match v.get("class").and_then(Value::as_str) {
+        Some("SimpleStrategy" | "org.apache.cassandra.locator.SimpleStrategy") => {
+            let rf = v
+                .get("replication_factor")
+                .and_then(|r| {
+                    r.as_u64()
+                        .or_else(|| r.as_str().and_then(|s| s.parse().ok()))
+                })
+                .ok_or("SimpleStrategy requires a replication_factor")?;
+            Ok(Replication::simple(rf as usize))
+        }
+        Some(
+            "NetworkTopologyStrategy" | "org.apache.cassandra.locator.NetworkTopologyStrategy",
+        ) => {
+            let dcs = v
+                .get("datacenters")
+                .and_then(Value::as_object)
+                .ok_or("NetworkTopologyStrategy requires datacenters")?;
+            let mut out = Vec::new();
+            for (dc, rf) in dcs {
+                let rf = rf.as_u64().ok_or("a replication factor is a number")?;
+                out.push((dc.as_str(), rf as usize));
+            }
+            Ok(Replication::network_topology(out))
+        }
+        other => Err(format!("unknown replication class {other:?}")),
+    }
+}
+
+fn consistency_of(name: &str) -> Result<Consistency, String> {
+    Ok(match name.to_ascii_uppercase().as_str() {
+        "ANY" => Consistency::Any,
+        "ONE" => Consistency::One,
+        "TWO" => Consistency::Two,
+        "THREE" => Consistency::Three,
+        "QUORUM" => Consistency::Quorum,
+        "ALL" => Consistency::All,
+        other => return Err(format!("unknown consistency level {other}")),
+    })
+}
+
+/// Routes `/sim/ring/...` (`rest` is the path after `ring`).
+pub async fn handle(
+    service: &Arc<RingService>,
+    method: &str,
+    rest: &[&str],
+    q: &HashMap<String, String>,
+    body: &[u8],
+) -> Response<Body> {
+    let text = q.get("format").is_some_and(|f| f == "text");
+    match (method, rest) {
+        ("GET", []) if text => status_text(service),
+        ("GET", []) => {
+            let ring = service.with(|r| serde_json::to_value(&*r).unwrap_or_default());
+            json_reply(200, &ring)
+        }
+        ("GET", ["status"]) => status_text(service),
+        ("GET", ["check"]) => {
+            let report = service.with(|r| r.check());
+            let code = if report.is_clean() { 200 } else { 409 };
+            if text {
+                text_reply(code, report.to_string())
+            } else {
+                json_reply(code, &serde_json::to_value(&report).unwrap_or_default())
+            }
+        }
+        ("GET", ["timing"]) => json_reply(
+            200,
+            &service.with(|r| serde_json::to_value(r.options().timing).unwrap_or_default()),
+        ),
+        ("PUT" | "POST" | "PATCH", ["timing"]) => {
+            let patch: TimingPatch = match parse(body) {
+                Ok(p) => p,
+                Err(r) => return *r,
+            };
+            let timing = service.with(|r| {
+                let mut t = r.options().timing;
+                t.bootstrap_ms = patch.bootstrap_ms.unwrap_or(t.bootstrap_ms);
+                t.replace_ms = patch.replace_ms.unwrap_or(t.replace_ms);
+                t.decommission_ms = patch.decommission_ms.unwrap_or(t.decommission_ms);
+                t.max_hint_window_ms = patch.max_hint_window_ms.unwrap_or(t.max_hint_window_ms);
+                r.set_timing(t);
+                t
+            });
+            json_reply(200, &serde_json::to_value(timing).unwrap_or_default())
+        }
+        ("POST", ["nodes"]) => {
+            let request: StartRequest = match parse(body) {
+                Ok(p) => p,
+                Err(r) => return *r,
+            };
+            let config = match request.config() {
+                Ok(c) => c,
+                Err(e) => return bad_request(e),
+            };
+            let result = service.with(|r| {
+                if request.data_dir_empty && r.data_dir(&config.data_dir).is_some() {
+                    r.wipe_data_dir(&config.data_dir);
+                }
+                r.start(&config)
+            });
+            match result {
+                Ok(started) => json_reply(200, &serde_json::to_value(started).unwrap_or_default()),
+                Err(e) => refused(409, &e),
+            }
+        }
+        ("GET", ["nodes", host_id]) => match service.with(|r| node_view(r, host_id)) {
+            Some(view) => json_reply(200, &serde_json::to_value(view).unwrap_or_default()),
+            None => refused(
+                404,
+                &RingError::UnknownNode {
+                    host_id: host_id.to_string(),
+                },
+            ),
+        },
+        ("POST", ["nodes", host_id, "stop" | "kill"]) => match service.with(|r| r.kill(host_id)) {
+            Ok(()) => json_reply(200, &json!({})),
+            Err(e) => refused(404, &e),
+        },
+        ("POST", ["nodes", host_id, "drain"]) => match service.with(|r| r.drain(host_id)) {
+            Ok(()) => json_reply(200, &json!({})),
+            Err(e) => refused(500, &e),
+        },
+        ("POST", ["nodes", host_id, "remove"]) => {
+            let target = q.get("target").cloned().unwrap_or_default();
+            match service.with(|r| r.remove_node(host_id, &target)) {
+                Ok(()) => json_reply(200, &json!({})),
+                Err(e) => refused(500, &e),
+            }
+        }
+        ("POST", ["nodes", host_id, "decommission"]) => {
+            let force = q.get("force").is_some_and(|f| f == "true");
+            decommission(service, host_id, force).await
+        }
+        ("POST", ["data-dirs", "wipe"]) => {
+            let Some(path) = q.get("path") else {
+                return bad_request("path is required".into());
+            };
+            service.with(|r| r.wipe_data_dir(path));
+            json_reply(200, &json!({}))
+        }
+        ("POST", ["keyspaces"]) => {
+            let request: KeyspaceRequest = match parse(body) {
+                Ok(p) => p,
+                Err(r) => return *r,
+            };
+            let replication = match replication_of(&request.replication) {
+                Ok(r) => r,
+                Err(e) => return bad_request(e),
+            };
+            match service.with(|r| r.create_keyspace(&request.name, replication)) {
+                Ok(()) => json_reply(201, &json!({"name": request.name})),
+                Err(e) => refused(409, &e),
+            }
+        }
+        ("POST", ["keyspaces", keyspace, "keys"]) => {
+            let request: KeysRequest = match parse(body) {
+                Ok(p) => p,
+                Err(r) => return *r,
+            };
+            let consistency =
+                match consistency_of(request.consistency.as_deref().unwrap_or("QUORUM")) {
+                    Ok(c) => c,
+                    Err(e) => return bad_request(e),
+                };
+            match service
+                .with(|r| r.write_keys(keyspace, &request.prefix, request.count, consistency))
+            {
+                Ok(keys) => json_reply(200, &json!({"written": keys.len()})),
+                Err(e) => refused(503, &e),
+            }
+        }
+        _ => json_reply(
+            404,
+            &json!({"message": format!("no ring route {method} /sim/ring/{}", rest.join("/"))}),
+        ),
+    }
+}
+
+fn status_text(service: &Arc<RingService>) -> Response<Body> {
+    match service.with(|r| r.status(None)) {
+        Ok(table) => text_reply(200, table.to_string()),
+        Err(e) => text_reply(500, e.to_string()),
+    }
+}
+
+/// `decommission()`: the checks, then the call blocks until the node left
+/// the ring or the streaming failed (as the JMX operation does).
+async fn decommission(service: &Arc<RingService>, host_id: &str, force: bool) -> Response<Body> {
+    let started = {
+        let mut state = service.lock();
+        state.sync();
+        state.failures.remove(host_id);
+        state
+            .ring
+            .as_mut()
+            .expect("a ring")
+            .start_decommission(host_id, force)
+    };
+    service.changed.notify_waiters();
+    match started {
+        Err(e) => return refused(500, &e),
+        Ok(DecommissionStart::AlreadyDone) => return json_reply(200, &json!({})),
+        Ok(DecommissionStart::Started { .. }) => {}
+    }
+    loop {
+        let notified = service.changed.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        {
+            let mut state = service.lock();
+            state.sync();
+            if let Some(e) = state.failures.get(host_id) {
+                return refused(500, e);
+            }
+            let ring = state.ring.as_ref().expect("a ring");
+            match ring.node(host_id).and_then(|n| n.mode()) {
+                Some(OperationMode::Decommissioned) => return json_reply(200, &json!({})),
+                Some(OperationMode::Leaving) => {}
+                _ => {
+                    return refused(
+                        500,
+                        &RingError::NotRunning {
+                            host_id: host_id.to_string(),
+                        },
+                    );
+                }
+            }
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(1), notified).await;
+    }
+}

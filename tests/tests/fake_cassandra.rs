@@ -1,0 +1,496 @@
+//! The fake Cassandra node end to end (issue 4's Done-when): real
+//! `fake-cassandra` processes started from configurations rendered by
+//! `sidecar::render` (the 4.1 fixtures), a ring kept by an in-process
+//! kubesim, checked through `/sim/ring`, `kubesim ring [--check]` and each
+//! node's Jolokia with the sidecar's own client.
+//!
+//! Steps: three nodes form one ring of 3 UN with the data check clean; a
+//! fourth bootstraps; a decommission moves its data; a node killed and its
+//! disk lost is replaced with `replace_address_first_boot` and replication
+//! is full again; a node started as its own seed in the populated ring is
+//! flagged by the data check; a node of another cluster is refused.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crds::quantity::Quantity;
+use crds::v1alpha1::ClusterMode;
+use serde_json::{Value, json};
+use sidecar::jolokia::{Jolokia, OperationMode, StorageService};
+use sidecar::render::{MemberConfig, render};
+use testworld::kubesim::{KubeSim, Options};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures");
+const RELEASE: &str = "4.1.8";
+const CLUSTER: &str = "ring-test";
+/// Bootstrap, replacement and decommission stream for this long.
+const STREAM_MS: u64 = 400;
+
+fn ip(n: u8) -> String {
+    format!("127.0.47.{n}")
+}
+
+fn defaults() -> String {
+    let path = format!("{FIXTURES}/cassandra/4.1/cassandra.yaml");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!("the 4.1 fixture {path} is missing ({e}): the test needs /work/shared/fixtures")
+    })
+}
+
+/// A fake-cassandra process and where it lives.
+struct Node {
+    name: String,
+    ip: String,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Node {
+    fn jolokia(&self) -> StorageService {
+        StorageService::new(
+            Jolokia::new(&format!("http://{}:8778/jolokia/", self.ip)).expect("a client"),
+        )
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn log(&self) -> String {
+        let out = std::fs::read_to_string(self.dir.join("stdout")).unwrap_or_default();
+        let err = std::fs::read_to_string(self.dir.join("stderr")).unwrap_or_default();
+        format!("--- {} stdout\n{out}--- stderr\n{err}", self.name)
+    }
+
+    /// SIGTERM, as the kubelet stops a container, and its exit code.
+    fn terminate(&mut self) -> i32 {
+        let mut child = self.child.take().expect("running");
+        let pid = child.id().to_string();
+        let ok = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill runs");
+        assert!(ok.success());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                return status.code().unwrap_or(-1);
+            }
+            assert!(Instant::now() < deadline, "{} did not stop", self.name);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+struct World {
+    sim: KubeSim,
+    root: tempfile::TempDir,
+    http: reqwest::Client,
+}
+
+impl World {
+    async fn new() -> World {
+        let mut opts = Options::default();
+        opts.ring.timing.bootstrap_ms = STREAM_MS;
+        opts.ring.timing.replace_ms = STREAM_MS;
+        opts.ring.timing.decommission_ms = STREAM_MS;
+        World {
+            sim: KubeSim::start(opts).await.expect("kubesim starts"),
+            root: tempfile::tempdir().expect("a temp dir"),
+            http: reqwest::Client::builder()
+                .no_proxy()
+                .build()
+                .expect("a client"),
+        }
+    }
+
+    /// Renders the member's configuration with the sidecar's renderer and
+    /// starts fake-cassandra on it.
+    fn start(
+        &self,
+        name: &str,
+        n: u8,
+        seeds: &[u8],
+        rack: &str,
+        replace: Option<u8>,
+        cluster: &str,
+    ) -> Node {
+        let dir = self.root.path().join(name);
+        let conf = dir.join("conf");
+        std::fs::create_dir_all(&conf).expect("conf dir");
+        let address = ip(n);
+        let member = MemberConfig {
+            mode: ClusterMode::Cassandra,
+            cluster_name: cluster.to_string(),
+            pod_ip: address.parse().expect("an ip"),
+            broadcast_address: address.parse().expect("an ip"),
+            seeds: seeds.iter().map(|s| ip(*s)).collect(),
+            datacenter: "dc1".to_string(),
+            rack: rack.to_string(),
+            memory_limit: Some(Quantity::parse("2Gi").expect("a quantity")),
+            cpu_limit: None,
+            node_cpu_cores: 2,
+            replace_address: replace.map(ip),
+            overrides: None,
+            jolokia_agent_jar: "/opt/jolokia/jolokia-jvm-agent.jar".to_string(),
+        };
+        let rendered = render(&member, &defaults()).expect("renders");
+        for f in &rendered.files {
+            std::fs::write(conf.join(&f.name), &f.content).expect("write a rendered file");
+        }
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fake-cassandra"));
+        cmd.arg("-f")
+            .envs(rendered.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env("CASSANDRA_CONF", &conf)
+            .env("CASSANDRA_VERSION", RELEASE)
+            .env("CASSANDRA_DATA_DIR", dir.join("data"))
+            .env("KUBESIM_URL", self.sim.url())
+            .env("KUBESIM_JOLOKIA_HOST", &address)
+            .stdout(Stdio::from(
+                std::fs::File::create(dir.join("stdout")).expect("stdout file"),
+            ))
+            .stderr(Stdio::from(
+                std::fs::File::create(dir.join("stderr")).expect("stderr file"),
+            ));
+        let child = cmd.spawn().expect("fake-cassandra starts");
+        Node {
+            name: name.to_string(),
+            ip: address,
+            dir,
+            child: Some(child),
+        }
+    }
+
+    async fn get(&self, path: &str) -> (u16, String) {
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.sim.url()))
+            .send()
+            .await
+            .expect("kubesim answers");
+        let status = resp.status().as_u16();
+        (status, resp.text().await.expect("a body"))
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let resp = self
+            .http
+            .post(format!("{}{path}", self.sim.url()))
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("kubesim answers");
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn ring(&self) -> Value {
+        let (status, text) = self.get("/sim/ring").await;
+        assert_eq!(status, 200, "{text}");
+        serde_json::from_str(&text).expect("ring JSON")
+    }
+
+    /// address -> nodetool status letters, for the members listed.
+    async fn statuses(&self) -> Vec<(String, String)> {
+        let ring = self.ring().await;
+        ring["status"]["rows"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .map(|r| {
+                (
+                    r["address"].as_str().unwrap_or_default().to_string(),
+                    r["status"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    async fn wait_statuses(&self, expected: &[(u8, &str)]) {
+        let expected: Vec<(String, String)> = expected
+            .iter()
+            .map(|(n, s)| (ip(*n), s.to_string()))
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let got = self.statuses().await;
+            if got == expected {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "ring never became {expected:?}; it is {got:?}\n{}",
+                self.get("/sim/ring/status").await.1
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The data check: (HTTP status, report).
+    async fn check(&self) -> (u16, Value) {
+        let (status, text) = self.get("/sim/ring/check").await;
+        (status, serde_json::from_str(&text).expect("a report"))
+    }
+
+    fn kubesim_ring(&self, check: bool) -> (i32, String) {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kubesim"));
+        cmd.args(["ring", "--url", &self.sim.url()]);
+        if check {
+            cmd.arg("--check");
+        }
+        let out = cmd.output().expect("kubesim ring runs");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    }
+}
+
+async fn wait_mode(node: &Node, mode: OperationMode) {
+    let storage = node.jolokia();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = storage.operation_mode().await;
+        if matches!(&got, Ok(m) if *m == mode) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never {mode:?} (last {got:?})\n{}",
+            node.name,
+            node.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn with_port(n: &[u8]) -> Vec<String> {
+    n.iter().map(|n| format!("{}:7000", ip(*n))).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fake_cassandra_ring_lifecycle() {
+    let world = World::new().await;
+    let began = Instant::now();
+
+    // Three nodes: two seeds come up NORMAL at once, the third bootstraps.
+    let n1 = world.start("n1", 1, &[1, 2], "r1", None, CLUSTER);
+    wait_mode(&n1, OperationMode::Normal).await;
+    let n2 = world.start("n2", 2, &[1, 2], "r2", None, CLUSTER);
+    wait_mode(&n2, OperationMode::Normal).await;
+    let n3 = world.start("n3", 3, &[1, 2], "r3", None, CLUSTER);
+    wait_mode(&n3, OperationMode::Normal).await;
+    world
+        .wait_statuses(&[(1, "UN"), (2, "UN"), (3, "UN")])
+        .await;
+    let s1 = n1.jolokia();
+    assert_eq!(s1.live_nodes().await.expect("live"), with_port(&[1, 2, 3]));
+    assert_eq!(s1.cluster_name().await.expect("name"), CLUSTER);
+    assert_eq!(s1.rack().await.expect("rack"), "r1");
+    assert_eq!(
+        n3.jolokia()
+            .rack_of(&format!("{}:7000", ip(2)))
+            .await
+            .expect("rack of n2"),
+        "r2"
+    );
+    assert_eq!(s1.tokens().await.expect("tokens").len(), 16);
+    let ring = world.ring().await;
+    assert_eq!(ring["cluster_name"], json!(CLUSTER));
+
+    // Data: a keyspace of RF 3, 300 keys at QUORUM.
+    let (status, body) = world
+        .post(
+            "/sim/ring/keyspaces",
+            json!({"name": "ks", "replication": {"class": "NetworkTopologyStrategy", "datacenters": {"dc1": 3}}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = world
+        .post(
+            "/sim/ring/keyspaces/ks/keys",
+            json!({"prefix": "k", "count": 300, "consistency": "QUORUM"}),
+        )
+        .await;
+    assert_eq!((status, &body), (200, &json!({"written": 300})));
+    let (status, report) = world.check().await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["keys"], json!(300));
+    let (code, out) = world.kubesim_ring(true);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("UN ")).count(),
+        3,
+        "{out}"
+    );
+    assert!(
+        out.contains("checked 300 keys in 1 keyspaces: 0 under-replicated, 0 lost"),
+        "{out}"
+    );
+
+    // A fourth node bootstraps: JOINING (UJ) for the streaming time.
+    let n4 = world.start("n4", 4, &[1, 2], "r1", None, CLUSTER);
+    wait_mode(&n4, OperationMode::Joining).await;
+    assert_eq!(
+        s1.joining_nodes().await.expect("joining"),
+        with_port(&[4]),
+        "the others see it joining"
+    );
+    wait_mode(&n4, OperationMode::Normal).await;
+    world
+        .wait_statuses(&[(1, "UN"), (2, "UN"), (3, "UN"), (4, "UN")])
+        .await;
+    let (status, report) = world.check().await;
+    assert_eq!(status, 200, "after the bootstrap: {report}");
+
+    // Decommission n3 through its Jolokia: the call blocks until it left;
+    // its ranges moved, nothing is short.
+    let n3_host = n3
+        .jolokia()
+        .local_host_id()
+        .await
+        .expect("id")
+        .expect("some");
+    let copies_before = world.ring().await["data_dirs"]
+        .as_array()
+        .expect("dirs")
+        .iter()
+        .find(|d| d["host_id"] == json!(n3_host))
+        .map(|d| d["copies"]["ks"].as_u64().unwrap_or(0))
+        .expect("n3's data dir");
+    assert!(copies_before > 0, "n3 held data");
+    let t = Instant::now();
+    n3.jolokia().decommission().await.expect("decommission");
+    assert!(
+        t.elapsed() >= Duration::from_millis(STREAM_MS),
+        "the call blocked while streaming ({:?})",
+        t.elapsed()
+    );
+    assert_eq!(
+        n3.jolokia().operation_mode().await.expect("mode"),
+        OperationMode::Decommissioned
+    );
+    world
+        .wait_statuses(&[(1, "UN"), (2, "UN"), (4, "UN")])
+        .await;
+    let (status, report) = world.check().await;
+    assert_eq!(status, 200, "after the decommission: {report}");
+    let mut n3 = n3;
+    assert_eq!(n3.terminate(), 143, "SIGTERM exits like the JVM");
+    // A decommissioned node does not come back without the override.
+    let mut again = world.start("n3", 3, &[1, 2], "r3", None, CLUSTER);
+    let code = again
+        .child
+        .take()
+        .expect("child")
+        .wait()
+        .expect("exits")
+        .code();
+    assert_eq!(code, Some(3), "{}", again.log());
+    assert!(
+        again
+            .log()
+            .contains("This node was decommissioned and will not rejoin the ring"),
+        "{}",
+        again.log()
+    );
+
+    // Kill n4 (SIGTERM): down, data kept; its keys are short of a copy.
+    let mut n4 = n4;
+    assert_eq!(n4.terminate(), 143);
+    world
+        .wait_statuses(&[(1, "UN"), (2, "UN"), (4, "DN")])
+        .await;
+    let (status, report) = world.check().await;
+    assert_eq!(status, 409, "{report}");
+    let under = report["under_replicated"].as_array().expect("a list").len();
+    assert_eq!(under, 300, "RF 3 on 3 nodes: every key has a copy on n4");
+    assert!(report["lost"].as_array().expect("a list").is_empty());
+    let (code, out) = world.kubesim_ring(true);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("UNDER-REPLICATED ks.k0 "), "{out}");
+    assert!(
+        out.contains(&format!("DN {} missing", ip(4)))
+            || out.contains(&format!("DN {} has it", ip(4))),
+        "{out}"
+    );
+
+    // Its disk is lost; the replacement (same address, replace_address_first_boot
+    // rendered by the sidecar) streams the data back.
+    std::fs::remove_dir_all(n4.data_dir()).expect("wipe the data dir");
+    let n4b = world.start("n4", 4, &[1, 2], "r1", Some(4), CLUSTER);
+    wait_mode(&n4b, OperationMode::Normal).await;
+    world
+        .wait_statuses(&[(1, "UN"), (2, "UN"), (4, "UN")])
+        .await;
+    let (status, report) = world.check().await;
+    assert_eq!(status, 200, "after the replacement: {report}");
+    assert!(
+        n4b.log().contains("Node /127.0.47.4 state jump to JOINING"),
+        "{}",
+        n4b.log()
+    );
+
+    // A new node that names itself as its seed joins without bootstrapping:
+    // it owns ranges without their data, which the check flags.
+    let n5 = world.start("n5", 5, &[5], "r2", None, CLUSTER);
+    wait_mode(&n5, OperationMode::Normal).await;
+    world
+        .wait_statuses(&[(1, "UN"), (2, "UN"), (4, "UN"), (5, "UN")])
+        .await;
+    let (status, report) = world.check().await;
+    assert_eq!(status, 409, "{report}");
+    let flagged = report["under_replicated"].as_array().expect("a list");
+    assert!(!flagged.is_empty());
+    for k in flagged {
+        assert!(
+            k["replicas"]
+                .as_array()
+                .expect("replicas")
+                .iter()
+                .any(|r| r["address"] == json!(ip(5)) && r["has_copy"] == json!(false)),
+            "flagged because n5 lacks it: {k}"
+        );
+    }
+    let (code, out) = world.kubesim_ring(true);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("UN {} missing", ip(5))), "{out}");
+
+    // Another cluster's node is refused at startup.
+    let mut stranger = world.start("x", 9, &[1], "r1", None, "other-cluster");
+    let code = stranger
+        .child
+        .take()
+        .expect("child")
+        .wait()
+        .expect("exits")
+        .code();
+    assert_eq!(code, Some(3));
+    assert!(
+        stranger.log().contains("ClusterName mismatch"),
+        "{}",
+        stranger.log()
+    );
+
+    // The text views.
+    let (status, text) = world.get("/sim/ring?format=text").await;
+    assert_eq!(status, 200);
+    assert!(text.starts_with("Datacenter: dc1\n"), "{text}");
+    assert_eq!(text, world.get("/sim/ring/status").await.1);
+    let (code, out) = world.kubesim_ring(false);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(out, text);
+    eprintln!("scenario done in {:?}", began.elapsed());
+    drop((n1, n2, n4b, n5, n4, again, stranger));
+}
