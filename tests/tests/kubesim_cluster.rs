@@ -2,7 +2,11 @@
 //! StatefulSet on local disks comes up in order, each pod on its PV's
 //! node; a graceful pod deletion runs SIGTERM through the container's PID
 //! 1; deleting a Node kills its processes and its pod cannot come back
-//! while its local PV is bound to the gone node.
+//! while its local PV is bound to the gone node. And the image contract
+//! the sidecar is built against, with stand-ins for the operator binary
+//! and the fake Cassandra: the install init container, the database
+//! image's configuration directory, the `cassandra` program, the sim's
+//! environment, HTTP readiness, a restart, preStop and SIGTERM.
 
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -361,4 +365,223 @@ async fn statefulset_on_local_disks_and_a_lost_node() {
         survivors.iter().all(|p| !pid_alive(*p)).then_some(())
     })
     .await;
+}
+
+/// The operator binary's stand-in: `install` copies itself, `sidecar`
+/// records what it sees and supervises `cassandra`, `nodetool` records the
+/// preStop call.
+const OPERATOR: &str = r#"#!/bin/sh
+case "$1" in
+install)
+  cp "$0" "$3/cassandra-operator"; echo installed into "$3" ;;
+sidecar)
+  { echo "pid=$$"; env | sort; } > /var/lib/cassandra/sidecar-env
+  ls /etc/cassandra > /var/lib/cassandra/config-files
+  cassandra -f &
+  child=$!
+  trap 'echo "term after $(cat /var/lib/cassandra/prestop)" > /var/lib/cassandra/term; kill $child; exit 0' TERM
+  wait $child
+  exit $? ;;
+nodetool)
+  echo "$@" > /var/lib/cassandra/prestop ;;
+esac
+"#;
+
+/// The fake Cassandra's stand-in: fails its first start, then serves HTTP
+/// on the pod IP's port 8080.
+const CASSANDRA: &str = r#"#!/bin/sh
+n=$(cat /var/lib/cassandra/starts 2>/dev/null || echo 0)
+n=$((n+1))
+echo $n > /var/lib/cassandra/starts
+echo "$*" > /var/lib/cassandra/cassandra-args
+[ "$n" = 1 ] && exit 3
+exec python3 -m http.server --bind "$KUBESIM_JOLOKIA_HOST" 8080 --directory /var/lib/cassandra
+"#;
+
+fn script(dir: &Path, name: &str, text: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+fn member_statefulset() -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "db", "namespace": "default"},
+        "spec": {
+            "replicas": 1, "serviceName": "db",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {
+                "metadata": {"labels": {"app": "db"}},
+                "spec": {
+                    "volumes": [{"name": "shared", "emptyDir": {}}],
+                    "initContainers": [{
+                        "name": "install",
+                        "image": testworld::kubesim::sim::default_operator_repository() + ":0.1.0",
+                        "command": ["/usr/local/bin/cassandra-operator", "install", "--target", "/mnt/shared"],
+                        "volumeMounts": [{"name": "shared", "mountPath": "/mnt/shared"}]
+                    }],
+                    "containers": [{
+                        "name": "cassandra", "image": "cassandra:4.1.5",
+                        "command": ["/mnt/shared/cassandra-operator", "sidecar"],
+                        "env": [
+                            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                            {"name": "MEMORY_LIMIT", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory"}}}
+                        ],
+                        "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
+                        "ports": [{"name": "sidecar", "containerPort": 8080}],
+                        "volumeMounts": [
+                            {"name": "shared", "mountPath": "/mnt/shared"},
+                            {"name": "data", "mountPath": "/var/lib/cassandra"}
+                        ],
+                        "readinessProbe": {"httpGet": {"path": "/starts", "port": "sidecar"}, "periodSeconds": 10},
+                        "lifecycle": {"preStop": {"exec": {"command": ["/mnt/shared/cassandra-operator", "nodetool", "drain"]}}}
+                    }]
+                }
+            },
+            "volumeClaimTemplates": [{
+                "metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "standard",
+                    "resources": {"requests": {"storage": "1Gi"}}}
+            }]
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_image_contract() {
+    let fixtures = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/fixtures"
+    ));
+    assert!(
+        fixtures.join("cassandra/4.1/cassandra.yaml").is_file(),
+        "the fixtures are missing at {}",
+        fixtures.display()
+    );
+    let work = tempfile::tempdir().unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let mut sim_opts = SimOptions::new(work.path());
+    sim_opts.operator_binary = Some(script(bin.path(), "cassandra-operator", OPERATOR));
+    sim_opts.fake_cassandra = Some(script(bin.path(), "fake-cassandra", CASSANDRA));
+    sim_opts.fixtures = Some(fixtures.to_path_buf());
+    sim_opts.max_grace = Some(Duration::from_secs(5));
+    sim_opts.max_probe_period = Some(Duration::from_millis(200));
+    sim_opts.restart_backoff = Duration::from_millis(100);
+    let sim = KubeSim::start(Options {
+        sim: Some(sim_opts),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let store = sim.store().clone();
+    store
+        .create(
+            &t("apps", "statefulsets", Some("default")),
+            member_statefulset(),
+            &WriteOptions::default(),
+        )
+        .unwrap();
+    let pod = until("db-0 ready", 60, || {
+        let p = store.get(&pods(), "db-0").ok()?;
+        ready(&p).then_some(p)
+    })
+    .await;
+    let ip = s(&pod, "/status/podIP").to_string();
+    let data = pv_dir(work.path(), &store, "db-0");
+
+    // The init container ran the operator binary and completed first.
+    let init = &pod["status"]["initContainerStatuses"][0];
+    assert_eq!(init["state"]["terminated"]["exitCode"], 0);
+    assert_eq!(init["state"]["terminated"]["reason"], "Completed");
+    let pod_dir = work
+        .path()
+        .join("pods")
+        .join(format!("default_db-0_{}", s(&pod, "/metadata/uid")));
+    assert_eq!(
+        std::fs::read_to_string(pod_dir.join("logs/install/0.log")).unwrap(),
+        "installed into /mnt/shared\n"
+    );
+    // The database crashed once and was restarted; ready only through the
+    // HTTP probe on the pod IP.
+    let main = &pod["status"]["containerStatuses"][0];
+    assert_eq!(main["restartCount"], 1);
+    assert_eq!(main["lastState"]["terminated"]["exitCode"], 3);
+    assert!(main["state"]["running"].is_object());
+    assert_eq!(std::fs::read_to_string(data.join("starts")).unwrap(), "2\n");
+    assert_eq!(
+        std::fs::read_to_string(data.join("cassandra-args")).unwrap(),
+        "-f\n"
+    );
+
+    // What the sidecar saw: PID 1, the sim's environment, the image's
+    // configuration at /etc/cassandra.
+    let env = std::fs::read_to_string(data.join("sidecar-env")).unwrap();
+    let kubeconfig = work.path().join("kubeconfig");
+    for line in [
+        "pid=1".to_string(),
+        "CONFIG_DEFAULTS_DIR=/etc/cassandra".into(),
+        format!("KUBECONFIG={}", kubeconfig.display()),
+        format!("KUBESIM_URL={}", sim.url()),
+        format!("JOLOKIA_URL=http://{ip}:8778/jolokia/"),
+        format!("KUBESIM_JOLOKIA_HOST={ip}"),
+        format!("PROBE_ADDR={ip}:8080"),
+        format!("POD_IP={ip}"),
+        "CASSANDRA_VERSION=4.1.5".into(),
+        "MEMORY_LIMIT=1073741824".into(),
+        "HOSTNAME=db-0".into(),
+    ] {
+        assert!(env.lines().any(|l| l == line), "{line} not in\n{env}");
+    }
+    assert!(
+        std::fs::read_to_string(&kubeconfig)
+            .unwrap()
+            .contains(&format!("server: {}", sim.url()))
+    );
+    let mut expected: Vec<String> = std::fs::read_dir(fixtures.join("cassandra/4.1"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    expected.sort();
+    let seen: Vec<String> = std::fs::read_to_string(data.join("config-files"))
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(seen, expected);
+
+    // A network disk: bound at once, no node affinity.
+    let pvc = store
+        .get(
+            &t("", "persistentvolumeclaims", Some("default")),
+            "data-db-0",
+        )
+        .unwrap();
+    let pv = store
+        .get(
+            &t("", "persistentvolumes", None),
+            s(&pvc, "/spec/volumeName"),
+        )
+        .unwrap();
+    assert_eq!(s(&pv, "/spec/storageClassName"), "standard");
+    assert!(pv["spec"].get("nodeAffinity").is_none());
+
+    // Deletion: preStop first, then SIGTERM to the container's PID 1.
+    store
+        .delete(&pods(), "db-0", &DeleteOptions::default())
+        .unwrap();
+    until("db-0 gone", 20, || {
+        store
+            .get(&pods(), "db-0")
+            .ok()
+            .is_none_or(|p| p["metadata"]["uid"] != pod["metadata"]["uid"])
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(data.join("term")).unwrap(),
+        "term after nodetool drain\n"
+    );
 }

@@ -1,7 +1,8 @@
 //! `kubesim serve --dir DIR [--zones a,b] [--nodes-per-zone N]`: the
 //! Kubernetes API emulator as a process. Serves HTTP on 127.0.0.1, writes
 //! `DIR/kubeconfig`, prints `ready` once it accepts requests, and runs until
-//! SIGTERM (or SIGINT).
+//! SIGTERM (or SIGINT). The simulated cluster runs too (its files under
+//! `DIR/sim`; its flags are `testworld::kubesim::sim::FLAGS`).
 //!
 //! `kubesim ring [--url URL | --dir DIR] [--check]`: prints the fake
 //! Cassandra ring of a running kubesim like `nodetool status`; with
@@ -13,7 +14,7 @@ use std::time::Duration;
 use testworld::kubesim::faults::FaultConfig;
 use testworld::kubesim::{KubeSim, Options};
 
-const USAGE: &str = "usage: kubesim serve --dir DIR [--zones a,b] [--nodes-per-zone N] [--port P] [--watch-window N] [--bookmark-interval-ms MS] [--conflict-rate R] [--error-rate R] [--throttle-rate R] [--drop-watch-rate R] [--slow-rate R] [--slow-ms MS]";
+const USAGE: &str = "usage: kubesim serve --dir DIR [--zones a,b] [--nodes-per-zone N] [--port P] [--watch-window N] [--bookmark-interval-ms MS] [--conflict-rate R] [--error-rate R] [--throttle-rate R] [--drop-watch-rate R] [--slow-rate R] [--slow-ms MS] [sim flags: see testworld::kubesim::sim::FLAGS]";
 
 fn parse_args(args: &[String]) -> Result<(PathBuf, Options), String> {
     let mut it = args.iter();
@@ -23,11 +24,16 @@ fn parse_args(args: &[String]) -> Result<(PathBuf, Options), String> {
     let mut dir = None;
     let mut opts = Options::default();
     let mut faults = FaultConfig::default();
+    let mut sim = testworld::kubesim::sim::Flags::default();
     while let Some(flag) = it.next() {
         let (flag, inline) = match flag.split_once('=') {
             Some((f, v)) => (f.to_string(), Some(v.to_string())),
             None => (flag.clone(), None),
         };
+        if testworld::kubesim::sim::Flags::is_switch(&flag) {
+            sim.take(&flag, "")?;
+            continue;
+        }
         let value = match inline {
             Some(v) => v,
             None => it
@@ -63,11 +69,16 @@ fn parse_args(args: &[String]) -> Result<(PathBuf, Options), String> {
             }
             "--slow-rate" => faults.slow_rate = num(&value)?,
             "--slow-ms" => faults.slow_ms = int(&value)?,
-            other => return Err(format!("unknown flag {other}\n{USAGE}")),
+            other => {
+                if !sim.take(other, &value)? {
+                    return Err(format!("unknown flag {other}\n{USAGE}"));
+                }
+            }
         }
     }
     opts.faults = faults;
     let dir = dir.ok_or_else(|| format!("--dir is required\n{USAGE}"))?;
+    opts.sim = sim.options(&dir);
     Ok((dir, opts))
 }
 

@@ -85,7 +85,8 @@ pub struct SimOptions {
     /// `KUBESIM_OPERATOR_BINARY`).
     pub operator_binary: Option<PathBuf>,
     /// Image names (without tag) that are the operator image
-    /// (`--operator-image`, repeatable).
+    /// (`--operator-image`, repeatable; `KUBESIM_OPERATOR_IMAGES`; by
+    /// default the controller's default image).
     pub operator_images: Vec<String>,
     /// The fake Cassandra program (`--fake-cassandra`,
     /// `KUBESIM_FAKE_CASSANDRA`): the database images' `cassandra`.
@@ -103,13 +104,29 @@ pub struct SimOptions {
     pub restart_backoff: Duration,
 }
 
+/// The repository of the controller's default operator image.
+pub fn default_operator_repository() -> String {
+    let image = controller::resources::DEFAULT_OPERATOR_IMAGE;
+    image
+        .rsplit_once(':')
+        .map_or(image, |(repo, _)| repo)
+        .to_string()
+}
+
 impl SimOptions {
     /// Options with everything else at its default.
     pub fn new(work_dir: impl Into<PathBuf>) -> SimOptions {
         SimOptions {
             work_dir: work_dir.into(),
             operator_binary: std::env::var_os("KUBESIM_OPERATOR_BINARY").map(PathBuf::from),
-            operator_images: Vec::new(),
+            operator_images: std::env::var("KUBESIM_OPERATOR_IMAGES")
+                .map(|v| {
+                    v.split(',')
+                        .filter(|i| !i.is_empty())
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_else(|_| vec![default_operator_repository()]),
             fake_cassandra: std::env::var_os("KUBESIM_FAKE_CASSANDRA").map(PathBuf::from),
             fixtures: std::env::var_os("KUBESIM_FIXTURES").map(PathBuf::from),
             max_grace: None,
@@ -247,4 +264,71 @@ pub(crate) fn patch_main(
             &WriteOptions::default(),
         )
         .map(|(v, _)| v)
+}
+
+/// The `kubesim serve` flags of the sim, with their environment
+/// fallbacks (`KUBESIM_OPERATOR_BINARY`, `KUBESIM_FAKE_CASSANDRA`,
+/// `KUBESIM_FIXTURES`, `KUBESIM_OPERATOR_IMAGES` comma-separated).
+pub const FLAGS: &str = "[--no-sim] [--sim-dir DIR] [--operator-binary PATH] [--operator-image REPO]... [--fake-cassandra PATH] [--fixtures DIR] [--max-grace-seconds S] [--max-probe-period-ms MS] [--restart-backoff-ms MS]";
+
+/// The sim's settings from `kubesim serve` flags.
+#[derive(Debug, Clone, Default)]
+pub struct Flags {
+    off: bool,
+    dir: Option<PathBuf>,
+    operator_binary: Option<PathBuf>,
+    operator_images: Vec<String>,
+    fake_cassandra: Option<PathBuf>,
+    fixtures: Option<PathBuf>,
+    max_grace: Option<Duration>,
+    max_probe_period: Option<Duration>,
+    restart_backoff: Option<Duration>,
+}
+
+impl Flags {
+    /// Whether `flag` is a sim flag that takes no value.
+    pub fn is_switch(flag: &str) -> bool {
+        flag == "--no-sim"
+    }
+
+    /// Takes one flag; false when it is not a sim flag.
+    pub fn take(&mut self, flag: &str, value: &str) -> Result<bool, String> {
+        let ms = |v: &str| {
+            v.parse::<u64>()
+                .map(Duration::from_millis)
+                .map_err(|e| format!("{flag}: {e}"))
+        };
+        match flag {
+            "--no-sim" => self.off = true,
+            "--sim-dir" => self.dir = Some(value.into()),
+            "--operator-binary" => self.operator_binary = Some(value.into()),
+            "--operator-image" => self.operator_images.push(value.to_string()),
+            "--fake-cassandra" => self.fake_cassandra = Some(value.into()),
+            "--fixtures" => self.fixtures = Some(value.into()),
+            "--max-grace-seconds" => self.max_grace = Some(ms(value)? * 1000),
+            "--max-probe-period-ms" => self.max_probe_period = Some(ms(value)?),
+            "--restart-backoff-ms" => self.restart_backoff = Some(ms(value)?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The sim's options (None with `--no-sim`); the work directory
+    /// defaults to `<serve dir>/sim`.
+    pub fn options(self, serve_dir: &std::path::Path) -> Option<SimOptions> {
+        if self.off {
+            return None;
+        }
+        let mut o = SimOptions::new(self.dir.unwrap_or_else(|| serve_dir.join("sim")));
+        o.operator_binary = self.operator_binary.or(o.operator_binary);
+        o.fake_cassandra = self.fake_cassandra.or(o.fake_cassandra);
+        o.fixtures = self.fixtures.or(o.fixtures);
+        o.operator_images.extend(self.operator_images);
+        o.max_grace = self.max_grace;
+        o.max_probe_period = self.max_probe_period;
+        if let Some(b) = self.restart_backoff {
+            o.restart_backoff = b;
+        }
+        Some(o)
+    }
 }
