@@ -1322,3 +1322,37 @@ async fn defaults_cluster_ips_and_idempotent_apply() {
     );
     assert_eq!(second.metadata.generation, Some(1));
 }
+
+#[tokio::test]
+async fn watcher_with_streaming_lists() {
+    let (_sim, client) = sim().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    for n in ["s1", "s2"] {
+        cms.create(
+            &PostParams::default(),
+            &cm(n, json!({"app": "s"}), json!({})),
+        )
+        .await
+        .unwrap();
+    }
+    let cfg = watcher::Config::default().labels("app=s").streaming_lists();
+    let mut events = watcher(cms.clone(), cfg).boxed();
+    let seen = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut seen = Vec::new();
+        while let Some(ev) = events.try_next().await.unwrap() {
+            match ev {
+                watcher::Event::Init => seen.push("init".to_string()),
+                watcher::Event::InitApply(c) => seen.push(c.metadata.name.unwrap()),
+                watcher::Event::InitDone => {
+                    seen.push("done".to_string());
+                    break;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        seen
+    })
+    .await
+    .expect("the initial events end with a bookmark");
+    assert_eq!(seen, vec!["init", "s1", "s2", "done"]);
+}

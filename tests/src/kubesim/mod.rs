@@ -3,6 +3,44 @@
 //!
 //! [`store`] holds the objects and is the in-process API (with change
 //! notifications) that simulated controllers use; [`http`] serves it.
+//!
+//! # Starting it
+//!
+//! In process (a tokio test): `KubeSim::start(Options::default()).await?`
+//! binds 127.0.0.1 on a free port; [`KubeSim::kubeconfig`] (or
+//! [`KubeSim::write_kubeconfig`]) gives the kubeconfig for kube-rs
+//! (`Kubeconfig::from_yaml` + `Config::from_custom_kubeconfig`) or kubectl;
+//! [`KubeSim::store`] is the in-process API; dropping the value stops it.
+//!
+//! As a process: `kubesim serve --dir DIR [--zones a,b] [--nodes-per-zone N]
+//! [--port P] [--watch-window N] [--bookmark-interval-ms MS] [--conflict-rate
+//! R] [--error-rate R] [--throttle-rate R] [--drop-watch-rate R] [--slow-rate
+//! R] [--slow-ms MS]` writes `DIR/kubeconfig`, prints `ready` on stdout once
+//! it accepts requests, and runs until SIGTERM.
+//!
+//! # Admin endpoints (not logged)
+//!
+//! - `GET|PUT|POST|DELETE /sim/faults`: the [`faults::FaultConfig`] in force
+//!   (JSON, camelCase: `conflictRate`, `errorRate`, `throttleRate`,
+//!   `dropWatchRate`, `dropWatchAfterMs`, `slowRate`, `slowMs`, `verbs`,
+//!   `resources`); DELETE clears it.
+//! - `GET /sim/requests[?since=SEQ]`: `{"items": [RequestRecord...]}` (seq,
+//!   method, path, query, verb, group, resource, subresource, namespace,
+//!   name, userAgent, contentType, code); `DELETE` forgets them.
+//!
+//! # Faithful to the API server
+//!
+//! resourceVersion as one counter (etcd's revision), 409 on stale updates,
+//! generation on spec changes, uid and timestamps, Status objects with the
+//! API server's reasons and messages, namespaces (404 when missing, 403 while
+//! terminating), label and field selectors, snapshot pagination with continue
+//! tokens, watches from a version with bookmarks, streaming lists and 410
+//! Expired past a per-kind window, discovery and OpenAPI v3 enough for
+//! kubectl, CRDs serving custom resources (schema pruning, defaulting,
+//! validation, CEL rules, status and scale subresources), the four patch
+//! types, finalizers, owner-reference garbage collection, defaulting of
+//! built-in kinds, ClusterIP allocation, server-side Table printing, and
+//! events.k8s.io Events stored as core Events.
 
 pub mod convert;
 pub mod defaults;
