@@ -467,6 +467,25 @@ async fn fake_cassandra_ring_lifecycle() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains(&format!("UN {} missing", ip(5))), "{out}");
 
+    // SIGKILL says nothing to the ring: the kubelet reports the death.
+    let n5_host = n5
+        .jolokia()
+        .local_host_id()
+        .await
+        .expect("id")
+        .expect("some");
+    let mut n5 = n5;
+    let mut child = n5.child.take().expect("running");
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    let (status, body) = world
+        .post(&format!("/sim/ring/kill?address={}", ip(5)), json!({}))
+        .await;
+    assert_eq!((status, &body), (200, &json!({"host_id": n5_host})));
+    world
+        .wait_statuses(&[(1, "UN"), (2, "UN"), (4, "UN"), (5, "DN")])
+        .await;
+
     // Another cluster's node is refused at startup.
     let mut stranger = world.start("x", 9, &[1], "r1", None, "other-cluster");
     let code = stranger

@@ -148,3 +148,33 @@ pub fn node_view(ring: &Ring, host_id: &str) -> Option<NodeView> {
         endpoints,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ring::{NodeConfig, Options};
+
+    #[test]
+    fn a_nodes_view_of_a_ring_with_a_down_peer() {
+        let mut ring = Ring::new(Options::default());
+        let seeds = ["10.0.0.1", "10.0.0.2"];
+        let a = ring
+            .start(&NodeConfig::new("c", "10.0.0.1", "dc1", "r1", &seeds, "/a"))
+            .expect("a");
+        let b = ring
+            .start(&NodeConfig::new("c", "10.0.0.2", "dc1", "r2", &seeds, "/b"))
+            .expect("b");
+        ring.kill(&b.host_id).expect("kill");
+        let view = node_view(&ring, &a.host_id).expect("a view");
+        assert_eq!(view.mode, "NORMAL");
+        assert_eq!(view.cluster_name, "c");
+        assert_eq!(view.tokens.len(), 16);
+        assert!(view.joined);
+        let peer = view.endpoint("10.0.0.2").expect("b is known");
+        assert!(!peer.up);
+        assert_eq!((peer.state, peer.rack.as_str()), ('N', "r2"));
+        let total: f64 = view.endpoints.iter().map(|e| e.ownership).sum();
+        assert!((total - 1.0).abs() < 1e-9, "{total}");
+        assert!(node_view(&ring, "nope").is_none());
+    }
+}

@@ -392,6 +392,29 @@ pub async fn handle(
             let force = q.get("force").is_some_and(|f| f == "true");
             decommission(service, host_id, force).await
         }
+        // The kubelet's view: the process at this address or on this data
+        // directory died (SIGKILL, Pod deleted) without saying so.
+        ("POST", ["kill"]) => {
+            let address = q.get("address");
+            let data_dir = q.get("data_dir");
+            let killed = service.with(|r| {
+                let host_id = r
+                    .nodes()
+                    .find(|n| {
+                        n.process.is_some()
+                            && (address == Some(&n.address) || data_dir == Some(&n.data_dir))
+                    })
+                    .map(|n| n.host_id.clone())?;
+                r.kill(&host_id).ok().map(|()| host_id)
+            });
+            match killed {
+                Some(host_id) => json_reply(200, &json!({"host_id": host_id})),
+                None => json_reply(
+                    404,
+                    &json!({"message": "no running node at that address or data directory"}),
+                ),
+            }
+        }
         ("POST", ["data-dirs", "wipe"]) => {
             let Some(path) = q.get("path") else {
                 return bad_request("path is required".into());
@@ -488,5 +511,49 @@ async fn decommission(service: &Arc<RingService>, host_id: &str, force: bool) ->
             }
         }
         let _ = tokio::time::timeout(Duration::from_secs(1), notified).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replication_and_consistency_parse_like_cql() {
+        assert_eq!(
+            replication_of(&json!({"class": "SimpleStrategy", "replication_factor": "3"})),
+            Ok(Replication::simple(3))
+        );
+        assert_eq!(
+            replication_of(
+                &json!({"class": "NetworkTopologyStrategy", "datacenters": {"dc1": 3, "dc2": 1}})
+            ),
+            Ok(Replication::network_topology([("dc1", 3), ("dc2", 1)]))
+        );
+        assert!(replication_of(&json!({"class": "SimpleStrategy"})).is_err());
+        assert_eq!(
+            consistency_of("local_quorum"),
+            Err("unknown consistency level LOCAL_QUORUM".to_string())
+        );
+        assert_eq!(consistency_of("quorum"), Ok(Consistency::Quorum));
+    }
+
+    #[test]
+    fn the_clock_completes_operations_at_real_time() {
+        let service = RingService::new(crate::ring::Options {
+            timing: crate::ring::Timing {
+                bootstrap_ms: 60_000,
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        let seed = NodeConfig::new("c", "10.0.0.1", "dc1", "r1", &["10.0.0.1"], "/d1");
+        let joiner = NodeConfig::new("c", "10.0.0.2", "dc1", "r1", &["10.0.0.1"], "/d2");
+        service.with(|r| r.start(&seed)).expect("seed starts");
+        let started = service.with(|r| r.start(&joiner)).expect("joins");
+        assert_eq!(started.mode, OperationMode::Joining);
+        service.tick();
+        let mode = service.with(|r| r.node(&started.host_id).and_then(|n| n.mode()));
+        assert_eq!(mode, Some(OperationMode::Joining), "60 s have not passed");
     }
 }
