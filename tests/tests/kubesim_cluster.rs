@@ -377,6 +377,8 @@ install)
 sidecar)
   { echo "pid=$$"; env | sort; } > /var/lib/cassandra/sidecar-env
   ls /etc/cassandra > /var/lib/cassandra/config-files
+  command -v cassandra > /var/lib/cassandra/cassandra-path
+  readlink /opt/cassandra/data > /var/lib/cassandra/home-data
   cassandra -f &
   child=$!
   trap 'echo "term after $(cat /var/lib/cassandra/prestop)" > /var/lib/cassandra/term; kill $child; exit 0' TERM
@@ -523,6 +525,8 @@ async fn the_image_contract() {
     for line in [
         "pid=1".to_string(),
         "CONFIG_DEFAULTS_DIR=/etc/cassandra".into(),
+        "CASSANDRA_HOME=/opt/cassandra".into(),
+        "CASSANDRA_CONF=/etc/cassandra".into(),
         format!("KUBECONFIG={}", kubeconfig.display()),
         format!("KUBESIM_URL={}", sim.url()),
         format!("JOLOKIA_URL=http://{ip}:8778/jolokia/"),
@@ -551,6 +555,14 @@ async fn the_image_contract() {
         .map(str::to_string)
         .collect();
     assert_eq!(seen, expected);
+    assert_eq!(
+        std::fs::read_to_string(data.join("cassandra-path")).unwrap(),
+        "/opt/cassandra/bin/cassandra\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(data.join("home-data")).unwrap(),
+        "/var/lib/cassandra\n"
+    );
 
     // A network disk: bound at once, no node affinity.
     let pvc = store

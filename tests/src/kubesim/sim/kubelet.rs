@@ -26,6 +26,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
+/// `CASSANDRA_HOME` of the cassandra image.
+pub const CASSANDRA_HOME: &str = "/opt/cassandra";
+
 /// The command prefix of the operator image.
 pub const OPERATOR_COMMAND: &str = "/usr/local/bin/cassandra-operator";
 
@@ -1031,6 +1034,13 @@ impl PodCtx {
         put("CASSANDRA_VERSION", tag);
         if let Image::Database { kind, .. } = image {
             put("CONFIG_DEFAULTS_DIR", format!("/etc/{kind}"));
+            if kind == "cassandra" {
+                // The official image's environment.
+                put("CASSANDRA_HOME", CASSANDRA_HOME.into());
+                put("CASSANDRA_CONF", "/etc/cassandra".into());
+                let path = env.get("PATH").cloned().unwrap_or_default();
+                env.insert("PATH".into(), format!("{CASSANDRA_HOME}/bin:{path}"));
+            }
         }
         let ns = ns_of(&pod).unwrap_or("default").to_string();
         for from in c
@@ -1178,6 +1188,17 @@ async fn start_container(
             let etc = cdir.join("etc").join(kind);
             copy_dir(&src, &etc).map_err(|e| format!("copy {}: {e}", src.display()))?;
             mounts.push((etc, format!("/etc/{kind}"), false));
+        }
+        if kind == "cassandra" {
+            // The official image's CASSANDRA_HOME: bin/cassandra, and data
+            // a symlink to the data volume.
+            let home = cdir.join("opt-cassandra");
+            std::fs::create_dir_all(home.join("bin")).map_err(|e| e.to_string())?;
+            if let Some(fake) = &ctx.opts.fake_cassandra {
+                let _ = std::os::unix::fs::symlink(fake, home.join("bin/cassandra"));
+            }
+            let _ = std::os::unix::fs::symlink("/var/lib/cassandra", home.join("data"));
+            mounts.insert(0, (home, CASSANDRA_HOME.to_string(), false));
         }
     }
     for m in c

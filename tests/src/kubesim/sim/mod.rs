@@ -30,6 +30,10 @@
 //!   layer) and mounted at `/etc/cassandra` (`/etc/scylla` for scylla),
 //!   also named by env `CONFIG_DEFAULTS_DIR`; the program `cassandra`
 //!   (first on `PATH`) is the fake Cassandra ([`SimOptions::fake_cassandra`]).
+//!   Like the official image, a cassandra container has
+//!   `CASSANDRA_HOME=/opt/cassandra` (mounted: `bin/cassandra`, and `data`
+//!   a symlink to `/var/lib/cassandra`), `CASSANDRA_CONF=/etc/cassandra`
+//!   and `/opt/cassandra/bin` first on `PATH`.
 //!   Without a command the container runs `cassandra -f`.
 //! - any other image runs its command as a host program.
 //!
