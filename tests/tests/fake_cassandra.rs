@@ -510,6 +510,45 @@ async fn fake_cassandra_ring_lifecycle() {
     let (code, out) = world.kubesim_ring(false);
     assert_eq!(code, 0, "{out}");
     assert_eq!(out, text);
+    // --dir finds kubesim through the kubeconfig `kubesim serve` writes.
+    let dir = world.root.path().join("kubesim");
+    std::fs::create_dir_all(&dir).expect("a dir");
+    world.sim.write_kubeconfig(&dir).expect("a kubeconfig");
+    let out = Command::new(env!("CARGO_BIN_EXE_kubesim"))
+        .args(["ring", "--dir"])
+        .arg(&dir)
+        .output()
+        .expect("kubesim ring runs");
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), text);
+
+    // n2's disk is lost under the running process: it exits, as Cassandra
+    // does on a disk failure.
+    let (status, _) = world
+        .post(
+            &format!("/sim/ring/data-dirs/wipe?path={}", n2.data_dir().display()),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let mut n2 = n2;
+    let mut child = n2.child.take().expect("running");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let code = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status.code();
+        }
+        assert!(Instant::now() < deadline, "n2 kept running\n{}", n2.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(code, Some(1), "{}", n2.log());
+    assert!(
+        n2.log()
+            .contains("ERROR [main] the ring has this node down"),
+        "{}",
+        n2.log()
+    );
+
     eprintln!("scenario done in {:?}", began.elapsed());
     drop((n1, n2, n4b, n5, n4, again, stranger));
 }

@@ -11,6 +11,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use testworld::fake_cassandra::MARKER;
 use testworld::fake_cassandra::config::{self, FakeConfig};
@@ -147,7 +148,16 @@ async fn main() -> ExitCode {
         None => None,
     };
 
-    let code = wait_for_signal().await;
+    let code = tokio::select! {
+        code = wait_for_signal() => code,
+        reason = watch_ring(&ring, &host_id) => {
+            eprintln!("ERROR [main] {reason}: exiting");
+            if let Some(s) = server {
+                s.abort();
+            }
+            return ExitCode::from(1);
+        }
+    };
     log("INFO", "Cassandra shutting down...");
     if let Err(e) = ring.stop(&host_id).await {
         eprintln!("WARN  [StorageServiceShutdownHook] {e}");
@@ -156,6 +166,28 @@ async fn main() -> ExitCode {
         s.abort();
     }
     ExitCode::from(code)
+}
+
+/// Returns once the ring no longer runs this process (the kubelet reported
+/// it dead, its disk was lost) or kubesim has been gone for 10 s, so that
+/// no fake outlives its world.
+async fn watch_ring(ring: &RingClient, host_id: &str) -> String {
+    const GONE_FOR: Duration = Duration::from_secs(10);
+    let mut unreachable_since: Option<Instant> = None;
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        match ring.view(host_id).await {
+            Ok(view) if view.running => unreachable_since = None,
+            Ok(_) => return "the ring has this node down (killed, or its disk was lost)".into(),
+            Err(NodeError::Refused(r)) => return r.message,
+            Err(e) => {
+                let since = *unreachable_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= GONE_FOR {
+                    return e.to_string();
+                }
+            }
+        }
+    }
 }
 
 /// Waits for SIGTERM (exit 143, as the JVM does) or SIGINT (130).

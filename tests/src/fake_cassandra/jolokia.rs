@@ -817,6 +817,7 @@ mod tests {
             host_id: "00000000-0000-4000-8000-0000000000.1".into(),
             address: "10.0.0.1".into(),
             cluster_name: "Test Cluster".into(),
+            running: true,
             mode: "NORMAL".into(),
             joined: true,
             dc: "dc1".into(),

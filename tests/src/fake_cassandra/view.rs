@@ -32,6 +32,9 @@ pub struct NodeView {
     pub host_id: String,
     pub address: String,
     pub cluster_name: String,
+    /// Whether the model has its process running (a process killed
+    /// behind its back, or whose disk was lost, has to exit).
+    pub running: bool,
     /// `OperationMode`.
     pub mode: String,
     /// A token-ring member (`isJoined`).
@@ -127,6 +130,7 @@ pub fn node_view(ring: &Ring, host_id: &str) -> Option<NodeView> {
         host_id: me.host_id.clone(),
         address: me.address.clone(),
         cluster_name: ring.cluster_name().unwrap_or_default().to_string(),
+        running: me.process.is_some(),
         mode: me
             .mode()
             .map(|m| m.to_string())
@@ -167,6 +171,8 @@ mod tests {
         ring.kill(&b.host_id).expect("kill");
         let view = node_view(&ring, &a.host_id).expect("a view");
         assert_eq!(view.mode, "NORMAL");
+        assert!(view.running);
+        assert!(!node_view(&ring, &b.host_id).expect("b's view").running);
         assert_eq!(view.cluster_name, "c");
         assert_eq!(view.tokens.len(), 16);
         assert!(view.joined);
