@@ -524,13 +524,21 @@ async fn fake_cassandra_ring_lifecycle() {
 
     // n2's disk is lost under the running process: it exits, as Cassandra
     // does on a disk failure.
-    let (status, _) = world
+    let (status, body) = world
         .post(
             &format!("/sim/ring/data-dirs/wipe?path={}", n2.data_dir().display()),
             json!({}),
         )
         .await;
     assert_eq!(status, 200);
+    let wiped = body["wiped"].as_array().expect("a list");
+    assert_eq!(wiped.len(), 1, "{body}");
+    assert!(
+        wiped[0]
+            .as_str()
+            .is_some_and(|id| id.starts_with(&format!("{}@", n2.data_dir().display()))),
+        "the data dir's identity is its path and inode: {body}"
+    );
     let mut n2 = n2;
     let mut child = n2.child.take().expect("running");
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -86,6 +86,24 @@ async fn main() -> ExitCode {
         );
         return ExitCode::from(3);
     }
+    // The directory's identity in the ring: its path and inode. In the sim
+    // every container sees its volume at the same path (a bind mount in
+    // its own mount namespace); the inode tells the volumes apart, and a
+    // volume deleted and made again is a new disk.
+    let mut config = config;
+    match std::fs::metadata(&data_dir) {
+        Ok(meta) => {
+            use std::os::unix::fs::MetadataExt;
+            config.node.data_dir = format!("{}@{}:{}", data_dir.display(), meta.dev(), meta.ino());
+        }
+        Err(e) => {
+            eprintln!(
+                "ERROR [main] cannot read the data directory {}: {e}",
+                data_dir.display()
+            );
+            return ExitCode::from(3);
+        }
+    }
     let ring = RingClient::new(&kubesim);
     let started = match ring
         .start(&StartRequest::of(

@@ -24,6 +24,17 @@ use crate::ring::{
     RingError, Version,
 };
 
+/// Whether the data directory `id` (`<path>@<dev>:<inode>`, as the fake
+/// names it) is the one a query designates: `path` (the path the process
+/// sees, or the whole id) or `inode` (`<dev>:<inode>` of the directory, as
+/// its host path shows it).
+pub fn data_dir_matches(id: &str, path: Option<&str>, inode: Option<&str>) -> bool {
+    let by_path = path
+        .is_some_and(|p| id == p || id.strip_prefix(p).is_some_and(|rest| rest.starts_with('@')));
+    let by_inode = inode.is_some_and(|i| id.rsplit_once('@').is_some_and(|(_, at)| at == i));
+    by_path || by_inode
+}
+
 /// How often the model's clock moves.
 pub const TICK: Duration = Duration::from_millis(50);
 
@@ -396,13 +407,15 @@ pub async fn handle(
         // directory died (SIGKILL, Pod deleted) without saying so.
         ("POST", ["kill"]) => {
             let address = q.get("address");
-            let data_dir = q.get("data_dir");
+            let data_dir = q.get("data_dir").map(String::as_str);
+            let inode = q.get("inode").map(String::as_str);
             let killed = service.with(|r| {
                 let host_id = r
                     .nodes()
                     .find(|n| {
                         n.process.is_some()
-                            && (address == Some(&n.address) || data_dir == Some(&n.data_dir))
+                            && (address == Some(&n.address)
+                                || data_dir_matches(&n.data_dir, data_dir, inode))
                     })
                     .map(|n| n.host_id.clone())?;
                 r.kill(&host_id).ok().map(|()| host_id)
@@ -415,12 +428,25 @@ pub async fn handle(
                 ),
             }
         }
+        // The disk is lost: `path` or `inode` as for `kill`.
         ("POST", ["data-dirs", "wipe"]) => {
-            let Some(path) = q.get("path") else {
-                return bad_request("path is required".into());
-            };
-            service.with(|r| r.wipe_data_dir(path));
-            json_reply(200, &json!({}))
+            let path = q.get("path").map(String::as_str);
+            let inode = q.get("inode").map(String::as_str);
+            if path.is_none() && inode.is_none() {
+                return bad_request("path or inode is required".into());
+            }
+            let wiped = service.with(|r| {
+                let ids: Vec<String> = r
+                    .data_dirs()
+                    .map(|d| d.id.clone())
+                    .filter(|id| data_dir_matches(id, path, inode))
+                    .collect();
+                for id in &ids {
+                    r.wipe_data_dir(id);
+                }
+                ids
+            });
+            json_reply(200, &json!({"wiped": wiped}))
         }
         ("POST", ["keyspaces"]) => {
             let request: KeyspaceRequest = match parse(body) {
@@ -517,6 +543,17 @@ async fn decommission(service: &Arc<RingService>, host_id: &str, force: bool) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn data_dirs_match_by_path_or_inode() {
+        let id = "/var/lib/cassandra/data@2049:1234";
+        assert!(data_dir_matches(id, Some("/var/lib/cassandra/data"), None));
+        assert!(data_dir_matches(id, Some(id), None));
+        assert!(data_dir_matches(id, None, Some("2049:1234")));
+        assert!(!data_dir_matches(id, Some("/var/lib/cassandra"), None));
+        assert!(!data_dir_matches(id, None, Some("2049:12")));
+        assert!(!data_dir_matches(id, None, None));
+    }
 
     #[test]
     fn replication_and_consistency_parse_like_cql() {
