@@ -325,6 +325,7 @@ async fn statefulset_on_local_disks_and_a_lost_node() {
     .await;
     assert!(!dir2.join("..").join("nothing").exists());
     let (p, cond) = pending;
+    let pending_uid = p["metadata"]["uid"].clone();
     assert_eq!(s(&p, "/status/phase"), "Pending");
     assert_eq!(s(&p, "/spec/nodeName"), "");
     assert_eq!(cond["reason"], "Unschedulable");
@@ -354,6 +355,48 @@ async fn statefulset_on_local_disks_and_a_lost_node() {
     }
     let listed = store.list(&pods(), &ListOptions::default()).unwrap();
     assert_eq!(listed["items"].as_array().unwrap().len(), 3);
+
+    // The replace workflow (DESIGN.md section 5): delete the claim (kept
+    // while the pending pod uses it), then the pod; the StatefulSet makes
+    // a new claim, and the new local PV is on a live node.
+    let claims = t("", "persistentvolumeclaims", Some("default"));
+    let old_pv = s(&pvc, "/spec/volumeName").to_string();
+    let gone = store
+        .delete(&claims, "data-web-1", &DeleteOptions::default())
+        .unwrap();
+    assert!(gone["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(
+        gone["metadata"]["finalizers"],
+        json!(["kubernetes.io/pvc-protection"]),
+        "the claim stays while the pod uses it"
+    );
+    store
+        .delete(&pods(), "web-1", &DeleteOptions::default())
+        .unwrap();
+    let replaced = until("web-1 running elsewhere", 30, || {
+        let p = store.get(&pods(), "web-1").ok()?;
+        (ready(&p) && p["metadata"]["uid"] != pending_uid).then_some(p)
+    })
+    .await;
+    let new_node = s(&replaced, "/spec/nodeName").to_string();
+    assert_ne!(new_node, lost_node);
+    let pvc = store.get(&claims, "data-web-1").unwrap();
+    assert_ne!(s(&pvc, "/spec/volumeName"), old_pv);
+    assert_eq!(
+        store
+            .get(&t("", "persistentvolumes", None), &old_pv)
+            .unwrap_err()
+            .code,
+        404,
+        "the old local PV is reclaimed"
+    );
+    let hello =
+        std::fs::read_to_string(pv_dir(work.path(), &store, "web-1").join("hello")).unwrap();
+    assert!(hello.trim().ends_with(&format!(" 2 {new_node}")), "{hello}");
+    let survivors: Vec<u32> = survivors
+        .into_iter()
+        .chain([container_pid(&replaced)])
+        .collect();
 
     eprintln!(
         "three pods ready in {up:?}; whole scenario {:?}",

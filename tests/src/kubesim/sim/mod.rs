@@ -202,6 +202,7 @@ async fn run(store: Store, kubelet: Arc<kubelet::Kubelet>) {
 fn pass(store: &Store, kubelet: &kubelet::Kubelet) {
     services::allocate_cluster_ips(store);
     storage::bind_immediate(store);
+    storage::protect_claims(store);
     storage::reclaim(store);
     statefulset::sync_all(store);
     kubelet.collect_orphans();

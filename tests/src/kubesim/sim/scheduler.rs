@@ -263,6 +263,12 @@ pub fn schedule_all(store: &Store) {
                 problem = Some(format!("persistentvolumeclaim \"{claim}\" not found"));
                 break;
             };
+            if pvc.pointer("/metadata/deletionTimestamp").is_some() {
+                problem = Some(format!(
+                    "persistentvolumeclaim \"{claim}\" is being deleted"
+                ));
+                break;
+            }
             let volume = s(pvc, "/spec/volumeName");
             if volume.is_empty() {
                 if storage::waits_for_consumer(pvc) {

@@ -330,15 +330,24 @@ fn create_pod(
     ord: usize,
     template: &Value,
     rev: &str,
-) -> Result<(), crate::kubesim::store::ApiError> {
+) -> Result<(), String> {
     let sts_name = s(sts, "/metadata/name");
     let pod_name = format!("{sts_name}-{ord}");
     let pvcs = t("", "persistentvolumeclaims", Some(ns));
     for claim in claims_for(sts, &pod_name) {
-        match store.create(&pvcs, claim, &WriteOptions::default()) {
+        let claim_name = s(&claim, "/metadata/name").to_string();
+        match store.get(&pvcs, &claim_name) {
+            // The real controller refuses to start a pod on a claim that
+            // is going away (it would never mount); the next pass retries.
+            Ok(c) if c.pointer("/metadata/deletionTimestamp").is_some() => {
+                return Err(format!("pvc {claim_name} is being deleted"));
+            }
             Ok(_) => {}
-            Err(e) if e.code == 409 => {}
-            Err(e) => return Err(e),
+            Err(_) => match store.create(&pvcs, claim, &WriteOptions::default()) {
+                Ok(_) => {}
+                Err(e) if e.code == 409 => {}
+                Err(e) => return Err(e.to_string()),
+            },
         }
     }
     let mut pod = json!({
@@ -394,6 +403,7 @@ fn create_pod(
     store
         .create(&t("", "pods", Some(ns)), pod, &WriteOptions::default())
         .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -154,6 +154,58 @@ pub fn bind_immediate(store: &Store) {
     }
 }
 
+/// The finalizer that keeps a claim while a pod uses it.
+pub const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
+
+/// The PVC protection controller (and its admission plugin): every claim
+/// carries [`PVC_PROTECTION`]; a deleted claim loses it once no pod that
+/// has not finished uses it.
+pub fn protect_claims(store: &Store) {
+    let pods = list_all(store, "", "pods");
+    let in_use = |ns: &str, claim: &str| {
+        pods.iter().any(|p| {
+            s(p, "/metadata/namespace") == ns
+                && !matches!(s(p, "/status/phase"), "Succeeded" | "Failed")
+                && p.pointer("/spec/volumes")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .any(|v| s(v, "/persistentVolumeClaim/claimName") == claim)
+        })
+    };
+    for pvc in list_all(store, "", "persistentvolumeclaims") {
+        let fins: Vec<String> = pvc
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect();
+        let has = fins.iter().any(|f| f == PVC_PROTECTION);
+        let deleting = pvc.pointer("/metadata/deletionTimestamp").is_some();
+        let next: Vec<String> = if !deleting && !has {
+            fins.iter()
+                .cloned()
+                .chain([PVC_PROTECTION.to_string()])
+                .collect()
+        } else if deleting
+            && has
+            && !in_use(s(&pvc, "/metadata/namespace"), s(&pvc, "/metadata/name"))
+        {
+            fins.iter()
+                .filter(|f| *f != PVC_PROTECTION)
+                .cloned()
+                .collect()
+        } else {
+            continue;
+        };
+        let mut body = json!({"metadata": {"finalizers": next}});
+        body["metadata"]["resourceVersion"] = pvc["metadata"]["resourceVersion"].clone();
+        let _ = patch_main(store, "", "persistentvolumeclaims", &pvc, &body);
+    }
+}
+
 /// Deletes PVs whose claim is gone (reclaim policy Delete).
 pub fn reclaim(store: &Store) {
     let claims: std::collections::BTreeSet<String> = list_all(store, "", "persistentvolumeclaims")
