@@ -272,6 +272,23 @@ async fn statefulset_on_local_disks_and_a_lost_node() {
         s(&store.get(&svcs, "web").unwrap(), "/spec/clusterIP"),
         "None"
     );
+    let expected: Vec<Value> = running
+        .iter()
+        .map(|p| json!([s(p, "/status/podIP"), s(p, "/spec/hostname")]))
+        .collect();
+    until("the headless service's endpoints", 10, || {
+        let ep = store
+            .get(&t("", "endpoints", Some("default")), "web")
+            .ok()?;
+        let mut got: Vec<Value> = ep["subsets"][0]["addresses"]
+            .as_array()?
+            .iter()
+            .map(|a| json!([a["ip"], a["hostname"]]))
+            .collect();
+        got.sort_by_key(|v| v[1].to_string());
+        (got == expected).then_some(())
+    })
+    .await;
 
     // Graceful deletion: SIGTERM reaches the container's PID 1, the pod
     // comes back on the same node with the same disk.

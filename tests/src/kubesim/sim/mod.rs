@@ -208,6 +208,7 @@ fn pass(store: &Store, kubelet: &kubelet::Kubelet) {
     kubelet.collect_orphans();
     scheduler::schedule_all(store);
     kubelet.sync();
+    services::sync_endpoints(store);
 }
 
 pub(crate) fn t(group: &str, plural: &str, ns: Option<&str>) -> Target {
