@@ -19,7 +19,7 @@ use crds::v1alpha1::ClusterMode;
 use serde_json::{Value, json};
 use sidecar::jolokia::{Jolokia, OperationMode, StorageService};
 use sidecar::render::{MemberConfig, render};
-use testworld::kubesim::{KubeSim, Options};
+use testworld::kubesim::{KubeSim, Options, ring_api};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures");
 const RELEASE: &str = "4.1.8";
@@ -467,24 +467,25 @@ async fn fake_cassandra_ring_lifecycle() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains(&format!("UN {} missing", ip(5))), "{out}");
 
-    // SIGKILL says nothing to the ring: the kubelet reports the death.
-    let n5_host = n5
-        .jolokia()
-        .local_host_id()
-        .await
-        .expect("id")
-        .expect("some");
+    // SIGKILL says nothing to the ring: the process's lease runs out and
+    // the others see it down, as gossip convicts a silent node.
     let mut n5 = n5;
     let mut child = n5.child.take().expect("running");
     child.kill().expect("SIGKILL");
     child.wait().expect("reaped");
-    let (status, body) = world
-        .post(&format!("/sim/ring/kill?address={}", ip(5)), json!({}))
-        .await;
-    assert_eq!((status, &body), (200, &json!({"host_id": n5_host})));
+    let killed_at = Instant::now();
     world
         .wait_statuses(&[(1, "UN"), (2, "UN"), (4, "UN"), (5, "DN")])
         .await;
+    assert!(
+        killed_at.elapsed() >= ring_api::LEASE - Duration::from_millis(300),
+        "down once the lease ran out, not before ({:?})",
+        killed_at.elapsed()
+    );
+    let (status, _) = world
+        .post(&format!("/sim/ring/kill?address={}", ip(5)), json!({}))
+        .await;
+    assert_eq!(status, 404, "no process runs at n5's address any more");
 
     // Another cluster's node is refused at startup.
     let mut stranger = world.start("x", 9, &[1], "r1", None, "other-cluster");

@@ -106,11 +106,10 @@ async fn main() -> ExitCode {
     }
     let ring = RingClient::new(&kubesim);
     let started = match ring
-        .start(&StartRequest::of(
-            &config.node,
-            &config.release,
-            data_dir_empty,
-        ))
+        .start(&StartRequest {
+            lease: true,
+            ..StartRequest::of(&config.node, &config.release, data_dir_empty)
+        })
         .await
     {
         Ok(s) => s,

@@ -38,6 +38,11 @@ pub fn data_dir_matches(id: &str, path: Option<&str>, inode: Option<&str>) -> bo
 /// How often the model's clock moves.
 pub const TICK: Duration = Duration::from_millis(50);
 
+/// A process that asked for a lease and has not read its view for this
+/// long is dead (SIGKILL, OOM: nothing told the ring), as gossip's failure
+/// detector convicts a silent node after some seconds.
+pub const LEASE: Duration = Duration::from_secs(5);
+
 /// A node's start, as the fake process asks for it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StartRequest {
@@ -58,6 +63,10 @@ pub struct StartRequest {
     /// The fake found no marker of an earlier start in its data directory:
     /// whatever the model remembers of that directory is lost.
     pub data_dir_empty: bool,
+    /// The process keeps a lease by reading its view (at least every
+    /// [`LEASE`]); without, it is down once the lease runs out.
+    #[serde(default)]
+    pub lease: bool,
 }
 
 impl StartRequest {
@@ -77,6 +86,7 @@ impl StartRequest {
             version: release.to_string(),
             data_dir: config.data_dir.clone(),
             data_dir_empty,
+            lease: false,
         }
     }
 
@@ -123,15 +133,27 @@ struct State {
     failures: BTreeMap<HostId, RingError>,
     /// The real time the model's clock stands at.
     synced: Instant,
+    /// When each leased process last read its view.
+    leases: BTreeMap<HostId, Instant>,
 }
 
 impl State {
     /// Moves the model's clock to the real time, completing what is due;
     /// whether anything completed.
     fn sync(&mut self) -> bool {
+        let expired: Vec<HostId> = self
+            .leases
+            .iter()
+            .filter(|(_, seen)| seen.elapsed() > LEASE)
+            .map(|(h, _)| h.clone())
+            .collect();
+        for host_id in &expired {
+            self.leases.remove(host_id);
+            let _ = self.ring.as_mut().expect("a ring").kill(host_id);
+        }
         let ms = self.synced.elapsed().as_millis() as u64;
         if ms == 0 {
-            return false;
+            return !expired.is_empty();
         }
         // Keep the sub-millisecond rest for the next time.
         self.synced += Duration::from_millis(ms);
@@ -147,7 +169,7 @@ impl State {
                 }
             }
         }
-        any
+        any || !expired.is_empty()
     }
 }
 
@@ -165,6 +187,7 @@ impl RingService {
                 ring: Some(Ring::new(options)),
                 failures: BTreeMap::new(),
                 synced: Instant::now(),
+                leases: BTreeMap::new(),
             }),
             changed: Notify::new(),
         }
@@ -184,6 +207,18 @@ impl RingService {
         };
         self.changed.notify_waiters();
         out
+    }
+
+    /// A leased process read its view: it lives.
+    fn renew(&self, host_id: &str) {
+        if let Some(seen) = self.lock().leases.get_mut(host_id) {
+            *seen = Instant::now();
+        }
+    }
+
+    /// The process is gone; no lease to watch.
+    fn release(&self, host_id: &str) {
+        self.lock().leases.remove(host_id);
     }
 
     /// Brings the model's clock to the real time (completing the
@@ -370,24 +405,36 @@ pub async fn handle(
                 }
                 r.start(&config)
             });
+            if let (Ok(started), true) = (&result, request.lease) {
+                service
+                    .lock()
+                    .leases
+                    .insert(started.host_id.clone(), Instant::now());
+            }
             match result {
                 Ok(started) => json_reply(200, &serde_json::to_value(started).unwrap_or_default()),
                 Err(e) => refused(409, &e),
             }
         }
-        ("GET", ["nodes", host_id]) => match service.with(|r| node_view(r, host_id)) {
-            Some(view) => json_reply(200, &serde_json::to_value(view).unwrap_or_default()),
-            None => refused(
-                404,
-                &RingError::UnknownNode {
-                    host_id: host_id.to_string(),
-                },
-            ),
-        },
-        ("POST", ["nodes", host_id, "stop" | "kill"]) => match service.with(|r| r.kill(host_id)) {
-            Ok(()) => json_reply(200, &json!({})),
-            Err(e) => refused(404, &e),
-        },
+        ("GET", ["nodes", host_id]) => {
+            service.renew(host_id);
+            match service.with(|r| node_view(r, host_id)) {
+                Some(view) => json_reply(200, &serde_json::to_value(view).unwrap_or_default()),
+                None => refused(
+                    404,
+                    &RingError::UnknownNode {
+                        host_id: host_id.to_string(),
+                    },
+                ),
+            }
+        }
+        ("POST", ["nodes", host_id, "stop" | "kill"]) => {
+            service.release(host_id);
+            match service.with(|r| r.kill(host_id)) {
+                Ok(()) => json_reply(200, &json!({})),
+                Err(e) => refused(404, &e),
+            }
+        }
         ("POST", ["nodes", host_id, "drain"]) => match service.with(|r| r.drain(host_id)) {
             Ok(()) => json_reply(200, &json!({})),
             Err(e) => refused(500, &e),
@@ -421,7 +468,10 @@ pub async fn handle(
                 r.kill(&host_id).ok().map(|()| host_id)
             });
             match killed {
-                Some(host_id) => json_reply(200, &json!({"host_id": host_id})),
+                Some(host_id) => {
+                    service.release(&host_id);
+                    json_reply(200, &json!({"host_id": host_id}))
+                }
                 None => json_reply(
                     404,
                     &json!({"message": "no running node at that address or data directory"}),
