@@ -657,3 +657,141 @@ async fn the_image_contract() {
         "term after nodetool drain\n"
     );
 }
+
+fn rolling_statefulset() -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "roll", "namespace": "default"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "roll"}},
+            "updateStrategy": {"type": "RollingUpdate"},
+            "template": {
+                "metadata": {"labels": {"app": "roll"}},
+                "spec": {
+                    "volumes": [{"name": "scratch", "emptyDir": {}}],
+                    "containers": [{
+                        "name": "app", "image": "busybox:1.36",
+                        "command": ["/bin/sh", "-c",
+                            "rm -f /scratch/die; trap 'exit 0' TERM; while :; do sleep 0.1; done"],
+                        "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+                        "readinessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 1},
+                        "livenessProbe": {"exec": {"command": ["/bin/sh", "-c", "! test -f /scratch/die"]},
+                            "periodSeconds": 1, "failureThreshold": 1}
+                    }]
+                }
+            }
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn liveness_rolling_update_and_scale_down() {
+    let work = tempfile::tempdir().unwrap();
+    let mut sim_opts = SimOptions::new(work.path());
+    sim_opts.max_grace = Some(Duration::from_secs(5));
+    sim_opts.max_probe_period = Some(Duration::from_millis(200));
+    sim_opts.restart_backoff = Duration::from_millis(100);
+    let sim = KubeSim::start(Options {
+        sim: Some(sim_opts),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let store = sim.store().clone();
+    let sts_t = t("apps", "statefulsets", Some("default"));
+    store
+        .create(&sts_t, rolling_statefulset(), &WriteOptions::default())
+        .unwrap();
+    let both = |store: &Store| -> Option<Vec<Value>> {
+        let all: Vec<Value> = (0..2)
+            .map(|i| store.get(&pods(), &format!("roll-{i}")).ok())
+            .collect::<Option<_>>()?;
+        all.iter().all(ready).then_some(all)
+    };
+    let first = until("two ready pods", 30, || both(&store)).await;
+
+    // A failing liveness probe restarts the container, not the pod.
+    let pod0 = &first[0];
+    let die = work
+        .path()
+        .join("pods")
+        .join(format!("default_roll-0_{}", s(pod0, "/metadata/uid")))
+        .join("volumes/scratch/die");
+    std::fs::write(&die, "").unwrap();
+    let restarted = until("roll-0 restarted", 20, || {
+        let p = store.get(&pods(), "roll-0").ok()?;
+        (p["status"]["containerStatuses"][0]["restartCount"] == 1 && ready(&p)).then_some(p)
+    })
+    .await;
+    assert_eq!(restarted["metadata"]["uid"], pod0["metadata"]["uid"]);
+    assert_eq!(
+        restarted["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"], 0,
+        "the script exits 0 on SIGTERM"
+    );
+    assert!(!die.exists());
+
+    // A template change rolls the pods from the highest ordinal down.
+    let mut deleted = Vec::new();
+    let mut events = store.subscribe();
+    let sts = store.get(&sts_t, "roll").unwrap();
+    let old_rev = s(&sts, "/status/updateRevision").to_string();
+    store
+        .patch(
+            &sts_t,
+            "roll",
+            testworld::kubesim::patch::PatchType::Merge,
+            &json!({"spec": {"template": {"metadata": {"annotations": {"roll": "2"}}}}}),
+            testworld::kubesim::store::Subresource::Main,
+            &WriteOptions::default(),
+        )
+        .unwrap();
+    let rolled = until("the rollout", 30, || {
+        while let Ok(e) = events.try_recv() {
+            if e.plural == "pods" && e.kind == EventType::Deleted {
+                deleted.push(s(&e.object, "/metadata/name").to_string());
+            }
+        }
+        let sts = store.get(&sts_t, "roll").ok()?;
+        let st = &sts["status"];
+        (st["updatedReplicas"] == 2
+            && st["readyReplicas"] == 2
+            && st["currentRevision"] == st["updateRevision"]
+            && st["observedGeneration"] == 2)
+            .then_some(sts)
+    })
+    .await;
+    assert_ne!(s(&rolled, "/status/updateRevision"), old_rev);
+    assert_eq!(deleted, vec!["roll-1", "roll-0"]);
+    for p in both(&store).expect("both ready after the rollout") {
+        assert_eq!(
+            s(&p, "/metadata/labels/controller-revision-hash"),
+            s(&rolled, "/status/updateRevision")
+        );
+        assert_eq!(p["metadata"]["annotations"]["roll"], "2");
+    }
+
+    // Scale down: the highest ordinal goes.
+    let pid1 = container_pid(&store.get(&pods(), "roll-1").unwrap());
+    store
+        .patch(
+            &sts_t,
+            "roll",
+            testworld::kubesim::patch::PatchType::Merge,
+            &json!({"spec": {"replicas": 1}}),
+            testworld::kubesim::store::Subresource::Main,
+            &WriteOptions::default(),
+        )
+        .unwrap();
+    until("roll-1 gone", 20, || {
+        store.get(&pods(), "roll-1").is_err().then_some(())
+    })
+    .await;
+    assert!(!pid_alive(pid1));
+    assert!(ready(&store.get(&pods(), "roll-0").unwrap()));
+    until("status of one replica", 10, || {
+        let sts = store.get(&sts_t, "roll").ok()?;
+        (sts["status"]["replicas"] == 1 && sts["status"]["readyReplicas"] == 1).then_some(())
+    })
+    .await;
+}
