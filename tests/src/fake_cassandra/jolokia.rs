@@ -13,6 +13,9 @@ use crate::ring::{RingError, Version};
 
 pub const STORAGE_SERVICE: &str = "org.apache.cassandra.db:type=StorageService";
 pub const ENDPOINT_SNITCH_INFO: &str = "org.apache.cassandra.db:type=EndpointSnitchInfo";
+pub const FAILURE_DETECTOR: &str = "org.apache.cassandra.net:type=FailureDetector";
+/// The MBeans the fake registers.
+const MBEANS: [&str; 3] = [STORAGE_SERVICE, ENDPOINT_SNITCH_INFO, FAILURE_DETECTOR];
 pub const AGENT_VERSION: &str = "1.7.1";
 pub const PROTOCOL_VERSION: &str = "7.2";
 /// Jolokia 1.x answers with this content type.
@@ -307,16 +310,13 @@ fn matches(pattern: &str, name: &str) -> bool {
 }
 
 fn search(pattern: &str) -> Value {
-    let names: Vec<&str> = [STORAGE_SERVICE, ENDPOINT_SNITCH_INFO]
-        .into_iter()
-        .filter(|n| matches(pattern, n))
-        .collect();
+    let names: Vec<&str> = MBEANS.into_iter().filter(|n| matches(pattern, n)).collect();
     json!(names)
 }
 
 /// The registered MBean a name designates (its canonical form).
 fn mbean_of(name: &str) -> Option<&'static str> {
-    [STORAGE_SERVICE, ENDPOINT_SNITCH_INFO]
+    MBEANS
         .into_iter()
         .find(|n| split_name(n).map(|(d, p, _)| (d, p)) == split_name(name).map(|(d, p, _)| (d, p)))
 }
@@ -500,15 +500,55 @@ fn snitch_attribute(view: &NodeView, name: &str) -> Value {
     }
 }
 
-fn attribute(id: &Identity, view: &NodeView, mbean: &str, name: &str) -> Result<Value, JavaError> {
-    if mbean == STORAGE_SERVICE {
-        if storage_attributes(id).contains(&name) {
-            return Ok(storage_attribute(id, view, name));
-        }
-    } else if SNITCH_ATTRIBUTES.contains(&name) {
-        return Ok(snitch_attribute(view, name));
+/// FailureDetector attributes per line (JMX-FACTS §4).
+fn detector_attributes(id: &Identity) -> Vec<&'static str> {
+    let mut names = vec!["SimpleStates", "UpEndpointCount", "DownEndpointCount"];
+    if id.v4() {
+        names.push("SimpleStatesWithPort");
     }
-    Err(JavaError::no_attribute(name))
+    names
+}
+
+/// `SimpleStates` keys are `InetAddress.toString()` (`/10.0.0.5`), the
+/// `WithPort` ones `/10.0.0.5:7000`.
+fn detector_attribute(id: &Identity, view: &NodeView, name: &str) -> Value {
+    let count = |up: bool| view.endpoints.iter().filter(|e| e.up == up).count();
+    match name {
+        "UpEndpointCount" => json!(count(true)),
+        "DownEndpointCount" => json!(count(false)),
+        _ => Value::Object(
+            view.endpoints
+                .iter()
+                .map(|e| {
+                    let key = if name.ends_with("WithPort") {
+                        format!("/{}:{}", e.address, id.storage_port)
+                    } else {
+                        format!("/{}", e.address)
+                    };
+                    (key, json!(if e.up { "UP" } else { "DOWN" }))
+                })
+                .collect(),
+        ),
+    }
+}
+
+fn attribute_names(id: &Identity, mbean: &str) -> Vec<&'static str> {
+    match mbean {
+        STORAGE_SERVICE => storage_attributes(id),
+        FAILURE_DETECTOR => detector_attributes(id),
+        _ => SNITCH_ATTRIBUTES.to_vec(),
+    }
+}
+
+fn attribute(id: &Identity, view: &NodeView, mbean: &str, name: &str) -> Result<Value, JavaError> {
+    if !attribute_names(id, mbean).contains(&name) {
+        return Err(JavaError::no_attribute(name));
+    }
+    Ok(match mbean {
+        STORAGE_SERVICE => storage_attribute(id, view, name),
+        FAILURE_DETECTOR => detector_attribute(id, view, name),
+        _ => snitch_attribute(view, name),
+    })
 }
 
 fn apply_path(value: Value, path: Option<&str>) -> Result<Value, JavaError> {
@@ -551,11 +591,7 @@ fn read(id: &Identity, view: &NodeView, request: &Value) -> Result<Value, JavaEr
             Ok(Value::Object(out))
         }
         _ => {
-            let names: Vec<&str> = if mbean == STORAGE_SERVICE {
-                storage_attributes(id)
-            } else {
-                SNITCH_ATTRIBUTES.to_vec()
-            };
+            let names = attribute_names(id, mbean);
             Ok(Value::Object(
                 names
                     .into_iter()
@@ -573,6 +609,9 @@ fn operations(id: &Identity, mbean: &str) -> Vec<(&'static str, Vec<&'static str
     const STRING: &str = "java.lang.String";
     if mbean == ENDPOINT_SNITCH_INFO {
         return vec![("getRack", vec![STRING]), ("getDatacenter", vec![STRING])];
+    }
+    if mbean == FAILURE_DETECTOR {
+        return Vec::new();
     }
     vec![
         (
@@ -936,6 +975,31 @@ mod tests {
             json!({"type": "exec", "mbean": ENDPOINT_SNITCH_INFO, "operation": "getRack", "arguments": ["10.0.0.2:7000"]}),
         );
         assert_eq!(r["error_type"], json!("java.net.UnknownHostException"));
+    }
+
+    #[test]
+    fn failure_detector_keys_are_inet_addresses() {
+        let r = answer(
+            &v("4.1.8"),
+            json!({"type": "read", "mbean": FAILURE_DETECTOR, "attribute": ["SimpleStates", "SimpleStatesWithPort", "DownEndpointCount"]}),
+        );
+        assert_eq!(
+            r["value"],
+            json!({
+                "SimpleStates": {"/10.0.0.1": "UP", "/10.0.0.2": "DOWN"},
+                "SimpleStatesWithPort": {"/10.0.0.1:7000": "UP", "/10.0.0.2:7000": "DOWN"},
+                "DownEndpointCount": 1
+            })
+        );
+        let r = answer(
+            &v("3.11.6"),
+            json!({"type": "read", "mbean": FAILURE_DETECTOR, "attribute": "SimpleStatesWithPort"}),
+        );
+        assert_eq!(r["status"], json!(404));
+        assert_eq!(
+            search("org.apache.cassandra.net:*"),
+            json!([FAILURE_DETECTOR])
+        );
     }
 
     #[test]
