@@ -1,10 +1,14 @@
 //! The simulated cluster inside kubesim (DESIGN.md section 7, issue 3
-//! part 2): the StatefulSet controller, the scheduler, storage (two
-//! StorageClasses, PV provisioning and binding), ClusterIP allocation and
-//! a kubelet whose containers are real local processes. Every part runs in
-//! one task driven by the store's change notifications (plus a short tick
+//! part 2): the StatefulSet controller ([`statefulset`]), the scheduler
+//! ([`scheduler`]), storage ([`storage`]: StorageClasses `local-disks` and
+//! `standard`, PV provisioning and binding, PVC protection, reclaim), the
+//! endpoints controller ([`services`]) and a kubelet whose containers are
+//! real local processes ([`kubelet`], [`probes`]). Every part runs in one
+//! task driven by the store's change notifications (plus a 250 ms tick
 //! for timers), level based: each pass reads the store and writes what is
-//! missing, so a pass may run any number of times.
+//! missing, so a pass may run any number of times. Started by
+//! [`crate::kubesim::KubeSim`] when `Options::sim` is set (and by
+//! `kubesim serve` unless `--no-sim`; flags in [`FLAGS`]).
 //!
 //! # The contract with the programs in the containers
 //!
@@ -50,7 +54,11 @@
 //! pod IP). ClusterIPs are the store's (only the model uses them; nothing
 //! routes them). HTTP probes go to `<podIP>:<port>`.
 //!
-//! Files: under [`SimOptions::work_dir`]: `pods/<ns>_<pod>_<uid>/` holds
+//! Container statuses carry `containerID: kubesim://<host pid of the
+//! container's PID 1>`.
+//!
+//! Files: under [`SimOptions::work_dir`]: `kubeconfig` (the one in every
+//! container's `KUBECONFIG`); `pods/<ns>_<pod>_<uid>/` holds
 //! the pod's volumes (`volumes/<name>`), each container's writable layer
 //! (`containers/<name>/`) and logs (`logs/<container>/<restartCount>.log`,
 //! stdout and stderr, the kubelet's layout); `pvs/<pv>` holds each
@@ -62,6 +70,14 @@
 //! [`SimOptions::max_grace`]), then removes the Pod. Deleting a Node kills
 //! its pods' processes at once (no preStop: the machine is gone) and the
 //! pod garbage collector removes those Pods.
+//!
+//! Not simulated (yet): ControllerRevision objects (a pod below a
+//! partition is recreated from the current template, with its old
+//! revision label), pod (anti-)affinity and resource fit in the scheduler,
+//! startup probes, `shareProcessNamespace` (each container has its own PID
+//! namespace), Secret volumes, `kubectl logs` (read the log files), and
+//! `gracePeriodSeconds` in DeleteOptions (a second DELETE of a terminating
+//! Pod removes it at once, as `--force --grace-period=0` would).
 
 pub mod kubelet;
 pub mod probes;

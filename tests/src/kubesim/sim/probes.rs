@@ -72,7 +72,9 @@ pub async fn run(handler: &Value, target: &Target, timeout: Duration) -> bool {
             .and_then(Value::as_str)
             .unwrap_or("HTTP")
             .to_lowercase();
+        // The kubelet probes directly, never through a proxy.
         let Ok(client) = reqwest::Client::builder()
+            .no_proxy()
             .timeout(timeout)
             .redirect(reqwest::redirect::Policy::limited(10))
             .build()
