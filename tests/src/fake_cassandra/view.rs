@@ -118,7 +118,8 @@ pub fn node_view(ring: &Ring, host_id: &str) -> Option<NodeView> {
             dc: n.dc.clone(),
             rack: n.rack.clone(),
             tokens: n.tokens.iter().map(|t| t.to_string()).collect(),
-            up: n.is_up(),
+            // Gossiper.getLiveMembers always counts the local node.
+            up: n.host_id == me.host_id || n.is_up(),
             state: state_letter(&n.state),
             load_bytes: copies(&n.host_id) * BYTES_PER_COPY,
             ownership: ownership.get(&n.host_id).copied().unwrap_or(0.0),
@@ -182,5 +183,11 @@ mod tests {
         let total: f64 = view.endpoints.iter().map(|e| e.ownership).sum();
         assert!((total - 1.0).abs() < 1e-9, "{total}");
         assert!(node_view(&ring, "nope").is_none());
+        // Drained, the others see it down; its own view still counts it
+        // live (Gossiper.getLiveMembers).
+        ring.drain(&a.host_id).expect("drain");
+        let view = node_view(&ring, &a.host_id).expect("a view");
+        assert_eq!(view.mode, "DRAINED");
+        assert!(view.endpoint("10.0.0.1").expect("itself").up);
     }
 }
