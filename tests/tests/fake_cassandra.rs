@@ -125,6 +125,21 @@ impl World {
         replace: Option<u8>,
         cluster: &str,
     ) -> Node {
+        self.start_with(name, n, seeds, rack, replace, cluster, &[])
+    }
+
+    /// [`World::start`] with command-line arguments after `-f`.
+    #[allow(clippy::too_many_arguments)]
+    fn start_with(
+        &self,
+        name: &str,
+        n: u8,
+        seeds: &[u8],
+        rack: &str,
+        replace: Option<u8>,
+        cluster: &str,
+        args: &[&str],
+    ) -> Node {
         let dir = self.root.path().join(name);
         let conf = dir.join("conf");
         std::fs::create_dir_all(&conf).expect("conf dir");
@@ -150,6 +165,7 @@ impl World {
         }
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_fake-cassandra"));
         cmd.arg("-f")
+            .args(args)
             .envs(rendered.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("CASSANDRA_CONF", &conf)
             .env("CASSANDRA_VERSION", RELEASE)
@@ -558,6 +574,25 @@ async fn fake_cassandra_ring_lifecycle() {
         n2.log()
     );
 
+    // The decommissioned n3 comes back with the override, as its own log
+    // says, with the tokens its disk kept.
+    let n3b = world.start_with(
+        "n3",
+        3,
+        &[1, 2],
+        "r3",
+        None,
+        CLUSTER,
+        &["-Dcassandra.override_decommission=true"],
+    );
+    wait_mode(&n3b, OperationMode::Normal).await;
+    assert!(
+        n3b.log()
+            .contains("This node was decommissioned, but overriding by operator request."),
+        "{}",
+        n3b.log()
+    );
+
     eprintln!("scenario done in {:?}", began.elapsed());
-    drop((n1, n2, n4b, n5, n4, again, stranger));
+    drop((n1, n2, n3b, n4b, n5, n4, again, stranger));
 }

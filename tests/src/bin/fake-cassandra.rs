@@ -7,6 +7,14 @@
 //! says (host overridden by `KUBESIM_JOLOKIA_HOST`), and runs until SIGTERM
 //! or SIGINT (exit 143/130, down in the ring, data kept). A start Cassandra
 //! refuses logs its message and exits 3; a bad configuration exits 1.
+//! `-D` options on the command line count like `JVM_EXTRA_OPTS`.
+//!
+//! The data directory's identity in the ring is `<path>@<dev>:<inode>`; a
+//! marker file (`.fake-cassandra-host-id`) tells a used directory from an
+//! empty one (empty: the ring forgets what it knew of it). The process
+//! holds a lease by reading its view every 250 ms, and exits (1) when the
+//! ring has it down (killed behind its back, disk lost) or kubesim has
+//! been unreachable for 10 s.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,27 +31,43 @@ fn log(level: &str, message: &str) {
     println!("{level:<5} [main] {message}");
 }
 
-fn read_config() -> Result<FakeConfig, String> {
+/// `extra`: `-D` options of the command line (`bin/cassandra` passes them
+/// to the JVM), after `JVM_EXTRA_OPTS`.
+fn read_config(extra: &[String]) -> Result<FakeConfig, String> {
     let conf = std::env::var("CASSANDRA_CONF").map_err(|_| "CASSANDRA_CONF is not set")?;
     let conf = PathBuf::from(conf);
     let yaml_path = conf.join("cassandra.yaml");
     let yaml = std::fs::read_to_string(&yaml_path)
         .map_err(|e| format!("reading {}: {e}", yaml_path.display()))?;
     let rackdc = std::fs::read_to_string(conf.join("cassandra-rackdc.properties")).ok();
-    let env = |name: &str| std::env::var(name).ok();
+    let env = |name: &str| {
+        let value = std::env::var(name).ok();
+        if name != "JVM_EXTRA_OPTS" || extra.is_empty() {
+            return value;
+        }
+        Some(format!("{} {}", value.unwrap_or_default(), extra.join(" ")))
+    };
     config::parse(&yaml, rackdc.as_deref(), &env).map_err(|e| e.to_string())
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a != "-f" && a != "-R") {
+    if args
+        .iter()
+        .any(|a| a != "-f" && a != "-R" && !a.starts_with("-D"))
+    {
         eprintln!(
-            "usage: fake-cassandra -f (the configuration comes from CASSANDRA_CONF and the environment)"
+            "usage: fake-cassandra -f [-R] [-Dname=value]... (the configuration comes from CASSANDRA_CONF and the environment)"
         );
         return ExitCode::from(1);
     }
-    let config = match read_config() {
+    let defines: Vec<String> = args
+        .iter()
+        .filter(|a| a.starts_with("-D"))
+        .cloned()
+        .collect();
+    let config = match read_config(&defines) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("ERROR [main] Fatal configuration error: {e}");
