@@ -324,6 +324,50 @@ async fn fake_cassandra_ring_lifecycle() {
     assert_eq!(s1.tokens().await.expect("tokens").len(), 16);
     let ring = world.ring().await;
     assert_eq!(ring["cluster_name"], json!(CLUSTER));
+    // The GET form, path escaping included (`!/`), and text/plain as 1.x.
+    let got = world
+        .http
+        .get(format!(
+            "http://{}:8778/jolokia/read/org.apache.cassandra.db:type=StorageService/EndpointWithPortToHostId/{}:7000",
+            ip(1),
+            ip(2)
+        ))
+        .send()
+        .await
+        .expect("jolokia answers a GET");
+    assert!(
+        got.headers()["content-type"]
+            .to_str()
+            .is_ok_and(|t| t.starts_with("text/plain")),
+        "{:?}",
+        got.headers()
+    );
+    let got: Value = got.json().await.expect("JSON");
+    assert_eq!(got["status"], json!(200), "{got}");
+    assert_eq!(
+        got["value"],
+        json!(
+            n2.jolokia()
+                .local_host_id()
+                .await
+                .expect("id")
+                .expect("some")
+        ),
+        "{got}"
+    );
+    let got: Value = world
+        .http
+        .get(format!("http://{}:8778/jolokia/version", ip(3)))
+        .send()
+        .await
+        .expect("jolokia answers a GET")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(
+        (&got["value"]["agent"], &got["value"]["protocol"]),
+        (&json!("1.7.1"), &json!("7.2"))
+    );
 
     // Data: a keyspace of RF 3, 300 keys at QUORUM.
     let (status, body) = world
