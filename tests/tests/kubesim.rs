@@ -1356,3 +1356,65 @@ async fn watcher_with_streaming_lists() {
     .expect("the initial events end with a bookmark");
     assert_eq!(seen, vec!["init", "s1", "s2", "done"]);
 }
+
+#[tokio::test]
+async fn apply_conflicts_between_managers() {
+    let (_sim, client) = sim().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    let cfg = |v: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shared"}, "data": {"k": v}});
+    cms.patch(
+        "shared",
+        &PatchParams::apply("alice"),
+        &Patch::Apply(&cfg("1")),
+    )
+    .await
+    .unwrap();
+    // The same value is shared ownership, not a conflict.
+    cms.patch(
+        "shared",
+        &PatchParams::apply("bob"),
+        &Patch::Apply(&cfg("1")),
+    )
+    .await
+    .unwrap();
+    let e = api_error(
+        cms.patch(
+            "shared",
+            &PatchParams::apply("bob"),
+            &Patch::Apply(&cfg("2")),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (409, "Conflict"));
+    assert_eq!(
+        e.message,
+        "Apply failed with 1 conflict: conflict with \"alice\" using v1: .data.k"
+    );
+    let cause = &e.details.unwrap().causes[0];
+    assert_eq!(
+        (cause.reason.as_str(), cause.field.as_str()),
+        ("FieldManagerConflict", ".data.k")
+    );
+    let forced = cms
+        .patch(
+            "shared",
+            &PatchParams::apply("bob").force(),
+            &Patch::Apply(&cfg("2")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(forced.data.unwrap()["k"], "2");
+    let alice = forced
+        .metadata
+        .managed_fields
+        .unwrap()
+        .into_iter()
+        .find(|m| m.manager.as_deref() == Some("alice"))
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(alice.fields_v1).unwrap(),
+        json!({"f:data": {}}),
+        "bob took .data.k over"
+    );
+}

@@ -277,6 +277,10 @@ fn fields_of(v: &Value, keyed: bool, path: &mut Vec<String>) -> Value {
             _ => json!({}),
         };
         path.pop();
+        // Only the name: metadata owns nothing.
+        if path.is_empty() && k == "metadata" && sub.as_object().is_some_and(|o| o.is_empty()) {
+            continue;
+        }
         out.insert(format!("f:{k}"), sub);
     }
     Value::Object(out)
@@ -346,6 +350,93 @@ pub fn remove_fields(obj: &mut Value, fields: &Value) {
                 items.retain(|i| *i != want);
             }
         }
+    }
+}
+
+fn is_leaf(set: &Value) -> bool {
+    set.as_object().is_none_or(|o| o.keys().all(|k| k == "."))
+}
+
+/// The leaf paths (as field-set keys) owned in both field sets.
+pub fn overlaps(a: &Value, b: &Value) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    overlap_into(a, b, &mut Vec::new(), &mut out);
+    out
+}
+
+fn overlap_into(a: &Value, b: &Value, path: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+    let (Some(am), Some(bm)) = (a.as_object(), b.as_object()) else {
+        return;
+    };
+    for (k, av) in am {
+        if k == "." {
+            continue;
+        }
+        let Some(bv) = bm.get(k) else { continue };
+        path.push(k.clone());
+        if is_leaf(av) || is_leaf(bv) {
+            out.push(path.clone());
+        } else {
+            overlap_into(av, bv, path, out);
+        }
+        path.pop();
+    }
+}
+
+/// The value at a field-set path in an object.
+pub fn lookup<'a>(obj: &'a Value, path: &[String]) -> Option<&'a Value> {
+    let mut cur = obj;
+    for k in path {
+        cur = if let Some(f) = k.strip_prefix("f:") {
+            cur.get(f)?
+        } else if let Some(kv) = k.strip_prefix("k:") {
+            let want: Map<String, Value> = serde_json::from_str(kv).ok()?;
+            cur.as_array()?
+                .iter()
+                .find(|i| want.iter().all(|(wk, wv)| i.get(wk) == Some(wv)))?
+        } else if let Some(vv) = k.strip_prefix("v:") {
+            let want: Value = serde_json::from_str(vv).ok()?;
+            cur.as_array()?.iter().find(|i| **i == want)?
+        } else {
+            return None;
+        };
+    }
+    Some(cur)
+}
+
+/// A field-set path as the API server names it in conflicts:
+/// `.spec.containers[name="c"].image`.
+pub fn path_string(path: &[String]) -> String {
+    let mut out = String::new();
+    for k in path {
+        if let Some(f) = k.strip_prefix("f:") {
+            out.push('.');
+            out.push_str(f);
+        } else if let Some(kv) = k.strip_prefix("k:") {
+            let m: Map<String, Value> = serde_json::from_str(kv).unwrap_or_default();
+            let parts: Vec<String> = m.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            out.push_str(&format!("[{}]", parts.join(",")));
+        } else if let Some(v) = k.strip_prefix("v:") {
+            out.push_str(&format!("[={v}]"));
+        }
+    }
+    out
+}
+
+/// Removes one path from a field set (a forced apply takes it over).
+pub fn remove_path(set: &mut Value, path: &[String]) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut cur = set;
+    for k in parents {
+        match cur.get_mut(k) {
+            Some(next) => cur = next,
+            None => return,
+        }
+    }
+    if let Some(m) = cur.as_object_mut() {
+        m.remove(last);
     }
 }
 
@@ -480,6 +571,34 @@ mod tests {
             live,
             json!({"metadata": {"labels": {"a": "1", "other": "x"}}, "spec": {"containers": [{"name": "c"}]}})
         );
+    }
+
+    #[test]
+    fn overlapping_fields_and_their_names() {
+        let a = field_set(
+            &json!({"spec": {"replicas": 3, "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}}),
+            true,
+        );
+        let b = field_set(
+            &json!({"spec": {"replicas": 1, "containers": 1, "template": {"spec": {"containers": [{"name": "c", "image": "y"}]}}}}),
+            true,
+        );
+        let o = overlaps(&a, &b);
+        let names: Vec<String> = o.iter().map(|p| path_string(p)).collect();
+        assert_eq!(
+            names,
+            vec![
+                ".spec.replicas",
+                ".spec.template.spec.containers[name=\"c\"].image",
+                ".spec.template.spec.containers[name=\"c\"].name"
+            ]
+        );
+        let live =
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "y"}]}}}});
+        assert_eq!(lookup(&live, &o[1]), Some(&json!("y")));
+        let mut set = a.clone();
+        remove_path(&mut set, &o[0]);
+        assert!(set["f:spec"].get("f:replicas").is_none());
     }
 
     #[test]

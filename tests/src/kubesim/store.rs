@@ -764,7 +764,69 @@ impl Store {
                 let m = manager.as_deref().unwrap_or_default();
                 let subname = (sub == Subresource::Status).then_some("status");
                 let new_fields = patch::field_set(body, !rt.custom);
-                let entries = managed_fields(&next);
+                let mut entries = managed_fields(&next);
+                // Fields another applier owns with another value conflict,
+                // unless forced, which takes them over.
+                let mut conflicts = Vec::new();
+                for other in entries.iter_mut().filter(|e| !is_entry(e, m, subname)) {
+                    if other.get("operation").and_then(Value::as_str) != Some("Apply") {
+                        continue;
+                    }
+                    let Some(theirs) = other.get("fieldsV1").cloned() else {
+                        continue;
+                    };
+                    let who = other
+                        .get("manager")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string();
+                    let av = other
+                        .get("apiVersion")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string();
+                    for path in patch::overlaps(&new_fields, &theirs) {
+                        if patch::lookup(body, &path) == patch::lookup(&next, &path) {
+                            continue;
+                        }
+                        if opts.force {
+                            if let Some(f) = other.get_mut("fieldsV1") {
+                                patch::remove_path(f, &path);
+                            }
+                        } else {
+                            conflicts.push((who.clone(), av.clone(), patch::path_string(&path)));
+                        }
+                    }
+                }
+                if !conflicts.is_empty() {
+                    let msgs: Vec<String> = conflicts
+                        .iter()
+                        .map(|(who, av, f)| format!("conflict with \"{who}\" using {av}: {f}"))
+                        .collect();
+                    let n = conflicts.len();
+                    let mut d = json!({"name": name, "kind": rt.plural, "causes": conflicts.iter().map(|(who, av, f)| json!({
+                        "reason": "FieldManagerConflict",
+                        "message": format!("conflict with \"{who}\" using {av}"),
+                        "field": f,
+                    })).collect::<Vec<_>>()});
+                    if !rt.group.is_empty() {
+                        d["group"] = json!(rt.group);
+                    }
+                    return Err(ApiError {
+                        code: 409,
+                        reason: "Conflict",
+                        message: format!(
+                            "Apply failed with {n} conflict{}: {}",
+                            if n == 1 { "" } else { "s" },
+                            msgs.join("\n")
+                        ),
+                        details: Some(d),
+                    });
+                }
+                if opts.force {
+                    meta_mut(&mut next)
+                        .insert("managedFields".into(), Value::Array(entries.clone()));
+                }
                 let mut gone = entries
                     .iter()
                     .find(|e| is_entry(e, m, subname))
