@@ -159,7 +159,18 @@ pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>, ready: Arc<AtomicBoo
             }
             response
         });
-    warp::serve(routes).run(addr).await;
+    // Bind ourselves: warp's own bind panics when the port is taken (a
+    // previous process still closing it); retry instead.
+    let listener = loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => break listener,
+            Err(e) => {
+                tracing::warn!(%addr, error = %e, "cannot listen yet; retrying");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        }
+    };
+    warp::serve(routes).incoming(listener).run().await;
 }
 
 #[cfg(test)]

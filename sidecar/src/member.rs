@@ -350,15 +350,23 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
         .stdout(Stdio::inherit())
         .stderr(Stdio::piped());
     for (key, value) in &rendered.env {
-        let value = match (key.as_str(), std::env::var(key)) {
+        let mut value = value.clone();
+        if key == "JVM_EXTRA_OPTS" && mode == ClusterMode::Cassandra {
+            // The image's cassandra.yaml leaves the directories unset: they
+            // then live under cassandra.storagedir, which must be the data
+            // volume (not the image's layer, lost with the container).
+            value = format!("{value} -Dcassandra.storagedir={}", data_dir.display());
             // Keep what the container already passes the JVM.
-            ("JVM_EXTRA_OPTS", Ok(existing)) if !existing.trim().is_empty() => {
-                format!("{value} {existing}")
+            if let Ok(existing) = std::env::var(key).map(|e| e.trim().to_string()) {
+                if !existing.is_empty() {
+                    value = format!("{value} {existing}");
+                }
             }
-            _ => value.clone(),
-        };
+        }
         process.env(key, value);
     }
+    // The data directory, for tools that read it from the environment.
+    process.env("CASSANDRA_DATA_DIR", &data_dir);
     let mut child = Child::spawn(process)?;
     child_alive.store(true, Ordering::Relaxed);
     if let Some(stderr) = child.take_stderr() {
@@ -691,7 +699,18 @@ async fn serve_probes(addr: SocketAddr, jolokia: Jolokia, child_alive: Arc<Atomi
                 response
             }
         });
-    warp::serve(routes).run(addr).await;
+    // Bind ourselves: warp's own bind panics when the port is taken (a
+    // previous process still closing it); retry instead.
+    let listener = loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => break listener,
+            Err(e) => {
+                tracing::warn!(%addr, error = %e, "cannot listen yet; retrying");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        }
+    };
+    warp::serve(routes).incoming(listener).run().await;
 }
 
 #[cfg(test)]
