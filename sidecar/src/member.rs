@@ -357,10 +357,9 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
             // volume (not the image's layer, lost with the container).
             value = format!("{value} -Dcassandra.storagedir={}", data_dir.display());
             // Keep what the container already passes the JVM.
-            if let Ok(existing) = std::env::var(key).map(|e| e.trim().to_string()) {
-                if !existing.is_empty() {
-                    value = format!("{value} {existing}");
-                }
+            let existing = std::env::var(key).unwrap_or_default();
+            if !existing.trim().is_empty() {
+                value = format!("{value} {}", existing.trim());
             }
         }
         process.env(key, value);
