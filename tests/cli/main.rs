@@ -6,3 +6,4 @@ mod help;
 mod reloader;
 mod render;
 mod sidecar;
+mod world;

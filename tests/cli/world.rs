@@ -1,0 +1,383 @@
+//! The whole operator in the test world: kubesim with its StatefulSet
+//! controller, scheduler, local disks and kubelet; the real binary as
+//! controller (a host process) and as the members' init container and
+//! sidecar; fake Cassandra nodes sharing kubesim's ring. The thesis scenario
+//! (section 5.2.1), then the sidecar's decommission by hand.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crds::Cluster;
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, CustomResourceExt};
+use serde_json::json;
+use testworld::kubesim::sim::SimOptions;
+use testworld::kubesim::{KubeSim, Options};
+use testworld::ring::{Consistency, NodeStatus, Replication};
+
+use crate::common::{client, free_port};
+
+fn fixtures() -> PathBuf {
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures"));
+    assert!(
+        dir.join("cassandra/3.11/cassandra.yaml").is_file(),
+        "the fixtures are missing at {} (shared/ must sit beside the repository)",
+        dir.display()
+    );
+    dir
+}
+
+/// The fake Cassandra binary, built with the workspace (`cargo test
+/// --workspace` builds every package's binaries before any test runs).
+fn fake_cassandra() -> PathBuf {
+    let path = Path::new(env!("CARGO_BIN_EXE_cassandra-operator")).with_file_name("fake-cassandra");
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo build -p testworld --bins` (or the whole workspace's tests)",
+        path.display()
+    );
+    path
+}
+
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One world at a time in this test binary: worlds share the host's
+/// loopback addresses and ports.
+static ONE_WORLD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// kubesim with the simulated cluster: `zones` of 3 Nodes each.
+pub async fn world(zones: &[&str], work: &Path, ring: testworld::ring::Options) -> KubeSim {
+    let mut sim = SimOptions::new(work);
+    sim.operator_binary = Some(PathBuf::from(env!("CARGO_BIN_EXE_cassandra-operator")));
+    sim.fake_cassandra = Some(fake_cassandra());
+    sim.fixtures = Some(fixtures());
+    sim.max_grace = Some(Duration::from_secs(10));
+    sim.max_probe_period = Some(Duration::from_millis(500));
+    KubeSim::start(Options {
+        zones: zones.iter().map(|z| z.to_string()).collect(),
+        nodes_per_zone: 3,
+        ring,
+        sim: Some(sim),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
+fn fast_ring() -> testworld::ring::Options {
+    let mut ring = testworld::ring::Options::default();
+    ring.timing.bootstrap_ms = 300;
+    ring.timing.decommission_ms = 300;
+    ring.timing.replace_ms = 300;
+    ring
+}
+
+async fn install(client: &Client, namespace: &str) {
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
+    let _ = Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await;
+    Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(
+        client.clone(),
+    )
+    .create(&PostParams::default(), &Cluster::crd())
+    .await
+    .unwrap();
+}
+
+fn start_controller(kubeconfig: &Path, log: &Path) -> Process {
+    Process(
+        Command::new(env!("CARGO_BIN_EXE_cassandra-operator"))
+            .arg("controller")
+            .env("KUBECONFIG", kubeconfig)
+            .env("METRICS_ADDR", format!("127.0.0.1:{}", free_port()))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// The thesis's Cluster (manifests/examples/gke-local-ssd.yaml), with
+/// smaller disks.
+fn thesis_cluster() -> Cluster {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/manifests/examples/gke-local-ssd.yaml"
+    ))
+    .unwrap();
+    let doc = text
+        .split("\n---\n")
+        .find(|doc| doc.contains("kind: Cluster"))
+        .expect("a Cluster in the manifest");
+    serde_norway::from_str(doc).unwrap()
+}
+
+/// The tails of every container log of the world, for failure messages.
+fn container_logs(work: &Path) -> String {
+    let mut out = String::new();
+    let Ok(pods) = std::fs::read_dir(work.join("pods")) else {
+        return out;
+    };
+    for pod in pods.flatten() {
+        let Ok(containers) = std::fs::read_dir(pod.path().join("logs")) else {
+            continue;
+        };
+        for container in containers.flatten() {
+            let Ok(logs) = std::fs::read_dir(container.path()) else {
+                continue;
+            };
+            for log in logs.flatten() {
+                out.push_str(&format!(
+                    "--- {}\n{}\n",
+                    log.path().display(),
+                    tail(&log.path())
+                ));
+            }
+        }
+    }
+    out
+}
+
+async fn wait_ready(
+    clusters: &Api<Cluster>,
+    name: &str,
+    members: i32,
+    timeout: Duration,
+    log: &Path,
+) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let c = clusters.get(name).await.unwrap();
+        let status = c.status.clone().unwrap_or_default();
+        if status.members == members && status.ready_members == members {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name}: {}/{} ready, wanted {members}; status {:?}\ncontroller log tail:\n{}\ncontainers:\n{}",
+            status.ready_members,
+            status.members,
+            status.conditions,
+            tail(log),
+            container_logs(log.parent().unwrap_or(log))
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_thesis_scenario_in_the_test_world() {
+    let _one = ONE_WORLD.lock().await;
+    let work = tempfile::tempdir().unwrap();
+    let sim = world(
+        &["europe-west1-b", "europe-west1-c"],
+        work.path(),
+        fast_ring(),
+    )
+    .await;
+    let client = client(&sim).await;
+    install(&client, "cassandra").await;
+    let kubeconfig = sim.write_kubeconfig(work.path()).unwrap();
+    let log = work.path().join("controller.log");
+    let _controller = start_controller(&kubeconfig, &log);
+
+    let mut cluster = thesis_cluster();
+    for rack in &mut cluster.spec.datacenter.racks {
+        for template in &mut rack.storage.volume_claim_templates {
+            let requests = template
+                .spec
+                .as_mut()
+                .unwrap()
+                .resources
+                .as_mut()
+                .unwrap()
+                .requests
+                .as_mut()
+                .unwrap();
+            requests.insert(
+                "storage".into(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("1Gi".into()),
+            );
+        }
+    }
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "cassandra");
+    let mut created = false;
+    for _ in 0..50 {
+        if clusters
+            .create(&PostParams::default(), &cluster)
+            .await
+            .is_ok()
+        {
+            created = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(created, "the Cluster was not created");
+
+    wait_ready(&clusters, "cassandra", 3, Duration::from_secs(180), &log).await;
+    let (up, clean) = sim.ring().with(|ring| {
+        let status = ring.status(None).unwrap();
+        let up = status
+            .rows
+            .iter()
+            .filter(|r| r.status == NodeStatus::UN)
+            .count();
+        (up, ring.check().is_clean())
+    });
+    assert_eq!(
+        (up, clean),
+        (3, true),
+        "{}",
+        sim.ring().with(|r| r.status(None).unwrap().to_string())
+    );
+
+    // data, then the second rack
+    sim.ring().with(|ring| {
+        ring.create_keyspace(
+            "thesis",
+            Replication::network_topology([("europe-west1", 3)]),
+        )
+        .unwrap();
+        ring.write_keys("thesis", "key", 1000, Consistency::Quorum)
+            .unwrap();
+    });
+    let mut second = cluster.spec.datacenter.racks[0].clone();
+    second.name = "europe-west1-c".into();
+    second.members = 2;
+    if let Some(placement) = second.placement.as_mut() {
+        placement.node_affinity = serde_json::from_value(json!({"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["europe-west1-c"]}
+            ]}]}}))
+        .unwrap();
+    }
+    let racks = vec![cluster.spec.datacenter.racks[0].clone(), second];
+    let patch = json!({"spec": {"datacenter": {"name": "europe-west1", "racks": racks}}});
+    clusters
+        .patch("cassandra", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_ready(&clusters, "cassandra", 5, Duration::from_secs(180), &log).await;
+
+    let (up, status, report) = sim.ring().with(|ring| {
+        let status = ring.status(None).unwrap();
+        let up = status
+            .rows
+            .iter()
+            .filter(|r| r.status == NodeStatus::UN)
+            .count();
+        (up, status.to_string(), ring.check())
+    });
+    assert_eq!(up, 5, "{status}");
+    assert!(
+        report.is_clean(),
+        "data lost or under-replicated:\n{report}\n{status}"
+    );
+    let c = clusters.get("cassandra").await.unwrap().status.unwrap();
+    assert_eq!(c.racks["europe-west1-c"].ready_members, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_decommissions_when_its_service_is_labelled() {
+    let _one = ONE_WORLD.lock().await;
+    let work = tempfile::tempdir().unwrap();
+    let sim = world(&["a"], work.path(), fast_ring()).await;
+    let client = client(&sim).await;
+    install(&client, "db").await;
+    let kubeconfig = sim.write_kubeconfig(work.path()).unwrap();
+    let log = work.path().join("controller.log");
+    let controller = start_controller(&kubeconfig, &log);
+
+    // 3.11: no replication-factor check on decommission
+    let cluster: Cluster = serde_json::from_value(json!({
+        "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "c", "namespace": "db"},
+        "spec": {"version": "3.11.6", "datacenter": {"name": "dc", "racks": [{"name": "r", "members": 3,
+            "storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
+                "spec": {"storageClassName": "standard", "resources": {"requests": {"storage": "1Gi"}}}}]},
+            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}
+    }))
+    .unwrap();
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
+    for _ in 0..50 {
+        if clusters
+            .create(&PostParams::default(), &cluster)
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_ready(&clusters, "c", 3, Duration::from_secs(180), &log).await;
+    drop(controller);
+
+    // the intent, by hand, as a person would with kubectl label
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args([
+            "label",
+            "service",
+            "-n",
+            "db",
+            "c-dc-r-2",
+            "cassandra.rook.io/decommissioned=false",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let services: Api<Service> = Api::namespaced(client.clone(), "db");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let labels = services
+            .get("c-dc-r-2")
+            .await
+            .unwrap()
+            .metadata
+            .labels
+            .unwrap_or_default();
+        if labels.get(crds::labels::DECOMMISSIONED).map(String::as_str) == Some("true") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the decommission was not confirmed: {labels:?}\n{}",
+            sim.ring().with(|r| r.status(None).unwrap().to_string())
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (up, status, report) = sim.ring().with(|ring| {
+        let status = ring.status(None).unwrap();
+        let up = status
+            .rows
+            .iter()
+            .filter(|r| r.status == NodeStatus::UN)
+            .count();
+        (up, status.to_string(), ring.check())
+    });
+    assert_eq!(up, 2, "{status}");
+    assert!(report.is_clean(), "the decommission lost data:\n{report}");
+}
