@@ -1008,6 +1008,10 @@ fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> (bool, String, String
     let out = std::process::Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(kubeconfig)
+        // Discovery is cached per host and port: kubesims of earlier tests
+        // may have had the same port.
+        .arg("--cache-dir")
+        .arg(kubeconfig.with_file_name("kubectl-cache"))
         .args(args)
         .output()
         .expect("kubectl runs");
@@ -1070,6 +1074,24 @@ async fn real_kubectl_gets_and_applies() {
     assert!(ok, "{err}");
     assert_eq!(out.trim(), "configmap \"hello\" deleted");
 
+    // The operator's install manifest applies as it is.
+    let (ok, out, err) = run(vec![
+        "apply",
+        "-f",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests/operator.yaml"),
+    ])
+    .await
+    .unwrap();
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("deployment.apps/cassandra-operator created"),
+        "{out}"
+    );
+    assert!(
+        out.contains("clusterrole.rbac.authorization.k8s.io/cassandra-operator created"),
+        "{out}"
+    );
+
     // kubectl's generators send protobuf.
     let (ok, out, err) = run(vec!["create", "namespace", "team"]).await.unwrap();
     assert!(ok, "{err}");
@@ -1117,7 +1139,18 @@ async fn real_kubectl_gets_and_applies() {
         .collect();
     assert_eq!(
         writes,
-        vec!["create ", "delete hello", "create ", "create ", "create "],
+        vec![
+            "create ",
+            "delete hello",
+            "create ",
+            "create ",
+            "create ",
+            "create ",
+            "create ",
+            "create ",
+            "create ",
+            "create "
+        ],
         "kubectl's second apply writes nothing"
     );
 }

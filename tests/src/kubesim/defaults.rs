@@ -209,6 +209,35 @@ pub fn apply(group: &str, plural: &str, o: &mut Value) {
                 }
             }
         }
+        ("apps", "deployments" | "daemonsets" | "replicasets") => {
+            let Some(spec) = o.get_mut("spec").and_then(obj) else {
+                return;
+            };
+            if plural != "daemonsets" {
+                default(spec, "replicas", json!(1));
+            }
+            if plural == "deployments" {
+                default(spec, "progressDeadlineSeconds", json!(600));
+                default(
+                    spec,
+                    "strategy",
+                    json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}),
+                );
+            }
+            if plural == "daemonsets" {
+                default(
+                    spec,
+                    "updateStrategy",
+                    json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}),
+                );
+            }
+            if plural != "replicasets" {
+                default(spec, "revisionHistoryLimit", json!(10));
+            }
+            if let Some(ps) = spec.get_mut("template").and_then(|t| t.get_mut("spec")) {
+                pod_spec(ps);
+            }
+        }
         ("", "services") => {
             let Some(spec) = o.get_mut("spec").and_then(obj) else {
                 return;
@@ -344,6 +373,18 @@ mod tests {
         assert!(
             s["template"]["spec"].get("tolerations").is_none(),
             "admission is for Pods only"
+        );
+
+        let mut deploy = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "op:1"}]}}}});
+        apply("apps", "deployments", &mut deploy);
+        assert_eq!(deploy["spec"]["replicas"], 1);
+        assert_eq!(
+            deploy["spec"]["strategy"]["rollingUpdate"]["maxSurge"],
+            "25%"
+        );
+        assert_eq!(
+            deploy["spec"]["template"]["spec"]["restartPolicy"],
+            "Always"
         );
 
         let mut svc = json!({"spec": {"ports": [{"port": 9042}]}});

@@ -250,6 +250,32 @@ pub fn builtin_types() -> Vec<ResourceType> {
         true,
         &[],
     );
+    // Stored and served only (no controller runs them): the install
+    // manifests and examples use them.
+    let replicas_scale = || ScalePaths {
+        spec_replicas: "/spec/replicas".into(),
+        status_replicas: "/status/replicas".into(),
+        label_selector: None,
+    };
+    let mut deploy = b("apps", "v1", "deployments", "Deployment", true, &["deploy"]);
+    deploy.categories = strings(&["all"]);
+    deploy.status_subresource = true;
+    deploy.generation = true;
+    deploy.initial_status = Some(json!({}));
+    deploy.scale = Some(replicas_scale());
+    let mut rs = b("apps", "v1", "replicasets", "ReplicaSet", true, &["rs"]);
+    rs.categories = strings(&["all"]);
+    rs.status_subresource = true;
+    rs.generation = true;
+    rs.initial_status = Some(json!({"replicas": 0}));
+    rs.scale = Some(replicas_scale());
+    let mut ds = b("apps", "v1", "daemonsets", "DaemonSet", true, &["ds"]);
+    ds.categories = strings(&["all"]);
+    ds.status_subresource = true;
+    ds.generation = true;
+    ds.initial_status = Some(
+        json!({"currentNumberScheduled": 0, "numberMisscheduled": 0, "desiredNumberScheduled": 0, "numberReady": 0}),
+    );
     let role = b(
         "rbac.authorization.k8s.io",
         "v1",
@@ -316,8 +342,8 @@ pub fn builtin_types() -> Vec<ResourceType> {
         &["sc"],
     );
     vec![
-        ns, node, pod, svc, ep, pv, pvc, cm, secret, sa, ev, ev2, sts, cr, role, rb, crole, crb,
-        pdb, lease, crd, sc,
+        ns, node, pod, svc, ep, pv, pvc, cm, secret, sa, ev, ev2, sts, cr, deploy, rs, ds, role,
+        rb, crole, crb, pdb, lease, crd, sc,
     ]
 }
 

@@ -437,7 +437,10 @@ async fn route(
                     } else {
                         format!("apis/{}/{v}", t.group)
                     };
-                    let url = format!("/openapi/v3/{gv}?hash={}", store.resource_version());
+                    // kubectl caches these documents by host, port and hash: a
+                    // fresh hash keeps another kubesim's (same port, earlier
+                    // test) from being taken for this one.
+                    let url = format!("/openapi/v3/{gv}?hash={:016x}", super::random_u64());
                     paths.insert(gv, json!({"serverRelativeURL": url}));
                 }
             }
