@@ -10,7 +10,7 @@
 
 use super::probes;
 use super::quantity::divide_ceil;
-use super::services::{POD_BASE, next_free};
+use super::services::{POD_BASE, next_free_from};
 use super::{SimOptions, list_all, ns_of, patch_status, s, t};
 use crate::kubesim::now_rfc3339;
 use crate::kubesim::store::{DeleteOptions, Store};
@@ -79,6 +79,15 @@ pub struct Kubelet {
     url: String,
     kubeconfig: PathBuf,
     pods: Mutex<HashMap<String, PodHandle>>,
+    ip_start: u32,
+}
+
+/// Whether another program listens on a pod IP's sidecar or Jolokia port
+/// (another kubesim's pod, or a test's fixed address).
+fn port_busy(ip: Ipv4Addr) -> bool {
+    [8080, 8778]
+        .iter()
+        .any(|p| std::net::TcpListener::bind((ip, *p)).is_err())
 }
 
 fn force_delete(store: &Store, pod: &Value) {
@@ -102,6 +111,9 @@ impl Kubelet {
             url,
             kubeconfig,
             pods: Mutex::new(HashMap::new()),
+            // A random block per kubesim: concurrent sims on one machine
+            // (parallel tests) rarely meet; 127.1.0.x is left to tests.
+            ip_start: (crate::kubesim::random_u64() % 250 + 1) as u32 * 256 + 1,
         }
     }
 
@@ -174,7 +186,8 @@ impl Kubelet {
                         continue;
                     }
                     let used: BTreeSet<Ipv4Addr> = handles.values().map(|h| h.ip).collect();
-                    let Some(ip) = next_free(POD_BASE, &used) else {
+                    let Some(ip) = next_free_from(POD_BASE, self.ip_start, &used, 64, port_busy)
+                    else {
                         eprintln!("kubesim: the pod IP range is full");
                         continue;
                     };

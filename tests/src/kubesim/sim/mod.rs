@@ -49,7 +49,10 @@
 //! `KUBESIM_JOLOKIA_HOST=<podIP>`, `PROBE_ADDR=<podIP>:8080`,
 //! `CASSANDRA_VERSION=<image tag>`; the spec's env wins.
 //!
-//! Network: the host network. Pod IPs come from 127.1.0.0/16 (Linux
+//! Network: the host network. Pod IPs come from 127.1.0.0/16, from a
+//! random block per kubesim on, skipping addresses whose ports 8080 or
+//! 8778 another program holds (so parallel sims rarely meet; 127.1.0.x is
+//! used last, left to tests that pick fixed addresses) (Linux
 //! routes all of 127/8 to the loopback device, so a program can bind its
 //! pod IP). ClusterIPs are the store's (only the model uses them; nothing
 //! routes them). HTTP probes go to `<podIP>:<port>`.

@@ -26,6 +26,33 @@ pub fn next_free(base: Ipv4Addr, used: &BTreeSet<Ipv4Addr>) -> Option<Ipv4Addr> 
         .find(|ip| !used.contains(ip))
 }
 
+/// The first free address of the /16 at `base` from `start` on (wrapping,
+/// skipping the network address) that is neither `used` nor `busy`; when
+/// more than `max_busy` are busy, the next unused one regardless.
+pub fn next_free_from(
+    base: Ipv4Addr,
+    start: u32,
+    used: &BTreeSet<Ipv4Addr>,
+    max_busy: usize,
+    busy: impl Fn(Ipv4Addr) -> bool,
+) -> Option<Ipv4Addr> {
+    let b = u32::from(base);
+    let candidates = (0..0xFFFE)
+        .map(|i| Ipv4Addr::from(b + 1 + (start.saturating_sub(1) + i) % 0xFFFE))
+        .filter(|ip| !used.contains(ip));
+    let mut first = None;
+    for (n, ip) in candidates.enumerate() {
+        first.get_or_insert(ip);
+        if n > max_busy {
+            return first;
+        }
+        if !busy(ip) {
+            return Some(ip);
+        }
+    }
+    first
+}
+
 /// Gives every Service that needs one a ClusterIP.
 pub fn allocate_cluster_ips(store: &Store) {
     let services = list_all(store, "", "services");
@@ -84,6 +111,28 @@ mod tests {
         assert_eq!(
             next_free(POD_BASE, &BTreeSet::new()),
             Some(Ipv4Addr::new(127, 1, 0, 1))
+        );
+        let used = BTreeSet::from([Ipv4Addr::new(127, 1, 7, 1)]);
+        let busy = |ip: Ipv4Addr| ip == Ipv4Addr::new(127, 1, 7, 2);
+        assert_eq!(
+            next_free_from(POD_BASE, 7 * 256 + 1, &used, 8, busy),
+            Some(Ipv4Addr::new(127, 1, 7, 3)),
+            "skips used and busy addresses"
+        );
+        assert_eq!(
+            next_free_from(POD_BASE, 7 * 256 + 1, &used, 8, |_| true),
+            Some(Ipv4Addr::new(127, 1, 7, 2)),
+            "all busy: the first unused"
+        );
+        assert_eq!(
+            next_free_from(POD_BASE, 0xFFFE, &BTreeSet::new(), 8, |_| false),
+            Some(Ipv4Addr::new(127, 1, 255, 254))
+        );
+        let last = BTreeSet::from([Ipv4Addr::new(127, 1, 255, 254)]);
+        assert_eq!(
+            next_free_from(POD_BASE, 0xFFFE, &last, 8, |_| false),
+            Some(Ipv4Addr::new(127, 1, 0, 1)),
+            "wraps"
         );
     }
 }
