@@ -1451,3 +1451,57 @@ async fn apply_conflicts_between_managers() {
         "bob took .data.k over"
     );
 }
+
+#[tokio::test]
+async fn dry_run_and_delete_collection() {
+    let (sim, client) = sim().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    let rv = sim.store().resource_version();
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let shown = cms
+        .create(&dry, &cm("dry", json!({}), json!({"k": "v"})))
+        .await
+        .unwrap();
+    assert_eq!(shown.data.unwrap()["k"], "v");
+    assert!(
+        cms.get_opt("dry").await.unwrap().is_none(),
+        "a dry run stores nothing"
+    );
+    assert_eq!(sim.store().resource_version(), rv);
+
+    for (n, tier) in [("d0", "db"), ("d1", "db"), ("w0", "web")] {
+        cms.create(
+            &PostParams::default(),
+            &cm(n, json!({"tier": tier}), json!({})),
+        )
+        .await
+        .unwrap();
+    }
+    let gone = cms
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels("tier=db"),
+        )
+        .await
+        .unwrap();
+    let names: Vec<String> = gone
+        .left()
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    assert_eq!(names, vec!["d0", "d1"]);
+    let left: Vec<String> = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    assert_eq!(left, vec!["w0"]);
+}
