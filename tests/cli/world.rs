@@ -381,3 +381,127 @@ async fn a_member_decommissions_when_its_service_is_labelled() {
     assert_eq!(up, 2, "{status}");
     assert!(report.is_clean(), "the decommission lost data:\n{report}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decommission_survives_the_sidecar_being_killed_midway() {
+    let _one = ONE_WORLD.lock().await;
+    let work = tempfile::tempdir().unwrap();
+    let mut ring = fast_ring();
+    // long enough to kill the member while it streams
+    ring.timing.decommission_ms = 4000;
+    let sim = world(&["a"], work.path(), ring).await;
+    let client = client(&sim).await;
+    install(&client, "db").await;
+    let kubeconfig = sim.write_kubeconfig(work.path()).unwrap();
+    let log = work.path().join("controller.log");
+    let controller = start_controller(&kubeconfig, &log);
+    let cluster: Cluster = serde_json::from_value(json!({
+        "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "c", "namespace": "db"},
+        "spec": {"version": "3.11.6", "datacenter": {"name": "dc", "racks": [{"name": "r", "members": 3,
+            "storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
+                "spec": {"storageClassName": "standard", "resources": {"requests": {"storage": "1Gi"}}}}]},
+            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}
+    }))
+    .unwrap();
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
+    for _ in 0..50 {
+        if clusters
+            .create(&PostParams::default(), &cluster)
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_ready(&clusters, "c", 3, Duration::from_secs(180), &log).await;
+    drop(controller);
+    sim.ring().with(|ring| {
+        ring.create_keyspace("ks", Replication::simple(2)).unwrap();
+        ring.write_keys("ks", "k", 300, Consistency::All).unwrap();
+    });
+
+    let services: Api<Service> = Api::namespaced(client.clone(), "db");
+    let label = json!({"metadata": {"labels": {crds::labels::DECOMMISSIONED: "false"}}});
+    services
+        .patch("c-dc-r-2", &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .unwrap();
+
+    // wait until the member is leaving (streaming), then kill its container's
+    // init (the sidecar): the kubelet restarts the container
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let leaving = sim.ring().with(|ring| {
+            ring.status(None)
+                .unwrap()
+                .rows
+                .iter()
+                .any(|r| r.status == NodeStatus::UL)
+        });
+        if leaving {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the member never started leaving"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "db");
+    let pod = pods.get("c-dc-r-2").await.unwrap();
+    let status = pod.status.unwrap().container_statuses.unwrap();
+    let id = status[0].container_id.clone().unwrap();
+    let pid: i32 = id.strip_prefix("kubesim://").unwrap().parse().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let labels = services
+            .get("c-dc-r-2")
+            .await
+            .unwrap()
+            .metadata
+            .labels
+            .unwrap_or_default();
+        if labels.get(crds::labels::DECOMMISSIONED).map(String::as_str) == Some("true") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the decommission was not confirmed after the crash: {labels:?}\n{}\n{}",
+            sim.ring().with(|r| r.status(None).unwrap().to_string()),
+            container_logs(work.path())
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let restarts = pods
+        .get("c-dc-r-2")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .container_statuses
+        .unwrap()[0]
+        .restart_count;
+    assert!(restarts >= 1, "the container was not restarted");
+    let (up, status, report) = sim.ring().with(|ring| {
+        let status = ring.status(None).unwrap();
+        let up = status
+            .rows
+            .iter()
+            .filter(|r| r.status == NodeStatus::UN)
+            .count();
+        (up, status.to_string(), ring.check())
+    });
+    assert_eq!(up, 2, "{status}");
+    assert!(
+        report.is_clean(),
+        "the interrupted decommission lost data:\n{report}\n{status}"
+    );
+}
