@@ -86,7 +86,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Sidecar(args) => {
-            let runtime = tokio::runtime::Runtime::new()?;
+            // One thread: the sidecar runs in every Cassandra Pod, and its
+            // work (a watch, probes, a few Jolokia calls) needs no more.
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
             let code = runtime.block_on(sidecar::member::run(args))?;
             Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
         }

@@ -181,6 +181,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let hwm = status_kib(pid, "VmHWM:").unwrap_or(0);
+    let anon = status_kib(pid, "RssAnon:").unwrap_or(0);
+    let file = status_kib(pid, "RssFile:").unwrap_or(0);
+    let threads = status_kib(pid, "Threads:").unwrap_or(0);
     let _ = nix_kill(pid);
     let _ = sidecar.wait();
 
