@@ -796,3 +796,107 @@ async fn liveness_rolling_update_and_scale_down() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configmap_and_downward_api_volumes_follow_their_sources() {
+    let work = tempfile::tempdir().unwrap();
+    let mut sim_opts = SimOptions::new(work.path());
+    sim_opts.max_grace = Some(Duration::from_secs(5));
+    let sim = KubeSim::start(Options {
+        sim: Some(sim_opts),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let store = sim.store().clone();
+    let w = WriteOptions::default();
+    let cms = t("", "configmaps", Some("default"));
+    store
+        .create(
+            &cms,
+            json!({"metadata": {"name": "cfg"}, "data": {"key": "one"}}),
+            &w,
+        )
+        .unwrap();
+    // The container copies what it sees into its scratch volume.
+    store
+        .create(
+            &pods(),
+            json!({"metadata": {"name": "watcher", "labels": {"intent": "a"}},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "volumes": [
+                    {"name": "cfg", "configMap": {"name": "cfg"}},
+                    {"name": "info", "downwardAPI": {"items": [
+                        {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+                    {"name": "scratch", "emptyDir": {}}
+                ],
+                "containers": [{
+                    "name": "c", "image": "busybox",
+                    "command": ["/bin/sh", "-c",
+                        "trap 'exit 0' TERM; while :; do cat /cfg/key > /scratch/key.tmp; mv /scratch/key.tmp /scratch/key; cat /info/labels > /scratch/labels.tmp; mv /scratch/labels.tmp /scratch/labels; sleep 0.1; done"],
+                    "volumeMounts": [
+                        {"name": "cfg", "mountPath": "/cfg", "readOnly": true},
+                        {"name": "info", "mountPath": "/info"},
+                        {"name": "scratch", "mountPath": "/scratch"}
+                    ]
+                }]
+            }}),
+            &w,
+        )
+        .unwrap();
+    let pod = until("watcher ready", 20, || {
+        let p = store.get(&pods(), "watcher").ok()?;
+        ready(&p).then_some(p)
+    })
+    .await;
+    let dir = work
+        .path()
+        .join("pods")
+        .join(format!("default_watcher_{}", s(&pod, "/metadata/uid")));
+    let seen = |f: &str| std::fs::read_to_string(dir.join("volumes/scratch").join(f)).ok();
+    until("the first content", 10, || {
+        (seen("key").as_deref() == Some("one") && seen("labels").as_deref() == Some("intent=\"a\""))
+            .then_some(())
+    })
+    .await;
+    let data_link = std::fs::read_link(dir.join("volumes/cfg/..data")).unwrap();
+    store
+        .patch(
+            &cms,
+            "cfg",
+            testworld::kubesim::patch::PatchType::Merge,
+            &json!({"data": {"key": "two"}}),
+            testworld::kubesim::store::Subresource::Main,
+            &w,
+        )
+        .unwrap();
+    store
+        .patch(
+            &pods(),
+            "watcher",
+            testworld::kubesim::patch::PatchType::Merge,
+            &json!({"metadata": {"labels": {"intent": "b"}}}),
+            testworld::kubesim::store::Subresource::Main,
+            &w,
+        )
+        .unwrap();
+    until("the running container sees the new content", 10, || {
+        (seen("key").as_deref() == Some("two") && seen("labels").as_deref() == Some("intent=\"b\""))
+            .then_some(())
+    })
+    .await;
+    assert_ne!(
+        std::fs::read_link(dir.join("volumes/cfg/..data")).unwrap(),
+        data_link,
+        "swapped by the ..data symlink"
+    );
+    assert_eq!(
+        std::fs::read_link(dir.join("volumes/cfg/key")).unwrap(),
+        Path::new("..data/key")
+    );
+    assert_eq!(
+        store.get(&pods(), "watcher").unwrap()["status"]["containerStatuses"][0]["restartCount"],
+        0
+    );
+}
