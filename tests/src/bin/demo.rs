@@ -1,29 +1,47 @@
-//! The README's first command: the thesis scenario (section 5.2.1) as far as
-//! the project runs it today.
+//! The README's first command: the thesis scenario (section 5.2.1) in the
+//! test world, with the real binary.
 //!
-//! It takes the embedded GKE local-SSD Cluster manifest, admits it as the API
-//! server would (schema, defaults, CEL rules) and as the controller does
-//! (`validate()`), builds the objects the controller creates, and drives the
-//! controller's real decision step through a scale-up of rack
-//! `europe-west1-b` to 3 members and then of a second rack `europe-west1-c`
-//! to 2, in a simulated world where a started member becomes ready at once.
-//! Nothing is started and nothing is left running.
+//! ```text
+//! cargo run -p testworld --bin demo
+//! ```
 //!
-//! When the test world (kubesim, fake Cassandra) lands, this becomes the full
-//! demo with the real binary as controller and sidecar.
+//! It builds the operator and the fake Cassandra node if needed, starts
+//! kubesim with its simulated cluster (two zones of three Nodes with local
+//! disks, a kubelet running containers as real processes), runs the
+//! operator's controller beside it, admits the GKE local-SSD Cluster
+//! manifest, and shows the Cluster's status, the Pods and the Cassandra ring
+//! as rack `europe-west1-b` comes up one member at a time to 3; it writes
+//! 1000 keys at replication factor 3, adds rack `europe-west1-c` with 2
+//! members, and checks that every key still has its 3 copies. Then it stops
+//! everything it started.
+//!
+//! Needs root (each container runs in its own mount and PID namespaces) and
+//! the Cassandra default configuration files of `shared/fixtures` beside
+//! the repository (or `--fixtures DIR`).
 
-use std::process::ExitCode;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
 
-use controller::decide::{Action, Observed, ServiceObserved, WaitReason, decide};
-use controller::resources::{self, BuildContext};
 use crds::Cluster;
-use serde_json::Value;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config, CustomResourceExt};
+use serde_json::{Value, json};
+use testworld::kubesim::sim::SimOptions;
+use testworld::kubesim::{KubeSim, Options};
+use testworld::ring::{Consistency, NodeStatus, Replication};
 use testworld::{cel, schema};
 
 const MANIFEST: &str = include_str!("../../../manifests/examples/gke-local-ssd.yaml");
 
-fn main() -> ExitCode {
-    match run() {
+type Error = Box<dyn std::error::Error>;
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
+    match run().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("demo failed: {e}");
@@ -32,167 +50,360 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> Result<(), String> {
+fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+/// The operator and fake Cassandra binaries, beside this one; built with
+/// cargo first when the demo runs under `cargo run`.
+fn binaries() -> Result<(PathBuf, PathBuf), Error> {
+    let here = std::env::current_exe()?;
+    let dir = here.parent().ok_or("no directory for the demo binary")?;
+    if let Some(cargo) = std::env::var_os("CARGO") {
+        println!("== building the operator and the fake Cassandra node");
+        let mut build = Command::new(cargo);
+        build.args([
+            "build",
+            "--quiet",
+            "-p",
+            "cassandra-operator",
+            "-p",
+            "testworld",
+        ]);
+        build.args(["--bin", "cassandra-operator", "--bin", "fake-cassandra"]);
+        if dir.ends_with("release") {
+            build.arg("--release");
+        }
+        if !build.status()?.success() {
+            return Err("cargo build failed".into());
+        }
+    }
+    let operator = dir.join("cassandra-operator");
+    let fake = dir.join("fake-cassandra");
+    for path in [&operator, &fake] {
+        if !path.is_file() {
+            return Err(format!(
+                "{} is missing: cargo build --workspace --bins",
+                path.display()
+            )
+            .into());
+        }
+    }
+    Ok((operator, fake))
+}
+
+fn fixtures() -> Result<PathBuf, Error> {
+    let dir = arg("--fixtures").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../shared/fixtures"
+        ))
+    });
+    if dir.join("cassandra/3.11/cassandra.yaml").is_file() {
+        Ok(dir)
+    } else {
+        Err(format!(
+            "the Cassandra default files are not at {} (use --fixtures DIR)",
+            dir.display()
+        )
+        .into())
+    }
+}
+
+fn cluster_document() -> Result<Value, Error> {
+    let doc = MANIFEST
+        .split("\n---\n")
+        .find(|d| d.contains("kind: Cluster"))
+        .ok_or("no Cluster in the manifest")?;
+    Ok(serde_json::to_value(serde_norway::from_str::<
+        serde_norway::Value,
+    >(doc)?)?)
+}
+
+async fn run() -> Result<(), Error> {
+    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self")?);
+    if uid != 0 {
+        return Err(
+            "the test world runs containers in their own namespaces: run the demo as root".into(),
+        );
+    }
+    let fixtures = fixtures()?;
+    let (operator, fake) = binaries()?;
+
+    // Admission, as the API server and the controller check it.
     let mut object = cluster_document()?;
-    let crd = crds::crd::definition();
+    let crd = Cluster::crd();
     let openapi = crd.spec.versions[0]
         .schema
         .as_ref()
         .and_then(|s| s.open_api_v3_schema.as_ref())
         .ok_or("the CRD has no schema")?;
-    let openapi = serde_json::to_value(openapi).map_err(|e| e.to_string())?;
-
-    println!("== admission: manifests/examples/gke-local-ssd.yaml");
+    let openapi = serde_json::to_value(openapi)?;
     let (pruned, errors) = schema::admit(&openapi, &mut object);
     let cel_errors = cel::check(&openapi, &object, None);
     if !errors.is_empty() || !cel_errors.is_empty() || !pruned.is_empty() {
-        return Err(format!(
-            "rejected: {errors:?} {cel_errors:?} unknown fields {pruned:?}"
-        ));
+        return Err(
+            format!("the manifest is rejected: {errors:?} {cel_errors:?} {pruned:?}").into(),
+        );
+    }
+    let mut cluster: Cluster = serde_json::from_value(object)?;
+    crds::validate(&cluster)?;
+    println!(
+        "== manifests/examples/gke-local-ssd.yaml: accepted by the schema, the CEL rules and validate()"
+    );
+
+    // The test world.
+    let work = tempfile::tempdir()?;
+    let mut sim_options = SimOptions::new(work.path());
+    sim_options.operator_binary = Some(operator.clone());
+    sim_options.fake_cassandra = Some(fake);
+    sim_options.fixtures = Some(fixtures);
+    sim_options.max_grace = Some(Duration::from_secs(10));
+    sim_options.max_probe_period = Some(Duration::from_millis(500));
+    let mut ring = testworld::ring::Options::default();
+    ring.timing.bootstrap_ms = 1000;
+    let sim = KubeSim::start(Options {
+        zones: vec!["europe-west1-b".into(), "europe-west1-c".into()],
+        nodes_per_zone: 3,
+        ring,
+        sim: Some(sim_options),
+        ..Default::default()
+    })
+    .await?;
+    let kubeconfig = sim.write_kubeconfig(work.path())?;
+    println!(
+        "== kubesim serving {} (kubeconfig {})",
+        sim.url(),
+        kubeconfig.display()
+    );
+    let client = Client::try_from(
+        Config::from_custom_kubeconfig(
+            Kubeconfig::from_yaml(&sim.kubeconfig())?,
+            &KubeConfigOptions::default(),
+        )
+        .await?,
+    )?;
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "cassandra"}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(
+        client.clone(),
+    )
+    .create(&PostParams::default(), &crd)
+    .await?;
+
+    let controller_log = work.path().join("controller.log");
+    let mut controller = Command::new(&operator)
+        .arg("controller")
+        .env("KUBECONFIG", &kubeconfig)
+        .env("METRICS_ADDR", "127.0.0.1:0")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&controller_log)?)
+        .spawn()?;
+    println!("== operator started: {} controller", operator.display());
+
+    let result = scenario(&client, &sim, &mut cluster).await;
+    let _ = controller.kill();
+    let _ = controller.wait();
+    if result.is_err() {
+        let log = std::fs::read_to_string(&controller_log).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(10).collect();
+        eprintln!("controller log (last lines):");
+        for line in tail.iter().rev() {
+            eprintln!("  {line}");
+        }
+    }
+    sim.stop();
+    drop(sim);
+    println!("== stopped the operator, the members and kubesim");
+    result
+}
+
+async fn scenario(client: &Client, sim: &KubeSim, cluster: &mut Cluster) -> Result<(), Error> {
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "cassandra");
+    // Small disks: the local-disk PVs of the simulated Nodes.
+    for rack in &mut cluster.spec.datacenter.racks {
+        for template in &mut rack.storage.volume_claim_templates {
+            if let Some(requests) = template
+                .spec
+                .as_mut()
+                .and_then(|s| s.resources.as_mut())
+                .and_then(|r| r.requests.as_mut())
+            {
+                requests.insert(
+                    "storage".into(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity("1Gi".into()),
+                );
+            }
+        }
+    }
+    let mut created = false;
+    for _ in 0..50 {
+        if clusters
+            .create(&PostParams::default(), cluster)
+            .await
+            .is_ok()
+        {
+            created = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if !created {
+        return Err("the Cluster could not be created".into());
     }
     println!(
-        "   schema and CEL rules: accepted (mode defaulted to {})",
-        object["spec"]["mode"]
+        "\n== Cluster cassandra/cassandra created: rack europe-west1-b, 3 members, local disks"
     );
-    let mut cluster: Cluster = serde_json::from_value(object).map_err(|e| e.to_string())?;
-    cluster.metadata.uid = Some("demo".to_string());
-    crds::validate(&cluster).map_err(|e| e.to_string())?;
-    println!("   validate(): accepted");
+    watch_until(client, sim, 3, Duration::from_secs(300)).await?;
 
-    let ctx = BuildContext::default();
-    println!(
-        "\n== objects of cluster {}/{}",
-        cluster.metadata.namespace.as_deref().unwrap_or("default"),
-        cluster.metadata.name.as_deref().unwrap_or_default()
-    );
-    for (kind, name) in [
-        (
-            "Service (headless, ready members)",
-            resources::client_service(&cluster).metadata.name,
-        ),
-        (
-            "PodDisruptionBudget (maxUnavailable 1)",
-            resources::pod_disruption_budget(&cluster).metadata.name,
-        ),
-        (
-            "ServiceAccount/Role/RoleBinding",
-            resources::member_role(&cluster).metadata.name,
-        ),
-    ] {
-        println!("   {kind:<40} {}", name.unwrap_or_default());
-    }
+    sim.ring().with(|ring| -> Result<(), Error> {
+        ring.create_keyspace(
+            "thesis",
+            Replication::network_topology([("europe-west1", 3)]),
+        )?;
+        ring.write_keys("thesis", "key", 1000, Consistency::Quorum)?;
+        Ok(())
+    })?;
+    println!("\n== wrote 1000 keys to keyspace thesis (NetworkTopologyStrategy, europe-west1: 3)");
 
-    let mut world = Observed::default();
-    println!("\n== scale-up of rack europe-west1-b to 3 members, one at a time");
-    converge(&cluster, &mut world, &ctx)?;
-
-    println!("\n== a second rack, europe-west1-c, with 2 members");
     let mut second = cluster.spec.datacenter.racks[0].clone();
-    second.name = "europe-west1-c".to_string();
+    second.name = "europe-west1-c".into();
     second.members = 2;
-    cluster.spec.datacenter.racks.push(second);
-    crds::validate(&cluster).map_err(|e| e.to_string())?;
-    converge(&cluster, &mut world, &ctx)?;
+    if let Some(placement) = second.placement.as_mut() {
+        placement.node_affinity = Some(serde_json::from_value(json!({
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["europe-west1-c"]}
+            ]}]}
+        }))?);
+    }
+    let racks = vec![cluster.spec.datacenter.racks[0].clone(), second];
+    let patch = json!({"spec": {"datacenter": {"name": "europe-west1", "racks": racks}}});
+    clusters
+        .patch("cassandra", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    println!("\n== rack europe-west1-c added with 2 members");
+    watch_until(client, sim, 5, Duration::from_secs(300)).await?;
 
-    let members: i32 = world.racks.values().map(|r| r.replicas.unwrap_or(0)).sum();
+    let (status, report) = sim
+        .ring()
+        .with(|ring| -> Result<_, Error> { Ok((ring.status(Some("thesis"))?, ring.check())) })?;
+    println!("\n== nodetool status thesis\n{status}");
+    if !report.is_clean() {
+        return Err(format!("data check failed:\n{report}").into());
+    }
+    println!("== data check: clean (every key has its 3 copies on live nodes)");
+    let c = clusters.get("cassandra").await?;
+    let s = c.status.unwrap_or_default();
     println!(
-        "\n== converged: {members} members ready in {} racks",
-        world.racks.len()
+        "== Cluster cassandra: {} members, {} ready; racks:",
+        s.members, s.ready_members
     );
-    println!("   (next: the same scenario in the test world, with kubesim, the real");
-    println!("    controller and sidecar binaries, and fake Cassandra nodes)");
+    for (name, rack) in &s.racks {
+        println!(
+            "   {name}: {} members, {} ready",
+            rack.members, rack.ready_members
+        );
+    }
+    println!(
+        "== converged: {} members ready in {} racks",
+        s.ready_members,
+        s.racks.len()
+    );
     Ok(())
 }
 
-fn cluster_document() -> Result<Value, String> {
-    for doc in serde_norway::Deserializer::from_str(MANIFEST) {
-        let value: serde_norway::Value =
-            serde::Deserialize::deserialize(doc).map_err(|e| e.to_string())?;
-        let value = serde_json::to_value(value).map_err(|e| e.to_string())?;
-        if value["kind"] == "Cluster" {
-            return Ok(value);
+/// Prints the Cluster's status, the Pods and the ring whenever they change,
+/// until `members` are ready.
+async fn watch_until(
+    client: &Client,
+    sim: &KubeSim,
+    members: i32,
+    timeout: Duration,
+) -> Result<(), Error> {
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "cassandra");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "cassandra");
+    let started = Instant::now();
+    let mut last = String::new();
+    loop {
+        let c = clusters.get("cassandra").await?;
+        let status = c.status.clone().unwrap_or_default();
+        let progressing = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Progressing")
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        let mut pod_states = BTreeMap::new();
+        for pod in pods.list(&ListParams::default()).await? {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let st = pod.status.unwrap_or_default();
+            let ready = st
+                .conditions
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            let phase = st.phase.unwrap_or_default();
+            let short = name
+                .trim_start_matches("cassandra-europe-west1-")
+                .to_string();
+            pod_states.insert(
+                short,
+                format!("{phase}{}", if ready { "/Ready" } else { "" }),
+            );
         }
-    }
-    Err("no Cluster in the manifest".to_string())
-}
-
-/// Runs the decision step until it converges, playing the part of the API
-/// server, the StatefulSet controller and the kubelet in the simplest way:
-/// whatever the controller asks for happens, and a started member is ready
-/// at the next look.
-fn converge(cluster: &Cluster, world: &mut Observed, ctx: &BuildContext) -> Result<(), String> {
-    for step in 1..=100 {
-        let action = decide(&cluster.spec, world);
-        match &action {
-            Action::CreateStatefulSets { racks } => {
-                for rack in racks {
-                    let spec = cluster
-                        .spec
-                        .datacenter
-                        .racks
+        let ring: Vec<String> = sim.ring().with(|ring| {
+            ring.status(None)
+                .map(|t| {
+                    t.rows
                         .iter()
-                        .find(|r| &r.name == rack)
-                        .ok_or("unknown rack")?;
-                    let sts = resources::statefulset_for_rack(cluster, spec, 0, ctx);
-                    println!(
-                        "   {step:>2}. RackCreated       StatefulSet {} (0 replicas)",
-                        sts.metadata.name.unwrap_or_default()
-                    );
-                    world.racks.entry(rack.clone()).or_default().replicas = Some(0);
-                }
+                        .map(|r| format!("{} {}", r.status, r.address))
+                        .collect()
+                })
+                .unwrap_or_default()
+        });
+        let line = format!(
+            "members {}/{} ready | {} | pods: {} | ring: {}",
+            status.ready_members,
+            status.members,
+            if progressing.is_empty() {
+                "-".to_string()
+            } else {
+                progressing
+            },
+            pod_states
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if ring.is_empty() {
+                "-".to_string()
+            } else {
+                ring.join(", ")
             }
-            Action::CreateMemberService { rack, member, seed } => {
-                let spec = cluster
-                    .spec
-                    .datacenter
-                    .racks
-                    .iter()
-                    .find(|r| &r.name == rack)
-                    .ok_or("unknown rack")?;
-                let service = resources::member_service(cluster, spec, *member, *seed);
-                println!(
-                    "   {step:>2}. MemberService     {}{}",
-                    service.metadata.name.unwrap_or_default(),
-                    if *seed { " (seed)" } else { "" }
-                );
-                world
-                    .racks
-                    .entry(rack.clone())
-                    .or_default()
-                    .members
-                    .entry(*member)
-                    .or_default()
-                    .service = Some(ServiceObserved::default());
-            }
-            Action::ScaleUp { rack, replicas } => {
-                println!(
-                    "   {step:>2}. RackScaledUp      {rack}: {} -> {replicas} members",
-                    replicas - 1
-                );
-                let observed = world.racks.entry(rack.clone()).or_default();
-                observed.replicas = Some(*replicas);
-                observed.members.entry(replicas - 1).or_default().pod_exists = true;
-            }
-            Action::Wait(WaitReason::MemberNotReady { rack, member }) => {
-                println!(
-                    "   {step:>2}. Waiting           member {rack}-{member} is joining; it bootstraps and becomes Ready"
-                );
-                let m = world
-                    .racks
-                    .entry(rack.clone())
-                    .or_default()
-                    .members
-                    .entry(*member)
-                    .or_default();
-                m.pod_exists = true;
-                m.pod_ready = true;
-            }
-            Action::Converged => {
-                println!("   {step:>2}. Converged         every rack has its members, all ready");
-                return Ok(());
-            }
-            other => return Err(format!("unexpected step: {other:?}")),
+        );
+        if line != last {
+            println!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64());
+            last = line;
         }
+        let all_up = sim.ring().with(|ring| {
+            ring.status(None)
+                .map(|t| t.rows.iter().filter(|r| r.status == NodeStatus::UN).count())
+                .unwrap_or(0)
+        });
+        if status.ready_members == members
+            && status.members == members
+            && all_up == members as usize
+        {
+            return Ok(());
+        }
+        if started.elapsed() > timeout {
+            return Err(format!("not {members} ready members after {timeout:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    Err("did not converge in 100 steps".to_string())
 }
