@@ -1505,3 +1505,70 @@ async fn dry_run_and_delete_collection() {
         .collect();
     assert_eq!(left, vec!["w0"]);
 }
+
+#[tokio::test]
+async fn updates_record_their_manager() {
+    let (_sim, client) = sim().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    let pp = PostParams {
+        field_manager: Some("creator".into()),
+        ..PostParams::default()
+    };
+    let c = cms
+        .create(
+            &pp,
+            &cm("owned", json!({"a": "1"}), json!({"k": "v", "j": "w"})),
+        )
+        .await
+        .unwrap();
+    let mf = c.metadata.managed_fields.unwrap();
+    assert_eq!(mf.len(), 1);
+    assert_eq!(
+        (mf[0].manager.as_deref(), mf[0].operation.as_deref()),
+        (Some("creator"), Some("Update"))
+    );
+    assert_eq!(
+        serde_json::to_value(&mf[0].fields_v1).unwrap(),
+        json!({"f:data": {"f:j": {}, "f:k": {}}, "f:metadata": {"f:labels": {"f:a": {}}}})
+    );
+
+    // A patch by another manager takes over the field it changed.
+    let patcher = PatchParams {
+        field_manager: Some("patcher".into()),
+        ..PatchParams::default()
+    };
+    let p = cms
+        .patch(
+            "owned",
+            &patcher,
+            &Patch::Merge(json!({"data": {"k": "x"}})),
+        )
+        .await
+        .unwrap();
+    let fields = |c: &ConfigMap, who: &str| {
+        c.metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .find(|m| m.manager.as_deref() == Some(who))
+            .map(|m| serde_json::to_value(&m.fields_v1).unwrap())
+    };
+    assert_eq!(fields(&p, "patcher"), Some(json!({"f:data": {"f:k": {}}})));
+    assert_eq!(
+        fields(&p, "creator"),
+        Some(json!({"f:data": {"f:j": {}}, "f:metadata": {"f:labels": {"f:a": {}}}}))
+    );
+
+    // Applying over an updater's field with another value conflicts.
+    let applied = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owned"}, "data": {"j": "z"}});
+    let e = api_error(
+        cms.patch("owned", &PatchParams::apply("op"), &Patch::Apply(&applied))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 409);
+    assert_eq!(
+        e.message,
+        "Apply failed with 1 conflict: conflict with \"creator\" using v1: .data.j"
+    );
+}

@@ -211,6 +211,7 @@ fn write_options(q: &HashMap<String, String>) -> WriteOptions {
         field_manager: q.get("fieldManager").cloned(),
         force: truthy(q, "force"),
         field_validation: q.get("fieldValidation").cloned(),
+        update_manager: None,
     }
 }
 
@@ -687,7 +688,12 @@ async fn resource(
         return start_watch(shared, &target, &q, shape).await;
     }
     let table = accept.contains("as=Table");
-    let wo = write_options(q);
+    let mut wo = write_options(q);
+    // The API server names a manager that gave none after its user agent.
+    wo.update_manager = wo.field_manager.clone().or_else(|| {
+        let ua = rec.user_agent.split('/').next().unwrap_or_default();
+        (!ua.is_empty()).then(|| ua.to_string())
+    });
     let result: Result<(u16, Value), ApiError> = (|| {
         let name = name.as_deref().unwrap_or_default();
         match verb {

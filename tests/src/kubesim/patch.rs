@@ -440,6 +440,44 @@ pub fn remove_path(set: &mut Value, path: &[String]) {
     }
 }
 
+/// The leaf paths of a field set.
+pub fn leaves(set: &Value) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    leaves_into(set, &mut Vec::new(), &mut out);
+    out
+}
+
+fn leaves_into(set: &Value, path: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+    let Some(m) = set.as_object() else { return };
+    for (k, sub) in m {
+        if k == "." {
+            continue;
+        }
+        path.push(k.clone());
+        if is_leaf(sub) {
+            out.push(path.clone());
+        } else {
+            leaves_into(sub, path, out);
+        }
+        path.pop();
+    }
+}
+
+/// Adds one path to a field set.
+pub fn insert_path(set: &mut Value, path: &[String]) {
+    let mut cur = set;
+    for k in path {
+        if !cur.is_object() {
+            *cur = json!({});
+        }
+        cur = cur
+            .as_object_mut()
+            .expect("made an object above")
+            .entry(k.clone())
+            .or_insert_with(|| json!({}));
+    }
+}
+
 /// Merges an applied configuration into the live object: built-in kinds
 /// merge keyed lists, custom resources replace lists whole.
 pub fn apply_merge(live: &mut Value, applied: &Value, keyed: bool) -> Result<(), String> {

@@ -284,6 +284,10 @@ pub struct WriteOptions {
     /// `fieldValidation`: `Strict` refuses unknown fields of custom
     /// resources (which are otherwise pruned).
     pub field_validation: Option<String>,
+    /// The manager recorded in `managedFields` (operation `Update`) for the
+    /// fields a create, update or non-apply patch sets: `fieldManager`, or
+    /// the client's user agent as the API server derives it.
+    pub update_manager: Option<String>,
 }
 
 /// The list parameters.
@@ -742,7 +746,7 @@ impl Store {
                     fields,
                     None,
                 );
-                let created = st.create(&rt, t, obj, opts)?;
+                let created = st.create(&rt, t, obj, &without_update_manager(opts))?;
                 return Ok((created, true));
             }
             return Err(ApiError::not_found(&rt, name));
@@ -765,13 +769,10 @@ impl Store {
                 let subname = (sub == Subresource::Status).then_some("status");
                 let new_fields = patch::field_set(body, !rt.custom);
                 let mut entries = managed_fields(&next);
-                // Fields another applier owns with another value conflict,
+                // Fields another manager owns with another value conflict,
                 // unless forced, which takes them over.
                 let mut conflicts = Vec::new();
                 for other in entries.iter_mut().filter(|e| !is_entry(e, m, subname)) {
-                    if other.get("operation").and_then(Value::as_str) != Some("Apply") {
-                        continue;
-                    }
                     let Some(theirs) = other.get("fieldsV1").cloned() else {
                         continue;
                     };
@@ -861,7 +862,12 @@ impl Store {
                 "the name of the object does not match the name on the URL",
             ));
         }
-        let updated = st.update(&rt, t, name, next, sub, opts)?;
+        let inner = if kind == PatchType::Apply {
+            without_update_manager(opts)
+        } else {
+            opts.clone()
+        };
+        let updated = st.update(&rt, t, name, next, sub, &inner)?;
         Ok((updated, false))
     }
 
@@ -988,6 +994,77 @@ fn is_entry(e: &Value, manager: &str, sub: Option<&str>) -> bool {
     e.get("manager").and_then(Value::as_str) == Some(manager)
         && e.get("operation").and_then(Value::as_str) == Some("Apply")
         && e.get("subresource").and_then(Value::as_str) == sub
+}
+
+/// An apply records its own `Apply` entry, not an `Update` one.
+fn without_update_manager(opts: &WriteOptions) -> WriteOptions {
+    WriteOptions {
+        update_manager: None,
+        ..opts.clone()
+    }
+}
+
+/// Records the fields a non-apply write set as owned by its manager
+/// (operation `Update`), taking them from other managers, as the API
+/// server's field manager does.
+fn record_update(
+    obj: &mut Value,
+    old: Option<&Value>,
+    manager: &str,
+    api_version: &str,
+    keyed: bool,
+    sub: Option<&str>,
+) {
+    let mut body = obj.clone();
+    if let Some(m) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("managedFields");
+    }
+    let changed: Vec<Vec<String>> = patch::leaves(&patch::field_set(&body, keyed))
+        .into_iter()
+        .filter(|p| old.is_none_or(|o| patch::lookup(o, p) != patch::lookup(obj, p)))
+        .collect();
+    if changed.is_empty() {
+        return;
+    }
+    let mut entries = managed_fields(obj);
+    let mine = |e: &Value| {
+        e.get("manager").and_then(Value::as_str) == Some(manager)
+            && e.get("operation").and_then(Value::as_str) == Some("Update")
+            && e.get("subresource").and_then(Value::as_str) == sub
+    };
+    for e in entries.iter_mut().filter(|e| !mine(e)) {
+        if let Some(f) = e.get_mut("fieldsV1") {
+            for p in &changed {
+                patch::remove_path(f, p);
+            }
+        }
+    }
+    let mut fields = entries
+        .iter()
+        .find(|e| mine(e))
+        .and_then(|e| e.get("fieldsV1").cloned())
+        .unwrap_or_else(|| json!({}));
+    for p in &changed {
+        patch::insert_path(&mut fields, p);
+    }
+    entries.retain(|e| {
+        !mine(e)
+            && e.get("fieldsV1")
+                .is_some_and(|f| !patch::leaves(f).is_empty())
+    });
+    let mut entry = json!({
+        "manager": manager,
+        "operation": "Update",
+        "apiVersion": api_version,
+        "time": now_rfc3339(),
+        "fieldsType": "FieldsV1",
+        "fieldsV1": fields,
+    });
+    if let Some(s) = sub {
+        entry["subresource"] = json!(s);
+    }
+    entries.push(entry);
+    meta_mut(obj).insert("managedFields".into(), Value::Array(entries));
 }
 
 fn set_apply_entry(
@@ -1468,6 +1545,16 @@ impl State {
         if opts.dry_run {
             return Ok(present(rt, &t.version, &obj));
         }
+        if let Some(m) = opts.update_manager.as_deref().filter(|m| !m.is_empty()) {
+            record_update(
+                &mut obj,
+                None,
+                m,
+                &rt.api_version(&t.version),
+                !rt.custom,
+                None,
+            );
+        }
         let stored = self.commit(rt, EventType::Added, obj);
         self.after_write_special(rt, &stored);
         Ok(present(rt, &t.version, &stored))
@@ -1712,6 +1799,17 @@ impl State {
                 )
             })?;
             next["status"] = crd_status(&next, &ct);
+        }
+        if let Some(m) = opts.update_manager.as_deref().filter(|m| !m.is_empty()) {
+            let subname = (sub == Subresource::Status).then_some("status");
+            record_update(
+                &mut next,
+                Some(&old),
+                m,
+                &rt.api_version(&t.version),
+                !rt.custom,
+                subname,
+            );
         }
         let mut same = next.clone();
         let mut was = (*old).clone();
