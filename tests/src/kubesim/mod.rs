@@ -18,6 +18,9 @@
 //! R] [--slow-ms MS]` writes `DIR/kubeconfig`, prints `ready` on stdout once
 //! it accepts requests, and runs until SIGTERM.
 //!
+//! kubectl caches discovery per host and port: tests that run kubectl
+//! against several kubesims should give it `--cache-dir` in their temp dir.
+//!
 //! # Admin endpoints (not logged)
 //!
 //! - `GET|PUT|POST|DELETE /sim/faults`: the [`faults::FaultConfig`] in force
@@ -38,7 +41,8 @@
 //! Expired past a per-kind window, discovery and OpenAPI v3 enough for
 //! kubectl, CRDs serving custom resources (schema pruning, defaulting,
 //! validation, CEL rules, status and scale subresources), the four patch
-//! types, finalizers, owner-reference garbage collection, defaulting of
+//! types with managedFields (Apply and Update managers, apply conflicts and
+//! force), finalizers, owner-reference garbage collection, defaulting of
 //! built-in kinds, ClusterIP allocation, server-side Table printing, and
 //! events.k8s.io Events stored as core Events.
 
