@@ -209,6 +209,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "  resident, peak HWM  {:.1} MiB  (goal: under 10 MiB)",
         hwm as f64 / 1024.0
     );
+    println!(
+        "  resident, at end    {:.1} MiB anonymous + {:.1} MiB file-backed (the binary's pages), {threads} threads",
+        anon as f64 / 1024.0,
+        file as f64 / 1024.0
+    );
     Ok(())
 }
 

@@ -44,7 +44,9 @@ fn parse_args(args: &[String]) -> Result<(PathBuf, Options), String> {
         let num = |v: &str| v.parse::<f64>().map_err(|e| format!("{flag}: {e}"));
         let int = |v: &str| v.parse::<u64>().map_err(|e| format!("{flag}: {e}"));
         match flag.as_str() {
-            "--dir" => dir = Some(PathBuf::from(value)),
+            "--dir" => {
+                dir = Some(std::path::absolute(&value).unwrap_or_else(|_| PathBuf::from(&value)))
+            }
             "--zones" => {
                 opts.zones = value
                     .split(',')

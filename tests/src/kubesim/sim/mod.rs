@@ -323,13 +323,16 @@ impl Flags {
                 .map(Duration::from_millis)
                 .map_err(|e| format!("{flag}: {e}"))
         };
+        // Containers run with their own working directory: a relative path
+        // must be made absolute here, where it was meant.
+        let path = |v: &str| std::path::absolute(v).unwrap_or_else(|_| PathBuf::from(v));
         match flag {
             "--no-sim" => self.off = true,
-            "--sim-dir" => self.dir = Some(value.into()),
-            "--operator-binary" => self.operator_binary = Some(value.into()),
+            "--sim-dir" => self.dir = Some(path(value)),
+            "--operator-binary" => self.operator_binary = Some(path(value)),
             "--operator-image" => self.operator_images.push(value.to_string()),
-            "--fake-cassandra" => self.fake_cassandra = Some(value.into()),
-            "--fixtures" => self.fixtures = Some(value.into()),
+            "--fake-cassandra" => self.fake_cassandra = Some(path(value)),
+            "--fixtures" => self.fixtures = Some(path(value)),
             "--max-grace-seconds" => self.max_grace = Some(ms(value)? * 1000),
             "--max-probe-period-ms" => self.max_probe_period = Some(ms(value)?),
             "--restart-backoff-ms" => self.restart_backoff = Some(ms(value)?),
