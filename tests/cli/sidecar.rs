@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use controller::resources;
 use crds::Cluster;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
-use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::CustomResourceExt;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use testworld::kubesim::{KubeSim, Options};
 
