@@ -93,6 +93,31 @@ fn json_response(code: u16, body: &Value) -> Response<Body> {
     r
 }
 
+/// `/openapi/v2`, which kubectl before 1.28 fetches (protobuf only) before a
+/// client-side apply: a minimal valid OpenAPI 2.0 document (swagger, info,
+/// empty paths). Without models, kubectl computes strategic merge patches for
+/// built-in kinds from its compiled-in types and JSON merge patches for custom
+/// resources, as it does for kinds a real server's document lacks.
+fn openapi_v2() -> Response<Body> {
+    fn field(number: u8, bytes: &[u8]) -> Vec<u8> {
+        // length-delimited field; every length here is below 128
+        let mut out = vec![(number << 3) | 2, bytes.len() as u8];
+        out.extend_from_slice(bytes);
+        out
+    }
+    let info = [field(1, b"Kubernetes"), field(2, b"v1.33.0")].concat();
+    let document = [field(1, b"2.0"), field(2, &info), field(8, &[])].concat();
+    let mut r = Response::new(Body::Full(Some(Bytes::from(document))));
+    r.headers_mut().insert(
+        "content-type",
+        // The protobuf media type kubectl asks for has an '@' that Go's
+        // mime parser rejects in a response: the real server answers with
+        // an octet stream.
+        hyper::header::HeaderValue::from_static("application/octet-stream"),
+    );
+    r
+}
+
 fn error_response(e: &ApiError) -> Response<Body> {
     json_response(e.code, &e.status())
 }
@@ -447,6 +472,7 @@ async fn route(
             }
             json_response(200, &json!({"paths": paths}))
         }
+        ("GET", ["openapi", "v2"]) => openapi_v2(),
         ("GET", ["openapi", "v3", rest @ ..]) => {
             let (group, version) = match rest {
                 ["api", v] => ("", *v),

@@ -1,0 +1,374 @@
+//! The real kubectl against kubesim, the oldest and the newest of the
+//! versions on the machine image (the Google Cloud SDK ships `kubectl.1.27`
+//! to `kubectl.1.33` beside `kubectl`): every verb a person uses on a
+//! Cassandra cluster.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use testworld::kubesim::patch::PatchType;
+use testworld::kubesim::store::{Subresource, Target, WriteOptions};
+use testworld::kubesim::{KubeSim, Options};
+
+/// `kubectl.<version>` from the directory of the real `kubectl`.
+fn kubectl_binary(version: &str) -> PathBuf {
+    let which = Command::new("sh")
+        .args(["-c", "readlink -f \"$(command -v kubectl)\""])
+        .output()
+        .expect("sh runs");
+    let path = PathBuf::from(String::from_utf8_lossy(&which.stdout).trim());
+    let versioned = path.with_file_name(format!("kubectl.{version}"));
+    assert!(
+        versioned.is_file(),
+        "{} is missing: the machine image's Google Cloud SDK ships kubectl.1.27 to kubectl.1.33",
+        versioned.display()
+    );
+    versioned
+}
+
+struct Kubectl {
+    binary: PathBuf,
+    kubeconfig: PathBuf,
+    cache: PathBuf,
+}
+
+impl Kubectl {
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.binary);
+        c.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(&self.cache)
+            .args(args);
+        c
+    }
+
+    /// Runs kubectl; panics with its stderr when it fails.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.command(args).output().expect("kubectl runs");
+        assert!(
+            out.status.success(),
+            "{} {args:?} failed: {}",
+            self.binary.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+async fn suite(version: &str) {
+    let sim = KubeSim::start(Options::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let k = Kubectl {
+        binary: kubectl_binary(version),
+        kubeconfig: sim.write_kubeconfig(dir.path()).unwrap(),
+        cache: dir.path().join("cache"),
+    };
+    let v = version;
+
+    // apply, client-side: the CRD, then the multi-rack example
+    let crd = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../crds/cassandra.rook.io_clusters.yaml"
+    );
+    assert!(
+        k.ok(&["apply", "-f", crd]).contains(
+            "customresourcedefinition.apiextensions.k8s.io/clusters.cassandra.rook.io created"
+        ),
+        "{v}"
+    );
+    k.ok(&["create", "namespace", "databases"]);
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../manifests/examples/multi-rack.yaml"
+    );
+    let mut applied = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // the custom resource is served once the CRD is established
+    while !applied.contains("cluster.cassandra.rook.io/orders created") {
+        let out = k.command(&["apply", "-f", example]).output().unwrap();
+        applied = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            Instant::now() < deadline,
+            "{v}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(
+        k.ok(&["apply", "-f", example])
+            .contains("cluster.cassandra.rook.io/orders unchanged"),
+        "{v}"
+    );
+
+    // apply, server-side
+    let cm = write(
+        dir.path(),
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: overrides, namespace: databases}\ndata: {k: \"1\"}\n",
+    );
+    assert!(
+        k.ok(&["apply", "--server-side", "-f", &cm])
+            .contains("configmap/overrides serverside-applied"),
+        "{v}"
+    );
+
+    // get: a table with the CRD's printer columns, the short name
+    let table = k.ok(&["get", "clusters.cassandra.rook.io", "-A"]);
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "NAMESPACE",
+            "NAME",
+            "VERSION",
+            "MEMBERS",
+            "READY",
+            "STATUS",
+            "AGE"
+        ],
+        "{v}: {table}"
+    );
+    assert!(
+        k.ok(&["get", "cass", "-n", "databases", "-o", "name"])
+            .contains("cluster.cassandra.rook.io/orders"),
+        "{v}"
+    );
+
+    // describe and explain
+    let describe = k.ok(&["describe", "cass", "-n", "databases", "orders"]);
+    assert!(
+        describe.contains("Jmx Exporter Config Map Name:  orders-jmx-exporter"),
+        "{v}: {describe}"
+    );
+    let explain = k.ok(&["explain", "clusters.spec.datacenter.racks.members"]);
+    assert!(
+        explain.contains("Number of Cassandra members in this rack"),
+        "{v}: {explain}"
+    );
+
+    // label, annotate, the three patch types
+    assert!(
+        k.ok(&[
+            "label",
+            "cm",
+            "overrides",
+            "-n",
+            "databases",
+            "team=payments"
+        ])
+        .contains("configmap/overrides labeled"),
+        "{v}"
+    );
+    assert!(
+        k.ok(&[
+            "annotate",
+            "cm",
+            "overrides",
+            "-n",
+            "databases",
+            "owner=sre"
+        ])
+        // 1.27 says "annotate", later versions "annotated"
+        .contains("configmap/overrides annotate"),
+        "{v}"
+    );
+    k.ok(&[
+        "patch",
+        "cm",
+        "overrides",
+        "-n",
+        "databases",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"data":{"k":"2"}}"#,
+    ]);
+    k.ok(&[
+        "patch",
+        "cm",
+        "overrides",
+        "-n",
+        "databases",
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op":"add","path":"/data/j","value":"3"}]"#,
+    ]);
+    let data = k.ok(&[
+        "get",
+        "cm",
+        "overrides",
+        "-n",
+        "databases",
+        "-o",
+        "jsonpath={.data.k},{.data.j},{.metadata.labels.team},{.metadata.annotations.owner}",
+    ]);
+    assert_eq!(data, "2,3,payments,sre", "{v}");
+    let sts = write(
+        dir.path(),
+        "sts.yaml",
+        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: web, namespace: databases}\nspec:\n  replicas: 1\n  serviceName: web\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec:\n      containers:\n      - {name: a, image: busybox, env: [{name: X, value: \"1\"}]}\n      - {name: b, image: busybox}\n",
+    );
+    k.ok(&["apply", "-f", &sts]);
+    // strategic merge: containers merge by name, env by name
+    k.ok(&["patch", "statefulset", "web", "-n", "databases", "-p", r#"{"spec":{"template":{"spec":{"containers":[{"name":"b","env":[{"name":"Y","value":"2"}]}]}}}}"#]);
+    let env = k.ok(&["get", "sts", "web", "-n", "databases", "-o", "jsonpath={.spec.template.spec.containers[*].name}|{.spec.template.spec.containers[0].env[0].name}|{.spec.template.spec.containers[1].env[0].name}"]);
+    assert_eq!(env, "a b|X|Y", "{v}");
+
+    // scale
+    assert!(
+        k.ok(&[
+            "scale",
+            "statefulset",
+            "web",
+            "-n",
+            "databases",
+            "--replicas=3"
+        ])
+        .contains("statefulset.apps/web scaled"),
+        "{v}"
+    );
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "sts",
+            "web",
+            "-n",
+            "databases",
+            "-o",
+            "jsonpath={.spec.replicas}"
+        ]),
+        "3",
+        "{v}"
+    );
+
+    // get -w sees a change as it happens
+    let mut watch = k
+        .command(&[
+            "get",
+            "cm",
+            "overrides",
+            "-n",
+            "databases",
+            "-w",
+            "-o",
+            "jsonpath={.data.k}{\"\\n\"}",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = watch.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .take(2)
+            .collect::<Vec<_>>()
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    k.ok(&[
+        "patch",
+        "cm",
+        "overrides",
+        "-n",
+        "databases",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"data":{"k":"watched"}}"#,
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !reader.is_finished() {
+        assert!(
+            Instant::now() < deadline,
+            "{v}: kubectl get -w did not show the change"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = watch.kill();
+    let _ = watch.wait();
+    assert_eq!(reader.join().unwrap(), ["2", "watched"], "{v}");
+
+    // wait --for=condition, on the Cluster's status written by its controller
+    let status = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "AllMembersReady",
+        "message": "every member of every rack is ready", "lastTransitionTime": "2026-11-22T00:00:00Z"}]}});
+    let clusters = Target::new(
+        "cassandra.rook.io",
+        "v1alpha1",
+        "clusters",
+        Some("databases"),
+    );
+    let waiter = k
+        .command(&[
+            "wait",
+            "--for=condition=Ready",
+            "cass/orders",
+            "-n",
+            "databases",
+            "--timeout=20s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let opts = WriteOptions::default();
+    sim.store()
+        .patch(
+            &clusters,
+            "orders",
+            PatchType::Merge,
+            &status,
+            Subresource::Status,
+            &opts,
+        )
+        .unwrap();
+    let out = waiter.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{v}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("cluster.cassandra.rook.io/orders condition met"),
+        "{v}"
+    );
+
+    // delete
+    assert!(
+        k.ok(&["delete", "cm", "overrides", "-n", "databases"])
+            .contains("configmap \"overrides\" deleted"),
+        "{v}"
+    );
+    assert!(
+        k.ok(&["delete", "-f", example])
+            .contains("cluster.cassandra.rook.io \"orders\" deleted"),
+        "{v}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_1_27_works_against_kubesim() {
+    suite("1.27").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_1_33_works_against_kubesim() {
+    suite("1.33").await;
+}
