@@ -583,3 +583,127 @@ async fn a_foreign_object_is_never_adopted() {
             .is_empty()
     );
 }
+
+/// The test's own kubelet under faults: every call may fail; the next pass
+/// tries again.
+async fn play_kubelet_tolerantly(client: &Client) {
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), "db");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "db");
+    let Ok(list) = statefulsets.list(&ListParams::default()).await else {
+        return;
+    };
+    for sts in list {
+        let name = sts.metadata.name.clone().unwrap_or_default();
+        let Some(spec) = sts.spec.clone() else {
+            continue;
+        };
+        let labels = spec
+            .template
+            .metadata
+            .clone()
+            .and_then(|m| m.labels)
+            .unwrap_or_default();
+        for ordinal in 0..spec.replicas.unwrap_or(1) {
+            let pod_name = format!("{name}-{ordinal}");
+            let ready = |p: &Pod| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            };
+            match pods.get_opt(&pod_name).await {
+                Ok(Some(p)) if ready(&p) => continue,
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    let mut pod_labels: BTreeMap<String, String> = labels.clone();
+                    pod_labels.insert(
+                        "statefulset.kubernetes.io/pod-name".into(),
+                        pod_name.clone(),
+                    );
+                    let pod: Pod = serde_json::from_value(json!({
+                        "metadata": {"name": pod_name, "namespace": "db", "labels": pod_labels},
+                        "spec": {"containers": [{"name": "cassandra", "image": "cassandra"}]}
+                    }))
+                    .unwrap();
+                    if pods.create(&PostParams::default(), &pod).await.is_err() {
+                        return;
+                    }
+                }
+                Err(_) => return,
+            }
+            let status = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
+            let _ = pods
+                .patch_status(&pod_name, &PatchParams::default(), &Patch::Merge(&status))
+                .await;
+            return;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controller_converges_under_injected_faults() {
+    let (sim, client, dir, kubeconfig) = setup().await;
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let _controller = start_controller(&kubeconfig, &metrics, &dir.path().join("controller.log"));
+    create_cluster(
+        &client,
+        json!({"version": "4.1.8", "datacenter": {"name": "dc", "racks": [{"name": "r", "members": 3}]}}),
+    )
+    .await;
+    // conflicts, server errors, throttling, dropped watches and slow answers
+    // on everything, the controller's requests and the test's alike
+    sim.set_faults(testworld::kubesim::faults::FaultConfig {
+        conflict_rate: 0.15,
+        error_rate: 0.1,
+        throttle_rate: 0.05,
+        drop_watch_rate: 0.3,
+        drop_watch_after_ms: 2000,
+        slow_rate: 0.1,
+        slow_ms: 200,
+        ..Default::default()
+    });
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        play_kubelet_tolerantly(&client).await;
+        if let Ok(c) = clusters.get("cassandra").await {
+            if ready_members(&c) == (3, 3) {
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no convergence under faults: {}",
+            std::fs::read_to_string(dir.path().join("controller.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    sim.set_faults(Default::default());
+    // faults happened, and were survived: the request log shows them
+    let failed = sim
+        .requests()
+        .iter()
+        .filter(|r| matches!(r.code, 409 | 429 | 500))
+        .count();
+    assert!(failed > 0, "no fault was injected");
+    // and the outcome is exactly the fault-free one: one Service per member
+    let services: Api<Service> = Api::namespaced(client.clone(), "db");
+    let members: Vec<String> = services
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|s| s.metadata.name)
+        .filter(|n| n.starts_with("cassandra-dc-r-"))
+        .collect();
+    assert_eq!(
+        members,
+        ["cassandra-dc-r-0", "cassandra-dc-r-1", "cassandra-dc-r-2"]
+    );
+    let sts = Api::<StatefulSet>::namespaced(client.clone(), "db")
+        .get("cassandra-dc-r")
+        .await
+        .unwrap();
+    assert_eq!(sts.spec.unwrap().replicas, Some(3));
+}
