@@ -666,10 +666,10 @@ async fn the_controller_converges_under_injected_faults() {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         play_kubelet_tolerantly(&client).await;
-        if let Ok(c) = clusters.get("cassandra").await {
-            if ready_members(&c) == (3, 3) {
-                break;
-            }
+        if let Ok(c) = clusters.get("cassandra").await
+            && ready_members(&c) == (3, 3)
+        {
+            break;
         }
         assert!(
             Instant::now() < deadline,
