@@ -294,18 +294,19 @@ async fn the_thesis_scenario_in_the_test_world() {
     assert_eq!(c.racks["europe-west1-c"].ready_members, 2);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_member_decommissions_when_its_service_is_labelled() {
-    let _one = ONE_WORLD.lock().await;
+/// A world with a 3-member Cassandra 3.11 cluster (no replication-factor
+/// check on decommission) brought up by the controller, which is then
+/// stopped so that only the sidecars act.
+async fn three_members(
+    ring: testworld::ring::Options,
+) -> (tempfile::TempDir, KubeSim, Client, PathBuf) {
     let work = tempfile::tempdir().unwrap();
-    let sim = world(&["a"], work.path(), fast_ring()).await;
+    let sim = world(&["a"], work.path(), ring).await;
     let client = client(&sim).await;
     install(&client, "db").await;
     let kubeconfig = sim.write_kubeconfig(work.path()).unwrap();
     let log = work.path().join("controller.log");
     let controller = start_controller(&kubeconfig, &log);
-
-    // 3.11: no replication-factor check on decommission
     let cluster: Cluster = serde_json::from_value(json!({
         "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
         "metadata": {"name": "c", "namespace": "db"},
@@ -328,6 +329,13 @@ async fn a_member_decommissions_when_its_service_is_labelled() {
     }
     wait_ready(&clusters, "c", 3, Duration::from_secs(180), &log).await;
     drop(controller);
+    (work, sim, client, kubeconfig)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_decommissions_when_its_service_is_labelled() {
+    let _one = ONE_WORLD.lock().await;
+    let (_work, sim, client, kubeconfig) = three_members(fast_ring()).await;
 
     // the intent, by hand, as a person would with kubectl label
     let out = Command::new("kubectl")
@@ -385,38 +393,10 @@ async fn a_member_decommissions_when_its_service_is_labelled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decommission_survives_the_sidecar_being_killed_midway() {
     let _one = ONE_WORLD.lock().await;
-    let work = tempfile::tempdir().unwrap();
     let mut ring = fast_ring();
     // long enough to kill the member while it streams
     ring.timing.decommission_ms = 4000;
-    let sim = world(&["a"], work.path(), ring).await;
-    let client = client(&sim).await;
-    install(&client, "db").await;
-    let kubeconfig = sim.write_kubeconfig(work.path()).unwrap();
-    let log = work.path().join("controller.log");
-    let controller = start_controller(&kubeconfig, &log);
-    let cluster: Cluster = serde_json::from_value(json!({
-        "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
-        "metadata": {"name": "c", "namespace": "db"},
-        "spec": {"version": "3.11.6", "datacenter": {"name": "dc", "racks": [{"name": "r", "members": 3,
-            "storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
-                "spec": {"storageClassName": "standard", "resources": {"requests": {"storage": "1Gi"}}}}]},
-            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}
-    }))
-    .unwrap();
-    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
-    for _ in 0..50 {
-        if clusters
-            .create(&PostParams::default(), &cluster)
-            .await
-            .is_ok()
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    wait_ready(&clusters, "c", 3, Duration::from_secs(180), &log).await;
-    drop(controller);
+    let (work, sim, client, _kubeconfig) = three_members(ring).await;
     sim.ring().with(|ring| {
         ring.create_keyspace("ks", Replication::simple(2)).unwrap();
         ring.write_keys("ks", "k", 300, Consistency::All).unwrap();
