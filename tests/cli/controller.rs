@@ -66,43 +66,6 @@ fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
     Some((code, body))
 }
 
-/// The StatefulSet controller and kubelet of this test: one Ready Pod per
-/// replica of every StatefulSet, created in ordinal order.
-async fn play_kubelet(client: &Client) {
-    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), "db");
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "db");
-    for sts in statefulsets.list(&ListParams::default()).await.unwrap() {
-        let name = sts.metadata.name.clone().unwrap();
-        let spec = sts.spec.clone().unwrap();
-        let labels = spec.template.metadata.clone().unwrap().labels.unwrap();
-        for ordinal in 0..spec.replicas.unwrap_or(1) {
-            let pod_name = format!("{name}-{ordinal}");
-            if pods.get_opt(&pod_name).await.unwrap().is_some() {
-                continue;
-            }
-            let mut pod_labels: BTreeMap<String, String> = labels.clone();
-            pod_labels.insert(
-                "statefulset.kubernetes.io/pod-name".into(),
-                pod_name.clone(),
-            );
-            let pod: Pod = serde_json::from_value(json!({
-                "metadata": {"name": pod_name, "namespace": "db", "labels": pod_labels},
-                "spec": {"containers": [{"name": "cassandra", "image": "cassandra"}]}
-            }))
-            .unwrap();
-            pods.create(&PostParams::default(), &pod).await.unwrap();
-            let status = json!({"status": {"phase": "Running", "conditions": [
-                {"type": "Ready", "status": "True"}
-            ]}});
-            pods.patch_status(&pod_name, &PatchParams::default(), &Patch::Merge(&status))
-                .await
-                .unwrap();
-            // one new member per pass, as OrderedReady does
-            return;
-        }
-    }
-}
-
 async fn until<F: AsyncFnMut() -> bool>(what: &str, timeout: Duration, client: &Client, mut f: F) {
     let deadline = Instant::now() + timeout;
     loop {
@@ -584,9 +547,11 @@ async fn a_foreign_object_is_never_adopted() {
     );
 }
 
-/// The test's own kubelet under faults: every call may fail; the next pass
-/// tries again.
-async fn play_kubelet_tolerantly(client: &Client) {
+/// The StatefulSet controller and kubelet of these tests: one Ready Pod per
+/// replica of every StatefulSet, one new Pod per pass, in ordinal order (as
+/// OrderedReady does). Every call may fail (the fault test injects
+/// failures): the next pass tries again.
+async fn play_kubelet(client: &Client) {
     let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), "db");
     let pods: Api<Pod> = Api::namespaced(client.clone(), "db");
     let Ok(list) = statefulsets.list(&ListParams::default()).await else {
@@ -665,7 +630,7 @@ async fn the_controller_converges_under_injected_faults() {
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        play_kubelet_tolerantly(&client).await;
+        play_kubelet(&client).await;
         if let Ok(c) = clusters.get("cassandra").await
             && ready_members(&c) == (3, 3)
         {
