@@ -360,54 +360,54 @@ async fn ensure_supporting_objects(
     ctx: &Context,
 ) -> Result<Option<Refusal>, Error> {
     let client = &ctx.client;
-    let checks = [
-        ensure(
-            client,
-            namespace,
-            cluster,
-            &ctx.services,
-            resources::client_service(cluster),
-            "Service",
-        )
-        .await?,
-        ensure(
-            client,
-            namespace,
-            cluster,
-            &ctx.service_accounts,
-            resources::member_service_account(cluster),
-            "ServiceAccount",
-        )
-        .await?,
-        ensure(
-            client,
-            namespace,
-            cluster,
-            &ctx.roles,
-            resources::member_role(cluster),
-            "Role",
-        )
-        .await?,
-        ensure(
-            client,
-            namespace,
-            cluster,
-            &ctx.role_bindings,
-            resources::member_role_binding(cluster),
-            "RoleBinding",
-        )
-        .await?,
-        ensure(
-            client,
-            namespace,
-            cluster,
-            &ctx.pdbs,
-            resources::pod_disruption_budget(cluster),
-            "PodDisruptionBudget",
-        )
-        .await?,
-    ];
-    Ok(checks.into_iter().flatten().next())
+    // In order, stopping at the first name held by someone else: a refused
+    // cluster gets nothing more created.
+    macro_rules! ensure_or_refuse {
+        ($store:expr, $desired:expr, $kind:literal) => {
+            if let Some(refusal) =
+                ensure(client, namespace, cluster, $store, $desired, $kind).await?
+            {
+                return Ok(Some(refusal));
+            }
+        };
+    }
+    ensure_or_refuse!(&ctx.services, resources::client_service(cluster), "Service");
+    ensure_or_refuse!(
+        &ctx.service_accounts,
+        resources::member_service_account(cluster),
+        "ServiceAccount"
+    );
+    ensure_or_refuse!(&ctx.roles, resources::member_role(cluster), "Role");
+    ensure_or_refuse!(
+        &ctx.role_bindings,
+        resources::member_role_binding(cluster),
+        "RoleBinding"
+    );
+    ensure_or_refuse!(
+        &ctx.pdbs,
+        resources::pod_disruption_budget(cluster),
+        "PodDisruptionBudget"
+    );
+    Ok(None)
+}
+
+/// A namespaced kind the controller creates.
+trait NamespacedObject:
+    Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + DeserializeOwned
+    + Serialize
+    + std::fmt::Debug
+{
+}
+
+impl<K> NamespacedObject for K where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + std::fmt::Debug
+{
 }
 
 /// Creates `desired` unless the cache holds it; a name taken by another
@@ -421,11 +421,7 @@ async fn ensure<K>(
     kind: &'static str,
 ) -> Result<Option<Refusal>, Error>
 where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + Serialize
-        + std::fmt::Debug,
+    K: NamespacedObject,
 {
     let name = desired.name_any();
     let reference = ObjectRef::<K>::new(&name).within(namespace);
@@ -453,11 +449,7 @@ async fn create<K>(
     kind: &'static str,
 ) -> Result<Option<Refusal>, Error>
 where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + Serialize
-        + std::fmt::Debug,
+    K: NamespacedObject,
 {
     let name = desired.name_any();
     let api: Api<K> = Api::namespaced(client.clone(), namespace);

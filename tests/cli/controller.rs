@@ -537,6 +537,21 @@ async fn a_foreign_object_is_never_adopted() {
         Some("other")
     );
     assert!(svc.metadata.owner_references.is_none());
+    // nothing else was created for the refused cluster either
+    assert!(
+        Api::<ServiceAccount>::namespaced(client.clone(), "db")
+            .get_opt("cassandra-member")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        Api::<PodDisruptionBudget>::namespaced(client.clone(), "db")
+            .get_opt("cassandra")
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert!(
         Api::<StatefulSet>::namespaced(client.clone(), "db")
             .list(&ListParams::default())
