@@ -181,6 +181,19 @@ fn tail(path: &Path) -> String {
     lines[lines.len().saturating_sub(15)..].join("\n")
 }
 
+/// The ring as a test reads it: UN nodes, `nodetool status`, the data check.
+fn ring_summary(sim: &KubeSim) -> (usize, String, testworld::ring::CheckReport) {
+    sim.ring().with(|ring| {
+        let status = ring.status(None).unwrap();
+        let up = status
+            .rows
+            .iter()
+            .filter(|r| r.status == NodeStatus::UN)
+            .count();
+        (up, status.to_string(), ring.check())
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_thesis_scenario_in_the_test_world() {
     let _one = ONE_WORLD.lock().await;
@@ -276,15 +289,7 @@ async fn the_thesis_scenario_in_the_test_world() {
         .unwrap();
     wait_ready(&clusters, "cassandra", 5, Duration::from_secs(180), &log).await;
 
-    let (up, status, report) = sim.ring().with(|ring| {
-        let status = ring.status(None).unwrap();
-        let up = status
-            .rows
-            .iter()
-            .filter(|r| r.status == NodeStatus::UN)
-            .count();
-        (up, status.to_string(), ring.check())
-    });
+    let (up, status, report) = ring_summary(&sim);
     assert_eq!(up, 5, "{status}");
     assert!(
         report.is_clean(),
@@ -377,15 +382,7 @@ async fn a_member_decommissions_when_its_service_is_labelled() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let (up, status, report) = sim.ring().with(|ring| {
-        let status = ring.status(None).unwrap();
-        let up = status
-            .rows
-            .iter()
-            .filter(|r| r.status == NodeStatus::UN)
-            .count();
-        (up, status.to_string(), ring.check())
-    });
+    let (up, status, report) = ring_summary(&sim);
     assert_eq!(up, 2, "{status}");
     assert!(report.is_clean(), "the decommission lost data:\n{report}");
 }
@@ -470,15 +467,7 @@ async fn a_decommission_survives_the_sidecar_being_killed_midway() {
         .unwrap()[0]
         .restart_count;
     assert!(restarts >= 1, "the container was not restarted");
-    let (up, status, report) = sim.ring().with(|ring| {
-        let status = ring.status(None).unwrap();
-        let up = status
-            .rows
-            .iter()
-            .filter(|r| r.status == NodeStatus::UN)
-            .count();
-        (up, status.to_string(), ring.check())
-    });
+    let (up, status, report) = ring_summary(&sim);
     assert_eq!(up, 2, "{status}");
     assert!(
         report.is_clean(),
