@@ -33,9 +33,7 @@ pub const SIDECAR_PORT: i32 = 8080;
 /// How long a member may take to drain and stop: draining flushes every
 /// memtable, which takes minutes on a loaded node.
 pub const TERMINATION_GRACE_SECONDS: i64 = 1800;
-/// The image the operator runs, used for the init container unless the
-/// Cluster names another.
-pub const DEFAULT_OPERATOR_IMAGE: &str = "ghcr.io/cassandra-rook/cassandra-operator:0.1.0";
+pub use crds::v1alpha1::DEFAULT_OPERATOR_IMAGE;
 
 /// The database ports every member exposes, by name.
 pub const MEMBER_PORTS: [(&str, i32); 6] = [

@@ -281,6 +281,11 @@ pub struct ImageSpec {
     pub repository: String,
 }
 
+/// The image the operator is released as: the controller runs it, and it
+/// is the init container of every member unless `sidecarImage` names
+/// another (the test world's kubelet also needs to recognise it).
+pub const DEFAULT_OPERATOR_IMAGE: &str = "ghcr.io/cassandra-rook/cassandra-operator:0.1.0";
+
 impl ImageSpec {
     /// `repository:version`.
     pub fn reference(&self) -> String {

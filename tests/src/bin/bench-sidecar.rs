@@ -16,7 +16,6 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use controller::resources;
 use crds::Cluster;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use kube::api::{Api, PostParams};
@@ -114,7 +113,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let cluster = created.ok_or("the Cluster was not created")?;
-    let service = resources::member_service(&cluster, &cluster.spec.datacenter.racks[0], 0, true);
+    // The member Service as the controller makes it, as far as the sidecar
+    // reads it (labels, the ClusterIP kubesim allocates): the benchmark
+    // measures the sidecar alone, without a controller.
+    let mut service_labels = crds::labels::rack_labels("c", "dc", "r");
+    service_labels.insert(crds::labels::SEED.into(), String::new());
+    let service: Service = serde_json::from_value(json!({
+        "metadata": {"name": "c-dc-r-0", "namespace": "db", "labels": service_labels,
+            "ownerReferences": [{"apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
+                "name": "c", "uid": cluster.metadata.uid, "controller": true}]},
+        "spec": {"type": "ClusterIP", "publishNotReadyAddresses": true,
+            "selector": {(crds::labels::POD_NAME): "c-dc-r-0"},
+            "ports": [{"name": "cql", "port": 9042}]}
+    }))?;
     Api::<Service>::namespaced(client.clone(), "db")
         .create(&PostParams::default(), &service)
         .await?;

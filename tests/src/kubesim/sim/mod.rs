@@ -129,7 +129,7 @@ pub struct SimOptions {
 
 /// The repository of the controller's default operator image.
 pub fn default_operator_repository() -> String {
-    let image = controller::resources::DEFAULT_OPERATOR_IMAGE;
+    let image = crds::v1alpha1::DEFAULT_OPERATOR_IMAGE;
     image
         .rsplit_once(':')
         .map_or(image, |(repo, _)| repo)
