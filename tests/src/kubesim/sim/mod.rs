@@ -82,10 +82,12 @@
 //! `gracePeriodSeconds` in DeleteOptions (a second DELETE of a terminating
 //! Pod removes it at once, as `--force --grace-period=0` would).
 
+pub mod images;
 pub mod kubelet;
 pub mod probes;
 pub mod quantity;
 pub mod scheduler;
+pub mod security;
 pub mod services;
 pub mod statefulset;
 pub mod storage;
@@ -93,6 +95,7 @@ pub mod storage;
 use super::patch::PatchType;
 use super::store::{ApiError, ListOptions, Store, Subresource, Target, WriteOptions};
 use serde_json::Value;
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -172,6 +175,18 @@ impl Sim {
         std::fs::create_dir_all(&opts.work_dir)?;
         let kubeconfig = opts.work_dir.join("kubeconfig");
         std::fs::write(&kubeconfig, kubeconfig_for(&url))?;
+        // Containers run as any user: they must reach the kubeconfig and
+        // the programs kubesim gives them.
+        std::fs::set_permissions(&kubeconfig, std::fs::Permissions::from_mode(0o644))?;
+        security::open_for_containers(&opts.work_dir)?;
+        for program in [&opts.operator_binary, &opts.fake_cassandra]
+            .into_iter()
+            .flatten()
+        {
+            if let Some(dir) = program.parent() {
+                let _ = security::open_for_containers(dir);
+            }
+        }
         store.set_graceful_pod_deletion(true);
         storage::ensure_storage_classes(&store);
         let kubelet = Arc::new(kubelet::Kubelet::new(store.clone(), opts, url, kubeconfig));
