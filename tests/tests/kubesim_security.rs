@@ -312,3 +312,34 @@ async fn read_only_root_capabilities_and_no_new_privs() {
     assert_eq!(field(&default, "CapEff"), "00000000a80425fb");
     assert_eq!(field(&default, "CapBnd"), "00000000a80425fb");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_probes_run_as_the_container_user() {
+    let work = tempfile::tempdir().unwrap();
+    let sim = start(work.path()).await;
+    let store = sim.store().clone();
+    store
+        .create(
+            &pods(),
+            json!({"metadata": {"name": "probed", "namespace": "default"},
+                "spec": {"securityContext": {"runAsUser": 1234, "fsGroup": 3456},
+                    "volumes": [{"name": "scratch", "emptyDir": {}}],
+                    "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "30"],
+                        "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+                        "readinessProbe": {"periodSeconds": 1, "exec": {"command": ["sh", "-c",
+                            "[ \"$(id -u) $(id -G)\" = '1234 0 3456' ] && touch /scratch/probed"]}}}]}}),
+            &WriteOptions::default(),
+        )
+        .unwrap();
+    let pod = until("probed ready", 30, || {
+        let p = store.get(&pods(), "probed").ok()?;
+        (p.pointer("/status/containerStatuses/0/ready") == Some(&json!(true))).then_some(p)
+    })
+    .await;
+    let f = owner(&pod_dir(work.path(), &pod).join("volumes/scratch/probed"));
+    assert_eq!(
+        (f.0, f.1),
+        (1234, 3456),
+        "the probe ran as the container's user"
+    );
+}

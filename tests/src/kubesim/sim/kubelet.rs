@@ -717,6 +717,7 @@ async fn run_once(
                 ))
             })
             .collect(),
+        identity: running.identity.clone(),
     };
     let (live_tx, mut live_rx) = tokio::sync::mpsc::channel::<()>(1);
     let probe_tasks: Vec<JoinHandle<()>> = if init {
@@ -869,6 +870,8 @@ struct Running {
     outer: u32,
     inner: u32,
     env: BTreeMap<String, String>,
+    /// The container's `setpriv` arguments, for its exec probes and hooks.
+    identity: Vec<String>,
 }
 
 /// What an image provides.
@@ -1265,10 +1268,8 @@ async fn start_container(
         script.push_str(&security::read_only_root_script(&writable));
     }
     // The identity changes last: the mounts above need root.
-    let setpriv: Vec<String> = security::setpriv_args(&id)
-        .iter()
-        .map(|a| quote(a))
-        .collect();
+    let identity = security::setpriv_args(&id);
+    let setpriv: Vec<String> = identity.iter().map(|a| quote(a)).collect();
     script.push_str(&format!("exec setpriv {} -- \"$@\"\n", setpriv.join(" ")));
     let logs = ctx.dir.join("logs").join(name);
     std::fs::create_dir_all(&logs).map_err(|e| e.to_string())?;
@@ -1309,6 +1310,7 @@ async fn start_container(
         outer,
         inner,
         env,
+        identity,
     })
 }
 
