@@ -12,6 +12,7 @@ use super::probes;
 use super::quantity::divide_ceil;
 use super::services::{POD_BASE, next_free_from};
 use super::{SimOptions, list_all, ns_of, patch_status, s, t};
+use super::{images, security};
 use crate::kubesim::now_rfc3339;
 use crate::kubesim::store::{DeleteOptions, Store};
 use nix::sys::signal::{Signal, kill};
@@ -673,6 +674,14 @@ async fn run_once(
         let list = if init { &run.init } else { &run.main };
         list.get(idx).map_or(0, |c| c.restart_count)
     };
+    // The kubelet checks the security context before it creates anything.
+    let image = classify(s(c, "/image"), &ctx.opts.operator_images);
+    if let Err(msg) = security::identity(&ctx.pod(), c, &images::info(&image)) {
+        ctx.update(init, idx, |cs| {
+            cs.state = json!({"waiting": {"reason": "CreateContainerConfigError", "message": msg}});
+        });
+        return Exit::CreateFailed;
+    }
     let mut running = match start_container(ctx, c, volumes, restart).await {
         Ok(r) => r,
         Err(msg) => {
@@ -708,6 +717,7 @@ async fn run_once(
                 ))
             })
             .collect(),
+        identity: running.identity.clone(),
     };
     let (live_tx, mut live_rx) = tokio::sync::mpsc::channel::<()>(1);
     let probe_tasks: Vec<JoinHandle<()>> = if init {
@@ -860,6 +870,8 @@ struct Running {
     outer: u32,
     inner: u32,
     env: BTreeMap<String, String>,
+    /// The container's `setpriv` arguments, for its exec probes and hooks.
+    identity: Vec<String>,
 }
 
 /// What an image provides.
@@ -1109,7 +1121,7 @@ impl PodCtx {
     }
 }
 
-fn quote(s: &str) -> String {
+pub(crate) fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
@@ -1200,19 +1212,11 @@ async fn start_container(
             };
             let etc = cdir.join("etc").join(kind);
             copy_dir(&src, &etc).map_err(|e| format!("copy {}: {e}", src.display()))?;
-            mounts.push((etc, format!("/etc/{kind}"), false));
         }
-        if kind == "cassandra" {
-            // The official image's CASSANDRA_HOME: bin/cassandra, and data
-            // a symlink to the data volume.
-            let home = cdir.join("opt-cassandra");
-            std::fs::create_dir_all(home.join("bin")).map_err(|e| e.to_string())?;
-            if let Some(fake) = &ctx.opts.fake_cassandra {
-                let _ = std::os::unix::fs::symlink(fake, home.join("bin/cassandra"));
-            }
-            let _ = std::os::unix::fs::symlink("/var/lib/cassandra", home.join("data"));
-            mounts.insert(0, (home, CASSANDRA_HOME.to_string(), false));
-        }
+        // The image's files, owned as in the image; the volume mounts
+        // below cover them where the pod mounts volumes.
+        let layer = images::database_layer(&cdir, kind, ctx.opts.fake_cassandra.as_deref())?;
+        mounts.extend(layer.into_iter().map(|(h, p)| (h, p, false)));
     }
     for m in c
         .get("volumeMounts")
@@ -1239,6 +1243,8 @@ async fn start_container(
     }
     let env = ctx.env_for(c, &image, &bin);
     let argv: Vec<String> = argv.iter().map(|a| expand(a, &env)).collect();
+    let info = images::info(&image);
+    let id = security::identity(&ctx.pod(), c, &info)?;
     let mut script = String::from("set -e\n");
     for (host, path, ro) in &mounts {
         let (h, p) = (quote(&host.display().to_string()), quote(path));
@@ -1252,7 +1258,19 @@ async fn start_container(
     if let Some(wd) = c.get("workingDir").and_then(Value::as_str) {
         script.push_str(&format!("mkdir -p {0}; cd {0}\n", quote(wd)));
     }
-    script.push_str("exec \"$@\"\n");
+    if id.read_only_root {
+        let writable: Vec<String> = mounts
+            .iter()
+            .filter(|m| !m.2 && !m.0.starts_with(&cdir))
+            .map(|m| m.1.clone())
+            .chain(info.volumes.iter().map(|v| v.to_string()))
+            .collect();
+        script.push_str(&security::read_only_root_script(&writable));
+    }
+    // The identity changes last: the mounts above need root.
+    let identity = security::setpriv_args(&id);
+    let setpriv: Vec<String> = identity.iter().map(|a| quote(a)).collect();
+    script.push_str(&format!("exec setpriv {} -- \"$@\"\n", setpriv.join(" ")));
     let logs = ctx.dir.join("logs").join(name);
     std::fs::create_dir_all(&logs).map_err(|e| e.to_string())?;
     let log_path = logs.join(format!("{restart}.log"));
@@ -1292,6 +1310,7 @@ async fn start_container(
         outer,
         inner,
         env,
+        identity,
     })
 }
 
@@ -1460,7 +1479,12 @@ fn refresh_projections(ctx: &PodCtx) {
         .flatten()
     {
         if let Ok(Some(files)) = ctx.projection(v) {
-            let _ = project(&ctx.dir.join("volumes").join(s(v, "/name")), &files);
+            let dir = ctx.dir.join("volumes").join(s(v, "/name"));
+            if project(&dir, &files).unwrap_or(false)
+                && let Some((gid, _)) = security::fs_group(&pod)
+            {
+                let _ = security::apply_fs_group(&dir, gid, true, false);
+            }
         }
     }
 }
@@ -1468,6 +1492,7 @@ fn refresh_projections(ctx: &PodCtx) {
 fn prepare_volumes(ctx: &PodCtx) -> Result<HashMap<String, PathBuf>, String> {
     let pod = ctx.pod();
     let mut out = HashMap::new();
+    let fs_group = security::fs_group(&pod);
     for v in pod
         .pointer("/spec/volumes")
         .and_then(Value::as_array)
@@ -1476,6 +1501,9 @@ fn prepare_volumes(ctx: &PodCtx) -> Result<HashMap<String, PathBuf>, String> {
     {
         let name = s(v, "/name").to_string();
         let local = ctx.dir.join("volumes").join(&name);
+        // Whether the kubelet manages the volume's ownership, and as a
+        // read-only volume: not for hostPath.
+        let mut owned = Some(false);
         let path = if let Some(claim) = v.pointer("/persistentVolumeClaim/claimName") {
             let claim = claim.as_str().unwrap_or_default();
             let pvc = ctx
@@ -1488,14 +1516,27 @@ fn prepare_volumes(ctx: &PodCtx) -> Result<HashMap<String, PathBuf>, String> {
             }
             ctx.opts.work_dir.join("pvs").join(pv)
         } else if let Some(p) = v.pointer("/hostPath/path").and_then(Value::as_str) {
+            owned = None;
             PathBuf::from(p)
         } else if let Some(files) = ctx.projection(v)? {
             project(&local, &files).map_err(|e| format!("write volume {name}: {e}"))?;
+            owned = Some(true);
             local
         } else {
+            // An emptyDir: the kubelet makes it 0777.
+            std::fs::create_dir_all(&local)
+                .and_then(|()| {
+                    use std::os::unix::fs::PermissionsExt;
+                    std::fs::set_permissions(&local, std::fs::Permissions::from_mode(0o777))
+                })
+                .map_err(|e| format!("create {}: {e}", local.display()))?;
             local
         };
         std::fs::create_dir_all(&path).map_err(|e| format!("create {}: {e}", path.display()))?;
+        if let (Some((gid, on_mismatch)), Some(read_only)) = (fs_group, owned) {
+            security::apply_fs_group(&path, gid, read_only, on_mismatch)
+                .map_err(|e| format!("set the ownership of volume {name}: {e}"))?;
+        }
         out.insert(name, path);
     }
     Ok(out)

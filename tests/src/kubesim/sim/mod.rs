@@ -18,9 +18,21 @@
 //! pod's volumes bind-mounted at their `mountPath`, mount points created on
 //! the host when missing) and its own PID namespace, so the container's
 //! command is PID 1 (as in a real container: a PID 1 without a SIGTERM
-//! handler ignores SIGTERM and is killed after the grace period). Exec
-//! probes and preStop hooks enter the container's namespaces with
-//! `nsenter`. Killing kubesim (or the test process) kills every container:
+//! handler ignores SIGTERM and is killed after the grace period). The
+//! mounts are made as root; the script's last step `exec setpriv` gives
+//! the command the identity the Pod's and container's `securityContext`
+//! and the image's default user ask for ([`security`], [`images`]): its
+//! uid, gid and groups (`fsGroup`, `supplementalGroups`), the runtime's
+//! default capabilities as its bounding set (none effective unless root),
+//! no_new_privs for `allowPrivilegeEscalation: false`, and for
+//! `readOnlyRootFilesystem` every mount but its volumes remounted
+//! read-only (in its private mount namespace only). A `runAsNonRoot`
+//! container that would run as root is not started: it waits in
+//! `CreateContainerConfigError` with the kubelet's message. `fsGroup`
+//! gives emptyDir (0777) and PersistentVolume directories its group,
+//! group rw and setgid directories, and ConfigMap and downward API files
+//! its group. Exec probes and preStop hooks enter the container's
+//! namespaces with `nsenter` and run with the container's identity. Killing kubesim (or the test process) kills every container:
 //! the namespace dies with its PID 1.
 //!
 //! Images map to programs ([`SimOptions`]):
@@ -35,9 +47,15 @@
 //!   also named by env `CONFIG_DEFAULTS_DIR`; the program `cassandra`
 //!   (first on `PATH`) is the fake Cassandra ([`SimOptions::fake_cassandra`]).
 //!   Like the official image, a cassandra container has
-//!   `CASSANDRA_HOME=/opt/cassandra` (mounted: `bin/cassandra`, and `data`
-//!   a symlink to `/var/lib/cassandra`), `CASSANDRA_CONF=/etc/cassandra`
-//!   and `/opt/cassandra/bin` first on `PATH`.
+//!   `CASSANDRA_HOME=/opt/cassandra` (mounted: `bin/cassandra`, and
+//!   `conf`, `data`, `logs` symlinks to `/etc/cassandra`,
+//!   `/var/lib/cassandra`, `/var/log/cassandra`),
+//!   `CASSANDRA_CONF=/etc/cassandra` and `/opt/cassandra/bin` first on
+//!   `PATH`; `/etc/cassandra`, `/var/lib/cassandra` and
+//!   `/var/log/cassandra` are directories of the container's layer owned
+//!   by cassandra (999:999, mode 1777) as in the image (scylla:
+//!   `/var/lib/scylla` owned by scylla, see [`images`]); a volume mounted
+//!   there covers them. Both images run as root by default.
 //!   Without a command the container runs `cassandra -f`.
 //! - any other image runs its command as a host program.
 //!
@@ -60,8 +78,10 @@
 //! Container statuses carry `containerID: kubesim://<host pid of the
 //! container's PID 1>`.
 //!
-//! Files: under [`SimOptions::work_dir`]: `kubeconfig` (the one in every
-//! container's `KUBECONFIG`); `pods/<ns>_<pod>_<uid>/` holds
+//! Files: under [`SimOptions::work_dir`] (which, with its parents, every
+//! user may traverse, so that a container of any user reaches them):
+//! `kubeconfig` (the one in every container's `KUBECONFIG`, readable by
+//! all); `pods/<ns>_<pod>_<uid>/` holds
 //! the pod's volumes (`volumes/<name>`), each container's writable layer
 //! (`containers/<name>/`) and logs (`logs/<container>/<restartCount>.log`,
 //! stdout and stderr, the kubelet's layout); `pvs/<pv>` holds each
@@ -78,14 +98,21 @@
 //! partition is recreated from the current template, with its old
 //! revision label), pod (anti-)affinity and resource fit in the scheduler,
 //! startup probes, `shareProcessNamespace` (each container has its own PID
-//! namespace), Secret volumes, `kubectl logs` (read the log files), and
+//! namespace), Secret volumes, `kubectl logs` (read the log files),
+//! user namespaces, SELinux/AppArmor/seccomp profiles, image `HOME`s
+//! (`HOME` is `/root` for every user), a root filesystem of the image's
+//! own (outside the image's directories above, the container sees the
+//! host's files, and writes there land on the host unless
+//! `readOnlyRootFilesystem`), and
 //! `gracePeriodSeconds` in DeleteOptions (a second DELETE of a terminating
 //! Pod removes it at once, as `--force --grace-period=0` would).
 
+pub mod images;
 pub mod kubelet;
 pub mod probes;
 pub mod quantity;
 pub mod scheduler;
+pub mod security;
 pub mod services;
 pub mod statefulset;
 pub mod storage;
@@ -93,6 +120,7 @@ pub mod storage;
 use super::patch::PatchType;
 use super::store::{ApiError, ListOptions, Store, Subresource, Target, WriteOptions};
 use serde_json::Value;
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -172,6 +200,18 @@ impl Sim {
         std::fs::create_dir_all(&opts.work_dir)?;
         let kubeconfig = opts.work_dir.join("kubeconfig");
         std::fs::write(&kubeconfig, kubeconfig_for(&url))?;
+        // Containers run as any user: they must reach the kubeconfig and
+        // the programs kubesim gives them.
+        std::fs::set_permissions(&kubeconfig, std::fs::Permissions::from_mode(0o644))?;
+        security::open_for_containers(&opts.work_dir)?;
+        for program in [&opts.operator_binary, &opts.fake_cassandra]
+            .into_iter()
+            .flatten()
+        {
+            if let Some(dir) = program.parent() {
+                let _ = security::open_for_containers(dir);
+            }
+        }
         store.set_graceful_pod_deletion(true);
         storage::ensure_storage_classes(&store);
         let kubelet = Arc::new(kubelet::Kubelet::new(store.clone(), opts, url, kubeconfig));

@@ -46,6 +46,10 @@ pub struct Target {
     pub env: BTreeMap<String, String>,
     /// The container's named ports.
     pub ports: BTreeMap<String, u16>,
+    /// `setpriv` arguments that give a command the container's identity
+    /// (its configured user, groups, capabilities), as the runtime runs
+    /// an exec in the container; empty: as root.
+    pub identity: Vec<String>,
 }
 
 fn port_of(v: &Value, ports: &BTreeMap<String, u16>) -> Option<u16> {
@@ -121,15 +125,19 @@ pub async fn run(handler: &Value, target: &Target, timeout: Duration) -> bool {
 }
 
 /// Runs a command in the container's mount and PID namespaces with its
-/// environment; its exit code, None on a timeout or a failure to start.
+/// environment and identity; its exit code, None on a timeout or a
+/// failure to start.
 pub async fn exec(argv: &[String], target: &Target, timeout: Duration) -> Option<i32> {
     if argv.is_empty() {
         return None;
     }
     let mut cmd = tokio::process::Command::new("nsenter");
     cmd.arg(format!("--target={}", target.pid))
-        .args(["--mount", "--pid", "--"])
-        .args(argv)
+        .args(["--mount", "--pid", "--"]);
+    if !target.identity.is_empty() {
+        cmd.arg("setpriv").args(&target.identity).arg("--");
+    }
+    cmd.args(argv)
         .env_clear()
         .envs(&target.env)
         .stdin(Stdio::null())
