@@ -11,10 +11,10 @@ use crds::names;
 use crds::v1alpha1::{Cluster, ClusterMode, RackSpec};
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{
-    Affinity, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, ExecAction,
-    HTTPGetAction, Lifecycle, LifecycleHandler, ObjectFieldSelector, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, ResourceFieldSelector, Service, ServiceAccount, ServicePort,
-    ServiceSpec, Volume, VolumeMount,
+    Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
+    ExecAction, HTTPGetAction, Lifecycle, LifecycleHandler, ObjectFieldSelector,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceFieldSelector, SeccompProfile,
+    SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
@@ -33,6 +33,12 @@ pub const SIDECAR_PORT: i32 = 8080;
 /// How long a member may take to drain and stop: draining flushes every
 /// memtable, which takes minutes on a loaded node.
 pub const TERMINATION_GRACE_SECONDS: i64 = 1800;
+/// The database user of the official cassandra images (`cassandra`,
+/// uid and gid 999 in docker-library/cassandra's Dockerfile). Their
+/// `bin/cassandra` refuses to run as root; the image's entrypoint steps
+/// down to this user, but the sidecar replaces that entrypoint, so the
+/// Pod runs as it from the start.
+pub const CASSANDRA_UID: i64 = 999;
 pub use crds::v1alpha1::DEFAULT_OPERATOR_IMAGE;
 
 /// The database ports every member exposes, by name.
@@ -230,15 +236,7 @@ fn pod_template(
         spec: Some(PodSpec {
             service_account_name: Some(names::member_service_account_name(cluster_name(cluster))),
             termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
-            security_context: match mode {
-                // The cassandra image runs as uid/gid 999: let it write its
-                // data volume.
-                ClusterMode::Cassandra => Some(PodSecurityContext {
-                    fs_group: Some(999),
-                    ..PodSecurityContext::default()
-                }),
-                ClusterMode::Scylla => None,
-            },
+            security_context: pod_security_context(mode),
             init_containers: Some(vec![Container {
                 name: "install".to_string(),
                 image: Some(sidecar_image),
@@ -250,6 +248,7 @@ fn pod_template(
                     SHARED_DIR.to_string(),
                 ]),
                 volume_mounts: Some(vec![mounts[0].clone()]),
+                security_context: container_security_context(mode),
                 ..Container::default()
             }]),
             containers: vec![Container {
@@ -266,6 +265,7 @@ fn pod_template(
                     ..http_probe("/healthz", 10, 6)
                 }),
                 readiness_probe: Some(http_probe("/readyz", 10, 3)),
+                security_context: container_security_context(mode),
                 lifecycle: Some(Lifecycle {
                     pre_stop: Some(LifecycleHandler {
                         exec: Some(ExecAction {
@@ -290,6 +290,44 @@ fn pod_template(
             tolerations: rack.placement.as_ref().and_then(|p| p.tolerations.clone()),
             ..PodSpec::default()
         }),
+    }
+}
+
+/// The Pod's security context. Cassandra: the image's database user
+/// (never root: `bin/cassandra` refuses it), which also owns the volumes
+/// (`fsGroup`), under the runtime's default seccomp profile, as Pod
+/// Security "restricted" asks. Scylla's image starts as root and steps
+/// down itself: left to the image.
+fn pod_security_context(mode: ClusterMode) -> Option<PodSecurityContext> {
+    match mode {
+        ClusterMode::Cassandra => Some(PodSecurityContext {
+            run_as_user: Some(CASSANDRA_UID),
+            run_as_group: Some(CASSANDRA_UID),
+            run_as_non_root: Some(true),
+            fs_group: Some(CASSANDRA_UID),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".to_string(),
+                ..SeccompProfile::default()
+            }),
+            ..PodSecurityContext::default()
+        }),
+        ClusterMode::Scylla => None,
+    }
+}
+
+/// Each container's: no privilege escalation and no capabilities (the
+/// sidecar and Cassandra need none of them).
+fn container_security_context(mode: ClusterMode) -> Option<SecurityContext> {
+    match mode {
+        ClusterMode::Cassandra => Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_string()]),
+                ..Capabilities::default()
+            }),
+            ..SecurityContext::default()
+        }),
+        ClusterMode::Scylla => None,
     }
 }
 

@@ -342,7 +342,7 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
         return Ok(0);
     }
 
-    let command = database_command(&args, mode, &rendered.args)?;
+    let command = database_command(&args, mode, &rendered.args, &data_dir)?;
     let mut process = std::process::Command::new(&command[0]);
     process
         .args(&command[1..])
@@ -352,10 +352,6 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
     for (key, value) in &rendered.env {
         let mut value = value.clone();
         if key == "JVM_EXTRA_OPTS" && mode == ClusterMode::Cassandra {
-            // The image's cassandra.yaml leaves the directories unset: they
-            // then live under cassandra.storagedir, which must be the data
-            // volume (not the image's layer, lost with the container).
-            value = format!("{value} -Dcassandra.storagedir={}", data_dir.display());
             // Keep what the container already passes the JVM.
             let existing = std::env::var(key).unwrap_or_default();
             if !existing.trim().is_empty() {
@@ -364,8 +360,6 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
         }
         process.env(key, value);
     }
-    // The data directory, for tools that read it from the environment.
-    process.env("CASSANDRA_DATA_DIR", &data_dir);
     let mut child = Child::spawn(process)?;
     child_alive.store(true, Ordering::Relaxed);
     if let Some(stderr) = child.take_stderr() {
@@ -417,19 +411,27 @@ fn default_data_dir(mode: ClusterMode) -> &'static str {
     }
 }
 
+/// The database's command line. Cassandra's: `cassandra -f` with the
+/// storage directory on the data volume. The image's cassandra.yaml leaves
+/// the data, commit log, hints and saved caches directories unset, so they
+/// live under `cassandra.storagedir`; `bin/cassandra` appends its own
+/// (`$CASSANDRA_HOME/data`) after `JVM_OPTS`, so only a `-D` of the command
+/// line, which it passes last, decides it whatever the image links there.
 fn database_command(
     args: &SidecarArgs,
     mode: ClusterMode,
     extra: &[String],
+    data_dir: &Path,
 ) -> Result<Vec<String>, MemberError> {
-    let base = args.database_command.clone().unwrap_or_else(|| {
-        match mode {
-            ClusterMode::Cassandra => "cassandra -f",
-            ClusterMode::Scylla => "/docker-entrypoint.py",
-        }
-        .to_string()
-    });
-    let mut command: Vec<String> = base.split_whitespace().map(str::to_string).collect();
+    let mut command: Vec<String> = match (&args.database_command, mode) {
+        (Some(custom), _) => custom.split_whitespace().map(str::to_string).collect(),
+        (None, ClusterMode::Cassandra) => vec![
+            "cassandra".to_string(),
+            "-f".to_string(),
+            format!("-Dcassandra.storagedir={}", data_dir.display()),
+        ],
+        (None, ClusterMode::Scylla) => vec!["/docker-entrypoint.py".to_string()],
+    };
     command.extend(extra.iter().cloned());
     if command.is_empty() {
         return Err(MemberError::NoCommand);
@@ -783,12 +785,17 @@ mod tests {
             jolokia_agent_jar: "j".into(),
             drain_timeout_seconds: 1,
         };
+        let data = Path::new("/var/lib/cassandra");
         assert_eq!(
-            database_command(&args, ClusterMode::Cassandra, &[]).unwrap(),
-            vec!["cassandra", "-f"]
+            database_command(&args, ClusterMode::Cassandra, &[], data).unwrap(),
+            vec![
+                "cassandra",
+                "-f",
+                "-Dcassandra.storagedir=/var/lib/cassandra"
+            ]
         );
         assert_eq!(
-            database_command(&args, ClusterMode::Scylla, &ips(&["--smp", "2"])).unwrap(),
+            database_command(&args, ClusterMode::Scylla, &ips(&["--smp", "2"]), data).unwrap(),
             vec!["/docker-entrypoint.py", "--smp", "2"]
         );
         let custom = SidecarArgs {
@@ -796,7 +803,7 @@ mod tests {
             ..args
         };
         assert!(matches!(
-            database_command(&custom, ClusterMode::Cassandra, &[]),
+            database_command(&custom, ClusterMode::Cassandra, &[], data),
             Err(MemberError::NoCommand)
         ));
     }

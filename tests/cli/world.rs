@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crds::Cluster;
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, CustomResourceExt};
 use serde_json::json;
@@ -105,6 +105,49 @@ fn start_controller(kubeconfig: &Path, log: &Path) -> Process {
             .spawn()
             .unwrap(),
     )
+}
+
+/// Every member's database container runs as the image's database user
+/// (999:999), never root, and so does Cassandra under it: the container's
+/// PID 1 (the sidecar) and its children, read from /proc through the
+/// container ID kubesim reports (`kubesim://<host pid>`).
+async fn assert_members_run_as_the_database_user(client: &Client, namespace: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let list = pods.list(&Default::default()).await.unwrap();
+    assert!(!list.items.is_empty());
+    for pod in list.items {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let statuses = pod
+            .status
+            .and_then(|s| s.container_statuses)
+            .unwrap_or_default();
+        let id = statuses
+            .iter()
+            .find_map(|c| c.container_id.clone())
+            .unwrap_or_else(|| panic!("{name}: no running container"));
+        let pid = id.trim_start_matches("kubesim://");
+        let mut pids = vec![pid.to_string()];
+        pids.extend(
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(str::to_string),
+        );
+        assert!(pids.len() >= 2, "{name}: the sidecar runs no database");
+        for pid in pids {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+            for field in ["Uid:", "Gid:"] {
+                let ids: Vec<&str> = status
+                    .lines()
+                    .find(|l| l.starts_with(field))
+                    .unwrap()
+                    .split_whitespace()
+                    .skip(1)
+                    .collect();
+                assert_eq!(ids, ["999"; 4], "{name} pid {pid} {field}");
+            }
+        }
+    }
 }
 
 /// The thesis's Cluster (manifests/examples/gke-local-ssd.yaml), with
@@ -245,6 +288,7 @@ async fn the_thesis_scenario_in_the_test_world() {
     assert!(created, "the Cluster was not created");
 
     wait_ready(&clusters, "cassandra", 3, Duration::from_secs(180), &log).await;
+    assert_members_run_as_the_database_user(&client, "cassandra").await;
     let (up, clean) = sim.ring().with(|ring| {
         let status = ring.status(None).unwrap();
         let up = status

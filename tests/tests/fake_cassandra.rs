@@ -164,12 +164,14 @@ impl World {
             std::fs::write(conf.join(&f.name), &f.content).expect("write a rendered file");
         }
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_fake-cassandra"));
-        cmd.arg("-f")
+        // As root on the host (no image's entrypoint steps down here), so
+        // with bin/cassandra's -R; the storage dir as the sidecar passes it.
+        cmd.args(["-f", "-R"])
+            .arg(format!("-Dcassandra.storagedir={}", dir.display()))
             .args(args)
             .envs(rendered.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("CASSANDRA_CONF", &conf)
             .env("CASSANDRA_VERSION", RELEASE)
-            .env("CASSANDRA_DATA_DIR", dir.join("data"))
             .env("KUBESIM_URL", self.sim.url())
             .env("KUBESIM_JOLOKIA_HOST", &address)
             .stdout(Stdio::from(

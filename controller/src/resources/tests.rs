@@ -82,6 +82,11 @@ fn member_ports() -> Value {
     ])
 }
 
+/// A container's part of Pod Security "restricted".
+fn restricted() -> Value {
+    json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}})
+}
+
 #[test]
 fn statefulset_of_the_thesis_rack() {
     let cluster = thesis();
@@ -111,13 +116,17 @@ fn statefulset_of_the_thesis_rack() {
                 "spec": {
                     "serviceAccountName": "cassandra-member",
                     "terminationGracePeriodSeconds": 1800,
-                    "securityContext": {"fsGroup": 999},
+                    "securityContext": {
+                        "runAsUser": 999, "runAsGroup": 999, "runAsNonRoot": true, "fsGroup": 999,
+                        "seccompProfile": {"type": "RuntimeDefault"}
+                    },
                     "initContainers": [{
                         "name": "install",
                         "image": "ghcr.io/cassandra-rook/cassandra-operator:0.1.0",
                         "imagePullPolicy": "IfNotPresent",
                         "command": ["/usr/local/bin/cassandra-operator", "install", "--target", "/mnt/shared"],
-                        "volumeMounts": [{"name": "shared", "mountPath": "/mnt/shared"}]
+                        "volumeMounts": [{"name": "shared", "mountPath": "/mnt/shared"}],
+                        "securityContext": restricted()
                     }],
                     "containers": [{
                         "name": "cassandra",
@@ -157,7 +166,8 @@ fn statefulset_of_the_thesis_rack() {
                             "httpGet": {"path": "/readyz", "port": 8080},
                             "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3
                         },
-                        "lifecycle": {"preStop": {"exec": {"command": ["/mnt/shared/cassandra-operator", "nodetool", "drain"]}}}
+                        "lifecycle": {"preStop": {"exec": {"command": ["/mnt/shared/cassandra-operator", "nodetool", "drain"]}}},
+                        "securityContext": restricted()
                     }],
                     "volumes": [
                         {"name": "shared", "emptyDir": {}},

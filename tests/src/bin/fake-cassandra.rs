@@ -1,20 +1,38 @@
-//! `fake-cassandra`: the test world's Cassandra process, started like the
-//! image's `cassandra -f` (the sidecar under test supervises it). Reads
-//! `CASSANDRA_CONF`/cassandra.yaml and cassandra-rackdc.properties,
-//! `MAX_HEAP_SIZE`, `HEAP_NEWSIZE`, `JVM_EXTRA_OPTS`, `CASSANDRA_VERSION`,
-//! `CASSANDRA_DATA_DIR` (overrides `data_file_directories[0]`), joins the
-//! ring of kubesim at `KUBESIM_URL`, serves Jolokia where `-javaagent:`
-//! says (host overridden by `KUBESIM_JOLOKIA_HOST`), and runs until SIGTERM
-//! or SIGINT (exit 143/130, down in the ring, data kept). A start Cassandra
-//! refuses logs its message and exits 3; a bad configuration exits 1.
-//! `-D` options on the command line count like `JVM_EXTRA_OPTS`.
+//! `fake-cassandra`: the test world's Cassandra process, in the place of the
+//! official `cassandra` image's `bin/cassandra` (the sidecar under test
+//! runs `cassandra -f`). Reads `CASSANDRA_CONF`/cassandra.yaml and
+//! cassandra-rackdc.properties, `MAX_HEAP_SIZE`, `HEAP_NEWSIZE`,
+//! `JVM_EXTRA_OPTS`, `CASSANDRA_HOME`, `CASSANDRA_VERSION`, joins the ring
+//! of kubesim at `KUBESIM_URL` (the fake image's own setting), serves
+//! Jolokia where `-javaagent:` says, and runs until SIGTERM or SIGINT (exit
+//! 143/130, down in the ring, data kept). A start Cassandra refuses logs
+//! its message and exits 3; a bad configuration exits 1.
 //!
-//! The data directory's identity in the ring is `<path>@<dev>:<inode>`; a
-//! marker file (`.fake-cassandra-host-id`) tells a used directory from an
-//! empty one (empty: the ring forgets what it knew of it). The process
-//! holds a lease by reading its view every 250 ms, and exits (1) when the
-//! ring has it down (killed behind its back, disk lost) or kubesim has
-//! been unreachable for 10 s.
+//! What it does as the image and its launcher do (Apache Cassandra 3.11,
+//! 4.1 and 5.0 `bin/cassandra` and `bin/cassandra.in.sh`; the official
+//! image of docker-library/cassandra, whose Dockerfile sets
+//! `CASSANDRA_HOME=/opt/cassandra`, `CASSANDRA_CONF=/etc/cassandra` and
+//! links `$CASSANDRA_HOME/data` to `/var/lib/cassandra`, its volume):
+//! - root refused: `bin/cassandra` exits 1 with its two-line message when
+//!   `id -u` or `id -g` is 0 and `-R` was not given (the image's
+//!   entrypoint steps down to the `cassandra` user, 999:999, with gosu
+//!   before it runs the launcher). Checked before anything is read.
+//! - the JVM's properties in the launcher's order (see
+//!   [`testworld::fake_cassandra::config`]): `JVM_EXTRA_OPTS`, then the
+//!   launcher's `-Dcassandra.storagedir=$CASSANDRA_HOME/data`, then the
+//!   command line's `-D` options; the last one wins.
+//! - the directories of `DatabaseDescriptor` (from cassandra.yaml, else
+//!   under the storage dir), created and checked as
+//!   `StartupChecks.checkDataDirs` does: "Has no permission to create
+//!   directory X" or "Insufficient permissions on directory X", exit 3
+//!   (`StartupException.ERR_WRONG_DISK_STATE`).
+//!
+//! The first data directory's identity in the ring is
+//! `<path>@<dev>:<inode>`; a marker file (`.fake-cassandra-host-id`) tells
+//! a used directory from an empty one (empty: the ring forgets what it
+//! knew of it). The process holds a lease by reading its view every
+//! 250 ms, and exits (1) when the ring has it down (killed behind its
+//! back, disk lost) or kubesim has been unreachable for 10 s.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,7 +50,7 @@ fn log(level: &str, message: &str) {
 }
 
 /// `extra`: `-D` options of the command line (`bin/cassandra` passes them
-/// to the JVM), after `JVM_EXTRA_OPTS`.
+/// to the JVM after its own).
 fn read_config(extra: &[String]) -> Result<FakeConfig, String> {
     let conf = std::env::var("CASSANDRA_CONF").map_err(|_| "CASSANDRA_CONF is not set")?;
     let conf = PathBuf::from(conf);
@@ -40,14 +58,34 @@ fn read_config(extra: &[String]) -> Result<FakeConfig, String> {
     let yaml = std::fs::read_to_string(&yaml_path)
         .map_err(|e| format!("reading {}: {e}", yaml_path.display()))?;
     let rackdc = std::fs::read_to_string(conf.join("cassandra-rackdc.properties")).ok();
-    let env = |name: &str| {
-        let value = std::env::var(name).ok();
-        if name != "JVM_EXTRA_OPTS" || extra.is_empty() {
-            return value;
+    let env = |name: &str| std::env::var(name).ok();
+    config::parse(&yaml, rackdc.as_deref(), &env, extra).map_err(|e| e.to_string())
+}
+
+/// `bin/cassandra`'s refusal of root (user or group) without `-R`.
+fn refuses_root(allow_root: bool) -> bool {
+    !allow_root && (nix::unistd::getuid().is_root() || nix::unistd::getgid().as_raw() == 0)
+}
+
+/// `StartupChecks.checkDataDirs`: each directory exists (made if missing)
+/// and the process may read, write and enter it.
+fn check_directories(dirs: &[&str]) -> Result<(), String> {
+    use nix::unistd::{AccessFlags, access};
+    for dir in dirs {
+        let path = std::path::Path::new(dir);
+        if !path.exists() && std::fs::create_dir_all(path).is_err() {
+            return Err(format!("Has no permission to create directory {dir}"));
         }
-        Some(format!("{} {}", value.unwrap_or_default(), extra.join(" ")))
-    };
-    config::parse(&yaml, rackdc.as_deref(), &env).map_err(|e| e.to_string())
+        if access(
+            path,
+            AccessFlags::R_OK | AccessFlags::W_OK | AccessFlags::X_OK,
+        )
+        .is_err()
+        {
+            return Err(format!("Insufficient permissions on directory {dir}"));
+        }
+    }
+    Ok(())
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -59,6 +97,16 @@ async fn main() -> ExitCode {
     {
         eprintln!(
             "usage: fake-cassandra -f [-R] [-Dname=value]... (the configuration comes from CASSANDRA_CONF and the environment)"
+        );
+        return ExitCode::from(1);
+    }
+    if refuses_root(args.iter().any(|a| a == "-R")) {
+        // bin/cassandra echoes this to stdout and exits 1.
+        println!(
+            "Running Cassandra as root user or group is not recommended - please start Cassandra using a different system user."
+        );
+        println!(
+            "If you really want to force running Cassandra as root, use -R command line option."
         );
         return ExitCode::from(1);
     }
@@ -100,16 +148,13 @@ async fn main() -> ExitCode {
         ),
     );
 
+    if let Err(e) = check_directories(&config.directories.all()) {
+        eprintln!("ERROR [main] {e}");
+        return ExitCode::from(3);
+    }
     let data_dir = PathBuf::from(&config.node.data_dir);
     let marker = data_dir.join(MARKER);
     let data_dir_empty = !marker.exists();
-    if let Err(e) = std::fs::create_dir_all(&data_dir) {
-        eprintln!(
-            "ERROR [main] cannot create the data directory {}: {e}",
-            data_dir.display()
-        );
-        return ExitCode::from(3);
-    }
     // The directory's identity in the ring: its path and inode. In the sim
     // every container sees its volume at the same path (a bind mount in
     // its own mount namespace); the inode tells the volumes apart, and a

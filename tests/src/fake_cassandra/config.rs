@@ -3,6 +3,22 @@
 //! from `CASSANDRA_CONF`, the heap and `JVM_EXTRA_OPTS` from the
 //! environment, the version from `CASSANDRA_VERSION` (the image tag). Pure:
 //! file contents and variables in, a [`FakeConfig`] out.
+//!
+//! The JVM's system properties come in the order `bin/cassandra` puts them
+//! on the java command line ([`launcher_options`]): `JVM_OPTS` (which
+//! `cassandra-env.sh` ends with `JVM_EXTRA_OPTS`), then the launcher's own
+//! `-Dcassandra.logdir=$CASSANDRA_HOME/logs` and
+//! `-Dcassandra.storagedir=$cassandra_storagedir` (`cassandra.in.sh`:
+//! `$CASSANDRA_HOME/data` unless that variable is set), then the `-D`
+//! options of the command line; the JVM keeps the last value of a
+//! property. So a storage directory given in `JVM_EXTRA_OPTS` is lost, one
+//! given as `cassandra -f -Dcassandra.storagedir=DIR` wins.
+//!
+//! The directories ([`Directories`]) are those of `DatabaseDescriptor`:
+//! `data_file_directories`, `commitlog_directory`, `saved_caches_directory`
+//! and `hints_directory` from cassandra.yaml when set there, else
+//! `<storagedir>/data`, `/commitlog`, `/saved_caches` and `/hints`; none
+//! set and no storage dir is a configuration error naming the key.
 
 use serde_json::Value;
 
@@ -22,6 +38,93 @@ pub enum ConfigError {
     AgentPort(String),
     #[error("invalid {what} {value:?}")]
     Invalid { what: &'static str, value: String },
+    /// `DatabaseDescriptor.storagedirFor`'s refusal.
+    #[error("{0} is missing and -Dcassandra.storagedir is not set")]
+    NoStorageDir(&'static str),
+}
+
+/// Where the node keeps its files, as `DatabaseDescriptor` resolves them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Directories {
+    pub data: Vec<String>,
+    pub commitlog: String,
+    pub saved_caches: String,
+    pub hints: String,
+}
+
+impl Directories {
+    /// Every directory `StartupChecks.checkDataDirs` verifies, in its
+    /// order: the data directories, the commit log, the saved caches, the
+    /// hints.
+    pub fn all(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = self.data.iter().map(String::as_str).collect();
+        out.extend([
+            self.commitlog.as_str(),
+            self.saved_caches.as_str(),
+            self.hints.as_str(),
+        ]);
+        out
+    }
+}
+
+/// The system properties `bin/cassandra` passes the JVM, in their order:
+/// `JVM_EXTRA_OPTS` (the end of `JVM_OPTS`), the launcher's own logdir and
+/// storagedir, then the command line's `-D` options (`extra`).
+pub fn launcher_options(env: &dyn Env, extra: &[String]) -> String {
+    let home = env.var("CASSANDRA_HOME").unwrap_or_default();
+    let storagedir = env
+        .var("cassandra_storagedir")
+        .unwrap_or_else(|| format!("{home}/data"));
+    let mut words = vec![env.var("JVM_EXTRA_OPTS").unwrap_or_default()];
+    if !home.is_empty() {
+        words.push(format!("-Dcassandra.logdir={home}/logs"));
+        words.push(format!("-Dcassandra.storagedir={storagedir}"));
+    }
+    words.extend(extra.iter().cloned());
+    words.join(" ")
+}
+
+/// A directory from cassandra.yaml, or the storage dir's `sub`.
+fn directory(
+    doc: &Value,
+    key: &'static str,
+    storagedir: Option<&str>,
+    sub: &str,
+) -> Result<String, ConfigError> {
+    match yaml_str(doc, key) {
+        Some(d) => Ok(d),
+        None => storagedir
+            .map(|s| format!("{s}/{sub}"))
+            .ok_or(ConfigError::NoStorageDir(key)),
+    }
+}
+
+fn directories(doc: &Value, storagedir: Option<&str>) -> Result<Directories, ConfigError> {
+    let data: Vec<String> = doc
+        .get("data_file_directories")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    let data = if data.is_empty() {
+        vec![
+            storagedir
+                .map(|s| format!("{s}/data"))
+                .ok_or(ConfigError::NoStorageDir("data_file_directories"))?,
+        ]
+    } else {
+        data
+    };
+    Ok(Directories {
+        data,
+        commitlog: directory(doc, "commitlog_directory", storagedir, "commitlog")?,
+        saved_caches: directory(doc, "saved_caches_directory", storagedir, "saved_caches")?,
+        hints: directory(doc, "hints_directory", storagedir, "hints")?,
+    })
 }
 
 /// The node as configured.
@@ -37,6 +140,8 @@ pub struct FakeConfig {
     pub jolokia: Option<(String, u16)>,
     pub max_heap_size: Option<String>,
     pub heap_newsize: Option<String>,
+    /// Where the files go; `node.data_dir` is the first data directory.
+    pub directories: Directories,
 }
 
 /// The environment the process got, as name -> value lookups.
@@ -164,8 +269,14 @@ fn location(snitch: &str, rackdc: Option<&str>) -> (String, String) {
 }
 
 /// Reads the configuration from cassandra.yaml's text, the rackdc file's
-/// text (if any) and the environment.
-pub fn parse(yaml: &str, rackdc: Option<&str>, env: &dyn Env) -> Result<FakeConfig, ConfigError> {
+/// text (if any), the environment and the command line's `-D` options, as
+/// `bin/cassandra` orders them ([`launcher_options`]).
+pub fn parse(
+    yaml: &str,
+    rackdc: Option<&str>,
+    env: &dyn Env,
+    extra: &[String],
+) -> Result<FakeConfig, ConfigError> {
     let doc: Value =
         serde_norway::from_str(yaml).map_err(|e| ConfigError::ParseYaml(e.to_string()))?;
     let release = env
@@ -177,27 +288,14 @@ pub fn parse(yaml: &str, rackdc: Option<&str>, env: &dyn Env) -> Result<FakeConf
     if max_heap_size.is_some() != heap_newsize.is_some() {
         return Err(ConfigError::HeapPair);
     }
-    let jvm = parse_jvm_opts(&env.var("JVM_EXTRA_OPTS").unwrap_or_default())?;
+    let jvm = parse_jvm_opts(&launcher_options(env, extra))?;
     let jolokia = jvm
         .agent
         .clone()
         .map(|(host, port)| (env.var("KUBESIM_JOLOKIA_HOST").unwrap_or(host), port));
     let listen_address = yaml_str(&doc, "listen_address").unwrap_or_else(|| "localhost".into());
     let address = yaml_str(&doc, "broadcast_address").unwrap_or_else(|| listen_address.clone());
-    let data_dir = match env.var("CASSANDRA_DATA_DIR") {
-        Some(d) => d,
-        None => match doc
-            .pointer("/data_file_directories/0")
-            .and_then(Value::as_str)
-        {
-            Some(d) => d.to_string(),
-            None => format!(
-                "{}/data/data",
-                env.var("CASSANDRA_HOME")
-                    .ok_or(ConfigError::Missing("data_file_directories"))?
-            ),
-        },
-    };
+    let directories = directories(&doc, jvm.property("cassandra.storagedir"))?;
     let num_tokens = match yaml_str(&doc, "num_tokens") {
         Some(n) => n.parse().map_err(|_| ConfigError::Invalid {
             what: "num_tokens",
@@ -233,7 +331,7 @@ pub fn parse(yaml: &str, rackdc: Option<&str>, env: &dyn Env) -> Result<FakeConf
         allow_unsafe_replace: jvm.flag("cassandra.allow_unsafe_replace"),
         override_decommission: jvm.flag("cassandra.override_decommission"),
         version,
-        data_dir,
+        data_dir: directories.data[0].clone(),
     };
     Ok(FakeConfig {
         node,
@@ -244,6 +342,7 @@ pub fn parse(yaml: &str, rackdc: Option<&str>, env: &dyn Env) -> Result<FakeConf
         jolokia,
         max_heap_size,
         heap_newsize,
+        directories,
     })
 }
 
@@ -269,6 +368,7 @@ mod tests {
             Some("# x\ndc=dc1\nrack=r2\n"),
             &env(&[
                 ("CASSANDRA_VERSION", "4.1.8"),
+                ("CASSANDRA_HOME", "/opt/cassandra"),
                 ("MAX_HEAP_SIZE", "1G"),
                 ("HEAP_NEWSIZE", "200M"),
                 (
@@ -277,6 +377,7 @@ mod tests {
                 ),
                 ("KUBESIM_JOLOKIA_HOST", "127.0.3.1"),
             ]),
+            &[],
         )
         .expect("valid");
         assert_eq!(c.node.cluster_name, "c1");
@@ -299,9 +400,89 @@ mod tests {
             YAML,
             None,
             &env(&[("CASSANDRA_VERSION", "4.1.8"), ("MAX_HEAP_SIZE", "1G")]),
+            &[],
         );
         assert_eq!(e, Err(ConfigError::HeapPair));
-        let e = parse(YAML, None, &env(&[]));
+        let e = parse(YAML, None, &env(&[]), &[]);
         assert_eq!(e, Err(ConfigError::Missing("CASSANDRA_VERSION")));
+    }
+
+    /// The image's cassandra.yaml leaves every directory unset (the 4.1
+    /// default file): they follow the storage dir the launcher passes.
+    const BARE: &str = "cluster_name: c1\nlisten_address: 127.0.3.1\n";
+
+    #[test]
+    fn the_launchers_storagedir_overrides_jvm_extra_opts() {
+        let vars = [
+            ("CASSANDRA_VERSION", "4.1.8"),
+            ("CASSANDRA_HOME", "/opt/cassandra"),
+            ("JVM_EXTRA_OPTS", "-Dcassandra.storagedir=/elsewhere"),
+        ];
+        let c = parse(BARE, None, &env(&vars), &[]).expect("valid");
+        assert_eq!(
+            c.directories,
+            Directories {
+                data: vec!["/opt/cassandra/data/data".into()],
+                commitlog: "/opt/cassandra/data/commitlog".into(),
+                saved_caches: "/opt/cassandra/data/saved_caches".into(),
+                hints: "/opt/cassandra/data/hints".into(),
+            }
+        );
+        assert_eq!(c.node.data_dir, "/opt/cassandra/data/data");
+        // cassandra.in.sh honours $cassandra_storagedir.
+        let mut with_var = vars.to_vec();
+        with_var.push(("cassandra_storagedir", "/var/lib/x"));
+        let c = parse(BARE, None, &env(&with_var), &[]).expect("valid");
+        assert_eq!(c.directories.hints, "/var/lib/x/hints");
+        // A -D of the command line comes after the launcher's own.
+        let c = parse(
+            BARE,
+            None,
+            &env(&vars),
+            &["-Dcassandra.storagedir=/var/lib/cassandra".to_string()],
+        )
+        .expect("valid");
+        assert_eq!(
+            c.directories.all(),
+            vec![
+                "/var/lib/cassandra/data",
+                "/var/lib/cassandra/commitlog",
+                "/var/lib/cassandra/saved_caches",
+                "/var/lib/cassandra/hints",
+            ]
+        );
+    }
+
+    #[test]
+    fn directories_set_in_the_yaml_win() {
+        let yaml = format!(
+            "{BARE}data_file_directories: [/d/1, /d/2]\ncommitlog_directory: /c\nhints_directory: /h\n"
+        );
+        let vars = [
+            ("CASSANDRA_VERSION", "3.11.4"),
+            ("CASSANDRA_HOME", "/opt/cassandra"),
+        ];
+        let c = parse(&yaml, None, &env(&vars), &[]).expect("valid");
+        assert_eq!(
+            c.directories.all(),
+            vec![
+                "/d/1",
+                "/d/2",
+                "/c",
+                "/opt/cassandra/data/saved_caches",
+                "/h"
+            ]
+        );
+        assert_eq!(c.node.data_dir, "/d/1");
+    }
+
+    #[test]
+    fn no_directory_and_no_storagedir_is_refused() {
+        let e = parse(BARE, None, &env(&[("CASSANDRA_VERSION", "5.0.2")]), &[]);
+        assert_eq!(e, Err(ConfigError::NoStorageDir("data_file_directories")));
+        assert_eq!(
+            e.unwrap_err().to_string(),
+            "data_file_directories is missing and -Dcassandra.storagedir is not set"
+        );
     }
 }

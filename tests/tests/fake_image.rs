@@ -1,0 +1,208 @@
+//! The fake Cassandra as the official image's `bin/cassandra` starts it
+//! (issue 10, part 1): root refused without `-R`, with the launcher's
+//! message and exit code, before anything else; the directories created
+//! and checked as `StartupChecks.checkDataDirs` does, as the user the
+//! process runs as. Real processes: the fake binary, as root and as the
+//! image's database user (999, through `setpriv`).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Output};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures");
+
+const ROOT_REFUSED: &str = "Running Cassandra as root user or group is not recommended - please start Cassandra using a different system user.\nIf you really want to force running Cassandra as root, use -R command line option.\n";
+
+/// A configuration directory with the image's 4.1 cassandra.yaml (every
+/// directory unset) and a storage dir under `root`, readable by anyone.
+fn image_dirs(root: &Path) -> std::path::PathBuf {
+    let conf = root.join("conf");
+    std::fs::create_dir_all(&conf).unwrap();
+    std::fs::copy(
+        format!("{FIXTURES}/cassandra/4.1/cassandra.yaml"),
+        conf.join("cassandra.yaml"),
+    )
+    .expect("the 4.1 fixture (shared/fixtures beside the repository)");
+    for dir in [root, conf.as_path()] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::set_permissions(
+        conf.join("cassandra.yaml"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    conf
+}
+
+/// Runs the fake with `args`, as `user` (`None`: root), with nothing to
+/// join (no kubesim: a start that gets past the checks fails on that).
+fn run(user: Option<u32>, conf: &Path, args: &[&str]) -> Output {
+    let fake = env!("CARGO_BIN_EXE_fake-cassandra");
+    let mut cmd = match user {
+        Some(uid) => {
+            let mut c = Command::new("setpriv");
+            c.args([
+                &format!("--reuid={uid}"),
+                &format!("--regid={uid}"),
+                "--clear-groups",
+                "--",
+                fake,
+            ]);
+            c
+        }
+        None => Command::new(fake),
+    };
+    cmd.args(args)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("CASSANDRA_CONF", conf)
+        .env("CASSANDRA_HOME", "/opt/cassandra")
+        .env("CASSANDRA_VERSION", "4.1.8")
+        .env("KUBESIM_URL", "http://127.0.0.1:9")
+        .output()
+        .expect("the fake runs")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn root_is_refused_without_dash_r_before_anything_is_read() {
+    // Not even a configuration: the launcher checks the user first.
+    let out = run(None, Path::new("/nonexistent"), &["-f"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), ROOT_REFUSED);
+    // A root group alone is refused too.
+    let fake = env!("CARGO_BIN_EXE_fake-cassandra");
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=999",
+            "--regid=0",
+            "--clear-groups",
+            "--",
+            fake,
+            "-f",
+        ])
+        .env_clear()
+        .env("CASSANDRA_CONF", "/nonexistent")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), ROOT_REFUSED);
+}
+
+#[test]
+fn root_with_dash_r_and_user_999_get_past_the_check() {
+    let work = tempfile::tempdir().unwrap();
+    let conf = image_dirs(work.path());
+    let storage = work.path().join("storage");
+    std::fs::create_dir_all(&storage).unwrap();
+    std::fs::set_permissions(&storage, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let storagedir = format!("-Dcassandra.storagedir={}", storage.display());
+    for (user, args) in [
+        (None, vec!["-f", "-R", storagedir.as_str()]),
+        (Some(999), vec!["-f", storagedir.as_str()]),
+    ] {
+        let out = run(user, &conf, &args);
+        let all = text(&out);
+        assert!(!all.contains("Running Cassandra as root"), "{all}");
+        // It went on to its directories, then to the ring (absent here).
+        assert!(
+            storage.join("data").is_dir() && storage.join("hints").is_dir(),
+            "{all}"
+        );
+        assert_ne!(out.status.code(), Some(0), "{all}");
+    }
+}
+
+#[test]
+fn directories_the_user_cannot_write_stop_the_start() {
+    let work = tempfile::tempdir().unwrap();
+    let conf = image_dirs(work.path());
+    // Owned by root, 0755: user 999 can neither create nor write in it.
+    let locked = work.path().join("locked");
+    std::fs::create_dir_all(&locked).unwrap();
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = run(
+        Some(999),
+        &conf,
+        &[
+            "-f",
+            &format!("-Dcassandra.storagedir={}", locked.display()),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!(
+            "Has no permission to create directory {}/data",
+            locked.display()
+        )),
+        "{}",
+        text(&out)
+    );
+    // The directory exists but belongs to root: no write permission.
+    std::fs::create_dir_all(locked.join("data")).unwrap();
+    let out = run(
+        Some(999),
+        &conf,
+        &[
+            "-f",
+            &format!("-Dcassandra.storagedir={}", locked.display()),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!(
+            "Insufficient permissions on directory {}/data",
+            locked.display()
+        )),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn the_storagedir_in_jvm_extra_opts_is_overridden_by_the_launchers() {
+    // JVM_EXTRA_OPTS names a writable storage dir, but bin/cassandra's own
+    // -Dcassandra.storagedir=$CASSANDRA_HOME/data comes after it: the
+    // process looks under /opt/cassandra/data (absent here: refused).
+    let work = tempfile::tempdir().unwrap();
+    let conf = image_dirs(work.path());
+    let wanted = work.path().join("wanted");
+    let fake = env!("CARGO_BIN_EXE_fake-cassandra");
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=999",
+            "--regid=999",
+            "--clear-groups",
+            "--",
+            fake,
+            "-f",
+        ])
+        .env_clear()
+        .env("CASSANDRA_CONF", &conf)
+        .env("CASSANDRA_HOME", work.path().join("home"))
+        .env("CASSANDRA_VERSION", "4.1.8")
+        .env(
+            "JVM_EXTRA_OPTS",
+            format!("-Dcassandra.storagedir={}", wanted.display()),
+        )
+        .env("KUBESIM_URL", "http://127.0.0.1:9")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!(
+            "Has no permission to create directory {}/home/data/data",
+            work.path().display()
+        )),
+        "{}",
+        text(&out)
+    );
+    assert!(!wanted.exists());
+}
