@@ -1,16 +1,12 @@
-//! Helpers shared by the end-to-end tests of the binary.
+//! Helpers shared by the end-to-end tests of the binary (the world's set-up
+//! itself is `testworld::harness`).
 
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use kube::Client;
 use testworld::kubesim::KubeSim;
 
 /// A kube client through kubesim's kubeconfig.
 pub async fn client(sim: &KubeSim) -> Client {
-    let kc = Kubeconfig::from_yaml(&sim.kubeconfig()).unwrap();
-    let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    Client::try_from(cfg).unwrap()
+    testworld::harness::client(sim).await.unwrap()
 }
 
 /// A port on 127.0.0.1 that was free a moment ago.

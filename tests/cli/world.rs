@@ -5,106 +5,39 @@
 //! (section 5.2.1), then the sidecar's decommission by hand.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crds::Cluster;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::{Client, CustomResourceExt};
 use serde_json::json;
-use testworld::kubesim::sim::SimOptions;
-use testworld::kubesim::{KubeSim, Options};
+use testworld::harness::{self, World, WorldOptions, container_logs, fast_ring, tail};
+use testworld::kubesim::KubeSim;
 use testworld::ring::{Consistency, NodeStatus, Replication};
 
-use crate::common::{client, free_port};
-
-fn fixtures() -> PathBuf {
-    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures"));
-    assert!(
-        dir.join("cassandra/3.11/cassandra.yaml").is_file(),
-        "the fixtures are missing at {} (shared/ must sit beside the repository)",
-        dir.display()
-    );
-    dir
-}
-
-/// The fake Cassandra binary, built with the workspace (`cargo test
-/// --workspace` builds every package's binaries before any test runs).
-fn fake_cassandra() -> PathBuf {
-    let path = Path::new(env!("CARGO_BIN_EXE_cassandra-operator")).with_file_name("fake-cassandra");
-    assert!(
-        path.is_file(),
-        "{} is missing: run `cargo build -p testworld --bins` (or the whole workspace's tests)",
-        path.display()
-    );
-    path
-}
-
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// One world at a time in this test binary: worlds share the host's
-/// loopback addresses and ports.
+/// One world at a time in this test binary: each runs its controller on
+/// the production metrics address (0.0.0.0:8080) of the host.
 static ONE_WORLD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// kubesim with the simulated cluster: `zones` of 3 Nodes each.
-pub async fn world(zones: &[&str], work: &Path, ring: testworld::ring::Options) -> KubeSim {
-    let mut sim = SimOptions::new(work);
-    sim.operator_binary = Some(PathBuf::from(env!("CARGO_BIN_EXE_cassandra-operator")));
-    sim.fake_cassandra = Some(fake_cassandra());
-    sim.fixtures = Some(fixtures());
-    sim.max_grace = Some(Duration::from_secs(10));
-    sim.max_probe_period = Some(Duration::from_millis(500));
-    KubeSim::start(Options {
-        zones: zones.iter().map(|z| z.to_string()).collect(),
-        nodes_per_zone: 3,
-        ring,
-        sim: Some(sim),
-        ..Default::default()
-    })
-    .await
-    .unwrap()
-}
-
-fn fast_ring() -> testworld::ring::Options {
-    let mut ring = testworld::ring::Options::default();
-    ring.timing.bootstrap_ms = 300;
-    ring.timing.decommission_ms = 300;
-    ring.timing.replace_ms = 300;
-    ring
-}
-
-async fn install(client: &Client, namespace: &str) {
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
-    let _ = Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await;
-    Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(
-        client.clone(),
-    )
-    .create(&PostParams::default(), &Cluster::crd())
-    .await
-    .unwrap();
-}
-
-fn start_controller(kubeconfig: &Path, log: &Path) -> Process {
-    Process(
-        Command::new(env!("CARGO_BIN_EXE_cassandra-operator"))
-            .arg("controller")
-            .env("KUBECONFIG", kubeconfig)
-            .env("METRICS_ADDR", format!("127.0.0.1:{}", free_port()))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log).unwrap())
-            .spawn()
-            .unwrap(),
-    )
+/// The test world with `zones` of 3 Nodes each, the CRD and namespace
+/// installed, the real binary as the controller (log in the work dir).
+async fn world(
+    zones: &[&str],
+    work: &Path,
+    ring: testworld::ring::Options,
+    namespace: &str,
+) -> (World, harness::Process, PathBuf) {
+    let operator = PathBuf::from(env!("CARGO_BIN_EXE_cassandra-operator"));
+    let fake = harness::beside(&operator, "fake-cassandra").unwrap();
+    let mut opts = WorldOptions::new(operator, fake, harness::fixtures().unwrap(), zones);
+    opts.ring = ring;
+    let world = World::start(opts, work).await.unwrap();
+    world.install(namespace).await.unwrap();
+    let log = work.join("controller.log");
+    let controller = world.start_controller(&log, None).unwrap();
+    (world, controller, log)
 }
 
 /// Every member's database container runs as the image's database user
@@ -165,32 +98,6 @@ fn thesis_cluster() -> Cluster {
     serde_norway::from_str(doc).unwrap()
 }
 
-/// The tails of every container log of the world, for failure messages.
-fn container_logs(work: &Path) -> String {
-    let mut out = String::new();
-    let Ok(pods) = std::fs::read_dir(work.join("pods")) else {
-        return out;
-    };
-    for pod in pods.flatten() {
-        let Ok(containers) = std::fs::read_dir(pod.path().join("logs")) else {
-            continue;
-        };
-        for container in containers.flatten() {
-            let Ok(logs) = std::fs::read_dir(container.path()) else {
-                continue;
-            };
-            for log in logs.flatten() {
-                out.push_str(&format!(
-                    "--- {}\n{}\n",
-                    log.path().display(),
-                    tail(&log.path())
-                ));
-            }
-        }
-    }
-    out
-}
-
 async fn wait_ready(
     clusters: &Api<Cluster>,
     name: &str,
@@ -218,12 +125,6 @@ async fn wait_ready(
     }
 }
 
-fn tail(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(15)..].join("\n")
-}
-
 /// The ring as a test reads it: UN nodes, `nodetool status`, the data check.
 fn ring_summary(sim: &KubeSim) -> (usize, String, testworld::ring::CheckReport) {
     sim.ring().with(|ring| {
@@ -241,17 +142,14 @@ fn ring_summary(sim: &KubeSim) -> (usize, String, testworld::ring::CheckReport) 
 async fn the_thesis_scenario_in_the_test_world() {
     let _one = ONE_WORLD.lock().await;
     let work = tempfile::tempdir().unwrap();
-    let sim = world(
+    let (world, _controller, log) = world(
         &["europe-west1-b", "europe-west1-c"],
         work.path(),
         fast_ring(),
+        "cassandra",
     )
     .await;
-    let client = client(&sim).await;
-    install(&client, "cassandra").await;
-    let kubeconfig = sim.write_kubeconfig(work.path()).unwrap();
-    let log = work.path().join("controller.log");
-    let _controller = start_controller(&kubeconfig, &log);
+    let (sim, client) = (&world.sim, world.client.clone());
 
     let mut cluster = thesis_cluster();
     for rack in &mut cluster.spec.datacenter.racks {
@@ -333,7 +231,7 @@ async fn the_thesis_scenario_in_the_test_world() {
         .unwrap();
     wait_ready(&clusters, "cassandra", 5, Duration::from_secs(180), &log).await;
 
-    let (up, status, report) = ring_summary(&sim);
+    let (up, status, report) = ring_summary(sim);
     assert_eq!(up, 5, "{status}");
     assert!(
         report.is_clean(),
@@ -346,16 +244,10 @@ async fn the_thesis_scenario_in_the_test_world() {
 /// A world with a 3-member Cassandra 3.11 cluster (no replication-factor
 /// check on decommission) brought up by the controller, which is then
 /// stopped so that only the sidecars act.
-async fn three_members(
-    ring: testworld::ring::Options,
-) -> (tempfile::TempDir, KubeSim, Client, PathBuf) {
+async fn three_members(ring: testworld::ring::Options) -> (tempfile::TempDir, World) {
     let work = tempfile::tempdir().unwrap();
-    let sim = world(&["a"], work.path(), ring).await;
-    let client = client(&sim).await;
-    install(&client, "db").await;
-    let kubeconfig = sim.write_kubeconfig(work.path()).unwrap();
-    let log = work.path().join("controller.log");
-    let controller = start_controller(&kubeconfig, &log);
+    let (world, controller, log) = world(&["a"], work.path(), ring, "db").await;
+    let client = world.client.clone();
     let cluster: Cluster = serde_json::from_value(json!({
         "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
         "metadata": {"name": "c", "namespace": "db"},
@@ -378,13 +270,14 @@ async fn three_members(
     }
     wait_ready(&clusters, "c", 3, Duration::from_secs(180), &log).await;
     drop(controller);
-    (work, sim, client, kubeconfig)
+    (work, world)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_decommissions_when_its_service_is_labelled() {
     let _one = ONE_WORLD.lock().await;
-    let (_work, sim, client, kubeconfig) = three_members(fast_ring()).await;
+    let (_work, world) = three_members(fast_ring()).await;
+    let (sim, client, kubeconfig) = (&world.sim, world.client.clone(), &world.kubeconfig);
 
     // the intent, by hand, as a person would with kubectl label
     let out = Command::new("kubectl")
@@ -426,7 +319,7 @@ async fn a_member_decommissions_when_its_service_is_labelled() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let (up, status, report) = ring_summary(&sim);
+    let (up, status, report) = ring_summary(sim);
     assert_eq!(up, 2, "{status}");
     assert!(report.is_clean(), "the decommission lost data:\n{report}");
 }
@@ -437,7 +330,8 @@ async fn a_decommission_survives_the_sidecar_being_killed_midway() {
     let mut ring = fast_ring();
     // long enough to kill the member while it streams
     ring.timing.decommission_ms = 4000;
-    let (work, sim, client, _kubeconfig) = three_members(ring).await;
+    let (work, world) = three_members(ring).await;
+    let (sim, client) = (&world.sim, world.client.clone());
     sim.ring().with(|ring| {
         ring.create_keyspace("ks", Replication::simple(2)).unwrap();
         ring.write_keys("ks", "k", 300, Consistency::All).unwrap();
@@ -511,7 +405,7 @@ async fn a_decommission_survives_the_sidecar_being_killed_midway() {
         .unwrap()[0]
         .restart_count;
     assert!(restarts >= 1, "the container was not restarted");
-    let (up, status, report) = ring_summary(&sim);
+    let (up, status, report) = ring_summary(sim);
     assert_eq!(up, 2, "{status}");
     assert!(
         report.is_clean(),

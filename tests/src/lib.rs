@@ -2,6 +2,7 @@
 
 pub mod cel;
 pub mod fake_cassandra;
+pub mod harness;
 pub mod jolokia_contract;
 pub mod jolokia_real;
 pub mod kubesim;

@@ -1,0 +1,288 @@
+//! One harness for everything that runs the real operator in the test
+//! world (the end-to-end tests of the binary, the demo, the benchmarks):
+//! where the fixtures and the binaries are, kubesim started with its
+//! simulated cluster, the namespace and the CRD installed, the real
+//! binary started as the controller beside it, and what a failing test
+//! prints (the controller's log and every container's). I/O.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crds::Cluster;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config, CustomResourceExt};
+use serde_json::json;
+
+use crate::kubesim::sim::SimOptions;
+use crate::kubesim::{KubeSim, Options};
+
+/// What can go wrong while a world is set up.
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    #[error("the Cassandra default files are not at {0} (shared/ must sit beside the repository)")]
+    Fixtures(PathBuf),
+    #[error("{0} is missing: build it first (cargo build --workspace --bins)")]
+    Binary(PathBuf),
+    #[error("the test world runs containers in their own namespaces as other users: run as root")]
+    NotRoot,
+    #[error("starting kubesim: {0}")]
+    StartKubesim(#[source] std::io::Error),
+    #[error("the kube client for kubesim: {0}")]
+    Client(String),
+    #[error("installing {what}: {source}")]
+    Install {
+        what: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("starting the controller {binary}: {source}")]
+    StartController {
+        binary: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The real default configuration files of Cassandra and ScyllaDB,
+/// `shared/fixtures` beside the repository.
+pub fn fixtures() -> Result<PathBuf, HarnessError> {
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures"));
+    fixtures_at(dir)
+}
+
+/// `dir` if it holds the fixtures.
+pub fn fixtures_at(dir: PathBuf) -> Result<PathBuf, HarnessError> {
+    if dir.join("cassandra/3.11/cassandra.yaml").is_file() {
+        Ok(dir)
+    } else {
+        Err(HarnessError::Fixtures(dir))
+    }
+}
+
+/// The test world needs root: say so at once rather than deep in a test.
+pub fn require_root() -> Result<(), HarnessError> {
+    if nix::unistd::geteuid().is_root() {
+        Ok(())
+    } else {
+        Err(HarnessError::NotRoot)
+    }
+}
+
+/// A binary of the workspace beside `exe` (the operator, fake-cassandra).
+pub fn beside(exe: &Path, name: &str) -> Result<PathBuf, HarnessError> {
+    let path = exe.with_file_name(name);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(HarnessError::Binary(path))
+    }
+}
+
+/// Ring timings for tests: streams of 300 ms.
+pub fn fast_ring() -> crate::ring::Options {
+    let mut ring = crate::ring::Options::default();
+    ring.timing.bootstrap_ms = 300;
+    ring.timing.decommission_ms = 300;
+    ring.timing.replace_ms = 300;
+    ring
+}
+
+/// A world to start.
+#[derive(Debug, Clone)]
+pub struct WorldOptions {
+    /// The operator binary under test (the controller, and the image's
+    /// binary in the members).
+    pub operator: PathBuf,
+    pub fake_cassandra: PathBuf,
+    pub fixtures: PathBuf,
+    /// One zone per entry, `nodes_per_zone` Nodes each.
+    pub zones: Vec<String>,
+    pub nodes_per_zone: usize,
+    pub ring: crate::ring::Options,
+}
+
+impl WorldOptions {
+    /// Three Nodes in each of `zones`, fast ring timings.
+    pub fn new(operator: PathBuf, fake_cassandra: PathBuf, fixtures: PathBuf, zones: &[&str]) -> Self {
+        WorldOptions {
+            operator,
+            fake_cassandra,
+            fixtures,
+            zones: zones.iter().map(|z| z.to_string()).collect(),
+            nodes_per_zone: 3,
+            ring: fast_ring(),
+        }
+    }
+}
+
+/// A running world: kubesim with its simulated cluster, a work directory
+/// (Pods' files, logs, the kubeconfig), and a client. Dropping it stops
+/// every container and kubesim.
+pub struct World {
+    pub sim: KubeSim,
+    pub client: Client,
+    pub kubeconfig: PathBuf,
+    operator: PathBuf,
+    work: PathBuf,
+}
+
+impl World {
+    /// Starts kubesim with the simulated cluster in `work`, with the
+    /// grace periods and probe periods of tests (10 s, 500 ms).
+    pub async fn start(opts: WorldOptions, work: &Path) -> Result<World, HarnessError> {
+        require_root()?;
+        for binary in [&opts.operator, &opts.fake_cassandra] {
+            if !binary.is_file() {
+                return Err(HarnessError::Binary(binary.clone()));
+            }
+        }
+        let mut sim = SimOptions::new(work);
+        sim.operator_binary = Some(opts.operator.clone());
+        sim.fake_cassandra = Some(opts.fake_cassandra);
+        sim.fixtures = Some(opts.fixtures);
+        sim.max_grace = Some(Duration::from_secs(10));
+        sim.max_probe_period = Some(Duration::from_millis(500));
+        let sim = KubeSim::start(Options {
+            zones: opts.zones,
+            nodes_per_zone: opts.nodes_per_zone,
+            ring: opts.ring,
+            sim: Some(sim),
+            ..Default::default()
+        })
+        .await
+        .map_err(HarnessError::StartKubesim)?;
+        let kubeconfig = sim
+            .write_kubeconfig(work)
+            .map_err(HarnessError::StartKubesim)?;
+        let client = client(&sim).await?;
+        Ok(World {
+            sim,
+            client,
+            kubeconfig,
+            operator: opts.operator,
+            work: work.to_path_buf(),
+        })
+    }
+
+    /// Creates `namespace` (if missing) and the Cluster CRD.
+    pub async fn install(&self, namespace: &str) -> Result<(), HarnessError> {
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}}))
+            .expect("a namespace");
+        match Api::<Namespace>::all(self.client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(source) => {
+                return Err(HarnessError::Install {
+                    what: "the namespace",
+                    source,
+                });
+            }
+        }
+        match Api::<CustomResourceDefinition>::all(self.client.clone())
+            .create(&PostParams::default(), &Cluster::crd())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+            Err(source) => Err(HarnessError::Install {
+                what: "the CRD",
+                source,
+            }),
+        }
+    }
+
+    /// The real binary as the controller, a host process beside kubesim,
+    /// on its production metrics address unless `metrics` names one; its
+    /// log (stderr) in `log`.
+    pub fn start_controller(
+        &self,
+        log: &Path,
+        metrics: Option<&str>,
+    ) -> Result<Process, HarnessError> {
+        let failed = |source| HarnessError::StartController {
+            binary: self.operator.clone(),
+            source,
+        };
+        let mut cmd = Command::new(&self.operator);
+        cmd.arg("controller")
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env_remove("METRICS_ADDR")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).map_err(failed)?);
+        if let Some(addr) = metrics {
+            cmd.env("METRICS_ADDR", addr);
+        }
+        cmd.spawn().map(Process).map_err(failed)
+    }
+
+    /// The world's work directory.
+    pub fn work(&self) -> &Path {
+        &self.work
+    }
+
+    /// The last lines of every container log of the world.
+    pub fn container_logs(&self) -> String {
+        container_logs(&self.work)
+    }
+}
+
+/// A kube client through kubesim's kubeconfig.
+pub async fn client(sim: &KubeSim) -> Result<Client, HarnessError> {
+    let kc = Kubeconfig::from_yaml(&sim.kubeconfig()).map_err(|e| HarnessError::Client(e.to_string()))?;
+    let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| HarnessError::Client(e.to_string()))?;
+    Client::try_from(cfg).map_err(|e| HarnessError::Client(e.to_string()))
+}
+
+/// A child process killed (and reaped) when dropped.
+#[derive(Debug)]
+pub struct Process(pub Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The last 15 lines of a file.
+pub fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+/// The tails of every container log under a sim's work directory
+/// (`pods/<pod>/logs/<container>/<restart>.log`).
+pub fn container_logs(work: &Path) -> String {
+    let mut out = String::new();
+    let Ok(pods) = std::fs::read_dir(work.join("pods")) else {
+        return out;
+    };
+    for pod in pods.flatten() {
+        let Ok(containers) = std::fs::read_dir(pod.path().join("logs")) else {
+            continue;
+        };
+        for container in containers.flatten() {
+            let Ok(logs) = std::fs::read_dir(container.path()) else {
+                continue;
+            };
+            for log in logs.flatten() {
+                out.push_str(&format!(
+                    "--- {}\n{}\n",
+                    log.path().display(),
+                    tail(&log.path())
+                ));
+            }
+        }
+    }
+    out
+}
