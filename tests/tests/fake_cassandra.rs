@@ -166,12 +166,19 @@ impl World {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_fake-cassandra"));
         cmd.arg("-f")
             .args(args)
-            .envs(rendered.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            // The nodes share the host's network: each serves Jolokia on
+            // its own address, where its agent option says.
+            .envs(rendered.env.iter().map(|(k, v)| {
+                let v = match k.as_str() {
+                    "JVM_EXTRA_OPTS" => v.replace("host=127.0.0.1", &format!("host={address}")),
+                    _ => v.clone(),
+                };
+                (k.clone(), v)
+            }))
             .env("CASSANDRA_CONF", &conf)
             .env("CASSANDRA_VERSION", RELEASE)
             .env("CASSANDRA_DATA_DIR", dir.join("data"))
             .env("KUBESIM_URL", self.sim.url())
-            .env("KUBESIM_JOLOKIA_HOST", &address)
             .stdout(Stdio::from(
                 std::fs::File::create(dir.join("stdout")).expect("stdout file"),
             ))

@@ -4,7 +4,8 @@
 //! `MAX_HEAP_SIZE`, `HEAP_NEWSIZE`, `JVM_EXTRA_OPTS`, `CASSANDRA_VERSION`,
 //! `CASSANDRA_DATA_DIR` (overrides `data_file_directories[0]`), joins the
 //! ring of kubesim at `KUBESIM_URL`, serves Jolokia where `-javaagent:`
-//! says (host overridden by `KUBESIM_JOLOKIA_HOST`), and runs until SIGTERM
+//! says (in a Pod: `127.0.0.1:8778` of the Pod's own network namespace,
+//! as the real agent), and runs until SIGTERM
 //! or SIGINT (exit 143/130, down in the ring, data kept). A start Cassandra
 //! refuses logs its message and exits 3; a bad configuration exits 1.
 //! `-D` options on the command line count like `JVM_EXTRA_OPTS`.

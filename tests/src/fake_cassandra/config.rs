@@ -178,10 +178,7 @@ pub fn parse(yaml: &str, rackdc: Option<&str>, env: &dyn Env) -> Result<FakeConf
         return Err(ConfigError::HeapPair);
     }
     let jvm = parse_jvm_opts(&env.var("JVM_EXTRA_OPTS").unwrap_or_default())?;
-    let jolokia = jvm
-        .agent
-        .clone()
-        .map(|(host, port)| (env.var("KUBESIM_JOLOKIA_HOST").unwrap_or(host), port));
+    let jolokia = jvm.agent.clone();
     let listen_address = yaml_str(&doc, "listen_address").unwrap_or_else(|| "localhost".into());
     let address = yaml_str(&doc, "broadcast_address").unwrap_or_else(|| listen_address.clone());
     let data_dir = match env.var("CASSANDRA_DATA_DIR") {
@@ -275,7 +272,6 @@ mod tests {
                     "JVM_EXTRA_OPTS",
                     "-javaagent:/j.jar=port=8778,host=127.0.0.1 -Dcassandra.replace_address_first_boot=127.0.3.3",
                 ),
-                ("KUBESIM_JOLOKIA_HOST", "127.0.3.1"),
             ]),
         )
         .expect("valid");
@@ -290,7 +286,7 @@ mod tests {
             c.node.replace_address_first_boot.as_deref(),
             Some("127.0.3.3")
         );
-        assert_eq!(c.jolokia, Some(("127.0.3.1".to_string(), 8778)));
+        assert_eq!(c.jolokia, Some(("127.0.0.1".to_string(), 8778)));
     }
 
     #[test]

@@ -83,6 +83,7 @@
 //! Pod removes it at once, as `--force --grace-period=0` would).
 
 pub mod kubelet;
+pub mod net;
 pub mod probes;
 pub mod quantity;
 pub mod scheduler;
@@ -164,25 +165,56 @@ impl SimOptions {
 pub struct Sim {
     kubelet: Arc<kubelet::Kubelet>,
     task: JoinHandle<()>,
+    net: Arc<net::Network>,
+    url: String,
 }
 
 impl Sim {
-    /// Starts the controllers; `url` is where kubesim serves.
-    pub fn start(store: Store, opts: SimOptions, url: String) -> std::io::Result<Sim> {
+    /// Starts the controllers; `url` is where Pods reach kubesim (on the
+    /// gateway of `net`).
+    pub fn start(
+        store: Store,
+        opts: SimOptions,
+        url: String,
+        net: Arc<net::Network>,
+    ) -> std::io::Result<Sim> {
         std::fs::create_dir_all(&opts.work_dir)?;
         let kubeconfig = opts.work_dir.join("kubeconfig");
         std::fs::write(&kubeconfig, kubeconfig_for(&url))?;
         store.set_graceful_pod_deletion(true);
         storage::ensure_storage_classes(&store);
-        let kubelet = Arc::new(kubelet::Kubelet::new(store.clone(), opts, url, kubeconfig));
+        let kubelet = Arc::new(kubelet::Kubelet::new(
+            store.clone(),
+            opts,
+            url.clone(),
+            kubeconfig,
+            net.clone(),
+        ));
         let task = tokio::spawn(run(store, kubelet.clone()));
-        Ok(Sim { kubelet, task })
+        Ok(Sim {
+            kubelet,
+            task,
+            net,
+            url,
+        })
     }
 
-    /// Stops the controllers and kills every container.
+    /// Where Pods reach kubesim.
+    pub fn pod_url(&self) -> &str {
+        &self.url
+    }
+
+    /// The Pod network.
+    pub fn network(&self) -> &net::Network {
+        &self.net
+    }
+
+    /// Stops the controllers, kills every container and removes the Pod
+    /// network.
     pub fn stop(&self) {
         self.task.abort();
         self.kubelet.kill_all();
+        self.net.teardown();
     }
 }
 
