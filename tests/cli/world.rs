@@ -17,7 +17,7 @@ use testworld::kubesim::sim::SimOptions;
 use testworld::kubesim::{KubeSim, Options};
 use testworld::ring::{Consistency, NodeStatus, Replication};
 
-use crate::common::{client, free_port};
+use crate::common::client;
 
 fn fixtures() -> PathBuf {
     let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures"));
@@ -99,7 +99,9 @@ fn start_controller(kubeconfig: &Path, log: &Path) -> Process {
         Command::new(env!("CARGO_BIN_EXE_cassandra-operator"))
             .arg("controller")
             .env("KUBECONFIG", kubeconfig)
-            .env("METRICS_ADDR", format!("127.0.0.1:{}", free_port()))
+            // The production default, 0.0.0.0:8080, on the host: the
+            // members' probes go to their own Pods' namespaces, never here.
+            .env_remove("METRICS_ADDR")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(log).unwrap())
             .spawn()

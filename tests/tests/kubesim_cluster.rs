@@ -583,7 +583,7 @@ async fn the_image_contract() {
     // configuration at /etc/cassandra.
     let env = std::fs::read_to_string(data.join("sidecar-env")).unwrap();
     let pod_url = sim.pod_url().expect("the sim runs");
-    let kubeconfig = work.path().join("kubeconfig");
+    let kubeconfig = work.path().join("pod-kubeconfig");
     for line in [
         "pid=1".to_string(),
         "CONFIG_DEFAULTS_DIR=/etc/cassandra".into(),

@@ -299,7 +299,7 @@ async fn pods_have_their_own_network_namespaces() {
     );
     assert_eq!(curl_from(pid_c, &format!("{}/api", sim.url())), None);
     // The containers' kubeconfig names the address they can reach.
-    let kubeconfig = std::fs::read_to_string(work.path().join("kubeconfig")).unwrap();
+    let kubeconfig = std::fs::read_to_string(work.path().join("pod-kubeconfig")).unwrap();
     assert!(
         kubeconfig.contains(&format!("server: {pod_url}")),
         "{kubeconfig}"
