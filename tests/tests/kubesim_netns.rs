@@ -413,3 +413,101 @@ async fn the_cost_of_a_pods_network() {
         "{own:?} vs {host:?}"
     );
 }
+
+/// The names `ip` knows that a kubesim process made (bridges and veths by
+/// `ip link`, namespaces by `ip netns`).
+fn made_by(pid: u32) -> Vec<String> {
+    let links = String::from_utf8_lossy(
+        &Command::new("ip")
+            .args(["-o", "link", "show"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .lines()
+    .filter_map(|l| l.split(": ").nth(1))
+    .map(|n| n.split('@').next().unwrap_or(n).to_string())
+    .filter(|n| n.starts_with(&format!("ksb{pid:x}-")) || n.starts_with(&format!("ksv{pid:x}-")))
+    .collect::<Vec<_>>();
+    let spaces = netns_list()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&format!("ksim-{pid}-")))
+        .map(str::to_string)
+        .collect::<Vec<_>>();
+    links.into_iter().chain(spaces).collect()
+}
+
+/// Starts `kubesim serve` with the sim and waits for a Pod's network.
+async fn serve_with_a_pod(dir: &std::path::Path) -> std::process::Child {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kubesim"))
+        .args(["serve", "--dir"])
+        .arg(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("kubesim starts");
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    let kubeconfig = std::fs::read_to_string(dir.join("kubeconfig")).unwrap();
+    let url = kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server:"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let resp = http
+        .post(format!("{url}/api/v1/namespaces/default/pods"))
+        .json(&json!({"metadata": {"name": "p"}, "spec": {"containers": [
+            {"name": "c", "image": "busybox", "command": ["sleep", "600"]}]}}))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{}", resp.status());
+    let pid = child.id();
+    until("the pod's namespace", 20, || {
+        let made = made_by(pid);
+        (made.iter().any(|n| n.starts_with("ksim-")) && made.len() == 3).then_some(())
+    })
+    .await;
+    child
+}
+
+/// `kubesim serve` removes its network on SIGTERM; after a SIGKILL the next
+/// kubesim removes what the dead one left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubesim_processes_leave_no_network_behind() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut first = serve_with_a_pod(d1.path()).await;
+    let pid1 = first.id();
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert_eq!(
+        made_by(pid1).len(),
+        3,
+        "a SIGKILL leaves the bridge, veth and namespace"
+    );
+
+    let mut second = serve_with_a_pod(d2.path()).await;
+    let pid2 = second.id();
+    assert_eq!(
+        made_by(pid1),
+        Vec::<String>::new(),
+        "the dead kubesim's network is cleaned"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid2 as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(second.wait().unwrap().success());
+    assert_eq!(
+        made_by(pid2),
+        Vec::<String>::new(),
+        "SIGTERM removes it all"
+    );
+}
