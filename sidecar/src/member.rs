@@ -9,9 +9,10 @@
 //! [`crate::decommission`].
 //!
 //! Settings come from the environment a Pod gives (downward API) and from
-//! variables with defaults that suit the real images; the test world sets
-//! them where its processes share one machine (`JOLOKIA_URL`, `PROBE_ADDR`,
-//! and the directories).
+//! variables with defaults that suit the real images (`JOLOKIA_URL`,
+//! `PROBE_ADDR`: the test world's Pods have their own network namespaces
+//! and run with these defaults; tests that run a sidecar on the host set
+//! them, and the directories).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};

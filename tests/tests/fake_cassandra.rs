@@ -169,11 +169,18 @@ impl World {
         cmd.args(["-f", "-R"])
             .arg(format!("-Dcassandra.storagedir={}", dir.display()))
             .args(args)
-            .envs(rendered.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            // The nodes share the host's network: each serves Jolokia on
+            // its own address, where its agent option says.
+            .envs(rendered.env.iter().map(|(k, v)| {
+                let v = match k.as_str() {
+                    "JVM_EXTRA_OPTS" => v.replace("host=127.0.0.1", &format!("host={address}")),
+                    _ => v.clone(),
+                };
+                (k.clone(), v)
+            }))
             .env("CASSANDRA_CONF", &conf)
             .env("CASSANDRA_VERSION", RELEASE)
             .env("KUBESIM_URL", self.sim.url())
-            .env("KUBESIM_JOLOKIA_HOST", &address)
             .stdout(Stdio::from(
                 std::fs::File::create(dir.join("stdout")).expect("stdout file"),
             ))

@@ -221,7 +221,8 @@ async fn statefulset_on_local_disks_and_a_lost_node() {
         let name = format!("web-{i}");
         let node = s(pod, "/spec/nodeName").to_string();
         let ip = s(pod, "/status/podIP").to_string();
-        assert!(ip.starts_with("127.1."), "{ip}");
+        let net = sim.network().expect("the sim runs");
+        assert!(net.contains(ip.parse().unwrap()), "{ip}");
         ips.insert(ip.clone());
         nodes.insert(node.clone());
         // The claim is bound to a local PV on the pod's node.
@@ -450,14 +451,14 @@ esac
 "#;
 
 /// The fake Cassandra's stand-in: fails its first start, then serves HTTP
-/// on the pod IP's port 8080.
+/// on port 8080 of every address of its Pod.
 const CASSANDRA: &str = r#"#!/bin/sh
 n=$(cat /var/lib/cassandra/starts 2>/dev/null || echo 0)
 n=$((n+1))
 echo $n > /var/lib/cassandra/starts
 echo "$*" > /var/lib/cassandra/cassandra-args
 [ "$n" = 1 ] && exit 3
-exec python3 -m http.server --bind "$KUBESIM_JOLOKIA_HOST" 8080 --directory /var/lib/cassandra
+exec python3 -m http.server --bind 0.0.0.0 8080 --directory /var/lib/cassandra
 "#;
 
 fn script(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -581,17 +582,15 @@ async fn the_image_contract() {
     // What the sidecar saw: PID 1, the sim's environment, the image's
     // configuration at /etc/cassandra.
     let env = std::fs::read_to_string(data.join("sidecar-env")).unwrap();
-    let kubeconfig = work.path().join("kubeconfig");
+    let pod_url = sim.pod_url().expect("the sim runs");
+    let kubeconfig = work.path().join("pod-kubeconfig");
     for line in [
         "pid=1".to_string(),
         "CONFIG_DEFAULTS_DIR=/etc/cassandra".into(),
         "CASSANDRA_HOME=/opt/cassandra".into(),
         "CASSANDRA_CONF=/etc/cassandra".into(),
         format!("KUBECONFIG={}", kubeconfig.display()),
-        format!("KUBESIM_URL={}", sim.url()),
-        format!("JOLOKIA_URL=http://{ip}:8778/jolokia/"),
-        format!("KUBESIM_JOLOKIA_HOST={ip}"),
-        format!("PROBE_ADDR={ip}:8080"),
+        format!("KUBESIM_URL={pod_url}"),
         format!("POD_IP={ip}"),
         "CASSANDRA_VERSION=4.1.5".into(),
         "MEMORY_LIMIT=1073741824".into(),
@@ -602,8 +601,12 @@ async fn the_image_contract() {
     assert!(
         std::fs::read_to_string(&kubeconfig)
             .unwrap()
-            .contains(&format!("server: {}", sim.url()))
+            .contains(&format!("server: {pod_url}"))
     );
+    // Nothing a real kubelet would not set.
+    for var in ["JOLOKIA_URL=", "KUBESIM_JOLOKIA_HOST=", "PROBE_ADDR="] {
+        assert!(!env.lines().any(|l| l.starts_with(var)), "{var} in\n{env}");
+    }
     let mut expected: Vec<String> = std::fs::read_dir(fixtures.join("cassandra/4.1"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().to_string())

@@ -289,10 +289,7 @@ pub fn parse(
         return Err(ConfigError::HeapPair);
     }
     let jvm = parse_jvm_opts(&launcher_options(env, extra))?;
-    let jolokia = jvm
-        .agent
-        .clone()
-        .map(|(host, port)| (env.var("KUBESIM_JOLOKIA_HOST").unwrap_or(host), port));
+    let jolokia = jvm.agent.clone();
     let listen_address = yaml_str(&doc, "listen_address").unwrap_or_else(|| "localhost".into());
     let address = yaml_str(&doc, "broadcast_address").unwrap_or_else(|| listen_address.clone());
     let directories = directories(&doc, jvm.property("cassandra.storagedir"))?;
@@ -375,7 +372,6 @@ mod tests {
                     "JVM_EXTRA_OPTS",
                     "-javaagent:/j.jar=port=8778,host=127.0.0.1 -Dcassandra.replace_address_first_boot=127.0.3.3",
                 ),
-                ("KUBESIM_JOLOKIA_HOST", "127.0.3.1"),
             ]),
             &[],
         )
@@ -391,7 +387,7 @@ mod tests {
             c.node.replace_address_first_boot.as_deref(),
             Some("127.0.3.3")
         );
-        assert_eq!(c.jolokia, Some(("127.0.3.1".to_string(), 8778)));
+        assert_eq!(c.jolokia, Some(("127.0.0.1".to_string(), 8778)));
     }
 
     #[test]

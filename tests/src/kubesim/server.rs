@@ -137,21 +137,36 @@ impl KubeSim {
             ring: Arc::new(super::ring_api::RingService::new(opts.ring.clone())),
         });
         let (stop, stopped) = watch::channel(false);
+        let mut tasks = Vec::new();
         let sim = match opts.sim.clone() {
-            Some(o) => Some(super::sim::Sim::start(
-                store.clone(),
-                o,
-                format!("http://{addr}"),
-            )?),
+            Some(o) => {
+                // Pods have their own network namespaces: they reach
+                // kubesim at the Pod network's gateway, where it serves too.
+                let net = Arc::new(
+                    tokio::task::spawn_blocking(super::sim::net::Network::create)
+                        .await
+                        .map_err(std::io::Error::other)??,
+                );
+                let pod_listener = TcpListener::bind((net.gateway(), 0)).await?;
+                let pod_url = format!("http://{}", pod_listener.local_addr()?);
+                tasks.push(tokio::spawn(accept_loop(
+                    pod_listener,
+                    shared.clone(),
+                    stopped.clone(),
+                )));
+                Some(super::sim::Sim::start(store.clone(), o, pod_url, net)?)
+            }
             None => None,
         };
-        let gc = tokio::spawn(super::gc::run(store, Duration::from_secs(1)));
-        let accept = tokio::spawn(accept_loop(listener, shared.clone(), stopped));
-        let clock = tokio::spawn(super::ring_api::run_clock(shared.ring.clone()));
+        tasks.push(tokio::spawn(super::gc::run(store, Duration::from_secs(1))));
+        tasks.push(tokio::spawn(accept_loop(listener, shared.clone(), stopped)));
+        tasks.push(tokio::spawn(super::ring_api::run_clock(
+            shared.ring.clone(),
+        )));
         Ok(KubeSim {
             shared,
             stop,
-            tasks: vec![gc, accept, clock],
+            tasks,
             sim,
         })
     }
@@ -164,6 +179,18 @@ impl KubeSim {
     /// `http://127.0.0.1:<port>`
     pub fn url(&self) -> String {
         format!("http://{}", self.shared.addr)
+    }
+
+    /// Where Pods reach kubesim (`http://<gateway>:<port>`: the
+    /// `KUBESIM_URL` and kubeconfig server of every container), with the
+    /// sim.
+    pub fn pod_url(&self) -> Option<&str> {
+        self.sim.as_ref().map(|s| s.pod_url())
+    }
+
+    /// The sim's Pod network (with the sim).
+    pub fn network(&self) -> Option<&super::sim::net::Network> {
+        self.sim.as_ref().map(|s| s.network())
     }
 
     /// The store: kubesim's in-process API.

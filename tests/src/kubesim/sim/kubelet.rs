@@ -1,5 +1,7 @@
-//! The kubelet of every Node: a scheduled Pod gets an IP from
-//! 127.1.0.0/16, its volumes become directories, its init containers run
+//! The kubelet of every Node: a scheduled Pod gets its network namespace
+//! and an IP on the sim's Pod network ([`super::net`]; a `hostNetwork`
+//! Pod stays in the host's with its Node's address), its volumes become
+//! directories, its init containers run
 //! in order and then its containers run as real processes (see the module
 //! docs of [`super`] for the contract), supervised per `restartPolicy`
 //! with a doubling backoff; probes drive `ready`; the Pod's status
@@ -8,9 +10,9 @@
 //! grace period) and then removed; a Pod whose Node is gone is killed at
 //! once and removed (the pod garbage collector's job). I/O.
 
+use super::net::{Network, PodNet};
 use super::probes;
 use super::quantity::divide_ceil;
-use super::services::{POD_BASE, next_free_from};
 use super::{SimOptions, list_all, ns_of, patch_status, s, t};
 use super::{images, security};
 use crate::kubesim::now_rfc3339;
@@ -50,6 +52,8 @@ struct PodHandle {
     procs: Procs,
     ip: Ipv4Addr,
     task: JoinHandle<()>,
+    /// Dropped with the handle: the Pod's namespace and veth go.
+    _net: Option<PodNet>,
 }
 
 impl PodHandle {
@@ -80,15 +84,7 @@ pub struct Kubelet {
     url: String,
     kubeconfig: PathBuf,
     pods: Mutex<HashMap<String, PodHandle>>,
-    ip_start: u32,
-}
-
-/// Whether another program listens on a pod IP's sidecar or Jolokia port
-/// (another kubesim's pod, or a test's fixed address).
-fn port_busy(ip: Ipv4Addr) -> bool {
-    [8080, 8778]
-        .iter()
-        .any(|p| std::net::TcpListener::bind((ip, *p)).is_err())
+    net: Arc<Network>,
 }
 
 fn force_delete(store: &Store, pod: &Value) {
@@ -105,16 +101,20 @@ fn force_delete(store: &Store, pod: &Value) {
 }
 
 impl Kubelet {
-    pub(super) fn new(store: Store, opts: SimOptions, url: String, kubeconfig: PathBuf) -> Self {
+    pub(super) fn new(
+        store: Store,
+        opts: SimOptions,
+        url: String,
+        kubeconfig: PathBuf,
+        net: Arc<Network>,
+    ) -> Self {
         Kubelet {
             store,
             opts,
             url,
             kubeconfig,
             pods: Mutex::new(HashMap::new()),
-            // A random block per kubesim: concurrent sims on one machine
-            // (parallel tests) rarely meet; 127.1.0.x is left to tests.
-            ip_start: (crate::kubesim::random_u64() % 250 + 1) as u32 * 256 + 1,
+            net,
         }
     }
 
@@ -186,11 +186,26 @@ impl Kubelet {
                     if phase == "Succeeded" || phase == "Failed" {
                         continue;
                     }
-                    let used: BTreeSet<Ipv4Addr> = handles.values().map(|h| h.ip).collect();
-                    let Some(ip) = next_free_from(POD_BASE, self.ip_start, &used, 64, port_busy)
-                    else {
-                        eprintln!("kubesim: the pod IP range is full");
-                        continue;
+                    let host_ip = node_obj
+                        .pointer("/status/addresses/0/address")
+                        .and_then(Value::as_str)
+                        .unwrap_or("127.0.0.1")
+                        .to_string();
+                    let (ip, net) = if pod.pointer("/spec/hostNetwork") == Some(&json!(true)) {
+                        (host_ip.parse().unwrap_or(Ipv4Addr::LOCALHOST), None)
+                    } else {
+                        let used: BTreeSet<Ipv4Addr> = handles.values().map(|h| h.ip).collect();
+                        let Some(ip) = self.net.pod_ip(&used) else {
+                            eprintln!("kubesim: the pod IP range is full");
+                            continue;
+                        };
+                        match self.net.add_pod(ip) {
+                            Ok(n) => (ip, Some(n)),
+                            Err(e) => {
+                                eprintln!("kubesim: the network of a pod: {e}");
+                                continue;
+                            }
+                        }
                     };
                     let (stop, rx) = watch::channel(Stop::Run);
                     let procs: Procs = Arc::default();
@@ -200,11 +215,8 @@ impl Kubelet {
                         url: self.url.clone(),
                         kubeconfig: self.kubeconfig.clone(),
                         ip: ip.to_string(),
-                        host_ip: node_obj
-                            .pointer("/status/addresses/0/address")
-                            .and_then(Value::as_str)
-                            .unwrap_or("127.0.0.1")
-                            .to_string(),
+                        host_ip,
+                        netns: net.as_ref().map(PodNet::path),
                         allocatable: node_obj
                             .pointer("/status/allocatable")
                             .cloned()
@@ -228,6 +240,7 @@ impl Kubelet {
                             procs,
                             ip,
                             task,
+                            _net: net,
                         },
                     );
                 }
@@ -370,6 +383,8 @@ struct PodCtx {
     kubeconfig: PathBuf,
     ip: String,
     host_ip: String,
+    /// The Pod's network namespace (None: the host's).
+    netns: Option<PathBuf>,
     allocatable: Value,
     dir: PathBuf,
     procs: Procs,
@@ -1049,9 +1064,6 @@ impl PodCtx {
         put("HOSTNAME", hostname.to_string());
         put("KUBECONFIG", self.kubeconfig.display().to_string());
         put("KUBESIM_URL", self.url.clone());
-        put("JOLOKIA_URL", format!("http://{}:8778/jolokia/", self.ip));
-        put("KUBESIM_JOLOKIA_HOST", self.ip.clone());
-        put("PROBE_ADDR", format!("{}:8080", self.ip));
         let tag = s(c, "/image")
             .rsplit_once(':')
             .map(|(_, t)| t.to_string())
@@ -1280,7 +1292,16 @@ async fn start_container(
         .open(&log_path)
         .map_err(|e| format!("open {}: {e}", log_path.display()))?;
     let log2 = log.try_clone().map_err(|e| e.to_string())?;
-    let mut cmd = tokio::process::Command::new("setpriv");
+    // Every container of a Pod joins the Pod's network namespace.
+    let mut cmd = match &ctx.netns {
+        Some(ns) => {
+            let mut c = tokio::process::Command::new("nsenter");
+            c.arg(format!("--net={}", ns.display()))
+                .args(["--", "setpriv"]);
+            c
+        }
+        None => tokio::process::Command::new("setpriv"),
+    };
     cmd.args([
         "--pdeathsig",
         "KILL",

@@ -1,6 +1,6 @@
 //! Probes and exec hooks as the kubelet runs them: HTTP GET to
 //! `<host or podIP>:<port><path>` (success: status 200-399), exec in the
-//! container's namespaces through `nsenter` with the container's
+//! container's namespaces (mount, PID, network) through `nsenter` with the container's
 //! environment (success: exit 0); each bounded by `timeoutSeconds`. I/O.
 
 use serde_json::Value;
@@ -124,16 +124,16 @@ pub async fn run(handler: &Value, target: &Target, timeout: Duration) -> bool {
     }
 }
 
-/// Runs a command in the container's mount and PID namespaces with its
-/// environment and identity; its exit code, None on a timeout or a
-/// failure to start.
+/// Runs a command in the container's mount, PID and network namespaces
+/// with its environment and identity; its exit code, None on a timeout or
+/// a failure to start.
 pub async fn exec(argv: &[String], target: &Target, timeout: Duration) -> Option<i32> {
     if argv.is_empty() {
         return None;
     }
     let mut cmd = tokio::process::Command::new("nsenter");
     cmd.arg(format!("--target={}", target.pid))
-        .args(["--mount", "--pid", "--"]);
+        .args(["--mount", "--pid", "--net", "--"]);
     if !target.identity.is_empty() {
         cmd.arg("setpriv").args(&target.identity).arg("--");
     }

@@ -1,5 +1,4 @@
-//! Addresses: the allocator the kubelet uses for Pod IPs (127.1.0.0/16)
-//! and a ClusterIP pass for any Service that reaches the store without one
+//! Addresses: a ClusterIP pass for any Service that reaches the store without one
 //! (from 127.2.0.0/16; the store's own allocator normally gives a Service
 //! its address when it is created, as the API server does; headless
 //! Services, `clusterIP: None`, keep none), and the endpoints controller
@@ -14,8 +13,6 @@ use std::net::Ipv4Addr;
 
 /// The first address of the ClusterIP range (a /16).
 pub const SERVICE_BASE: Ipv4Addr = Ipv4Addr::new(127, 2, 0, 0);
-/// The first address of the Pod IP range (a /16).
-pub const POD_BASE: Ipv4Addr = Ipv4Addr::new(127, 1, 0, 0);
 
 /// The lowest free address of the /16 at `base` (skipping the network
 /// address), or None when all are taken.
@@ -24,33 +21,6 @@ pub fn next_free(base: Ipv4Addr, used: &BTreeSet<Ipv4Addr>) -> Option<Ipv4Addr> 
     (1..0xFFFF)
         .map(|i| Ipv4Addr::from(b + i))
         .find(|ip| !used.contains(ip))
-}
-
-/// The first free address of the /16 at `base` from `start` on (wrapping,
-/// skipping the network address) that is neither `used` nor `busy`; when
-/// more than `max_busy` are busy, the next unused one regardless.
-pub fn next_free_from(
-    base: Ipv4Addr,
-    start: u32,
-    used: &BTreeSet<Ipv4Addr>,
-    max_busy: usize,
-    busy: impl Fn(Ipv4Addr) -> bool,
-) -> Option<Ipv4Addr> {
-    let b = u32::from(base);
-    let candidates = (0..0xFFFE)
-        .map(|i| Ipv4Addr::from(b + 1 + (start.saturating_sub(1) + i) % 0xFFFE))
-        .filter(|ip| !used.contains(ip));
-    let mut first = None;
-    for (n, ip) in candidates.enumerate() {
-        first.get_or_insert(ip);
-        if n > max_busy {
-            return first;
-        }
-        if !busy(ip) {
-            return Some(ip);
-        }
-    }
-    first
 }
 
 /// Gives every Service that needs one a ClusterIP.
@@ -105,34 +75,12 @@ mod tests {
             Some(Ipv4Addr::new(127, 2, 0, 4))
         );
         let full: BTreeSet<Ipv4Addr> = (1..0xFFFF)
-            .map(|i| Ipv4Addr::from(u32::from(POD_BASE) + i))
+            .map(|i| Ipv4Addr::from(u32::from(SERVICE_BASE) + i))
             .collect();
-        assert_eq!(next_free(POD_BASE, &full), None);
+        assert_eq!(next_free(SERVICE_BASE, &full), None);
         assert_eq!(
-            next_free(POD_BASE, &BTreeSet::new()),
-            Some(Ipv4Addr::new(127, 1, 0, 1))
-        );
-        let used = BTreeSet::from([Ipv4Addr::new(127, 1, 7, 1)]);
-        let busy = |ip: Ipv4Addr| ip == Ipv4Addr::new(127, 1, 7, 2);
-        assert_eq!(
-            next_free_from(POD_BASE, 7 * 256 + 1, &used, 8, busy),
-            Some(Ipv4Addr::new(127, 1, 7, 3)),
-            "skips used and busy addresses"
-        );
-        assert_eq!(
-            next_free_from(POD_BASE, 7 * 256 + 1, &used, 8, |_| true),
-            Some(Ipv4Addr::new(127, 1, 7, 2)),
-            "all busy: the first unused"
-        );
-        assert_eq!(
-            next_free_from(POD_BASE, 0xFFFE, &BTreeSet::new(), 8, |_| false),
-            Some(Ipv4Addr::new(127, 1, 255, 254))
-        );
-        let last = BTreeSet::from([Ipv4Addr::new(127, 1, 255, 254)]);
-        assert_eq!(
-            next_free_from(POD_BASE, 0xFFFE, &last, 8, |_| false),
-            Some(Ipv4Addr::new(127, 1, 0, 1)),
-            "wraps"
+            next_free(SERVICE_BASE, &BTreeSet::new()),
+            Some(Ipv4Addr::new(127, 2, 0, 1))
         );
     }
 }

@@ -1,0 +1,513 @@
+//! Pod networking with real processes (issue 10 part 3): every Pod has its
+//! own network namespace. Two Pods serving `0.0.0.0:8080` are both Ready,
+//! each through a probe that reached its own Pod, while a third with
+//! nothing on 8080 stays not Ready, all with a host process on
+//! `0.0.0.0:8080` that answers anything (the controller's metrics server
+//! once made members Ready); the host reaches Pod IPs, Pods reach each
+//! other and kubesim; a Pod's namespace and veth are gone after it is
+//! deleted, the bridge and every namespace after kubesim stops. And the
+//! cost: creating a Pod's network, and a Pod's start-up with and without
+//! its own namespace.
+
+use serde_json::{Value, json};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use testworld::kubesim::sim::SimOptions;
+use testworld::kubesim::store::{DeleteOptions, Target, WriteOptions};
+use testworld::kubesim::{KubeSim, Options};
+
+fn pods() -> Target {
+    Target::new("", "v1", "pods", Some("default"))
+}
+
+fn s<'a>(v: &'a Value, p: &str) -> &'a str {
+    v.pointer(p).and_then(Value::as_str).unwrap_or_default()
+}
+
+fn ready(pod: &Value) -> bool {
+    pod.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
+async fn until<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn container_pid(pod: &Value) -> u32 {
+    s(pod, "/status/containerStatuses/0/containerID")
+        .strip_prefix("kubesim://")
+        .and_then(|p| p.parse().ok())
+        .expect("a running container has an id")
+}
+
+/// `curl` run in the network namespace of the process `pid`: the body, or
+/// None when nothing answered.
+fn curl_from(pid: u32, url: &str) -> Option<String> {
+    let out = Command::new("nsenter")
+        .arg(format!("--target={pid}"))
+        .args([
+            "--net",
+            "--",
+            "curl",
+            "-sf",
+            "--noproxy",
+            "*",
+            "-m",
+            "3",
+            url,
+        ])
+        .output()
+        .expect("nsenter runs");
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `curl` from the host.
+fn curl(url: &str) -> Option<String> {
+    let out = Command::new("curl")
+        .args(["-sf", "--noproxy", "*", "-m", "3", url])
+        .output()
+        .expect("curl runs");
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The namespace a process is in, by the names `ip netns` knows.
+fn netns_of(pid: u32) -> String {
+    let out = Command::new("ip")
+        .args(["netns", "identify", &pid.to_string()])
+        .output()
+        .expect("ip runs");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn netns_list() -> String {
+    String::from_utf8_lossy(
+        &Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .into_owned()
+}
+
+/// The ports of a bridge (None: no such bridge).
+fn bridge_ports(bridge: &str) -> Option<usize> {
+    let exists = Command::new("ip")
+        .args(["link", "show", "dev", bridge])
+        .output()
+        .unwrap()
+        .status
+        .success();
+    exists.then(|| {
+        String::from_utf8_lossy(
+            &Command::new("ip")
+                .args(["-o", "link", "show", "master", bridge])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .lines()
+        .count()
+    })
+}
+
+/// A Pod whose container serves its `www` volume (holding `<name>.txt`)
+/// on `0.0.0.0:8080`, or (`serve` false) serves nothing; ready when
+/// `/<name>.txt` answers on 8080.
+fn pod(name: &str, serve: bool) -> Value {
+    let script = if serve {
+        format!(
+            "echo {name} > /www/{name}.txt; exec python3 -m http.server --bind 0.0.0.0 8080 --directory /www"
+        )
+    } else {
+        "trap 'exit 0' TERM; while :; do sleep 0.1; done".to_string()
+    };
+    json!({
+        "metadata": {"name": name},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "volumes": [{"name": "www", "emptyDir": {}}],
+            "containers": [{
+                "name": "web", "image": "python:3",
+                "command": ["/bin/sh", "-c", script],
+                "volumeMounts": [{"name": "www", "mountPath": "/www"}],
+                "readinessProbe": {"httpGet": {"path": format!("/{name}.txt"), "port": 8080},
+                    "periodSeconds": 1}
+            }]
+        }
+    })
+}
+
+/// A host process on `0.0.0.0:8080` answering 200 to anything, as the
+/// controller's metrics server would answer a probe (None when another
+/// program of this machine holds the port: the host then has a listener
+/// on 8080 all the same).
+async fn host_server() -> Option<tokio::task::JoinHandle<()>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind(("0.0.0.0", 8080))
+        .await
+        .ok()?;
+    Some(tokio::spawn(async move {
+        while let Ok((mut c, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = c.read(&mut buf).await;
+                let _ = c
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhost\n",
+                    )
+                    .await;
+            });
+        }
+    }))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_have_their_own_network_namespaces() {
+    let host = host_server().await;
+    if host.is_none() {
+        eprintln!("0.0.0.0:8080 is held by another program of this machine");
+    }
+    let work = tempfile::tempdir().unwrap();
+    let mut sim_opts = SimOptions::new(work.path());
+    sim_opts.max_grace = Some(Duration::from_secs(2));
+    let sim = KubeSim::start(Options {
+        sim: Some(sim_opts),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let net = sim.network().expect("the sim runs");
+    let bridge = net.bridge().to_string();
+    let store = sim.store().clone();
+    for (name, serve) in [("a", true), ("b", true), ("c", false)] {
+        store
+            .create(&pods(), pod(name, serve), &WriteOptions::default())
+            .unwrap();
+    }
+    let [a, b] = ["a", "b"].map(|n| {
+        let store = store.clone();
+        async move {
+            until(&format!("{n} ready"), 30, || {
+                let p = store.get(&pods(), n).ok()?;
+                ready(&p).then_some(p)
+            })
+            .await
+        }
+    });
+    let (a, b) = (a.await, b.await);
+    let c = until("c running", 10, || {
+        let p = store.get(&pods(), "c").ok()?;
+        (s(&p, "/status/phase") == "Running").then_some(p)
+    })
+    .await;
+    let ip = |p: &Value| s(p, "/status/podIP").to_string();
+    let (ip_a, ip_b, ip_c) = (ip(&a), ip(&b), ip(&c));
+    for ip in [&ip_a, &ip_b, &ip_c] {
+        assert!(net.contains(ip.parse().unwrap()), "{ip} on the pod network");
+    }
+    assert!(ip_a != ip_b && ip_b != ip_c && ip_a != ip_c);
+
+    // Each probe reached its own Pod: the servers' logs hold only their own
+    // Pod's path (a probe of a at b would have failed, and the reverse).
+    let log = |p: &Value| {
+        std::fs::read_to_string(
+            work.path()
+                .join("pods")
+                .join(format!(
+                    "default_{}_{}",
+                    s(p, "/metadata/name"),
+                    s(p, "/metadata/uid")
+                ))
+                .join("logs/web/0.log"),
+        )
+        .unwrap()
+    };
+    let (log_a, log_b) = (log(&a), log(&b));
+    assert!(
+        log_a.contains("GET /a.txt") && !log_a.contains("/b.txt"),
+        "{log_a}"
+    );
+    assert!(
+        log_b.contains("GET /b.txt") && !log_b.contains("/a.txt"),
+        "{log_b}"
+    );
+
+    // The host reaches each Pod at its IP, and finds there that Pod's
+    // server (both listen on 0.0.0.0:8080).
+    assert_eq!(
+        curl(&format!("http://{ip_a}:8080/a.txt")).as_deref(),
+        Some("a\n")
+    );
+    assert_eq!(
+        curl(&format!("http://{ip_b}:8080/b.txt")).as_deref(),
+        Some("b\n")
+    );
+    assert_eq!(curl(&format!("http://{ip_b}:8080/a.txt")), None);
+    assert_eq!(curl(&format!("http://{ip_c}:8080/")), None, "nothing on c");
+
+    // c has nothing on 8080 and stays not Ready, though the host answers
+    // on 0.0.0.0:8080.
+    if host.is_some() {
+        assert_eq!(
+            curl("http://127.0.0.1:8080/c.txt").as_deref(),
+            Some("host\n")
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let c = store.get(&pods(), "c").unwrap();
+    assert!(!ready(&c), "c is not ready: {}", c["status"]);
+    assert_eq!(c["status"]["containerStatuses"][0]["ready"], false);
+
+    // Inside c: its own loopback (nothing on 8080, not the host's), the
+    // other Pods at their IPs, kubesim at the gateway; the host's
+    // loopback-only kubesim address is not reachable from a Pod.
+    let pid_c = container_pid(&c);
+    assert_eq!(curl_from(pid_c, "http://127.0.0.1:8080/c.txt"), None);
+    assert_eq!(
+        curl_from(pid_c, &format!("http://{ip_a}:8080/a.txt")).as_deref(),
+        Some("a\n")
+    );
+    assert_eq!(
+        curl_from(pid_c, &format!("http://{ip_b}:8080/b.txt")).as_deref(),
+        Some("b\n")
+    );
+    let pod_url = sim.pod_url().expect("the sim runs").to_string();
+    assert!(pod_url.contains(&net.gateway().to_string()), "{pod_url}");
+    let got = curl_from(
+        pid_c,
+        &format!("{pod_url}/api/v1/namespaces/default/pods/a"),
+    )
+    .expect("a Pod reaches kubesim");
+    assert_eq!(
+        serde_json::from_str::<Value>(&got).unwrap()["status"]["podIP"],
+        ip_a
+    );
+    assert_eq!(curl_from(pid_c, &format!("{}/api", sim.url())), None);
+    // The containers' kubeconfig names the address they can reach.
+    let kubeconfig = std::fs::read_to_string(work.path().join("pod-kubeconfig")).unwrap();
+    assert!(
+        kubeconfig.contains(&format!("server: {pod_url}")),
+        "{kubeconfig}"
+    );
+
+    // Each Pod in a namespace of its own, each with a port on the bridge.
+    let (pid_a, pid_b) = (container_pid(&a), container_pid(&b));
+    let names = [netns_of(pid_a), netns_of(pid_b), netns_of(pid_c)];
+    for n in &names {
+        assert!(n.starts_with("ksim-"), "{names:?}");
+    }
+    assert!(names[0] != names[1] && names[1] != names[2] && names[0] != names[2]);
+    assert_eq!(bridge_ports(&bridge), Some(3));
+
+    // A deleted Pod's namespace and veth go.
+    store
+        .delete(&pods(), "a", &DeleteOptions::default())
+        .unwrap();
+    until("a gone with its network", 20, || {
+        (store.get(&pods(), "a").is_err()
+            && !netns_list().contains(&names[0])
+            && bridge_ports(&bridge) == Some(2))
+        .then_some(())
+    })
+    .await;
+    assert_eq!(curl(&format!("http://{ip_a}:8080/a.txt")), None);
+
+    // kubesim stops: every namespace and the bridge go.
+    drop(store);
+    drop(sim);
+    let list = netns_list();
+    for n in &names {
+        assert!(!list.contains(n.as_str()), "{n} left in\n{list}");
+    }
+    assert_eq!(bridge_ports(&bridge), None, "the bridge is gone");
+    if let Some(h) = host {
+        h.abort();
+    }
+}
+
+/// The cost of a Pod's own network: creating it (two `ip` batches), and a
+/// Pod's start-up (created → container running) with its own namespace
+/// and with `hostNetwork` (the kubelet's path before namespaces).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cost_of_a_pods_network() {
+    let work = tempfile::tempdir().unwrap();
+    let sim = KubeSim::start(Options {
+        sim: Some(SimOptions::new(work.path())),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let net = sim.network().expect("the sim runs");
+    let n = 10;
+    let began = Instant::now();
+    let made: Vec<_> = (0..n)
+        .map(|i| {
+            let ip = std::net::Ipv4Addr::from(u32::from(net.gateway()) + 100 + i);
+            net.add_pod(ip).expect("a pod network")
+        })
+        .collect();
+    let create = began.elapsed() / n;
+    let began = Instant::now();
+    drop(made);
+    let remove = began.elapsed() / n;
+
+    let store = sim.store().clone();
+    let startup = |host_network: bool| {
+        let store = store.clone();
+        async move {
+            let mut total = Duration::ZERO;
+            for i in 0..5 {
+                let name = format!("p-{host_network}-{i}");
+                let began = Instant::now();
+                store
+                    .create(
+                        &pods(),
+                        json!({"metadata": {"name": name}, "spec": {
+                            "hostNetwork": host_network,
+                            "terminationGracePeriodSeconds": 0,
+                            "containers": [{"name": "c", "image": "busybox",
+                                "command": ["/bin/sh", "-c", "exec sleep 60"]}]}}),
+                        &WriteOptions::default(),
+                    )
+                    .unwrap();
+                until("running", 20, || {
+                    let p = store.get(&pods(), &name).ok()?;
+                    p.pointer("/status/containerStatuses/0/state/running")
+                        .is_some()
+                        .then_some(())
+                })
+                .await;
+                total += began.elapsed();
+                store
+                    .delete(&pods(), &name, &DeleteOptions::default())
+                    .unwrap();
+            }
+            total / 5
+        }
+    };
+    let host = startup(true).await;
+    let own = startup(false).await;
+    eprintln!(
+        "pod network: create {create:?}, remove {remove:?}; pod start-up: hostNetwork {host:?}, own namespace {own:?}"
+    );
+    // Generous bounds on a shared 2-core machine: the network must stay a
+    // small part of a Pod's start.
+    assert!(create < Duration::from_millis(200), "{create:?}");
+    assert!(
+        own < host + Duration::from_millis(500),
+        "{own:?} vs {host:?}"
+    );
+}
+
+/// The names `ip` knows that a kubesim process made (bridges and veths by
+/// `ip link`, namespaces by `ip netns`).
+fn made_by(pid: u32) -> Vec<String> {
+    let links = String::from_utf8_lossy(
+        &Command::new("ip")
+            .args(["-o", "link", "show"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .lines()
+    .filter_map(|l| l.split(": ").nth(1))
+    .map(|n| n.split('@').next().unwrap_or(n).to_string())
+    .filter(|n| n.starts_with(&format!("ksb{pid:x}-")) || n.starts_with(&format!("ksv{pid:x}-")))
+    .collect::<Vec<_>>();
+    let spaces = netns_list()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&format!("ksim-{pid}-")))
+        .map(str::to_string)
+        .collect::<Vec<_>>();
+    links.into_iter().chain(spaces).collect()
+}
+
+/// Starts `kubesim serve` with the sim and waits for a Pod's network.
+async fn serve_with_a_pod(dir: &std::path::Path) -> std::process::Child {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kubesim"))
+        .args(["serve", "--dir"])
+        .arg(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("kubesim starts");
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    let kubeconfig = std::fs::read_to_string(dir.join("kubeconfig")).unwrap();
+    let url = kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server:"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let resp = http
+        .post(format!("{url}/api/v1/namespaces/default/pods"))
+        .json(&json!({"metadata": {"name": "p"}, "spec": {"containers": [
+            {"name": "c", "image": "busybox", "command": ["sleep", "600"]}]}}))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{}", resp.status());
+    let pid = child.id();
+    until("the pod's namespace", 20, || {
+        let made = made_by(pid);
+        (made.iter().any(|n| n.starts_with("ksim-")) && made.len() == 3).then_some(())
+    })
+    .await;
+    child
+}
+
+/// `kubesim serve` removes its network on SIGTERM; after a SIGKILL the next
+/// kubesim removes what the dead one left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubesim_processes_leave_no_network_behind() {
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut first = serve_with_a_pod(d1.path()).await;
+    let pid1 = first.id();
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert_eq!(
+        made_by(pid1).len(),
+        3,
+        "a SIGKILL leaves the bridge, veth and namespace"
+    );
+
+    let mut second = serve_with_a_pod(d2.path()).await;
+    let pid2 = second.id();
+    assert_eq!(
+        made_by(pid1),
+        Vec::<String>::new(),
+        "the dead kubesim's network is cleaned"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid2 as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(second.wait().unwrap().success());
+    assert_eq!(
+        made_by(pid2),
+        Vec::<String>::new(),
+        "SIGTERM removes it all"
+    );
+}
