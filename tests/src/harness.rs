@@ -50,7 +50,10 @@ pub enum HarnessError {
 /// The real default configuration files of Cassandra and ScyllaDB,
 /// `shared/fixtures` beside the repository.
 pub fn fixtures() -> Result<PathBuf, HarnessError> {
-    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures"));
+    let dir = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/fixtures"
+    ));
     fixtures_at(dir)
 }
 
@@ -107,7 +110,12 @@ pub struct WorldOptions {
 
 impl WorldOptions {
     /// Three Nodes in each of `zones`, fast ring timings.
-    pub fn new(operator: PathBuf, fake_cassandra: PathBuf, fixtures: PathBuf, zones: &[&str]) -> Self {
+    pub fn new(
+        operator: PathBuf,
+        fake_cassandra: PathBuf,
+        fixtures: PathBuf,
+        zones: &[&str],
+    ) -> Self {
         WorldOptions {
             operator,
             fake_cassandra,
@@ -170,8 +178,8 @@ impl World {
 
     /// Creates `namespace` (if missing) and the Cluster CRD.
     pub async fn install(&self, namespace: &str) -> Result<(), HarnessError> {
-        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}}))
-            .expect("a namespace");
+        let ns: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": namespace}})).expect("a namespace");
         match Api::<Namespace>::all(self.client.clone())
             .create(&PostParams::default(), &ns)
             .await
@@ -235,7 +243,8 @@ impl World {
 
 /// A kube client through kubesim's kubeconfig.
 pub async fn client(sim: &KubeSim) -> Result<Client, HarnessError> {
-    let kc = Kubeconfig::from_yaml(&sim.kubeconfig()).map_err(|e| HarnessError::Client(e.to_string()))?;
+    let kc = Kubeconfig::from_yaml(&sim.kubeconfig())
+        .map_err(|e| HarnessError::Client(e.to_string()))?;
     let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .map_err(|e| HarnessError::Client(e.to_string()))?;

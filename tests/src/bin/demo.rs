@@ -21,17 +21,16 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use crds::Cluster;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config, CustomResourceExt};
+use kube::{Client, CustomResourceExt};
 use serde_json::{Value, json};
-use testworld::kubesim::sim::SimOptions;
-use testworld::kubesim::{KubeSim, Options};
+use testworld::harness::{self, World, WorldOptions};
+use testworld::kubesim::KubeSim;
 use testworld::ring::{Consistency, NodeStatus, Replication};
 use testworld::{cel, schema};
 
@@ -96,21 +95,10 @@ fn binaries() -> Result<(PathBuf, PathBuf), Error> {
 }
 
 fn fixtures() -> Result<PathBuf, Error> {
-    let dir = arg("--fixtures").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../shared/fixtures"
-        ))
-    });
-    if dir.join("cassandra/3.11/cassandra.yaml").is_file() {
-        Ok(dir)
-    } else {
-        Err(format!(
-            "the Cassandra default files are not at {} (use --fixtures DIR)",
-            dir.display()
-        )
-        .into())
-    }
+    Ok(match arg("--fixtures") {
+        Some(dir) => harness::fixtures_at(PathBuf::from(dir))?,
+        None => harness::fixtures()?,
+    })
 }
 
 fn cluster_document() -> Result<Value, Error> {
@@ -124,12 +112,7 @@ fn cluster_document() -> Result<Value, Error> {
 }
 
 async fn run() -> Result<(), Error> {
-    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self")?);
-    if uid != 0 {
-        return Err(
-            "the test world runs containers in their own namespaces: run the demo as root".into(),
-        );
-    }
+    harness::require_root()?;
     let fixtures = fixtures()?;
     let (operator, fake) = binaries()?;
 
@@ -157,58 +140,30 @@ async fn run() -> Result<(), Error> {
 
     // The test world.
     let work = tempfile::tempdir()?;
-    let mut sim_options = SimOptions::new(work.path());
-    sim_options.operator_binary = Some(operator.clone());
-    sim_options.fake_cassandra = Some(fake);
-    sim_options.fixtures = Some(fixtures);
-    sim_options.max_grace = Some(Duration::from_secs(10));
-    sim_options.max_probe_period = Some(Duration::from_millis(500));
-    let mut ring = testworld::ring::Options::default();
-    ring.timing.bootstrap_ms = 1000;
-    let sim = KubeSim::start(Options {
-        zones: vec!["europe-west1-b".into(), "europe-west1-c".into()],
-        nodes_per_zone: 3,
-        ring,
-        sim: Some(sim_options),
-        ..Default::default()
-    })
-    .await?;
-    let kubeconfig = sim.write_kubeconfig(work.path())?;
+    let mut options = WorldOptions::new(
+        operator.clone(),
+        fake,
+        fixtures,
+        &["europe-west1-b", "europe-west1-c"],
+    );
+    options.ring = testworld::ring::Options::default();
+    options.ring.timing.bootstrap_ms = 1000;
+    let world = World::start(options, work.path()).await?;
     println!(
         "== kubesim serving {} (kubeconfig {})",
-        sim.url(),
-        kubeconfig.display()
+        world.sim.url(),
+        world.kubeconfig.display()
     );
-    let client = Client::try_from(
-        Config::from_custom_kubeconfig(
-            Kubeconfig::from_yaml(&sim.kubeconfig())?,
-            &KubeConfigOptions::default(),
-        )
-        .await?,
-    )?;
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "cassandra"}}))?;
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await?;
-    Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(
-        client.clone(),
-    )
-    .create(&PostParams::default(), &crd)
-    .await?;
-
+    world.install("cassandra").await?;
     let controller_log = work.path().join("controller.log");
-    let mut controller = Command::new(&operator)
-        .arg("controller")
-        .env("KUBECONFIG", &kubeconfig)
-        .env("METRICS_ADDR", "127.0.0.1:0")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&controller_log)?)
-        .spawn()?;
+    // Any free port for its metrics: a machine running the demo by hand
+    // may have something on 8080.
+    let controller = world.start_controller(&controller_log, Some("127.0.0.1:0"))?;
     println!("== operator started: {} controller", operator.display());
 
-    let result = scenario(&client, &sim, &mut cluster).await;
-    let _ = controller.kill();
-    let _ = controller.wait();
+    let (client, sim) = (world.client.clone(), &world.sim);
+    let result = scenario(&client, sim, &mut cluster).await;
+    drop(controller);
     if result.is_err() {
         let log = std::fs::read_to_string(&controller_log).unwrap_or_default();
         let tail: Vec<&str> = log.lines().rev().take(10).collect();
@@ -218,7 +173,7 @@ async fn run() -> Result<(), Error> {
         }
     }
     sim.stop();
-    drop(sim);
+    drop(world);
     println!("== stopped the operator, the members and kubesim");
     result
 }
