@@ -283,6 +283,15 @@ fn delete_options(q: &HashMap<String, String>, body: &[u8]) -> Result<DeleteOpti
             .and_then(Value::as_str)
             .map(str::to_string),
         dry_run: dry,
+        grace_period: match b.get("gracePeriodSeconds").and_then(Value::as_i64) {
+            Some(g) => Some(g),
+            None => match q.get("gracePeriodSeconds") {
+                Some(g) => Some(g.parse::<i64>().map_err(|e| {
+                    ApiError::bad_request(format!("invalid gracePeriodSeconds: {e}"))
+                })?),
+                None => None,
+            },
+        },
     })
 }
 

@@ -90,17 +90,15 @@ fn port_busy(ip: Ipv4Addr) -> bool {
         .any(|p| std::net::TcpListener::bind((ip, *p)).is_err())
 }
 
+/// The kubelet's final DELETE: grace 0 with the Pod's UID as
+/// precondition (the status manager's), which removes it at once.
 fn force_delete(store: &Store, pod: &Value) {
     let opts = DeleteOptions {
         uid: Some(s(pod, "/metadata/uid").to_string()),
+        grace_period: Some(0),
         ..Default::default()
     };
-    let target = t("", "pods", ns_of(pod));
-    let name = s(pod, "/metadata/name");
-    // The first DELETE of a running pod marks it; the second removes it.
-    if store.delete(&target, name, &opts).is_ok() {
-        let _ = store.delete(&target, name, &opts);
-    }
+    let _ = store.delete(&t("", "pods", ns_of(pod)), s(pod, "/metadata/name"), &opts);
 }
 
 impl Kubelet {
@@ -400,8 +398,18 @@ impl PodCtx {
         }
     }
 
+    /// The grace period: the Pod's `deletionGracePeriodSeconds` as the
+    /// store has it now (a later DELETE may have shortened it), else its
+    /// `terminationGracePeriodSeconds`, capped by `max_grace`.
     fn grace(&self) -> Duration {
-        let pod = self.pod();
+        let mut pod = self.pod();
+        if let Ok(fresh) = self
+            .store
+            .get(&t("", "pods", ns_of(&pod)), s(&pod, "/metadata/name"))
+            && fresh.pointer("/metadata/uid") == pod.pointer("/metadata/uid")
+        {
+            pod = fresh;
+        }
         let secs = pod
             .pointer("/metadata/deletionGracePeriodSeconds")
             .and_then(Value::as_u64)
@@ -830,7 +838,8 @@ async fn terminate(
     graceful: bool,
 ) -> Option<std::process::ExitStatus> {
     if graceful {
-        let deadline = Instant::now() + ctx.grace();
+        let began = Instant::now();
+        let deadline = began + ctx.grace();
         if let Some(h) = c.pointer("/lifecycle/preStop") {
             let left = deadline.saturating_duration_since(Instant::now());
             if let Some(argv) = h.pointer("/exec/command").and_then(Value::as_array) {
@@ -845,9 +854,19 @@ async fn terminate(
             }
         }
         signal(running.inner, Signal::SIGTERM);
-        let left = deadline.saturating_duration_since(Instant::now());
-        if let Ok(st) = tokio::time::timeout(left, running.child.wait()).await {
-            return st.ok();
+        // A later DELETE may shorten the grace (never lengthen it): look
+        // again while waiting, as the kubelet's pod worker does.
+        let mut deadline = deadline;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let step = left.min(Duration::from_millis(250));
+            if let Ok(st) = tokio::time::timeout(step, running.child.wait()).await {
+                return st.ok();
+            }
+            if left <= step {
+                break;
+            }
+            deadline = deadline.min(began + ctx.grace());
         }
     }
     signal(running.inner, Signal::SIGKILL);
