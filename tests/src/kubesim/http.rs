@@ -77,6 +77,9 @@ pub struct Shared {
     pub bookmark_interval: Duration,
     /// The fake Cassandra nodes' ring (`/sim/ring`).
     pub ring: Arc<super::ring_api::RingService>,
+    /// The sim's work directory, where the kubelet writes container logs
+    /// (None without the sim).
+    pub sim_dir: Option<std::path::PathBuf>,
 }
 
 fn json_response(code: u16, body: &Value) -> Response<Body> {
@@ -494,6 +497,12 @@ async fn route(
             super::ring_api::handle(&shared.ring, method, rest, q, body).await
         }
         (_, ["sim", rest @ ..]) => admin(shared, method, rest, q, body),
+        ("GET", ["api", "v1", "namespaces", ns, "pods", name, "log"]) => {
+            match super::logs::handle(store, shared.sim_dir.as_deref(), ns, name, q) {
+                Ok(r) => r,
+                Err(e) => error_response(&e),
+            }
+        }
         (_, ["api", "v1", rest @ ..]) => {
             resource(
                 shared,

@@ -52,6 +52,7 @@ pub mod discovery;
 pub mod faults;
 pub mod gc;
 pub mod http;
+pub mod logs;
 pub mod patch;
 pub mod protobuf;
 pub mod ring_api;

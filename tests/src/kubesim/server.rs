@@ -135,6 +135,7 @@ impl KubeSim {
             addr,
             bookmark_interval: opts.bookmark_interval,
             ring: Arc::new(super::ring_api::RingService::new(opts.ring.clone())),
+            sim_dir: opts.sim.as_ref().map(|o| o.work_dir.clone()),
         });
         let (stop, stopped) = watch::channel(false);
         let sim = match opts.sim.clone() {
@@ -142,6 +143,7 @@ impl KubeSim {
                 store.clone(),
                 o,
                 format!("http://{addr}"),
+                Some(shared.ring.clone()),
             )?),
             None => None,
         };

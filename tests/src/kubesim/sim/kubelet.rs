@@ -8,11 +8,12 @@
 //! grace period) and then removed; a Pod whose Node is gone is killed at
 //! once and removed (the pod garbage collector's job). I/O.
 
-use super::probes;
 use super::quantity::divide_ceil;
 use super::services::{POD_BASE, next_free_from};
 use super::{SimOptions, list_all, ns_of, patch_status, s, t};
+use super::{deaths, probes};
 use crate::kubesim::now_rfc3339;
+use crate::kubesim::ring_api::RingService;
 use crate::kubesim::store::{DeleteOptions, Store};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -80,6 +81,8 @@ pub struct Kubelet {
     kubeconfig: PathBuf,
     pods: Mutex<HashMap<String, PodHandle>>,
     ip_start: u32,
+    /// The fake ring, told of database containers' deaths.
+    ring: Option<Arc<RingService>>,
 }
 
 /// Whether another program listens on a pod IP's sidecar or Jolokia port
@@ -102,8 +105,15 @@ fn force_delete(store: &Store, pod: &Value) {
 }
 
 impl Kubelet {
-    pub(super) fn new(store: Store, opts: SimOptions, url: String, kubeconfig: PathBuf) -> Self {
+    pub(super) fn new(
+        store: Store,
+        opts: SimOptions,
+        url: String,
+        kubeconfig: PathBuf,
+        ring: Option<Arc<RingService>>,
+    ) -> Self {
         Kubelet {
+            ring,
             store,
             opts,
             url,
@@ -213,6 +223,7 @@ impl Kubelet {
                             uid
                         )),
                         procs: procs.clone(),
+                        ring: self.ring.clone(),
                         pod: Mutex::new(pod.clone()),
                         run: Mutex::new(PodRun::new(pod)),
                         changed: Notify::new(),
@@ -370,6 +381,7 @@ struct PodCtx {
     allocatable: Value,
     dir: PathBuf,
     procs: Procs,
+    ring: Option<Arc<RingService>>,
     pod: Mutex<Value>,
     run: Mutex<PodRun>,
     changed: Notify,
@@ -758,6 +770,7 @@ async fn run_once(
         }
     };
     lock(&ctx.procs).remove(&name);
+    report_death(ctx, c, volumes);
     let code = status.map_or(137, |st| {
         use std::os::unix::process::ExitStatusExt;
         st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(9))
@@ -779,6 +792,25 @@ async fn run_once(
         Some(s) => Exit::Stopped(s),
         None => Exit::Code(code),
     }
+}
+
+/// A database container is gone: the ring hears it at once.
+fn report_death(ctx: &PodCtx, c: &Value, volumes: &HashMap<String, PathBuf>) {
+    let Some(ring) = &ctx.ring else { return };
+    if !matches!(
+        classify(s(c, "/image"), &ctx.opts.operator_images),
+        Image::Database { .. }
+    ) {
+        return;
+    }
+    let mounted: Vec<PathBuf> = c
+        .get("volumeMounts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| volumes.get(s(m, "/name")).map(|h| h.join(s(m, "/subPath"))))
+        .collect();
+    deaths::report(ring, &ctx.ip, &mounted);
 }
 
 fn outcome_stop(rx: &watch::Receiver<Stop>) -> Option<Stop> {

@@ -82,6 +82,7 @@
 //! `gracePeriodSeconds` in DeleteOptions (a second DELETE of a terminating
 //! Pod removes it at once, as `--force --grace-period=0` would).
 
+pub mod deaths;
 pub mod kubelet;
 pub mod probes;
 pub mod quantity;
@@ -167,14 +168,26 @@ pub struct Sim {
 }
 
 impl Sim {
-    /// Starts the controllers; `url` is where kubesim serves.
-    pub fn start(store: Store, opts: SimOptions, url: String) -> std::io::Result<Sim> {
+    /// Starts the controllers; `url` is where kubesim serves; `ring` hears
+    /// of database containers' deaths ([`deaths`]).
+    pub fn start(
+        store: Store,
+        opts: SimOptions,
+        url: String,
+        ring: Option<Arc<super::ring_api::RingService>>,
+    ) -> std::io::Result<Sim> {
         std::fs::create_dir_all(&opts.work_dir)?;
         let kubeconfig = opts.work_dir.join("kubeconfig");
         std::fs::write(&kubeconfig, kubeconfig_for(&url))?;
         store.set_graceful_pod_deletion(true);
         storage::ensure_storage_classes(&store);
-        let kubelet = Arc::new(kubelet::Kubelet::new(store.clone(), opts, url, kubeconfig));
+        let kubelet = Arc::new(kubelet::Kubelet::new(
+            store.clone(),
+            opts,
+            url,
+            kubeconfig,
+            ring,
+        ));
         let task = tokio::spawn(run(store, kubelet.clone()));
         Ok(Sim { kubelet, task })
     }
