@@ -338,3 +338,90 @@ async fn graceful_deletion_honours_the_grace_period_asked_for() {
     assert!(ok, "{err}");
     assert_eq!(store.get(&pods(), "long").unwrap_err().code, 404);
 }
+
+/// A `sleep` Pod requesting `cpu`, with hostname anti-affinity to its
+/// `app` when `anti`.
+fn sleeper(name: &str, app: &str, cpu: &str, anti: bool) -> Value {
+    let mut p = json!({
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": app}},
+        "spec": {"terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "app", "image": "busybox:1.36",
+            "command": ["sleep", "1000"], "resources": {"requests": {"cpu": cpu}}}]}
+    });
+    if anti {
+        p["spec"]["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": "kubernetes.io/hostname"}]}});
+    }
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anti_affinity_and_requests_keep_a_pod_pending_until_room_is_made() {
+    let work = tempfile::tempdir().unwrap();
+    let sim = KubeSim::start(Options {
+        zones: vec!["a".into(), "b".into(), "c".into()],
+        nodes_per_zone: 2,
+        sim: Some(SimOptions::new(work.path())),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let store = sim.store().clone();
+    // Three nodes nearly full, three with one member each.
+    for i in 0..3 {
+        create(&store, sleeper(&format!("big-{i}"), "big", "7500m", false));
+    }
+    for i in 0..3 {
+        create(&store, sleeper(&format!("db-{i}"), "db", "1", true));
+    }
+    let mut hosts = std::collections::BTreeSet::new();
+    for name in ["big-0", "big-1", "big-2", "db-0", "db-1", "db-2"] {
+        let node = until("bound", 20, || {
+            let p = store.get(&pods(), name).ok()?;
+            Some(s(&p, "/spec/nodeName").to_string()).filter(|n| !n.is_empty())
+        })
+        .await;
+        hosts.insert(node);
+    }
+    assert_eq!(hosts.len(), 6, "one pod per node: {hosts:?}");
+    let db0_node = s(&store.get(&pods(), "db-0").unwrap(), "/spec/nodeName").to_string();
+
+    // A fourth member fits nowhere: the real scheduler's reasons.
+    create(&store, sleeper("db-3", "db", "1", true));
+    let cond = until("db-3 unschedulable", 20, || {
+        let p = store.get(&pods(), "db-3").ok()?;
+        p.pointer("/status/conditions")?
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "PodScheduled" && c["status"] == "False")
+            .cloned()
+    })
+    .await;
+    assert_eq!(cond["reason"], "Unschedulable");
+    assert_eq!(
+        cond["message"],
+        "0/6 nodes are available: 3 Insufficient cpu, 3 node(s) didn't match pod anti-affinity rules. preemption: 0/6 nodes are available: 6 No preemption victims found for incoming pod."
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let p = store.get(&pods(), "db-3").unwrap();
+    assert_eq!(s(&p, "/spec/nodeName"), "", "still Pending");
+    assert_eq!(s(&p, "/status/phase"), "Pending");
+
+    // A member goes: the pending one takes its place (and only there).
+    store
+        .delete(
+            &pods(),
+            "db-0",
+            &DeleteOptions {
+                grace_period: Some(0),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let node = until("db-3 bound", 20, || {
+        let p = store.get(&pods(), "db-3").ok()?;
+        Some(s(&p, "/spec/nodeName").to_string()).filter(|n| !n.is_empty())
+    })
+    .await;
+    assert_eq!(node, db0_node);
+}
