@@ -425,3 +425,91 @@ async fn anti_affinity_and_requests_keep_a_pod_pending_until_room_is_made() {
     .await;
     assert_eq!(node, db0_node);
 }
+
+/// A container that is up (a marker in its volume) after `delay` seconds,
+/// with a startup probe allowing `threshold` failures one second apart,
+/// and a liveness probe that would kill it at once until then.
+fn slow_starter(name: &str, delay: &str, threshold: u64) -> Value {
+    json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "volumes": [{"name": "state", "emptyDir": {}}],
+            "containers": [{"name": "app", "image": "busybox:1.36",
+                "command": ["sh", "-c", format!("echo run >> /state/runs; sleep {delay}; touch /state/up; exec sleep 1000")],
+                "volumeMounts": [{"name": "state", "mountPath": "/state"}],
+                "startupProbe": {"exec": {"command": ["test", "-e", "/state/up"]},
+                    "periodSeconds": 1, "failureThreshold": threshold},
+                "livenessProbe": {"exec": {"command": ["test", "-e", "/state/up"]},
+                    "periodSeconds": 1, "failureThreshold": 1}}]
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn startup_probes_hold_liveness_back_or_restart_the_container() {
+    let work = tempfile::tempdir().unwrap();
+    // Probe periods at their real 1 s, so that the thresholds mean time.
+    let sim = start_sim(work.path(), |o| {
+        o.max_probe_period = None;
+        o.max_grace = Some(Duration::from_secs(1));
+    })
+    .await;
+    let store = sim.store().clone();
+    // Up after 2 s, allowed 8 failures: liveness (which would kill it at
+    // its first failure) waits; started, then ready, no restart.
+    create(&store, slow_starter("patient", "2", 8));
+    // Up after 60 s, allowed 3 failures: killed and restarted.
+    create(&store, slow_starter("hasty", "60", 3));
+    let status = |name: &str| {
+        store
+            .get(&pods(), name)
+            .ok()
+            .map(|p| p["status"]["containerStatuses"][0].clone())
+    };
+    let early = until("patient running", 20, || {
+        status("patient").filter(|c| c["state"]["running"].is_object())
+    })
+    .await;
+    assert_eq!(early["started"], false, "{early}");
+    assert_eq!(early["ready"], false, "{early}");
+    let started = until("patient started", 20, || {
+        status("patient").filter(|c| c["started"] == true)
+    })
+    .await;
+    assert_eq!(started["restartCount"], 0, "{started}");
+    assert_eq!(started["ready"], true, "{started}");
+    let restarted = until("hasty restarted", 30, || {
+        status("hasty").filter(|c| c["restartCount"].as_u64() >= Some(1))
+    })
+    .await;
+    assert!(
+        restarted["lastState"]["terminated"].is_object(),
+        "{restarted}"
+    );
+    assert_eq!(restarted["started"], false, "{restarted}");
+    // Three failures a second apart (then the grace): it ran 2 s at
+    // least, not killed at the first failure.
+    let at = |k: &str| {
+        testworld::kubesim::table::parse_rfc3339(s(
+            &restarted,
+            &format!("/lastState/terminated/{k}"),
+        ))
+        .expect("a time")
+    };
+    assert!(at("finishedAt") - at("startedAt") >= 2, "{restarted}");
+    let pod = store.get(&pods(), "hasty").unwrap();
+    let ran = |name: &str| -> usize {
+        let p = store.get(&pods(), name).unwrap();
+        std::fs::read_to_string(work.path().join(format!(
+            "pods/default_{name}_{}/volumes/state/runs",
+            s(&p, "/metadata/uid")
+        )))
+        .unwrap_or_default()
+        .lines()
+        .count()
+    };
+    assert!(ran("hasty") >= 1, "{pod}");
+    let final_patient = status("patient").unwrap();
+    assert_eq!(final_patient["restartCount"], 0, "{final_patient}");
+    assert_eq!(ran("patient"), 1);
+}

@@ -2,7 +2,9 @@
 //! 127.1.0.0/16, its volumes become directories, its init containers run
 //! in order and then its containers run as real processes (see the module
 //! docs of [`super`] for the contract), supervised per `restartPolicy`
-//! with a doubling backoff; probes drive `ready`; the Pod's status
+//! with a doubling backoff; a startup probe gates the others ([`super::startup`]),
+//! probes drive `ready`; a database container's end is reported to the
+//! fake ring at once ([`super::deaths`]); the Pod's status
 //! (phase, conditions, container statuses) is written as it changes. A
 //! Pod marked for deletion is stopped (preStop, SIGTERM, SIGKILL after the
 //! grace period) and then removed; a Pod whose Node is gone is killed at
@@ -11,7 +13,7 @@
 use super::quantity::divide_ceil;
 use super::services::{POD_BASE, next_free_from};
 use super::{SimOptions, list_all, ns_of, patch_status, s, t};
-use super::{deaths, probes};
+use super::{deaths, probes, startup};
 use crate::kubesim::now_rfc3339;
 use crate::kubesim::ring_api::RingService;
 use crate::kubesim::store::{DeleteOptions, Store};
@@ -706,10 +708,12 @@ async fn run_once(
     lock(&ctx.procs).insert(name.clone(), (running.outer, running.inner));
     let started_at = now_rfc3339();
     let has_readiness = c.get("readinessProbe").is_some() && !init;
+    let startup_probe = c.get("startupProbe").filter(|_| !init).cloned();
     ctx.update(init, idx, |cs| {
         cs.state = json!({"running": {"startedAt": started_at}});
-        cs.started = true;
-        cs.ready = !has_readiness && !init;
+        cs.started = startup_probe.is_none();
+        // Not ready before it has started (startup probe).
+        cs.ready = !has_readiness && !init && startup_probe.is_none();
         cs.container_id = format!("kubesim://{}", running.inner);
     });
     let target = probes::Target {
@@ -733,26 +737,14 @@ async fn run_once(
     let probe_tasks: Vec<JoinHandle<()>> = if init {
         Vec::new()
     } else {
-        let mut v = Vec::new();
-        if let Some(p) = c.get("readinessProbe").cloned() {
-            v.push(tokio::spawn(probe_loop(
-                ctx.clone(),
-                idx,
-                p,
-                target.clone(),
-                None,
-            )));
-        }
-        if let Some(p) = c.get("livenessProbe").cloned() {
-            v.push(tokio::spawn(probe_loop(
-                ctx.clone(),
-                idx,
-                p,
-                target.clone(),
-                Some(live_tx),
-            )));
-        }
-        v
+        vec![tokio::spawn(run_probes(
+            ctx.clone(),
+            idx,
+            c.clone(),
+            startup_probe,
+            target.clone(),
+            live_tx,
+        ))]
     };
     let outcome = tokio::select! {
         st = running.child.wait() => Ok(st),
@@ -813,6 +805,49 @@ fn report_death(ctx: &PodCtx, c: &Value, volumes: &HashMap<String, PathBuf>) {
     deaths::report(ring, &ctx.ip, &mounted);
 }
 
+/// The container's probes: the startup probe first (a failure kills the
+/// container), then readiness and liveness together.
+async fn run_probes(
+    ctx: Arc<PodCtx>,
+    idx: usize,
+    c: Value,
+    startup_probe: Option<Value>,
+    target: probes::Target,
+    live_tx: tokio::sync::mpsc::Sender<()>,
+) {
+    if let Some(p) = startup_probe {
+        if !startup::passes(&p, &target, ctx.opts.max_probe_period).await {
+            let _ = live_tx.send(()).await;
+            return;
+        }
+        let ready = c.get("readinessProbe").is_none();
+        ctx.update(false, idx, |cs| {
+            cs.started = true;
+            cs.ready = ready;
+        });
+    }
+    let readiness = c
+        .get("readinessProbe")
+        .cloned()
+        .map(|p| probe_loop(ctx.clone(), idx, p, target.clone(), None));
+    let liveness = c
+        .get("livenessProbe")
+        .cloned()
+        .map(|p| probe_loop(ctx.clone(), idx, p, target.clone(), Some(live_tx)));
+    tokio::join!(
+        async {
+            if let Some(r) = readiness {
+                r.await;
+            }
+        },
+        async {
+            if let Some(l) = liveness {
+                l.await;
+            }
+        }
+    );
+}
+
 fn outcome_stop(rx: &watch::Receiver<Stop>) -> Option<Stop> {
     let s = *rx.borrow();
     (s != Stop::Run).then_some(s)
@@ -825,11 +860,7 @@ async fn probe_loop(
     target: probes::Target,
     liveness: Option<tokio::sync::mpsc::Sender<()>>,
 ) {
-    let mut timing = probes::timing(&probe);
-    if let Some(cap) = ctx.opts.max_probe_period {
-        timing.period = timing.period.min(cap);
-        timing.initial_delay = timing.initial_delay.min(cap);
-    }
+    let timing = startup::capped(&probe, ctx.opts.max_probe_period);
     tokio::time::sleep(timing.initial_delay).await;
     let (mut ok_run, mut fail_run) = (0u32, 0u32);
     loop {
