@@ -234,6 +234,25 @@ async fn a_killed_fake_is_down_at_once_and_kubectl_logs_reads_its_runs() {
         let (ok, init, err) = kubectl(v, &sim, dir.path(), &["logs", "db-0", "-c", "prepare"]);
         assert!(ok, "{v}: {err}");
         assert_eq!(init, "prepared\n", "{v}");
+        // --follow: what is there, then what comes, until kubectl is
+        // stopped (the container runs on).
+        let kubeconfig = sim.write_kubeconfig(dir.path()).unwrap();
+        let mut follow = Command::new(kubectl_binary(v))
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["logs", "db-0", "-f"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(follow.try_wait().unwrap().is_none(), "{v}: -f ended early");
+        follow.kill().unwrap();
+        let out = follow.wait_with_output().unwrap();
+        assert!(
+            String::from_utf8_lossy(&out.stdout).starts_with(&current),
+            "{v}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
         let (ok, _, err) = kubectl(
             v,
             &sim,
