@@ -806,7 +806,9 @@ fn report_death(ctx: &PodCtx, c: &Value, volumes: &HashMap<String, PathBuf>) {
 }
 
 /// The container's probes: the startup probe first (a failure kills the
-/// container), then readiness and liveness together.
+/// container), then readiness and liveness together. Runs until the
+/// container ends (its task is aborted then), holding `live_tx` open: a
+/// closed channel would read as a liveness failure.
 async fn run_probes(
     ctx: Arc<PodCtx>,
     idx: usize,
@@ -833,7 +835,7 @@ async fn run_probes(
     let liveness = c
         .get("livenessProbe")
         .cloned()
-        .map(|p| probe_loop(ctx.clone(), idx, p, target.clone(), Some(live_tx)));
+        .map(|p| probe_loop(ctx.clone(), idx, p, target.clone(), Some(live_tx.clone())));
     tokio::join!(
         async {
             if let Some(r) = readiness {
@@ -846,6 +848,8 @@ async fn run_probes(
             }
         }
     );
+    std::future::pending::<()>().await;
+    drop(live_tx);
 }
 
 fn outcome_stop(rx: &watch::Receiver<Stop>) -> Option<Stop> {
