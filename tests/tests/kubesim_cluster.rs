@@ -349,7 +349,7 @@ async fn statefulset_on_local_disks_and_a_lost_node() {
     assert_eq!(cond["reason"], "Unschedulable");
     assert_eq!(
         cond["message"],
-        "0/2 nodes are available: 2 node(s) had volume node affinity conflict."
+        "0/2 nodes are available: 2 node(s) had volume node affinity conflict. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     );
     // The claim still names the PV on the gone node.
     let pvc = store

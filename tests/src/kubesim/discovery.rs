@@ -499,6 +499,15 @@ pub fn resource_list(group: &str, version: &str, types: &[&ResourceType]) -> Val
                 "verbs": ["get", "patch", "update"],
             }));
         }
+        if t.group.is_empty() && t.plural == "pods" {
+            resources.push(json!({
+                "name": "pods/log",
+                "singularName": "",
+                "namespaced": true,
+                "kind": "Pod",
+                "verbs": ["get"],
+            }));
+        }
         if t.scale.is_some() {
             resources.push(json!({
                 "name": format!("{}/scale", t.plural),

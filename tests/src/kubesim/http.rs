@@ -77,6 +77,9 @@ pub struct Shared {
     pub bookmark_interval: Duration,
     /// The fake Cassandra nodes' ring (`/sim/ring`).
     pub ring: Arc<super::ring_api::RingService>,
+    /// The sim's work directory, where the kubelet writes container logs
+    /// (None without the sim).
+    pub sim_dir: Option<std::path::PathBuf>,
 }
 
 fn json_response(code: u16, body: &Value) -> Response<Body> {
@@ -283,6 +286,15 @@ fn delete_options(q: &HashMap<String, String>, body: &[u8]) -> Result<DeleteOpti
             .and_then(Value::as_str)
             .map(str::to_string),
         dry_run: dry,
+        grace_period: match b.get("gracePeriodSeconds").and_then(Value::as_i64) {
+            Some(g) => Some(g),
+            None => match q.get("gracePeriodSeconds") {
+                Some(g) => Some(g.parse::<i64>().map_err(|e| {
+                    ApiError::bad_request(format!("invalid gracePeriodSeconds: {e}"))
+                })?),
+                None => None,
+            },
+        },
     })
 }
 
@@ -485,6 +497,12 @@ async fn route(
             super::ring_api::handle(&shared.ring, method, rest, q, body).await
         }
         (_, ["sim", rest @ ..]) => admin(shared, method, rest, q, body),
+        ("GET", ["api", "v1", "namespaces", ns, "pods", name, "log"]) => {
+            match super::logs::handle(store, shared.sim_dir.as_deref(), ns, name, q) {
+                Ok(r) => r,
+                Err(e) => error_response(&e),
+            }
+        }
         (_, ["api", "v1", rest @ ..]) => {
             resource(
                 shared,

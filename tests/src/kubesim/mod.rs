@@ -43,8 +43,10 @@
 //! validation, CEL rules, status and scale subresources), the four patch
 //! types with managedFields (Apply and Update managers, apply conflicts and
 //! force), finalizers, owner-reference garbage collection, defaulting of
-//! built-in kinds, ClusterIP allocation, server-side Table printing, and
-//! events.k8s.io Events stored as core Events.
+//! built-in kinds, ClusterIP allocation, server-side Table printing,
+//! events.k8s.io Events stored as core Events, graceful Pod deletion
+//! (`gracePeriodSeconds` only ever shortened; see
+//! [`store::pod_grace`]), and the `pods/log` subresource ([`logs`]).
 
 pub mod convert;
 pub mod defaults;
@@ -52,6 +54,7 @@ pub mod discovery;
 pub mod faults;
 pub mod gc;
 pub mod http;
+pub mod logs;
 pub mod patch;
 pub mod protobuf;
 pub mod ring_api;

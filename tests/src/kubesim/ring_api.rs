@@ -221,6 +221,25 @@ impl RingService {
         self.lock().leases.remove(host_id);
     }
 
+    /// The kubelet's report of a dead process: every node with a running
+    /// process that `dead(address, data_dir id)` designates is down at
+    /// once (as gossip convicts a peer whose connection closed; its data
+    /// stays). Their host ids.
+    pub fn report_dead(&self, dead: impl Fn(&str, &str) -> bool) -> Vec<HostId> {
+        let killed: Vec<HostId> = self.with(|r| {
+            let ids: Vec<HostId> = r
+                .nodes()
+                .filter(|n| n.process.is_some() && dead(&n.address, &n.data_dir))
+                .map(|n| n.host_id.clone())
+                .collect();
+            ids.into_iter().filter(|h| r.kill(h).is_ok()).collect()
+        });
+        for h in &killed {
+            self.release(h);
+        }
+        killed
+    }
+
     /// Brings the model's clock to the real time (completing the
     /// operations due), waking the waiters when something completed.
     pub fn tick(&self) {

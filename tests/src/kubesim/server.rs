@@ -135,6 +135,7 @@ impl KubeSim {
             addr,
             bookmark_interval: opts.bookmark_interval,
             ring: Arc::new(super::ring_api::RingService::new(opts.ring.clone())),
+            sim_dir: opts.sim.as_ref().map(|o| o.work_dir.clone()),
         });
         let (stop, stopped) = watch::channel(false);
         let mut tasks = Vec::new();
@@ -154,7 +155,13 @@ impl KubeSim {
                     shared.clone(),
                     stopped.clone(),
                 )));
-                Some(super::sim::Sim::start(store.clone(), o, pod_url, net)?)
+                Some(super::sim::Sim::start(
+                    store.clone(),
+                    o,
+                    pod_url,
+                    net,
+                    Some(shared.ring.clone()),
+                )?)
             }
             None => None,
         };

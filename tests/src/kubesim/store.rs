@@ -329,6 +329,9 @@ pub struct DeleteOptions {
     pub resource_version: Option<String>,
     /// `dryRun=All`
     pub dry_run: bool,
+    /// `gracePeriodSeconds` (None: the object's default; negative counts
+    /// as 1, as the API server has it)
+    pub grace_period: Option<i64>,
 }
 
 /// What a watch starts from: the kind, the events to replay, the
@@ -415,6 +418,69 @@ fn graceful_pod(rt: &ResourceType, obj: &Value) -> bool {
             .get("deletionGracePeriodSeconds")
             .and_then(Value::as_u64)
             .is_some_and(|g| g > 0)
+}
+
+/// What a DELETE does to a Pod under graceful deletion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodGrace {
+    /// Already terminating and not shortened: nothing changes (the API
+    /// server's "graceful deletion pending").
+    Pending,
+    /// Marks it: `deletionTimestamp` at this Unix second, this
+    /// `deletionGracePeriodSeconds` (0: removed at once after the mark).
+    Mark(u64, u64),
+    /// Removed from the store at once.
+    Now,
+}
+
+/// The API server's graceful deletion of a Pod (`rest.BeforeDelete` and the
+/// Pod strategy's `CheckGracefulDelete`): the grace is the DELETE's
+/// `gracePeriodSeconds`, else `terminationGracePeriodSeconds` (default
+/// 30); 0 for a Pod never scheduled or already terminated. A terminating
+/// Pod's grace may only be shortened (its `deletionTimestamp` moves by the
+/// difference); a DELETE without a shorter grace changes nothing, so only
+/// `gracePeriodSeconds=0` (`--force --grace-period=0`, the kubelet's
+/// final DELETE) removes it at once.
+pub fn pod_grace(pod: &Value, requested: Option<i64>, now: u64) -> PodGrace {
+    let requested = requested.map(|g| if g < 0 { 1 } else { g as u64 });
+    let m = meta(pod);
+    if m.get("deletionTimestamp").is_some() {
+        let current = m
+            .get("deletionGracePeriodSeconds")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        if current == 0 {
+            return PodGrace::Now;
+        }
+        return match requested {
+            Some(g) if g < current => {
+                let at = m
+                    .get("deletionTimestamp")
+                    .and_then(Value::as_str)
+                    .and_then(super::table::parse_rfc3339)
+                    .map_or(now + current, |t| t.max(0) as u64);
+                PodGrace::Mark(at.saturating_sub(current) + g, g)
+            }
+            _ => PodGrace::Pending,
+        };
+    }
+    let bound = pod
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    let terminated = matches!(
+        pod.pointer("/status/phase").and_then(Value::as_str),
+        Some("Succeeded" | "Failed")
+    );
+    if !bound || terminated {
+        return PodGrace::Now;
+    }
+    let grace = requested.unwrap_or_else(|| {
+        pod.pointer("/spec/terminationGracePeriodSeconds")
+            .and_then(Value::as_u64)
+            .unwrap_or(30)
+    });
+    PodGrace::Mark(now + grace, grace)
 }
 
 /// The name of an object.
@@ -1891,36 +1957,30 @@ impl State {
         }
         let mut next = (*old).clone();
         if rt.group.is_empty() && rt.plural == "pods" && self.graceful_pods {
-            let bound = old
-                .pointer("/spec/nodeName")
-                .and_then(Value::as_str)
-                .is_some_and(|n| !n.is_empty());
-            let m = meta_mut(&mut next);
-            if bound && !m.contains_key("deletionTimestamp") {
-                // The API server's graceful deletion: mark, the kubelet
-                // stops the containers and deletes again with grace 0.
-                let grace = old
-                    .pointer("/spec/terminationGracePeriodSeconds")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(30);
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_secs())
-                    .unwrap_or(0);
-                m.insert(
-                    "deletionTimestamp".into(),
-                    json!(super::rfc3339(now + grace)),
-                );
-                m.insert("deletionGracePeriodSeconds".into(), json!(grace));
-                if grace > 0 {
-                    if opts.dry_run {
-                        return Ok(present(rt, &t.version, &next));
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            match pod_grace(&old, opts.grace_period, now) {
+                PodGrace::Pending => return Ok(present(rt, &t.version, &old)),
+                PodGrace::Mark(at, grace) => {
+                    let m = meta_mut(&mut next);
+                    m.insert("deletionTimestamp".into(), json!(super::rfc3339(at)));
+                    m.insert("deletionGracePeriodSeconds".into(), json!(grace));
+                    if grace > 0 {
+                        if opts.dry_run {
+                            return Ok(present(rt, &t.version, &next));
+                        }
+                        let stored = self.commit(rt, EventType::Modified, next);
+                        return Ok(present(rt, &t.version, &stored));
                     }
-                    let stored = self.commit(rt, EventType::Modified, next);
-                    return Ok(present(rt, &t.version, &stored));
                 }
-            } else if m.contains_key("deletionTimestamp") {
-                m.insert("deletionGracePeriodSeconds".into(), json!(0));
+                PodGrace::Now => {
+                    let m = meta_mut(&mut next);
+                    if m.contains_key("deletionTimestamp") {
+                        m.insert("deletionGracePeriodSeconds".into(), json!(0));
+                    }
+                }
             }
         }
         let mut fins = finalizers(&old);
@@ -2240,5 +2300,80 @@ mod tests {
         s.update(&cms(), "f", g, Subresource::Main, &WriteOptions::default())
             .unwrap();
         assert_eq!(s.get(&cms(), "f").unwrap_err().code, 404);
+    }
+
+    #[test]
+    fn pod_grace_is_the_api_servers() {
+        let now = 1_000_000;
+        let pod = json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1",
+            "terminationGracePeriodSeconds": 60}, "status": {"phase": "Running"}});
+        assert_eq!(pod_grace(&pod, None, now), PodGrace::Mark(now + 60, 60));
+        assert_eq!(pod_grace(&pod, Some(5), now), PodGrace::Mark(now + 5, 5));
+        assert_eq!(pod_grace(&pod, Some(0), now), PodGrace::Mark(now, 0));
+        assert_eq!(pod_grace(&pod, Some(-3), now), PodGrace::Mark(now + 1, 1));
+        let mut plain = pod.clone();
+        plain["spec"] = json!({"nodeName": "n1"});
+        assert_eq!(pod_grace(&plain, None, now), PodGrace::Mark(now + 30, 30));
+        let mut unbound = pod.clone();
+        unbound["spec"]["nodeName"] = json!("");
+        assert_eq!(pod_grace(&unbound, None, now), PodGrace::Now);
+        let mut done = pod.clone();
+        done["status"]["phase"] = json!("Succeeded");
+        assert_eq!(pod_grace(&done, None, now), PodGrace::Now);
+        // Terminating since `now` with 60 s: only a shorter grace changes it,
+        // counted from when the deletion began.
+        let mut term = pod.clone();
+        term["metadata"]["deletionTimestamp"] = json!(crate::kubesim::rfc3339(now + 60));
+        term["metadata"]["deletionGracePeriodSeconds"] = json!(60);
+        assert_eq!(pod_grace(&term, None, now + 10), PodGrace::Pending);
+        assert_eq!(pod_grace(&term, Some(90), now + 10), PodGrace::Pending);
+        assert_eq!(pod_grace(&term, Some(60), now + 10), PodGrace::Pending);
+        assert_eq!(
+            pod_grace(&term, Some(5), now + 10),
+            PodGrace::Mark(now + 5, 5)
+        );
+        assert_eq!(pod_grace(&term, Some(0), now + 10), PodGrace::Mark(now, 0));
+        term["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        assert_eq!(pod_grace(&term, None, now + 10), PodGrace::Now);
+    }
+
+    #[test]
+    fn a_second_delete_leaves_a_terminating_pod() {
+        let s = Store::new(StoreOptions::default());
+        s.set_graceful_pod_deletion(true);
+        let pods = Target::new("", "v1", "pods", Some("default"));
+        let w = WriteOptions::default();
+        s.create(
+            &pods,
+            json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1",
+            "containers": [{"name": "c", "image": "busybox"}]}}),
+            &w,
+        )
+        .unwrap();
+        let d = s.delete(&pods, "p", &DeleteOptions::default()).unwrap();
+        assert_eq!(d["metadata"]["deletionGracePeriodSeconds"], 30);
+        let again = s.delete(&pods, "p", &DeleteOptions::default()).unwrap();
+        assert_eq!(again["metadata"]["deletionGracePeriodSeconds"], 30);
+        let longer = DeleteOptions {
+            grace_period: Some(45),
+            ..Default::default()
+        };
+        s.delete(&pods, "p", &longer).unwrap();
+        let shorter = DeleteOptions {
+            grace_period: Some(5),
+            ..Default::default()
+        };
+        let d = s.delete(&pods, "p", &shorter).unwrap();
+        assert_eq!(d["metadata"]["deletionGracePeriodSeconds"], 5);
+        assert_eq!(
+            s.get(&pods, "p").unwrap()["metadata"]["deletionGracePeriodSeconds"],
+            5
+        );
+        let force = DeleteOptions {
+            grace_period: Some(0),
+            ..Default::default()
+        };
+        s.delete(&pods, "p", &force).unwrap();
+        assert_eq!(s.get(&pods, "p").unwrap_err().code, 404);
     }
 }

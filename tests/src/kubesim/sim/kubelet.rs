@@ -4,18 +4,20 @@
 //! directories, its init containers run
 //! in order and then its containers run as real processes (see the module
 //! docs of [`super`] for the contract), supervised per `restartPolicy`
-//! with a doubling backoff; probes drive `ready`; the Pod's status
+//! with a doubling backoff; a startup probe gates the others ([`super::startup`]),
+//! probes drive `ready`; a database container's end is reported to the
+//! fake ring at once ([`super::deaths`]); the Pod's status
 //! (phase, conditions, container statuses) is written as it changes. A
 //! Pod marked for deletion is stopped (preStop, SIGTERM, SIGKILL after the
 //! grace period) and then removed; a Pod whose Node is gone is killed at
 //! once and removed (the pod garbage collector's job). I/O.
 
 use super::net::{Network, PodNet};
-use super::probes;
 use super::quantity::divide_ceil;
 use super::{SimOptions, list_all, ns_of, patch_status, s, t};
-use super::{images, security};
+use super::{deaths, images, probes, security, startup};
 use crate::kubesim::now_rfc3339;
+use crate::kubesim::ring_api::RingService;
 use crate::kubesim::store::{DeleteOptions, Store};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -85,19 +87,19 @@ pub struct Kubelet {
     kubeconfig: PathBuf,
     pods: Mutex<HashMap<String, PodHandle>>,
     net: Arc<Network>,
+    /// The fake ring, told of database containers' deaths.
+    ring: Option<Arc<RingService>>,
 }
 
+/// The kubelet's final DELETE: grace 0 with the Pod's UID as
+/// precondition (the status manager's), which removes it at once.
 fn force_delete(store: &Store, pod: &Value) {
     let opts = DeleteOptions {
         uid: Some(s(pod, "/metadata/uid").to_string()),
+        grace_period: Some(0),
         ..Default::default()
     };
-    let target = t("", "pods", ns_of(pod));
-    let name = s(pod, "/metadata/name");
-    // The first DELETE of a running pod marks it; the second removes it.
-    if store.delete(&target, name, &opts).is_ok() {
-        let _ = store.delete(&target, name, &opts);
-    }
+    let _ = store.delete(&t("", "pods", ns_of(pod)), s(pod, "/metadata/name"), &opts);
 }
 
 impl Kubelet {
@@ -107,8 +109,10 @@ impl Kubelet {
         url: String,
         kubeconfig: PathBuf,
         net: Arc<Network>,
+        ring: Option<Arc<RingService>>,
     ) -> Self {
         Kubelet {
+            ring,
             store,
             opts,
             url,
@@ -228,6 +232,7 @@ impl Kubelet {
                             uid
                         )),
                         procs: procs.clone(),
+                        ring: self.ring.clone(),
                         pod: Mutex::new(pod.clone()),
                         run: Mutex::new(PodRun::new(pod)),
                         changed: Notify::new(),
@@ -388,6 +393,7 @@ struct PodCtx {
     allocatable: Value,
     dir: PathBuf,
     procs: Procs,
+    ring: Option<Arc<RingService>>,
     pod: Mutex<Value>,
     run: Mutex<PodRun>,
     changed: Notify,
@@ -416,8 +422,18 @@ impl PodCtx {
         }
     }
 
+    /// The grace period: the Pod's `deletionGracePeriodSeconds` as the
+    /// store has it now (a later DELETE may have shortened it), else its
+    /// `terminationGracePeriodSeconds`, capped by `max_grace`.
     fn grace(&self) -> Duration {
-        let pod = self.pod();
+        let mut pod = self.pod();
+        if let Ok(fresh) = self
+            .store
+            .get(&t("", "pods", ns_of(&pod)), s(&pod, "/metadata/name"))
+            && fresh.pointer("/metadata/uid") == pod.pointer("/metadata/uid")
+        {
+            pod = fresh;
+        }
         let secs = pod
             .pointer("/metadata/deletionGracePeriodSeconds")
             .and_then(Value::as_u64)
@@ -710,10 +726,12 @@ async fn run_once(
     lock(&ctx.procs).insert(name.clone(), (running.outer, running.inner));
     let started_at = now_rfc3339();
     let has_readiness = c.get("readinessProbe").is_some() && !init;
+    let startup_probe = c.get("startupProbe").filter(|_| !init).cloned();
     ctx.update(init, idx, |cs| {
         cs.state = json!({"running": {"startedAt": started_at}});
-        cs.started = true;
-        cs.ready = !has_readiness && !init;
+        cs.started = startup_probe.is_none();
+        // Not ready before it has started (startup probe).
+        cs.ready = !has_readiness && !init && startup_probe.is_none();
         cs.container_id = format!("kubesim://{}", running.inner);
     });
     let target = probes::Target {
@@ -738,26 +756,14 @@ async fn run_once(
     let probe_tasks: Vec<JoinHandle<()>> = if init {
         Vec::new()
     } else {
-        let mut v = Vec::new();
-        if let Some(p) = c.get("readinessProbe").cloned() {
-            v.push(tokio::spawn(probe_loop(
-                ctx.clone(),
-                idx,
-                p,
-                target.clone(),
-                None,
-            )));
-        }
-        if let Some(p) = c.get("livenessProbe").cloned() {
-            v.push(tokio::spawn(probe_loop(
-                ctx.clone(),
-                idx,
-                p,
-                target.clone(),
-                Some(live_tx),
-            )));
-        }
-        v
+        vec![tokio::spawn(run_probes(
+            ctx.clone(),
+            idx,
+            c.clone(),
+            startup_probe,
+            target.clone(),
+            live_tx,
+        ))]
     };
     let outcome = tokio::select! {
         st = running.child.wait() => Ok(st),
@@ -775,6 +781,7 @@ async fn run_once(
         }
     };
     lock(&ctx.procs).remove(&name);
+    report_death(ctx, c, volumes);
     let code = status.map_or(137, |st| {
         use std::os::unix::process::ExitStatusExt;
         st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(9))
@@ -798,6 +805,72 @@ async fn run_once(
     }
 }
 
+/// A database container is gone: the ring hears it at once.
+fn report_death(ctx: &PodCtx, c: &Value, volumes: &HashMap<String, PathBuf>) {
+    let Some(ring) = &ctx.ring else { return };
+    if !matches!(
+        classify(s(c, "/image"), &ctx.opts.operator_images),
+        Image::Database { .. }
+    ) {
+        return;
+    }
+    let mounted: Vec<PathBuf> = c
+        .get("volumeMounts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| volumes.get(s(m, "/name")).map(|h| h.join(s(m, "/subPath"))))
+        .collect();
+    deaths::report(ring, &ctx.ip, &mounted);
+}
+
+/// The container's probes: the startup probe first (a failure kills the
+/// container), then readiness and liveness together. Runs until the
+/// container ends (its task is aborted then), holding `live_tx` open: a
+/// closed channel would read as a liveness failure.
+async fn run_probes(
+    ctx: Arc<PodCtx>,
+    idx: usize,
+    c: Value,
+    startup_probe: Option<Value>,
+    target: probes::Target,
+    live_tx: tokio::sync::mpsc::Sender<()>,
+) {
+    if let Some(p) = startup_probe {
+        if !startup::passes(&p, &target, ctx.opts.max_probe_period).await {
+            let _ = live_tx.send(()).await;
+            return;
+        }
+        let ready = c.get("readinessProbe").is_none();
+        ctx.update(false, idx, |cs| {
+            cs.started = true;
+            cs.ready = ready;
+        });
+    }
+    let readiness = c
+        .get("readinessProbe")
+        .cloned()
+        .map(|p| probe_loop(ctx.clone(), idx, p, target.clone(), None));
+    let liveness = c
+        .get("livenessProbe")
+        .cloned()
+        .map(|p| probe_loop(ctx.clone(), idx, p, target.clone(), Some(live_tx.clone())));
+    tokio::join!(
+        async {
+            if let Some(r) = readiness {
+                r.await;
+            }
+        },
+        async {
+            if let Some(l) = liveness {
+                l.await;
+            }
+        }
+    );
+    std::future::pending::<()>().await;
+    drop(live_tx);
+}
+
 fn outcome_stop(rx: &watch::Receiver<Stop>) -> Option<Stop> {
     let s = *rx.borrow();
     (s != Stop::Run).then_some(s)
@@ -810,11 +883,7 @@ async fn probe_loop(
     target: probes::Target,
     liveness: Option<tokio::sync::mpsc::Sender<()>>,
 ) {
-    let mut timing = probes::timing(&probe);
-    if let Some(cap) = ctx.opts.max_probe_period {
-        timing.period = timing.period.min(cap);
-        timing.initial_delay = timing.initial_delay.min(cap);
-    }
+    let timing = startup::capped(&probe, ctx.opts.max_probe_period);
     tokio::time::sleep(timing.initial_delay).await;
     let (mut ok_run, mut fail_run) = (0u32, 0u32);
     loop {
@@ -855,7 +924,8 @@ async fn terminate(
     graceful: bool,
 ) -> Option<std::process::ExitStatus> {
     if graceful {
-        let deadline = Instant::now() + ctx.grace();
+        let began = Instant::now();
+        let deadline = began + ctx.grace();
         if let Some(h) = c.pointer("/lifecycle/preStop") {
             let left = deadline.saturating_duration_since(Instant::now());
             if let Some(argv) = h.pointer("/exec/command").and_then(Value::as_array) {
@@ -870,9 +940,19 @@ async fn terminate(
             }
         }
         signal(running.inner, Signal::SIGTERM);
-        let left = deadline.saturating_duration_since(Instant::now());
-        if let Ok(st) = tokio::time::timeout(left, running.child.wait()).await {
-            return st.ok();
+        // A later DELETE may shorten the grace (never lengthen it): look
+        // again while waiting, as the kubelet's pod worker does.
+        let mut deadline = deadline;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let step = left.min(Duration::from_millis(250));
+            if let Ok(st) = tokio::time::timeout(step, running.child.wait()).await {
+                return st.ok();
+            }
+            if left <= step {
+                break;
+            }
+            deadline = deadline.min(began + ctx.grace());
         }
     }
     signal(running.inner, Signal::SIGKILL);

@@ -3,7 +3,9 @@
 //! ([`scheduler`]), storage ([`storage`]: StorageClasses `local-disks` and
 //! `standard`, PV provisioning and binding, PVC protection, reclaim), the
 //! endpoints controller ([`services`]) and a kubelet whose containers are
-//! real local processes ([`kubelet`], [`probes`]). Every part runs in one
+//! real local processes ([`kubelet`], [`probes`], [`startup`]) and who
+//! tells the fake ring at once when a database container dies
+//! ([`deaths`]). Every part runs in one
 //! task driven by the store's change notifications (plus a 250 ms tick
 //! for timers), level based: each pass reads the store and writes what is
 //! missing, so a pass may run any number of times. Started by
@@ -106,27 +108,37 @@
 //! stdout and stderr, the kubelet's layout); `pvs/<pv>` holds each
 //! PersistentVolume's data (as long as the PV lives).
 //!
-//! Pods are deleted gracefully: a DELETE marks a scheduled Pod with
-//! `deletionTimestamp`; the kubelet runs preStop hooks, sends SIGTERM,
-//! SIGKILL after `terminationGracePeriodSeconds` (capped by
-//! [`SimOptions::max_grace`]), then removes the Pod. Deleting a Node kills
+//! Pods are deleted gracefully, as the API server does it: a DELETE marks
+//! a scheduled Pod with `deletionTimestamp` and `deletionGracePeriodSeconds`
+//! (the DELETE's `gracePeriodSeconds`, else
+//! `terminationGracePeriodSeconds`); a later DELETE may only shorten it and
+//! otherwise changes nothing; only `gracePeriodSeconds=0` removes it at
+//! once. The kubelet runs preStop hooks, sends SIGTERM, SIGKILL when the
+//! Pod's grace (as the store has it now, capped by
+//! [`SimOptions::max_grace`]) has passed, then removes the Pod with its
+//! own DELETE of grace 0. `kubectl logs` reads the log files (see
+//! [`crate::kubesim::logs`]). Deleting a Node kills
 //! its pods' processes at once (no preStop: the machine is gone) and the
 //! pod garbage collector removes those Pods.
 //!
 //! Not simulated (yet): ControllerRevision objects (a pod below a
 //! partition is recreated from the current template, with its old
-//! revision label), pod (anti-)affinity and resource fit in the scheduler,
-//! startup probes, `shareProcessNamespace` (each container has its own PID
-//! namespace), Secret volumes, `kubectl logs` (read the log files),
-//! user namespaces, SELinux/AppArmor/seccomp profiles, image `HOME`s
-//! (`HOME` is `/root` for every user), a root filesystem of the image's
-//! own (outside the image's directories above, the container sees the
-//! host's files, and writes there land on the host unless
-//! `readOnlyRootFilesystem`), kube-proxy and cluster DNS (no ClusterIP or
-//! Service name resolves or routes inside a Pod), NetworkPolicies, and
-//! `gracePeriodSeconds` in DeleteOptions (a second DELETE of a terminating
-//! Pod removes it at once, as `--force --grace-period=0` would).
+//! revision label), `shareProcessNamespace` (each container has its own PID
+//! namespace), Secret volumes, priorities and preemption in the scheduler
+//! (no victims are ever found), pod topology spread constraints, the
+//! death of a process that is not its container's PID 1 (a fake started
+//! by the sidecar is still convicted by its lease only, unless the sidecar
+//! exits with it), `timestamps` and `sinceSeconds` in `kubectl logs`, a
+//! container's exit code after a signal from outside (`unshare --fork`
+//! reports 1 where a runtime reports 128 + the signal), user namespaces,
+//! SELinux/AppArmor/seccomp profiles, image `HOME`s (`HOME` is `/root` for
+//! every user), a root filesystem of the image's own (outside the image's
+//! directories above, the container sees the host's files, and writes
+//! there land on the host unless `readOnlyRootFilesystem`), kube-proxy and
+//! cluster DNS (no ClusterIP or Service name resolves or routes inside a
+//! Pod), and NetworkPolicies.
 
+pub mod deaths;
 pub mod images;
 pub mod kubelet;
 pub mod net;
@@ -135,6 +147,7 @@ pub mod quantity;
 pub mod scheduler;
 pub mod security;
 pub mod services;
+pub mod startup;
 pub mod statefulset;
 pub mod storage;
 
@@ -219,12 +232,14 @@ pub struct Sim {
 
 impl Sim {
     /// Starts the controllers; `url` is where Pods reach kubesim (on the
-    /// gateway of `net`).
+    /// gateway of `net`); `ring` hears of database containers' deaths
+    /// ([`deaths`]).
     pub fn start(
         store: Store,
         opts: SimOptions,
         url: String,
         net: Arc<net::Network>,
+        ring: Option<Arc<super::ring_api::RingService>>,
     ) -> std::io::Result<Sim> {
         std::fs::create_dir_all(&opts.work_dir)?;
         // Not `kubeconfig`: tests write the host's own there.
@@ -250,6 +265,7 @@ impl Sim {
             url.clone(),
             kubeconfig,
             net.clone(),
+            ring,
         ));
         let task = tokio::spawn(run(store, kubelet.clone()));
         Ok(Sim {

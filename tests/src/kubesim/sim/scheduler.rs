@@ -1,12 +1,25 @@
-//! The scheduler: places each pending Pod on a Node that fits (node
-//! selector, required node affinity, taints and tolerations, cordoned
-//! nodes, the node affinity of bound PVs), preferring the node with the
-//! fewest pods; a Pod that fits nowhere stays Pending with
-//! `PodScheduled=False`, reason `Unschedulable`, and the real scheduler's
-//! message (`0/2 nodes are available: 2 node(s) had volume node affinity
-//! conflict.`). [`fit`] and [`message`] are pure; [`schedule_all`] does I/O.
+//! The scheduler: places each pending Pod on a Node that fits, with the
+//! default profile's filters in their order (cordoned nodes, taints and
+//! tolerations, node selector and required node affinity, resource
+//! requests against the Node's `status.allocatable` summed over the Pods
+//! bound there, the node affinity of bound PVs, required inter-pod
+//! affinity and anti-affinity, both the incoming Pod's and the existing
+//! Pods'), preferring among the fitting nodes the one with the most
+//! satisfied preferred (soft) pod anti-affinity weight, then the fewest
+//! pods; a Pod that fits nowhere stays Pending with `PodScheduled=False`,
+//! reason `Unschedulable`, and the real scheduler's message (`0/6 nodes
+//! are available: 3 Insufficient cpu, 3 node(s) didn't match pod
+//! anti-affinity rules. preemption: 0/6 nodes are available: 3 No
+//! preemption victims found for incoming pod, 3 Preemption is not helpful
+//! for scheduling.`); every pass retries it, so it is placed once the
+//! cluster changes. Terminated Pods (Succeeded, Failed) hold nothing, as
+//! the scheduler's cache ignores them; terminating ones still do.
+//! Priority and preemption are not modelled (no victims are ever found).
+//! [`fit`] and [`message`] are pure; [`schedule_all`] does I/O.
 
+use super::quantity::parse_milli;
 use super::{list_all, ns_of, patch_main, patch_status, s, storage};
+use crate::kubesim::selectors::LabelSelector;
 use crate::kubesim::store::Store;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
@@ -22,17 +35,253 @@ pub enum Misfit {
     Cordoned,
     /// A bound PV's node affinity.
     VolumeNode,
+    /// Not enough allocatable of a resource (`cpu`, `memory`) left.
+    Insufficient(&'static str),
+    /// The node's allocatable `pods` are taken.
+    TooManyPods,
+    /// The pod's required pod affinity.
+    PodAffinity,
+    /// The pod's required pod anti-affinity.
+    AntiAffinity,
+    /// An existing pod's required anti-affinity against this pod.
+    ExistingAntiAffinity,
 }
 
 impl Misfit {
-    fn text(self) -> &'static str {
+    fn text(self) -> String {
         match self {
-            Misfit::Affinity => "node(s) didn't match Pod's node affinity/selector",
-            Misfit::Taint => "node(s) had untolerated taint(s)",
-            Misfit::Cordoned => "node(s) were unschedulable",
-            Misfit::VolumeNode => "node(s) had volume node affinity conflict",
+            Misfit::Affinity => "node(s) didn't match Pod's node affinity/selector".into(),
+            Misfit::Taint => "node(s) had untolerated taint(s)".into(),
+            Misfit::Cordoned => "node(s) were unschedulable".into(),
+            Misfit::VolumeNode => "node(s) had volume node affinity conflict".into(),
+            Misfit::Insufficient(r) => format!("Insufficient {r}"),
+            Misfit::TooManyPods => "Too many pods".into(),
+            Misfit::PodAffinity => "node(s) didn't match pod affinity rules".into(),
+            Misfit::AntiAffinity => "node(s) didn't match pod anti-affinity rules".into(),
+            Misfit::ExistingAntiAffinity => {
+                "node(s) didn't satisfy existing pods anti-affinity rules".into()
+            }
         }
     }
+
+    /// Whether evicting lower-priority pods could help (the filter said
+    /// Unschedulable rather than UnschedulableAndUnresolvable).
+    fn preemption_may_help(self) -> bool {
+        matches!(
+            self,
+            Misfit::Insufficient(_)
+                | Misfit::TooManyPods
+                | Misfit::AntiAffinity
+                | Misfit::ExistingAntiAffinity
+        )
+    }
+}
+
+/// What the scheduler knows of the cluster beyond one node: the pods
+/// placed (bound and not terminated), the nodes by name, namespaces'
+/// labels.
+#[derive(Debug, Default, Clone)]
+pub struct Cluster<'a> {
+    /// Bound Pods that hold their node (not Succeeded or Failed).
+    pub placed: Vec<&'a Value>,
+    /// Every Node by name.
+    pub nodes: HashMap<String, &'a Value>,
+    /// Namespaces' labels (for `namespaceSelector`).
+    pub namespaces: HashMap<String, BTreeMap<String, String>>,
+}
+
+impl<'a> Cluster<'a> {
+    /// The cluster of these nodes and pods.
+    pub fn new(nodes: &'a [Value], pods: &'a [Value], namespaces: &[Value]) -> Self {
+        Cluster {
+            placed: pods
+                .iter()
+                .filter(|p| {
+                    !s(p, "/spec/nodeName").is_empty()
+                        && !matches!(s(p, "/status/phase"), "Succeeded" | "Failed")
+                })
+                .collect(),
+            nodes: nodes
+                .iter()
+                .map(|n| (s(n, "/metadata/name").to_string(), n))
+                .collect(),
+            namespaces: namespaces
+                .iter()
+                .map(|n| (s(n, "/metadata/name").to_string(), labels(n)))
+                .collect(),
+        }
+    }
+}
+
+/// A pod's effective request of a resource in thousandths: the larger of
+/// its containers' sum and its largest init container (a request absent
+/// but a limit set counts as the limit, as the API server defaults it).
+pub fn request(pod: &Value, resource: &str) -> u128 {
+    let of = |c: &Value| {
+        c.pointer(&format!("/resources/requests/{resource}"))
+            .or_else(|| c.pointer(&format!("/resources/limits/{resource}")))
+            .and_then(|q| match q {
+                Value::String(q) => parse_milli(q),
+                Value::Number(n) => parse_milli(&n.to_string()),
+                _ => None,
+            })
+            .unwrap_or(0)
+    };
+    let list = |p: &str| -> Vec<u128> {
+        pod.pointer(p)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(of)
+            .collect()
+    };
+    let sum: u128 = list("/spec/containers").iter().sum();
+    let init = list("/spec/initContainers").into_iter().max().unwrap_or(0);
+    sum.max(init)
+}
+
+fn allocatable(node: &Value, resource: &str) -> Option<u128> {
+    node.pointer(&format!("/status/allocatable/{resource}"))
+        .and_then(Value::as_str)
+        .and_then(parse_milli)
+}
+
+/// NodeResourcesFit: the pod's cpu and memory requests and one more pod
+/// against what the node's bound pods leave of its allocatable.
+fn resource_misfits(pod: &Value, node: &Value, cluster: &Cluster) -> Vec<Misfit> {
+    let name = s(node, "/metadata/name");
+    let here: Vec<&&Value> = cluster
+        .placed
+        .iter()
+        .filter(|p| s(p, "/spec/nodeName") == name)
+        .collect();
+    let mut out = Vec::new();
+    if let Some(max) = allocatable(node, "pods")
+        && (here.len() as u128 + 1) * 1000 > max
+    {
+        out.push(Misfit::TooManyPods);
+    }
+    for r in ["cpu", "memory"] {
+        let want = request(pod, r);
+        if want == 0 {
+            continue;
+        }
+        let Some(max) = allocatable(node, r) else {
+            continue;
+        };
+        let used: u128 = here.iter().map(|p| request(p, r)).sum();
+        if used + want > max {
+            out.push(Misfit::Insufficient(r));
+        }
+    }
+    out
+}
+
+/// Whether `other` is matched by a `PodAffinityTerm` of `owner` (its label
+/// selector, in its namespaces: the listed ones, those the namespace
+/// selector picks, else the owner's own).
+fn term_selects(term: &Value, owner: &Value, other: &Value, cluster: &Cluster) -> bool {
+    let Some(sel) = term.get("labelSelector").filter(|v| !v.is_null()) else {
+        return false;
+    };
+    let Ok(sel) = LabelSelector::from_object(sel) else {
+        return false;
+    };
+    let ns = ns_of(other).unwrap_or("default");
+    let listed = strings(&term["namespaces"]);
+    let ns_ok = match term.get("namespaceSelector").filter(|v| !v.is_null()) {
+        Some(nsel) => {
+            listed.contains(&ns)
+                || LabelSelector::from_object(nsel).is_ok_and(|nsel| {
+                    nsel.matches(&cluster.namespaces.get(ns).cloned().unwrap_or_default())
+                })
+        }
+        None if listed.is_empty() => ns == ns_of(owner).unwrap_or("default"),
+        None => listed.contains(&ns),
+    };
+    ns_ok && sel.matches(&labels(other))
+}
+
+/// Whether two nodes share a topology domain (both carry `key`, equal).
+fn same_domain(a: &Value, b: &Value, key: &str) -> bool {
+    let (la, lb) = (labels(a), labels(b));
+    la.get(key).is_some_and(|v| lb.get(key) == Some(v))
+}
+
+fn terms<'v>(pod: &'v Value, ptr: &str) -> Vec<&'v Value> {
+    pod.pointer(ptr)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// InterPodAffinity: this pod's required affinity, then its required
+/// anti-affinity, then existing pods' required anti-affinity against it
+/// (topology domains by each term's `topologyKey`), the filter's order.
+fn inter_pod_misfit(pod: &Value, node: &Value, cluster: &Cluster) -> Option<Misfit> {
+    let node_of = |p: &Value| cluster.nodes.get(s(p, "/spec/nodeName")).copied();
+    const ANTI: &str =
+        "/spec/affinity/podAntiAffinity/requiredDuringSchedulingIgnoredDuringExecution";
+    const AFF: &str = "/spec/affinity/podAffinity/requiredDuringSchedulingIgnoredDuringExecution";
+    for t in terms(pod, AFF) {
+        let key = s(t, "/topologyKey");
+        let matched = cluster.placed.iter().any(|o| {
+            node_of(o).is_some_and(|on| same_domain(node, on, key))
+                && term_selects(t, pod, o, cluster)
+        });
+        // The first pod of a group may go anywhere its own labels match
+        // the term (the scheduler's special case), if no pod matches yet.
+        let none_anywhere = !cluster
+            .placed
+            .iter()
+            .any(|o| term_selects(t, pod, o, cluster));
+        let self_match = none_anywhere && term_selects(t, pod, pod, cluster);
+        if !matched && !self_match || !labels(node).contains_key(key) {
+            return Some(Misfit::PodAffinity);
+        }
+    }
+    for t in terms(pod, ANTI) {
+        let key = s(t, "/topologyKey");
+        if cluster.placed.iter().any(|o| {
+            node_of(o).is_some_and(|on| same_domain(node, on, key))
+                && term_selects(t, pod, o, cluster)
+        }) {
+            return Some(Misfit::AntiAffinity);
+        }
+    }
+    for other in &cluster.placed {
+        let Some(on) = node_of(other) else { continue };
+        if terms(other, ANTI).iter().any(|t| {
+            same_domain(node, on, s(t, "/topologyKey")) && term_selects(t, other, pod, cluster)
+        }) {
+            return Some(Misfit::ExistingAntiAffinity);
+        }
+    }
+    None
+}
+
+/// The weight of the pod's preferred anti-affinity terms this node keeps
+/// (no matching pod in the term's domain): higher is better.
+fn preference(pod: &Value, node: &Value, cluster: &Cluster) -> i64 {
+    terms(
+        pod,
+        "/spec/affinity/podAntiAffinity/preferredDuringSchedulingIgnoredDuringExecution",
+    )
+    .iter()
+    .filter(|w| {
+        let t = &w["podAffinityTerm"];
+        let key = s(t, "/topologyKey");
+        !cluster.placed.iter().any(|o| {
+            cluster
+                .nodes
+                .get(s(o, "/spec/nodeName"))
+                .is_some_and(|on| same_domain(node, on, key))
+                && term_selects(t, pod, o, cluster)
+        })
+    })
+    .map(|w| w.get("weight").and_then(Value::as_i64).unwrap_or(0))
+    .sum()
 }
 
 fn labels(obj: &Value) -> BTreeMap<String, String> {
@@ -125,8 +374,32 @@ fn tolerates(tolerations: &[Value], taint: &Value) -> bool {
     })
 }
 
-/// Whether `pod` fits `node`, given the node affinities of its bound PVs.
-pub fn fit(pod: &Value, node: &Value, pv_affinities: &[Value]) -> Result<(), Misfit> {
+/// Whether `pod` fits `node`, given the node affinities of its bound PVs
+/// and the rest of the cluster: the reasons of the first filter that
+/// fails, as the scheduler stops at it.
+pub fn fit(
+    pod: &Value,
+    node: &Value,
+    pv_affinities: &[Value],
+    cluster: &Cluster,
+) -> Result<(), Vec<Misfit>> {
+    node_fit(pod, node).map_err(|m| vec![m])?;
+    let r = resource_misfits(pod, node, cluster);
+    if !r.is_empty() {
+        return Err(r);
+    }
+    if pv_affinities
+        .iter()
+        .any(|a| !a.is_null() && !selector_matches(a, node))
+    {
+        return Err(vec![Misfit::VolumeNode]);
+    }
+    inter_pod_misfit(pod, node, cluster).map_or(Ok(()), |m| Err(vec![m]))
+}
+
+/// The filters that look at the node alone: cordon, taints, selector and
+/// node affinity.
+fn node_fit(pod: &Value, node: &Value) -> Result<(), Misfit> {
     if node.pointer("/spec/unschedulable") == Some(&json!(true)) {
         return Err(Misfit::Cordoned);
     }
@@ -140,9 +413,6 @@ pub fn fit(pod: &Value, node: &Value, pv_affinities: &[Value]) -> Result<(), Mis
     let affinity_ok = pod
         .pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution")
         .is_none_or(|sel| selector_matches(sel, node));
-    if !selector_ok || !affinity_ok {
-        return Err(Misfit::Affinity);
-    }
     let tolerations: Vec<Value> = pod
         .pointer("/spec/tolerations")
         .and_then(Value::as_array)
@@ -158,27 +428,47 @@ pub fn fit(pod: &Value, node: &Value, pv_affinities: &[Value]) -> Result<(), Mis
     if untolerated {
         return Err(Misfit::Taint);
     }
-    if pv_affinities
-        .iter()
-        .any(|a| !a.is_null() && !selector_matches(a, node))
-    {
-        return Err(Misfit::VolumeNode);
+    if !selector_ok || !affinity_ok {
+        return Err(Misfit::Affinity);
     }
     Ok(())
 }
 
-/// The scheduler's message for a pod that fits no node.
-pub fn message(nodes: usize, misfits: &[Misfit]) -> String {
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    for m in misfits {
-        *counts.entry(m.text()).or_default() += 1;
+/// Counts of reasons as the scheduler words them: `<n> <reason>`, sorted
+/// as strings (Go's `sort.Strings`, count included).
+fn histogram(reasons: impl Iterator<Item = String>) -> String {
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for r in reasons {
+        *counts.entry(r).or_default() += 1;
     }
-    let reasons: Vec<String> = counts.iter().map(|(t, n)| format!("{n} {t}")).collect();
-    if reasons.is_empty() {
+    let mut out: Vec<String> = counts.iter().map(|(t, n)| format!("{n} {t}")).collect();
+    out.sort();
+    out.join(", ")
+}
+
+/// The scheduler's message for a pod that fits no node: each node's
+/// reasons (those of the filter that failed it), then what preemption
+/// found (no lower-priority victims are ever modelled).
+pub fn message(nodes: usize, misfits: &[Vec<Misfit>]) -> String {
+    let filters = histogram(misfits.iter().flatten().map(|m| m.text()));
+    let mut msg = if filters.is_empty() {
         format!("0/{nodes} nodes are available.")
     } else {
-        format!("0/{nodes} nodes are available: {}.", reasons.join(", "))
+        format!("0/{nodes} nodes are available: {filters}.")
+    };
+    if !misfits.is_empty() {
+        let preemption = histogram(misfits.iter().map(|ms| {
+            if ms.iter().all(|m| m.preemption_may_help()) {
+                "No preemption victims found for incoming pod".to_string()
+            } else {
+                "Preemption is not helpful for scheduling".to_string()
+            }
+        }));
+        msg.push_str(&format!(
+            " preemption: 0/{nodes} nodes are available: {preemption}."
+        ));
     }
+    msg
 }
 
 fn condition(pod: &Value, kind: &str) -> Option<Value> {
@@ -212,6 +502,9 @@ fn mark_unschedulable(store: &Store, pod: &Value, msg: &str) {
 pub fn schedule_all(store: &Store) {
     let nodes = list_all(store, "", "nodes");
     let pods = list_all(store, "", "pods");
+    let namespaces = list_all(store, "", "namespaces");
+    // Pods bound in this pass count for the next ones.
+    let mut bound_now: Vec<Value> = Vec::new();
     let pvcs: HashMap<(String, String), Value> = list_all(store, "", "persistentvolumeclaims")
         .into_iter()
         .map(|c| {
@@ -299,11 +592,14 @@ pub fn schedule_all(store: &Store) {
         }
         let mut misfits = Vec::new();
         let mut best: Option<&Value> = None;
+        let mut cluster = Cluster::new(&nodes, &pods, &namespaces);
+        cluster.placed.extend(bound_now.iter());
         for node in &nodes {
-            match fit(pod, node, &affinities) {
+            match fit(pod, node, &affinities, &cluster) {
                 Ok(()) => {
                     let key = |n: &Value| {
                         (
+                            -preference(pod, n, &cluster),
                             load.get(s(n, "/metadata/name")).copied().unwrap_or(0),
                             s(n, "/metadata/name").to_string(),
                         )
@@ -331,6 +627,7 @@ pub fn schedule_all(store: &Store) {
             &json!({"spec": {"nodeName": node_name}}),
         ) {
             *load.entry(node_name).or_default() += 1;
+            bound_now.push(bound.clone());
             let _ = patch_status(
                 store,
                 "",
@@ -347,6 +644,11 @@ pub fn schedule_all(store: &Store) {
 mod tests {
     use super::*;
 
+    /// The node-local filters alone (an empty cluster).
+    fn fit1(pod: &Value, node: &Value, pvs: &[Value]) -> Result<(), Misfit> {
+        fit(pod, node, pvs, &Cluster::default()).map_err(|m| m[0])
+    }
+
     fn node(name: &str, zone: &str) -> Value {
         json!({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
             "topology.kubernetes.io/zone": zone}}, "spec": {}})
@@ -362,19 +664,19 @@ mod tests {
         let pod = json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
             {"nodeSelectorTerms": [{"matchExpressions": [
                 {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["b"]}]}]}}}}});
-        assert_eq!(fit(&pod, &node("n1", "a"), &[]), Err(Misfit::Affinity));
-        assert_eq!(fit(&pod, &node("n2", "b"), &[]), Ok(()));
+        assert_eq!(fit1(&pod, &node("n1", "a"), &[]), Err(Misfit::Affinity));
+        assert_eq!(fit1(&pod, &node("n2", "b"), &[]), Ok(()));
         assert_eq!(
-            fit(&pod, &node("n2", "b"), &[on_host("n3")]),
+            fit1(&pod, &node("n2", "b"), &[on_host("n3")]),
             Err(Misfit::VolumeNode)
         );
-        assert_eq!(fit(&pod, &node("n2", "b"), &[on_host("n2")]), Ok(()));
+        assert_eq!(fit1(&pod, &node("n2", "b"), &[on_host("n2")]), Ok(()));
         let sel = json!({"spec": {"nodeSelector": {"topology.kubernetes.io/zone": "a"}}});
-        assert_eq!(fit(&sel, &node("n1", "a"), &[]), Ok(()));
-        assert_eq!(fit(&sel, &node("n2", "b"), &[]), Err(Misfit::Affinity));
+        assert_eq!(fit1(&sel, &node("n1", "a"), &[]), Ok(()));
+        assert_eq!(fit1(&sel, &node("n2", "b"), &[]), Err(Misfit::Affinity));
         let mut cordoned = node("n1", "a");
         cordoned["spec"]["unschedulable"] = json!(true);
-        assert_eq!(fit(&sel, &cordoned, &[]), Err(Misfit::Cordoned));
+        assert_eq!(fit1(&sel, &cordoned, &[]), Err(Misfit::Cordoned));
     }
 
     #[test]
@@ -383,26 +685,187 @@ mod tests {
         n["spec"]["taints"] =
             json!([{"key": "dedicated", "value": "cassandra", "effect": "NoSchedule"}]);
         let plain = json!({"spec": {}});
-        assert_eq!(fit(&plain, &n, &[]), Err(Misfit::Taint));
+        assert_eq!(fit1(&plain, &n, &[]), Err(Misfit::Taint));
         let tol = json!({"spec": {"tolerations": [{"key": "dedicated", "operator": "Equal", "value": "cassandra", "effect": "NoSchedule"}]}});
-        assert_eq!(fit(&tol, &n, &[]), Ok(()));
+        assert_eq!(fit1(&tol, &n, &[]), Ok(()));
         let wrong = json!({"spec": {"tolerations": [{"key": "dedicated", "operator": "Equal", "value": "other"}]}});
-        assert_eq!(fit(&wrong, &n, &[]), Err(Misfit::Taint));
+        assert_eq!(fit1(&wrong, &n, &[]), Err(Misfit::Taint));
         let all = json!({"spec": {"tolerations": [{"operator": "Exists"}]}});
-        assert_eq!(fit(&all, &n, &[]), Ok(()));
+        assert_eq!(fit1(&all, &n, &[]), Ok(()));
         n["spec"]["taints"] = json!([{"key": "x", "effect": "PreferNoSchedule"}]);
-        assert_eq!(fit(&plain, &n, &[]), Ok(()));
+        assert_eq!(fit1(&plain, &n, &[]), Ok(()));
     }
 
     #[test]
     fn messages() {
+        use Misfit::*;
         assert_eq!(
-            message(2, &[Misfit::VolumeNode, Misfit::VolumeNode]),
-            "0/2 nodes are available: 2 node(s) had volume node affinity conflict."
+            message(2, &[vec![VolumeNode], vec![VolumeNode]]),
+            "0/2 nodes are available: 2 node(s) had volume node affinity conflict. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+        );
+        // Sorted as strings, counts included (Go's sort.Strings).
+        assert_eq!(
+            message(3, &[vec![Affinity], vec![VolumeNode], vec![Affinity]]),
+            "0/3 nodes are available: 1 node(s) had volume node affinity conflict, 2 node(s) didn't match Pod's node affinity/selector. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
         );
         assert_eq!(
-            message(3, &[Misfit::Affinity, Misfit::VolumeNode, Misfit::Affinity]),
-            "0/3 nodes are available: 2 node(s) didn't match Pod's node affinity/selector, 1 node(s) had volume node affinity conflict."
+            message(
+                6,
+                &[
+                    vec![Insufficient("cpu")],
+                    vec![Insufficient("cpu"), Insufficient("memory")],
+                    vec![Insufficient("cpu")],
+                    vec![AntiAffinity],
+                    vec![AntiAffinity],
+                    vec![Taint],
+                ]
+            ),
+            "0/6 nodes are available: 1 Insufficient memory, 1 node(s) had untolerated taint(s), 2 node(s) didn't match pod anti-affinity rules, 3 Insufficient cpu. preemption: 0/6 nodes are available: 1 Preemption is not helpful for scheduling, 5 No preemption victims found for incoming pod."
         );
+    }
+
+    fn pod(name: &str, labels: Value, on: &str) -> Value {
+        json!({"metadata": {"name": name, "namespace": "default", "labels": labels},
+            "spec": {"nodeName": on, "containers": [{"name": "c",
+                "resources": {"requests": {"cpu": "3", "memory": "8Gi"}}}]},
+            "status": {"phase": "Running"}})
+    }
+
+    fn sized(n: Value, cpu: &str) -> Value {
+        let mut n = n;
+        n["status"] = json!({"allocatable": {"cpu": cpu, "memory": "32Gi", "pods": "110"}});
+        n
+    }
+
+    #[test]
+    fn resource_requests_against_allocatable() {
+        let nodes = vec![sized(node("n1", "a"), "8"), sized(node("n2", "a"), "4")];
+        let pods = vec![pod("x", json!({}), "n1"), pod("y", json!({}), "n2")];
+        let c = Cluster::new(&nodes, &pods, &[]);
+        let new = pod("z", json!({}), "");
+        assert_eq!(fit(&new, &nodes[0], &[], &c), Ok(()));
+        assert_eq!(
+            fit(&new, &nodes[1], &[], &c),
+            Err(vec![Misfit::Insufficient("cpu")])
+        );
+        // A limit alone counts as the request; init containers by their max.
+        let mut lim = new.clone();
+        lim["spec"]["containers"] =
+            json!([{"name": "c", "resources": {"limits": {"cpu": "6", "memory": "30Gi"}}}]);
+        assert_eq!(
+            fit(&lim, &nodes[0], &[], &c),
+            Err(vec![
+                Misfit::Insufficient("cpu"),
+                Misfit::Insufficient("memory")
+            ])
+        );
+        lim["spec"]["containers"] = json!([{"name": "c"}]);
+        lim["spec"]["initContainers"] =
+            json!([{"name": "i", "resources": {"requests": {"cpu": "5500m"}}}]);
+        assert_eq!(request(&lim, "cpu"), 5500);
+        assert_eq!(
+            fit(&lim, &nodes[0], &[], &c),
+            Err(vec![Misfit::Insufficient("cpu")])
+        );
+        // A terminated pod holds nothing.
+        let mut done = pods.clone();
+        done[1]["status"]["phase"] = json!("Succeeded");
+        let c = Cluster::new(&nodes, &done, &[]);
+        assert_eq!(fit(&new, &nodes[1], &[], &c), Ok(()));
+    }
+
+    #[test]
+    fn pod_anti_affinity_by_host_and_zone() {
+        let nodes = vec![node("n1", "a"), node("n2", "a"), node("n3", "b")];
+        let pods = vec![pod("db-0", json!({"app": "db"}), "n1")];
+        let c = Cluster::new(&nodes, &pods, &[]);
+        let anti = |key: &str| {
+            let mut p = pod("db-1", json!({"app": "db"}), "");
+            p["spec"]["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": key}]}});
+            p
+        };
+        let host = anti("kubernetes.io/hostname");
+        assert_eq!(
+            fit(&host, &nodes[0], &[], &c),
+            Err(vec![Misfit::AntiAffinity])
+        );
+        assert_eq!(fit(&host, &nodes[1], &[], &c), Ok(()));
+        let zone = anti("topology.kubernetes.io/zone");
+        assert_eq!(
+            fit(&zone, &nodes[1], &[], &c),
+            Err(vec![Misfit::AntiAffinity])
+        );
+        assert_eq!(fit(&zone, &nodes[2], &[], &c), Ok(()));
+        // Another namespace is not matched unless the term names it.
+        let mut other_ns = host.clone();
+        other_ns["metadata"]["namespace"] = json!("other");
+        assert_eq!(fit(&other_ns, &nodes[0], &[], &c), Ok(()));
+        other_ns["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            [0]["namespaces"] = json!(["default"]);
+        assert_eq!(
+            fit(&other_ns, &nodes[0], &[], &c),
+            Err(vec![Misfit::AntiAffinity])
+        );
+        // The existing pod's anti-affinity keeps a plain matching pod away.
+        let placed = vec![host.clone()];
+        let mut placed = placed;
+        placed[0]["spec"]["nodeName"] = json!("n2");
+        let c = Cluster::new(&nodes, &placed, &[]);
+        let plain = pod("web", json!({"app": "db"}), "");
+        assert_eq!(
+            fit(&plain, &nodes[1], &[], &c),
+            Err(vec![Misfit::ExistingAntiAffinity])
+        );
+        assert_eq!(fit(&plain, &nodes[0], &[], &c), Ok(()));
+        // Preferred anti-affinity scores the emptier domain higher.
+        let mut soft = pod("db-2", json!({"app": "db"}), "");
+        soft["spec"]["affinity"] = json!({"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "topology.kubernetes.io/zone"}}]}});
+        assert_eq!(preference(&soft, &nodes[0], &c), 0);
+        assert_eq!(preference(&soft, &nodes[2], &c), 100);
+    }
+
+    #[test]
+    fn required_pod_affinity() {
+        let nodes = vec![node("n1", "a"), node("n2", "b")];
+        let pods = vec![pod("cache", json!({"app": "cache"}), "n1")];
+        let c = Cluster::new(&nodes, &pods, &[]);
+        let mut p = pod("web", json!({"app": "web"}), "");
+        p["spec"]["affinity"] = json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "topology.kubernetes.io/zone"}]}});
+        assert_eq!(fit(&p, &nodes[0], &[], &c), Ok(()));
+        assert_eq!(fit(&p, &nodes[1], &[], &c), Err(vec![Misfit::PodAffinity]));
+    }
+
+    #[test]
+    fn node_affinity_operators_and_fields() {
+        let n = node("n1", "a");
+        let with = |expr: Value| {
+            json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                {"nodeSelectorTerms": [expr]}}}}})
+        };
+        let ok = |e: Value| fit1(&with(e), &n, &[]).is_ok();
+        assert!(ok(
+            json!({"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "NotIn", "values": ["b"]}]})
+        ));
+        assert!(!ok(
+            json!({"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "NotIn", "values": ["a"]}]})
+        ));
+        assert!(ok(
+            json!({"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "Exists"}]})
+        ));
+        assert!(!ok(
+            json!({"matchExpressions": [{"key": "gpu", "operator": "Exists"}]})
+        ));
+        assert!(ok(
+            json!({"matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}]})
+        ));
+        assert!(ok(
+            json!({"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]})
+        ));
+        assert!(!ok(
+            json!({"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]})
+        ));
     }
 }
