@@ -118,8 +118,9 @@ fn kubectl(version: &str, sim: &KubeSim, dir: &Path, args: &[&str]) -> (bool, St
 const ADDRESS: &str = "10.250.0.1";
 
 /// A member-like Pod: an init container, then the database image's
-/// `cassandra -f` (the fake) as the container's PID 1, its data on a
-/// volume at /var/lib/cassandra.
+/// `cassandra -f` (the fake) as the container's PID 1, as the image's
+/// database user (bin/cassandra refuses root), its data on a volume at
+/// /var/lib/cassandra.
 fn member_pod() -> Value {
     let setup = format!(
         "sed -i -e 's/^listen_address:.*/listen_address: {ADDRESS}/' -e 's/- seeds: .*/- seeds: \"{ADDRESS}\"/' /etc/cassandra/cassandra.yaml && exec cassandra -f"
@@ -127,6 +128,7 @@ fn member_pod() -> Value {
     json!({
         "metadata": {"name": "db-0", "namespace": "default"},
         "spec": {
+            "securityContext": {"runAsUser": 999, "runAsGroup": 999, "fsGroup": 999},
             "volumes": [{"name": "data", "emptyDir": {}}],
             "initContainers": [{"name": "prepare", "image": "busybox:1.36",
                 "command": ["sh", "-c", "echo prepared"]}],
