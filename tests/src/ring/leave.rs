@@ -1,0 +1,308 @@
+//! Leaving the ring and the other operations on members: decommission,
+//! removenode, kill, disk wipe, drain, repair and cleanup. Pure, like the
+//! rest of the model.
+
+use super::*;
+
+impl Ring {
+    // ---- decommission ----
+
+    /// `StorageService.decommission` (`force` is ignored on 3.11, whose
+    /// operation has no argument): the checks, then LEAVING. The JMX call
+    /// blocks until [`Ring::finish`] (or [`Ring::advance`]) streams the
+    /// ranges away.
+    pub fn start_decommission(
+        &mut self,
+        host_id: &str,
+        force: bool,
+    ) -> Result<DecommissionStart, RingError> {
+        let process = self.running(host_id)?.clone();
+        let node = &self.nodes[host_id];
+        let v5 = node.version >= Version::V5_0;
+        let decommissioning = process.busy.map(|b| b.operation) == Some(Operation::Decommission);
+        if v5 && (process.mode == OperationMode::Decommissioned || decommissioning) {
+            return Ok(DecommissionStart::AlreadyDone);
+        }
+        if decommissioning {
+            return Err(RingError::StillDecommissioning);
+        }
+        if !matches!(node.state, RingState::Normal | RingState::Leaving) {
+            return Err(RingError::NotAMember);
+        }
+        let others = self
+            .nodes
+            .values()
+            .filter(|n| n.host_id != host_id && n.state == RingState::Normal)
+            .count();
+        if others == 0 {
+            return Err(RingError::NoOtherNormalNodes);
+        }
+        let allowed = matches!(process.mode, OperationMode::Normal | OperationMode::Leaving)
+            || (v5 && process.mode == OperationMode::DecommissionFailed);
+        if !allowed {
+            return Err(RingError::WrongMode { mode: process.mode });
+        }
+        if node.version >= Version::V4_0 && !force {
+            let members: Vec<&Node> = self.nodes.values().filter(|n| n.is_natural()).collect();
+            let refusal = self.keyspaces.values().find_map(|ks| {
+                let (rf, nodes) = match &ks.replication {
+                    Replication::Simple { replication_factor } => {
+                        (*replication_factor, members.len())
+                    }
+                    Replication::NetworkTopology { .. } => (
+                        ks.replication.rf_in(&node.dc),
+                        members.iter().filter(|n| n.dc == node.dc).count(),
+                    ),
+                };
+                (rf > 0 && nodes <= rf).then(|| RingError::NotEnoughNodes {
+                    keyspace: ks.name.clone(),
+                    rf,
+                    nodes,
+                })
+            });
+            if let Some(refusal) = refusal {
+                // 5.0 marks the failed attempt (DECOMMISSION_FAILED, from
+                // which a retry is allowed).
+                if v5 {
+                    self.set_mode(host_id, OperationMode::DecommissionFailed);
+                }
+                return Err(refusal);
+            }
+        }
+        let until_ms = self.now_ms + self.options.timing.decommission_ms;
+        let node = self.nodes.get_mut(host_id).expect("exists");
+        node.state = RingState::Leaving;
+        let p = node.process.as_mut().expect("running");
+        p.mode = OperationMode::Leaving;
+        p.busy = Some(Busy {
+            operation: Operation::Decommission,
+            until_ms,
+        });
+        Ok(DecommissionStart::Started { until_ms })
+    }
+
+    /// Streams the leaving node's ranges to their new replicas (each gets
+    /// the copies the leaving node holds), then the node leaves the ring:
+    /// mode DECOMMISSIONED, data directory marked decommissioned. A new
+    /// replica that is down fails the stream: DECOMMISSION_FAILED on 5.0,
+    /// still LEAVING before.
+    pub(super) fn finish_decommission(&mut self, host_id: &str) -> Result<(), RingError> {
+        let plan = match self.plan_decommission(host_id) {
+            Ok(plan) => plan,
+            Err(e) => {
+                let mode = if self.nodes[host_id].version >= Version::V5_0 {
+                    OperationMode::DecommissionFailed
+                } else {
+                    OperationMode::Leaving
+                };
+                self.set_mode(host_id, mode);
+                return Err(e);
+            }
+        };
+        self.apply_copies(plan);
+        let node = self.nodes.get_mut(host_id).expect("exists");
+        node.state = RingState::Left;
+        let dir = node.data_dir.clone();
+        self.set_mode(host_id, OperationMode::Decommissioned);
+        if let Some(d) = self.data_dirs.get_mut(&dir) {
+            d.bootstrap = BootstrapState::Decommissioned;
+        }
+        self.hints.remove(host_id);
+        Ok(())
+    }
+
+    fn plan_decommission(&self, host_id: &str) -> Result<CopyPlan, RingError> {
+        let before = self.natural_map();
+        let after =
+            self.token_map(|n| (n.is_natural() && n.host_id != host_id).then(|| n.tokens.clone()));
+        let mut plan = CopyPlan::new();
+        for ks in self.keyspaces.values() {
+            for (key, token) in &ks.keys {
+                let old = before.replicas(&ks.replication, *token);
+                if !old.iter().any(|h| h == host_id) {
+                    continue;
+                }
+                for new in after.replicas(&ks.replication, *token) {
+                    if old.contains(&new) {
+                        continue;
+                    }
+                    if !self.is_up(&new) {
+                        return Err(RingError::StreamTargetDown {
+                            address: self.address_of(&new),
+                        });
+                    }
+                    if self.holds(host_id, &ks.name, key) {
+                        plan.push((
+                            self.nodes[&new].data_dir.clone(),
+                            ks.name.clone(),
+                            key.clone(),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(plan)
+    }
+
+    // ---- other operations ----
+
+    /// `removenode <host id>` run on `coordinator`: the dead member leaves
+    /// the ring and each new replica of its ranges fetches from a live
+    /// remaining replica. Blocks until done (one step here).
+    pub fn remove_node(&mut self, coordinator: &str, target: &str) -> Result<(), RingError> {
+        self.running(coordinator)?;
+        let Some(node) = self.nodes.get(target) else {
+            return Err(RingError::HostIdNotFound);
+        };
+        if target == coordinator {
+            return Err(RingError::RemoveSelf);
+        }
+        if node.is_up() {
+            return Err(RingError::RemoveLive {
+                address: node.address.clone(),
+            });
+        }
+        if !node.is_natural() {
+            return Err(RingError::RemoveNotMember);
+        }
+        let before = self.natural_map();
+        let after =
+            self.token_map(|n| (n.is_natural() && n.host_id != target).then(|| n.tokens.clone()));
+        let mut plan = CopyPlan::new();
+        for ks in self.keyspaces.values() {
+            for (key, token) in &ks.keys {
+                let old = before.replicas(&ks.replication, *token);
+                if !old.iter().any(|h| h == target) {
+                    continue;
+                }
+                let remaining: Vec<HostId> = old.iter().filter(|h| *h != target).cloned().collect();
+                for new in after.replicas(&ks.replication, *token) {
+                    if old.contains(&new) || !self.is_up(&new) {
+                        continue;
+                    }
+                    if let Some(s) = self.pick_source(&new, &remaining)
+                        && self.holds(s, &ks.name, key)
+                    {
+                        plan.push((
+                            self.nodes[&new].data_dir.clone(),
+                            ks.name.clone(),
+                            key.clone(),
+                        ));
+                    }
+                }
+            }
+        }
+        self.apply_copies(plan);
+        self.nodes.remove(target);
+        self.hints.remove(target);
+        Ok(())
+    }
+
+    /// The process dies (kill -9, OOM, Pod deleted): the member stays in the
+    /// ring, down; its data directory is kept. An operation in progress is
+    /// abandoned where it was.
+    pub fn kill(&mut self, host_id: &str) -> Result<(), RingError> {
+        let now = self.now_ms;
+        let node = self
+            .nodes
+            .get_mut(host_id)
+            .ok_or_else(|| RingError::UnknownNode {
+                host_id: host_id.to_string(),
+            })?;
+        if node.process.take().is_some() && node.down_since_ms.is_none() {
+            node.down_since_ms = Some(now);
+        }
+        if node.state == RingState::Left {
+            // Gossip forgets a departed member once its process is gone.
+            self.nodes.remove(host_id);
+        }
+        Ok(())
+    }
+
+    /// The disk is lost (local SSD gone, PVC deleted): the process on it
+    /// dies and every copy, the host ID and the bootstrap state go with it.
+    pub fn wipe_data_dir(&mut self, data_dir: &str) {
+        let running: Vec<HostId> = self
+            .nodes
+            .values()
+            .filter(|n| n.data_dir == data_dir && n.process.is_some())
+            .map(|n| n.host_id.clone())
+            .collect();
+        for h in running {
+            let _ = self.kill(&h);
+        }
+        self.data_dirs.remove(data_dir);
+    }
+
+    /// `nodetool drain`: DRAINED; gossip stops, so the others see it down.
+    pub fn drain(&mut self, host_id: &str) -> Result<(), RingError> {
+        self.running(host_id)?;
+        let now = self.now_ms;
+        let node = self.nodes.get_mut(host_id).expect("exists");
+        node.down_since_ms.get_or_insert(now);
+        let p = node.process.as_mut().expect("running");
+        p.mode = OperationMode::Drained;
+        p.busy = None;
+        Ok(())
+    }
+
+    /// `nodetool repair` of `host_id`'s ranges: for every key it
+    /// replicates, each live replica gets the copy if any live replica has
+    /// it.
+    pub fn repair(&mut self, host_id: &str) -> Result<(), RingError> {
+        self.running(host_id)?;
+        let map = self.natural_map();
+        let mut plan = CopyPlan::new();
+        for ks in self.keyspaces.values() {
+            for (key, token) in &ks.keys {
+                let replicas = map.replicas(&ks.replication, *token);
+                if !replicas.iter().any(|h| h == host_id) {
+                    continue;
+                }
+                let live: Vec<&HostId> = replicas.iter().filter(|h| self.is_up(h)).collect();
+                if !live.iter().any(|h| self.holds(h, &ks.name, key)) {
+                    continue;
+                }
+                for h in live {
+                    plan.push((self.nodes[h].data_dir.clone(), ks.name.clone(), key.clone()));
+                }
+            }
+        }
+        self.apply_copies(plan);
+        Ok(())
+    }
+
+    /// `nodetool cleanup`: drops the copies of keys `host_id` no longer
+    /// replicates.
+    pub fn cleanup(&mut self, host_id: &str) -> Result<(), RingError> {
+        self.running(host_id)?;
+        let map = self.natural_map();
+        let dir = self.nodes[host_id].data_dir.clone();
+        let mut drop: Vec<(String, String)> = Vec::new();
+        if let Some(d) = self.data_dirs.get(&dir) {
+            for (ks, keys) in &d.copies {
+                let Some(keyspace) = self.keyspaces.get(ks) else {
+                    continue;
+                };
+                for key in keys {
+                    let token = token_of(key.as_bytes());
+                    if !map
+                        .replicas(&keyspace.replication, token)
+                        .iter()
+                        .any(|h| h == host_id)
+                    {
+                        drop.push((ks.clone(), key.clone()));
+                    }
+                }
+            }
+        }
+        if let Some(d) = self.data_dirs.get_mut(&dir) {
+            for (ks, key) in drop {
+                if let Some(keys) = d.copies.get_mut(&ks) {
+                    keys.remove(&key);
+                }
+            }
+        }
+        Ok(())
+    }
+}

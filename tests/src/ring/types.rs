@@ -1,0 +1,561 @@
+//! The plain types of the ring model: versions, modes and states, members
+//! and their data directories, keyspaces, node configuration, timing and
+//! options, consistency levels, the outcomes of operations and the errors.
+//! Pure: data and small helpers, no I/O.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde::{Serialize, Serializer};
+
+use super::{Endpoint, Replication, Token};
+
+// For the intra-doc links to `Ring`'s methods.
+#[cfg(doc)]
+use super::Ring;
+
+/// A host ID (UUID text).
+pub type HostId = String;
+
+/// Cassandra's replicated system keyspaces and their default replication
+/// (`SystemDistributedKeyspace`, `TraceKeyspace`, `AuthKeyspace`): they count
+/// in the decommission replication-factor check of 4.0+.
+pub const SYSTEM_KEYSPACES: [(&str, usize); 3] = [
+    ("system_auth", 1),
+    ("system_distributed", 3),
+    ("system_traces", 2),
+];
+
+/// A Cassandra release line: the rules that differ between versions key on
+/// it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Version {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl Version {
+    pub const V3_11: Version = Version::new(3, 11);
+    pub const V4_0: Version = Version::new(4, 0);
+    pub const V4_1: Version = Version::new(4, 1);
+    pub const V5_0: Version = Version::new(5, 0);
+
+    pub const fn new(major: u32, minor: u32) -> Self {
+        Version { major, minor }
+    }
+
+    /// Parses `ReleaseVersion` (`4.1.8`, `5.0-beta1`, `3.11.20-SNAPSHOT`).
+    pub fn parse(release: &str) -> Option<Self> {
+        let mut parts = release.split(['.', '-']);
+        let major = parts.next()?.parse().ok()?;
+        let minor = parts.next()?.parse().ok()?;
+        Some(Version { major, minor })
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+impl Serialize for Version {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// `StorageService.Mode`, as the `OperationMode` attribute names it
+/// (JMX-FACTS §2.3; the two `_FAILED` modes exist from 5.0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum OperationMode {
+    Starting,
+    Normal,
+    Joining,
+    JoiningFailed,
+    Leaving,
+    Decommissioned,
+    DecommissionFailed,
+    Moving,
+    Draining,
+    Drained,
+}
+
+impl fmt::Display for OperationMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self {
+            OperationMode::Starting => "STARTING",
+            OperationMode::Normal => "NORMAL",
+            OperationMode::Joining => "JOINING",
+            OperationMode::JoiningFailed => "JOINING_FAILED",
+            OperationMode::Leaving => "LEAVING",
+            OperationMode::Decommissioned => "DECOMMISSIONED",
+            OperationMode::DecommissionFailed => "DECOMMISSION_FAILED",
+            OperationMode::Moving => "MOVING",
+            OperationMode::Draining => "DRAINING",
+            OperationMode::Drained => "DRAINED",
+        };
+        f.write_str(name)
+    }
+}
+
+/// `SystemKeyspace.BootstrapState`, kept in the data directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum BootstrapState {
+    NeedsBootstrap,
+    InProgress,
+    Completed,
+    Decommissioned,
+}
+
+/// A member's place in the token ring, as the other nodes see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RingState {
+    /// Bootstrapping: its tokens are pending (gossip `BOOT`).
+    Joining,
+    /// Replacing the member `replaced` (a different address): the replaced
+    /// member's tokens are pending for it (`BOOT_REPLACE`).
+    Replacing { replaced: HostId },
+    /// Owns its tokens.
+    Normal,
+    /// Replacing a dead member at the same address, under that member's
+    /// host ID: owns its tokens but gossips `hibernate`, so the others keep
+    /// it down and do not forward writes to it.
+    Hibernating,
+    /// Decommissioning: still owns its tokens; the new owners are pending.
+    Leaving,
+    /// Decommissioned: no longer in the ring (not shown by status).
+    Left,
+}
+
+/// The operation a process is in the middle of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Operation {
+    Bootstrap,
+    Replace,
+    Decommission,
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Operation::Bootstrap => "bootstrap",
+            Operation::Replace => "replace",
+            Operation::Decommission => "decommission",
+        })
+    }
+}
+
+/// An operation in progress and when it completes (model milliseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Busy {
+    pub operation: Operation,
+    pub until_ms: u64,
+}
+
+/// A running Cassandra process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Process {
+    pub mode: OperationMode,
+    pub busy: Option<Busy>,
+    pub seeds: Vec<String>,
+}
+
+/// A ring member (an endpoint in gossip), keyed by host ID.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Node {
+    pub host_id: HostId,
+    pub address: String,
+    pub dc: String,
+    pub rack: String,
+    pub tokens: Vec<Token>,
+    pub state: RingState,
+    pub version: Version,
+    /// The data directory the member runs (or last ran) on.
+    pub data_dir: String,
+    /// `None` when the process is not running.
+    pub process: Option<Process>,
+    /// Model time at which it went down (for the hint window).
+    pub down_since_ms: Option<u64>,
+}
+
+impl Node {
+    /// Whether the other nodes see it up: its process runs and gossips
+    /// (not drained, decommissioned, or hibernating while it replaces).
+    pub fn is_up(&self) -> bool {
+        match &self.process {
+            None => false,
+            Some(p) => {
+                !matches!(
+                    p.mode,
+                    OperationMode::Draining
+                        | OperationMode::Drained
+                        | OperationMode::Decommissioned
+                ) && self.state != RingState::Hibernating
+            }
+        }
+    }
+
+    /// The process's `OperationMode`, if it runs.
+    pub fn mode(&self) -> Option<OperationMode> {
+        self.process.as_ref().map(|p| p.mode)
+    }
+
+    /// Owns its tokens now (a natural endpoint).
+    pub(super) fn is_natural(&self) -> bool {
+        matches!(
+            self.state,
+            RingState::Normal | RingState::Leaving | RingState::Hibernating
+        )
+    }
+
+    pub(super) fn endpoint(&self) -> Endpoint {
+        Endpoint {
+            host_id: self.host_id.clone(),
+            dc: self.dc.clone(),
+            rack: self.rack.clone(),
+        }
+    }
+}
+
+/// A data directory (a PVC, a local SSD): what survives a process restart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DataDir {
+    pub id: String,
+    pub cluster_name: Option<String>,
+    pub host_id: Option<HostId>,
+    pub tokens: Vec<Token>,
+    pub bootstrap: BootstrapState,
+    /// keyspace -> keys this directory holds a copy of.
+    pub copies: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl DataDir {
+    pub(super) fn empty(id: &str) -> Self {
+        DataDir {
+            id: id.to_string(),
+            cluster_name: None,
+            host_id: None,
+            tokens: Vec::new(),
+            bootstrap: BootstrapState::NeedsBootstrap,
+            copies: BTreeMap::new(),
+        }
+    }
+
+    pub fn holds(&self, keyspace: &str, key: &str) -> bool {
+        self.copies.get(keyspace).is_some_and(|k| k.contains(key))
+    }
+
+    pub fn copy_count(&self) -> usize {
+        self.copies.values().map(BTreeSet::len).sum()
+    }
+
+    pub(super) fn add(&mut self, keyspace: &str, key: &str) {
+        self.copies
+            .entry(keyspace.to_string())
+            .or_default()
+            .insert(key.to_string());
+    }
+}
+
+/// A keyspace and its keys (key -> token).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Keyspace {
+    pub name: String,
+    pub replication: Replication,
+    pub system: bool,
+    pub keys: BTreeMap<String, Token>,
+}
+
+/// A node's configuration, as rendered into cassandra.yaml,
+/// cassandra-rackdc.properties and the JVM system properties.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeConfig {
+    pub cluster_name: String,
+    /// `broadcast_address`.
+    pub address: String,
+    pub dc: String,
+    pub rack: String,
+    /// The seed provider's `seeds`.
+    pub seeds: Vec<String>,
+    pub num_tokens: usize,
+    pub auto_bootstrap: bool,
+    /// `-Dcassandra.replace_address`.
+    pub replace_address: Option<String>,
+    /// `-Dcassandra.replace_address_first_boot`.
+    pub replace_address_first_boot: Option<String>,
+    /// `-Dcassandra.allow_unsafe_replace`.
+    pub allow_unsafe_replace: bool,
+    /// `-Dcassandra.override_decommission`.
+    pub override_decommission: bool,
+    pub version: Version,
+    /// Identity of the data directory the process runs on.
+    pub data_dir: String,
+}
+
+impl NodeConfig {
+    /// A 4.1 node with 16 tokens and auto_bootstrap, as the default
+    /// cassandra.yaml of 4.x configures it.
+    pub fn new(
+        cluster_name: &str,
+        address: &str,
+        dc: &str,
+        rack: &str,
+        seeds: &[&str],
+        data_dir: &str,
+    ) -> Self {
+        NodeConfig {
+            cluster_name: cluster_name.to_string(),
+            address: address.to_string(),
+            dc: dc.to_string(),
+            rack: rack.to_string(),
+            seeds: seeds.iter().map(|s| s.to_string()).collect(),
+            num_tokens: 16,
+            auto_bootstrap: true,
+            replace_address: None,
+            replace_address_first_boot: None,
+            allow_unsafe_replace: false,
+            override_decommission: false,
+            version: Version::V4_1,
+            data_dir: data_dir.to_string(),
+        }
+    }
+
+    pub fn is_seed(&self) -> bool {
+        self.seeds.iter().any(|s| s == &self.address)
+    }
+}
+
+/// Durations of the streaming operations, in model milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Timing {
+    pub bootstrap_ms: u64,
+    pub replace_ms: u64,
+    pub decommission_ms: u64,
+    /// `max_hint_window` (3 hours by default): no hints are stored for a
+    /// node down for longer.
+    pub max_hint_window_ms: u64,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            bootstrap_ms: 2_000,
+            replace_ms: 2_000,
+            decommission_ms: 2_000,
+            max_hint_window_ms: 3 * 3600 * 1000,
+        }
+    }
+}
+
+/// How a ring is set up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// Seed of the random source for tokens and host IDs.
+    pub seed: u64,
+    pub timing: Timing,
+    /// Create Cassandra's replicated system keyspaces ([`SYSTEM_KEYSPACES`]).
+    pub system_keyspaces: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            seed: 1,
+            timing: Timing::default(),
+            system_keyspaces: true,
+        }
+    }
+}
+
+/// A consistency level of a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Consistency {
+    Any,
+    One,
+    Two,
+    Three,
+    Quorum,
+    All,
+}
+
+impl Consistency {
+    /// `ConsistencyLevel.blockFor` over the total replication factor.
+    pub(super) fn block_for(self, rf: usize) -> usize {
+        match self {
+            Consistency::Any | Consistency::One => 1,
+            Consistency::Two => 2,
+            Consistency::Three => 3,
+            Consistency::Quorum => rf / 2 + 1,
+            Consistency::All => rf,
+        }
+    }
+}
+
+impl fmt::Display for Consistency {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Consistency::Any => "ANY",
+            Consistency::One => "ONE",
+            Consistency::Two => "TWO",
+            Consistency::Three => "THREE",
+            Consistency::Quorum => "QUORUM",
+            Consistency::All => "ALL",
+        })
+    }
+}
+
+/// How a node came up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Startup {
+    /// Restarted on a bootstrapped data directory: NORMAL with its tokens.
+    Restarted,
+    /// Joined without bootstrapping (a seed, or `auto_bootstrap: false`):
+    /// NORMAL at once, owning ranges without their data.
+    JoinedWithoutBootstrap,
+    /// Bootstrapping: JOINING until [`Ring::finish`].
+    Bootstrapping,
+    /// Replacing `replaced`: JOINING until [`Ring::finish`].
+    Replacing {
+        replaced: HostId,
+        same_address: bool,
+    },
+    /// Took over `replaced`'s tokens without streaming
+    /// (`allow_unsafe_replace`).
+    ReplacedWithoutStreaming { replaced: HostId },
+    /// Rejoined the ring as a new member at the address of `superseded`,
+    /// whose tokens it dropped (3.11 has no collision check for a node that
+    /// does not bootstrap).
+    Superseded { superseded: HostId },
+}
+
+/// What [`Ring::start`] did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Started {
+    pub host_id: HostId,
+    pub startup: Startup,
+    pub mode: OperationMode,
+    /// What Cassandra logs about the decisions taken (INFO/WARN).
+    pub log: Vec<String>,
+}
+
+/// What [`Ring::start_decommission`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecommissionStart {
+    /// LEAVING; streaming until `until_ms`.
+    Started { until_ms: u64 },
+    /// 5.0: already decommissioned or decommissioning (INFO only).
+    AlreadyDone,
+}
+
+/// An operation completed by [`Ring::advance`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    pub host_id: HostId,
+    pub operation: Operation,
+    pub result: Result<(), RingError>,
+}
+
+/// Why a ring operation was refused. The messages are Cassandra's where it
+/// has one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RingError {
+    #[error("no ring member with host id {host_id}")]
+    UnknownNode { host_id: HostId },
+    #[error("Keyspace '{keyspace}' does not exist")]
+    UnknownKeyspace { keyspace: String },
+    #[error("Cannot add already existing keyspace \"{keyspace}\"")]
+    KeyspaceExists { keyspace: String },
+    #[error("data directory {data_dir} is in use by the running node {host_id}")]
+    DataDirInUse { data_dir: String, host_id: HostId },
+    #[error("address {address} is in use by the running node {host_id}")]
+    AddressInUse { address: String, host_id: HostId },
+    #[error("Saved cluster name {saved} != configured name {configured}")]
+    SavedClusterName { saved: String, configured: String },
+    #[error(
+        "Unable to gossip with any peers: ClusterName mismatch (the ring is {ring}, this node is configured with {configured})"
+    )]
+    ClusterNameMismatch { ring: String, configured: String },
+    #[error("Unable to gossip with any peers")]
+    NoSeedReachable,
+    #[error(
+        "This node was decommissioned and will not rejoin the ring unless -Dcassandra.override_decommission=true has been set, or all existing data is removed and the node is bootstrapped again"
+    )]
+    Decommissioned,
+    #[error("Cannot change the number of tokens from {from} to {to}")]
+    TokenCountChanged { from: usize, to: usize },
+    #[error("Cannot replace address with a node that is already bootstrapped")]
+    ReplaceBootstrapped,
+    #[error(
+        "Replacing a node without bootstrapping risks invalidating consistency guarantees as the expected data may not be present until repair is run. To perform this operation, please restart with -Dcassandra.allow_unsafe_replace=true"
+    )]
+    UnsafeReplace,
+    #[error("Cannot replace_address {address} because it doesn't exist in gossip")]
+    ReplaceUnknown { address: String },
+    #[error("Cannot replace a live node... ")]
+    ReplaceLive { address: String },
+    #[error(
+        "A node with address {address} already exists, cancelling join. Use cassandra.replace_address if you want to replace this node."
+    )]
+    EndpointCollision { address: String },
+    #[error(
+        "Other bootstrapping/leaving/moving nodes detected, cannot bootstrap while cassandra.consistent.rangemovement is true"
+    )]
+    RangeMovement,
+    #[error("node {host_id} is not running")]
+    NotRunning { host_id: HostId },
+    #[error("local node is not a member of the token ring yet")]
+    NotAMember,
+    #[error("no other normal nodes in the ring; decommission would be pointless")]
+    NoOtherNormalNodes,
+    #[error("Node in {mode} state; wait for status to become normal or restart")]
+    WrongMode { mode: OperationMode },
+    #[error("Node is still decommissioning. Check nodetool netstats.")]
+    StillDecommissioning,
+    #[error(
+        "Not enough live nodes to maintain replication factor in keyspace {keyspace} (RF = {rf}, N = {nodes}). Perform a forceful decommission to ignore."
+    )]
+    NotEnoughNodes {
+        keyspace: String,
+        rf: usize,
+        nodes: usize,
+    },
+    #[error("node {host_id} has no {operation} in progress")]
+    NotInProgress {
+        host_id: HostId,
+        operation: &'static str,
+    },
+    #[error(
+        "A node required to move the data consistently is down ({address}). If you wish to move the data from a potentially inconsistent replica, restart the node with -Dcassandra.consistent.rangemovement=false"
+    )]
+    SourceDown { address: String },
+    #[error(
+        "unable to find sufficient sources for streaming range ({start},{end}] in keyspace {keyspace}"
+    )]
+    NoSources {
+        keyspace: String,
+        start: Token,
+        end: Token,
+    },
+    #[error("Error while decommissioning node: Stream failed (to {address})")]
+    StreamTargetDown { address: String },
+    #[error("Cannot achieve consistency level {consistency}")]
+    Unavailable { consistency: Consistency },
+    #[error("Host ID not found.")]
+    HostIdNotFound,
+    #[error("Cannot remove self")]
+    RemoveSelf,
+    #[error(
+        "Node /{address} is alive and owns this ID. Use decommission command to remove it from the ring"
+    )]
+    RemoveLive { address: String },
+    #[error("Node to be removed is not a member of the token ring")]
+    RemoveNotMember,
+}
