@@ -19,7 +19,7 @@ use crds::v1alpha1::ClusterMode;
 use serde_json::{Value, json};
 use sidecar::jolokia::{Jolokia, OperationMode, StorageService};
 use sidecar::render::{MemberConfig, render};
-use testworld::kubesim::{KubeSim, Options, ring_api};
+use testworld::kubesim::{KubeSim, Options};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures");
 const RELEASE: &str = "4.1.8";
@@ -547,7 +547,8 @@ async fn fake_cassandra_ring_lifecycle() {
         .wait_statuses(&[(1, "UN"), (2, "UN"), (4, "UN"), (5, "DN")])
         .await;
     assert!(
-        killed_at.elapsed() >= ring_api::LEASE - Duration::from_millis(300),
+        killed_at.elapsed()
+            >= testworld::fake_cassandra::ring_service::LEASE - Duration::from_millis(300),
         "down once the lease ran out, not before ({:?})",
         killed_at.elapsed()
     );

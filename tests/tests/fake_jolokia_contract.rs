@@ -15,9 +15,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use testworld::fake_cassandra::jolokia::Identity;
 use testworld::fake_cassandra::node::{FakeNode, RingClient, serve_jolokia};
+use testworld::fake_cassandra::ring_service::StartRequest;
 use testworld::jolokia_contract::{self as contract, RingSpec};
 use testworld::jolokia_real::CassandraLine;
-use testworld::kubesim::ring_api::StartRequest;
 use testworld::kubesim::{KubeSim, Options};
 use testworld::ring::{NodeConfig, Version};
 

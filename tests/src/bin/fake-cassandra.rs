@@ -43,7 +43,7 @@ use testworld::fake_cassandra::MARKER;
 use testworld::fake_cassandra::config::{self, FakeConfig};
 use testworld::fake_cassandra::jolokia::Identity;
 use testworld::fake_cassandra::node::{FakeNode, NodeError, RingClient, serve_jolokia};
-use testworld::kubesim::ring_api::StartRequest;
+use testworld::fake_cassandra::ring_service::StartRequest;
 
 fn log(level: &str, message: &str) {
     println!("{level:<5} [main] {message}");

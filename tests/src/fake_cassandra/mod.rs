@@ -1,13 +1,14 @@
 //! The fake Cassandra node of the test world (DESIGN.md section 7): the
 //! process the sidecar under test starts as `cassandra -f`. It reads what
 //! the sidecar rendered ([`config`]), joins the ring model kept by kubesim
-//! (`/sim/ring`, [`crate::kubesim::ring_api`]) and answers Jolokia like
+//! (`/sim/ring`, [`ring_service`]) and answers Jolokia like
 //! jolokia-core 1.7.1 in front of the Cassandra version it runs as
 //! ([`jolokia`], over the node's gossip [`view`]); [`node`] does the I/O.
 
 pub mod config;
 pub mod jolokia;
 pub mod node;
+pub mod ring_service;
 pub mod view;
 
 /// The file the fake writes in its data directory on the first start: a

@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 
 use super::jolokia::{self, Identity, JavaError, RingCall, Step};
 use super::view::NodeView;
-use crate::kubesim::ring_api::{Refusal, StartRequest};
+use crate::fake_cassandra::ring_service::{Refusal, StartRequest};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {

@@ -76,10 +76,22 @@ pub struct Shared {
     /// How often a watch that asked for bookmarks gets one.
     pub bookmark_interval: Duration,
     /// The fake Cassandra nodes' ring (`/sim/ring`).
-    pub ring: Arc<super::ring_api::RingService>,
+    pub ring: Arc<crate::fake_cassandra::ring_service::RingService>,
     /// The sim's work directory, where the kubelet writes container logs
     /// (None without the sim).
     pub sim_dir: Option<std::path::PathBuf>,
+}
+
+/// The ring service's answer as an HTTP response.
+fn ring_reply(reply: crate::fake_cassandra::ring_service::Reply) -> Response<Body> {
+    let mut r = Response::new(Body::Full(Some(Bytes::from(reply.body))));
+    *r.status_mut() =
+        StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(
+        "content-type",
+        hyper::header::HeaderValue::from_static(reply.content_type),
+    );
+    r
 }
 
 fn json_response(code: u16, body: &Value) -> Response<Body> {
@@ -493,9 +505,9 @@ async fn route(
             };
             json_response(200, &openapi_v3(store, group, version))
         }
-        (_, ["sim", "ring", rest @ ..]) => {
-            super::ring_api::handle(&shared.ring, method, rest, q, body).await
-        }
+        (_, ["sim", "ring", rest @ ..]) => ring_reply(
+            crate::fake_cassandra::ring_service::handle(&shared.ring, method, rest, q, body).await,
+        ),
         (_, ["sim", rest @ ..]) => admin(shared, method, rest, q, body),
         ("GET", ["api", "v1", "namespaces", ns, "pods", name, "log"]) => {
             match super::logs::handle(store, shared.sim_dir.as_deref(), ns, name, q) {

@@ -57,7 +57,6 @@ pub mod http;
 pub mod logs;
 pub mod patch;
 pub mod protobuf;
-pub mod ring_api;
 pub mod selectors;
 pub mod server;
 pub mod sim;

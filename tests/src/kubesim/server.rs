@@ -134,7 +134,9 @@ impl KubeSim {
             log: RequestLog::default(),
             addr,
             bookmark_interval: opts.bookmark_interval,
-            ring: Arc::new(super::ring_api::RingService::new(opts.ring.clone())),
+            ring: Arc::new(crate::fake_cassandra::ring_service::RingService::new(
+                opts.ring.clone(),
+            )),
             sim_dir: opts.sim.as_ref().map(|o| o.work_dir.clone()),
         });
         let (stop, stopped) = watch::channel(false);
@@ -167,9 +169,9 @@ impl KubeSim {
         };
         tasks.push(tokio::spawn(super::gc::run(store, Duration::from_secs(1))));
         tasks.push(tokio::spawn(accept_loop(listener, shared.clone(), stopped)));
-        tasks.push(tokio::spawn(super::ring_api::run_clock(
-            shared.ring.clone(),
-        )));
+        tasks.push(tokio::spawn(
+            crate::fake_cassandra::ring_service::run_clock(shared.ring.clone()),
+        ));
         Ok(KubeSim {
             shared,
             stop,
@@ -206,7 +208,7 @@ impl KubeSim {
     }
 
     /// The fake Cassandra nodes' ring.
-    pub fn ring(&self) -> &Arc<super::ring_api::RingService> {
+    pub fn ring(&self) -> &Arc<crate::fake_cassandra::ring_service::RingService> {
         &self.shared.ring
     }
 

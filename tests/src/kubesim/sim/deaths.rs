@@ -2,14 +2,14 @@
 //! exits or is killed (any reason: SIGKILL from outside, OOM, a crash, the
 //! kubelet's own kill), the fake ring hears it at once, as gossip notices
 //! a peer's closed connection within a second, instead of waiting for the
-//! process's lease to run out ([`crate::kubesim::ring_api::LEASE`]). The
+//! process's lease to run out ([`crate::fake_cassandra::ring_service::LEASE`]). The
 //! node is known by the address it announced (the pod IP, as the
 //! operator configures it) or by its data directory: the ring names it
 //! `<path>@<dev>:<inode>`, and a directory whose device and inode lie in
 //! one of the container's volumes is this container's. Only the process
 //! is down; its data is untouched. I/O.
 
-use crate::kubesim::ring_api::RingService;
+use crate::fake_cassandra::ring_service::RingService;
 use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};

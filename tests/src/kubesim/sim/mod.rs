@@ -239,7 +239,7 @@ impl Sim {
         opts: SimOptions,
         url: String,
         net: Arc<net::Network>,
-        ring: Option<Arc<super::ring_api::RingService>>,
+        ring: Option<Arc<crate::fake_cassandra::ring_service::RingService>>,
     ) -> std::io::Result<Sim> {
         std::fs::create_dir_all(&opts.work_dir)?;
         // Not `kubeconfig`: tests write the host's own there.

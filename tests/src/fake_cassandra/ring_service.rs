@@ -1,5 +1,5 @@
-//! The ring service of kubesim: the shared [`Ring`] of the fake Cassandra
-//! nodes, under `/sim/ring` (DESIGN.md section 7). Inspection (`GET
+//! The ring service: the shared [`Ring`] of the fake Cassandra nodes, which
+//! kubesim serves under `/sim/ring` (DESIGN.md section 7). Inspection (`GET
 //! /sim/ring`, `/sim/ring/status`, `/sim/ring/check`), the node-facing
 //! operations the fake processes call (start, stop, decommission, drain,
 //! their JMX view), data seeding (keyspaces and keys) and the timing of
@@ -10,15 +10,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use hyper::{Response, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use super::http::Body;
-use crate::fake_cassandra::jolokia::exception_class;
-use crate::fake_cassandra::view::node_view;
+use super::jolokia::exception_class;
+use super::view::node_view;
 use crate::ring::{
     Consistency, DecommissionStart, HostId, NodeConfig, OperationMode, Replication, Ring,
     RingError, Version,
@@ -259,36 +256,43 @@ pub async fn run_clock(service: Arc<RingService>) {
     }
 }
 
-fn respond(code: u16, content_type: &'static str, body: String) -> Response<Body> {
-    let mut r = Response::new(Body::Full(Some(Bytes::from(body))));
-    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    r.headers_mut().insert(
-        "content-type",
-        hyper::header::HeaderValue::from_static(content_type),
-    );
-    r
+/// An answer of the ring service, for the HTTP server that carries it
+/// (kubesim): the service itself knows nothing of HTTP servers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: String,
 }
 
-fn json_reply(code: u16, body: &Value) -> Response<Body> {
+fn respond(code: u16, content_type: &'static str, body: String) -> Reply {
+    Reply {
+        status: code,
+        content_type,
+        body,
+    }
+}
+
+fn json_reply(code: u16, body: &Value) -> Reply {
     respond(code, "application/json", body.to_string())
 }
 
-fn text_reply(code: u16, body: String) -> Response<Body> {
+fn text_reply(code: u16, body: String) -> Reply {
     respond(code, "text/plain; charset=utf-8", body)
 }
 
-fn refused(code: u16, e: &RingError) -> Response<Body> {
+fn refused(code: u16, e: &RingError) -> Reply {
     json_reply(
         code,
         &serde_json::to_value(Refusal::of(e)).unwrap_or_default(),
     )
 }
 
-fn bad_request(message: String) -> Response<Body> {
+fn bad_request(message: String) -> Reply {
     json_reply(400, &json!({"message": message}))
 }
 
-fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Box<Response<Body>>> {
+fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Box<Reply>> {
     serde_json::from_slice(body).map_err(|e| Box::new(bad_request(format!("invalid body: {e}"))))
 }
 
@@ -371,7 +375,7 @@ pub async fn handle(
     rest: &[&str],
     q: &HashMap<String, String>,
     body: &[u8],
-) -> Response<Body> {
+) -> Reply {
     let text = q.get("format").is_some_and(|f| f == "text");
     match (method, rest) {
         ("GET", []) if text => status_text(service),
@@ -555,7 +559,7 @@ pub async fn handle(
     }
 }
 
-fn status_text(service: &Arc<RingService>) -> Response<Body> {
+fn status_text(service: &Arc<RingService>) -> Reply {
     match service.with(|r| r.status(None)) {
         Ok(table) => text_reply(200, table.to_string()),
         Err(e) => text_reply(500, e.to_string()),
@@ -564,7 +568,7 @@ fn status_text(service: &Arc<RingService>) -> Response<Body> {
 
 /// `decommission()`: the checks, then the call blocks until the node left
 /// the ring or the streaming failed (as the JMX operation does).
-async fn decommission(service: &Arc<RingService>, host_id: &str, force: bool) -> Response<Body> {
+async fn decommission(service: &Arc<RingService>, host_id: &str, force: bool) -> Reply {
     let started = {
         let mut state = service.lock();
         state.sync();
