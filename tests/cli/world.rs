@@ -282,7 +282,7 @@ async fn a_member_decommissions_when_its_service_is_labelled() {
     // the intent, by hand, as a person would with kubectl label
     let out = Command::new("kubectl")
         .arg("--kubeconfig")
-        .arg(&kubeconfig)
+        .arg(kubeconfig)
         .args([
             "label",
             "service",
