@@ -295,3 +295,32 @@ pub fn container_logs(work: &Path) -> String {
     }
     out
 }
+
+/// The Pods of the `default` namespace, as kubesim's store names them.
+pub fn pods() -> crate::kubesim::store::Target {
+    crate::kubesim::store::Target::new("", "v1", "pods", Some("default"))
+}
+
+/// The string at a JSON pointer of an object ("" when absent).
+pub fn str_at<'a>(object: &'a serde_json::Value, pointer: &str) -> &'a str {
+    object
+        .pointer(pointer)
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+}
+
+/// Polls `f` every 20 ms until it gives a value; fails the test, naming
+/// `what`, after `secs` seconds.
+pub async fn until<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -11,6 +11,7 @@
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use testworld::harness::{pods, str_at as s, until};
 use testworld::kubesim::sim::SimOptions;
 use testworld::kubesim::store::{
     DeleteOptions, EventType, ListOptions, Store, Target, WriteOptions,
@@ -21,14 +22,6 @@ fn t(group: &str, plural: &str, ns: Option<&str>) -> Target {
     Target::new(group, "v1", plural, ns)
 }
 
-fn pods() -> Target {
-    t("", "pods", Some("default"))
-}
-
-fn s<'a>(v: &'a Value, p: &str) -> &'a str {
-    v.pointer(p).and_then(Value::as_str).unwrap_or_default()
-}
-
 fn ready(pod: &Value) -> bool {
     s(pod, "/status/phase") == "Running"
         && pod
@@ -37,18 +30,6 @@ fn ready(pod: &Value) -> bool {
             .into_iter()
             .flatten()
             .any(|c| c["type"] == "Ready" && c["status"] == "True")
-}
-
-/// Polls `f` until it gives a value or the deadline passes.
-async fn until<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 fn pid_alive(pid: u32) -> bool {

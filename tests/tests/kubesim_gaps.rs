@@ -12,29 +12,10 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
+use testworld::harness::{pods, str_at as s, until};
 use testworld::kubesim::sim::SimOptions;
-use testworld::kubesim::store::{DeleteOptions, Store, Target, WriteOptions};
+use testworld::kubesim::store::{DeleteOptions, Store, WriteOptions};
 use testworld::kubesim::{KubeSim, Options};
-
-fn pods() -> Target {
-    Target::new("", "v1", "pods", Some("default"))
-}
-
-fn s<'a>(v: &'a Value, p: &str) -> &'a str {
-    v.pointer(p).and_then(Value::as_str).unwrap_or_default()
-}
-
-/// Polls `f` until it gives a value or the deadline passes.
-async fn until<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 fn fixtures() -> PathBuf {
     let f = Path::new(concat!(

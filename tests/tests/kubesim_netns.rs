@@ -12,17 +12,10 @@
 use serde_json::{Value, json};
 use std::process::Command;
 use std::time::{Duration, Instant};
+use testworld::harness::{pods, str_at as s, until};
 use testworld::kubesim::sim::SimOptions;
-use testworld::kubesim::store::{DeleteOptions, Target, WriteOptions};
+use testworld::kubesim::store::{DeleteOptions, WriteOptions};
 use testworld::kubesim::{KubeSim, Options};
-
-fn pods() -> Target {
-    Target::new("", "v1", "pods", Some("default"))
-}
-
-fn s<'a>(v: &'a Value, p: &str) -> &'a str {
-    v.pointer(p).and_then(Value::as_str).unwrap_or_default()
-}
 
 fn ready(pod: &Value) -> bool {
     pod.pointer("/status/conditions")
@@ -30,17 +23,6 @@ fn ready(pod: &Value) -> bool {
         .into_iter()
         .flatten()
         .any(|c| c["type"] == "Ready" && c["status"] == "True")
-}
-
-async fn until<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 fn container_pid(pod: &Value) -> u32 {

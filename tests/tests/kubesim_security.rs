@@ -8,32 +8,14 @@
 use serde_json::{Value, json};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use testworld::harness::{pods, str_at as s, until};
 use testworld::kubesim::sim::SimOptions;
 use testworld::kubesim::store::{Store, Target, WriteOptions};
 use testworld::kubesim::{KubeSim, Options};
 
 fn t(group: &str, plural: &str, ns: Option<&str>) -> Target {
     Target::new(group, "v1", plural, ns)
-}
-
-fn pods() -> Target {
-    t("", "pods", Some("default"))
-}
-
-fn s<'a>(v: &'a Value, p: &str) -> &'a str {
-    v.pointer(p).and_then(Value::as_str).unwrap_or_default()
-}
-
-async fn until<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn start(work: &Path) -> KubeSim {
