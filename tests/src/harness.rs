@@ -324,3 +324,20 @@ pub async fn until<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// `kubectl.<version>` (`1.27` ... `1.33`) beside the machine's real
+/// `kubectl` (the Google Cloud SDK ships the versioned binaries).
+pub fn kubectl_binary(version: &str) -> PathBuf {
+    let which = Command::new("sh")
+        .args(["-c", "readlink -f \"$(command -v kubectl)\""])
+        .output()
+        .expect("sh runs");
+    let path = PathBuf::from(String::from_utf8_lossy(&which.stdout).trim());
+    let versioned = path.with_file_name(format!("kubectl.{version}"));
+    assert!(
+        versioned.is_file(),
+        "{} is missing: the machine image's Google Cloud SDK ships kubectl.1.27 to kubectl.1.33",
+        versioned.display()
+    );
+    versioned
+}

@@ -34,16 +34,17 @@ fn image_dirs(root: &Path) -> std::path::PathBuf {
     conf
 }
 
-/// Runs the fake with `args`, as `user` (`None`: root), with nothing to
-/// join (no kubesim: a start that gets past the checks fails on that).
-fn run(user: Option<u32>, conf: &Path, args: &[&str]) -> Output {
+/// Runs the fake with `args` as `user` (uid, gid; `None`: root), with
+/// the image's environment and `env` on top, and nothing to join (no
+/// kubesim: a start that gets past the checks fails on that).
+fn run(user: Option<(u32, u32)>, conf: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
     let fake = env!("CARGO_BIN_EXE_fake-cassandra");
     let mut cmd = match user {
-        Some(uid) => {
+        Some((uid, gid)) => {
             let mut c = Command::new("setpriv");
             c.args([
                 &format!("--reuid={uid}"),
-                &format!("--regid={uid}"),
+                &format!("--regid={gid}"),
                 "--clear-groups",
                 "--",
                 fake,
@@ -59,6 +60,7 @@ fn run(user: Option<u32>, conf: &Path, args: &[&str]) -> Output {
         .env("CASSANDRA_HOME", "/opt/cassandra")
         .env("CASSANDRA_VERSION", "4.1.8")
         .env("KUBESIM_URL", "http://127.0.0.1:9")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
         .expect("the fake runs")
 }
@@ -74,24 +76,11 @@ fn text(out: &Output) -> String {
 #[test]
 fn root_is_refused_without_dash_r_before_anything_is_read() {
     // Not even a configuration: the launcher checks the user first.
-    let out = run(None, Path::new("/nonexistent"), &["-f"]);
+    let out = run(None, Path::new("/nonexistent"), &["-f"], &[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), ROOT_REFUSED);
     // A root group alone is refused too.
-    let fake = env!("CARGO_BIN_EXE_fake-cassandra");
-    let out = Command::new("setpriv")
-        .args([
-            "--reuid=999",
-            "--regid=0",
-            "--clear-groups",
-            "--",
-            fake,
-            "-f",
-        ])
-        .env_clear()
-        .env("CASSANDRA_CONF", "/nonexistent")
-        .output()
-        .unwrap();
+    let out = run(Some((999, 0)), Path::new("/nonexistent"), &["-f"], &[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), ROOT_REFUSED);
 }
@@ -106,9 +95,9 @@ fn root_with_dash_r_and_user_999_get_past_the_check() {
     let storagedir = format!("-Dcassandra.storagedir={}", storage.display());
     for (user, args) in [
         (None, vec!["-f", "-R", storagedir.as_str()]),
-        (Some(999), vec!["-f", storagedir.as_str()]),
+        (Some((999, 999)), vec!["-f", storagedir.as_str()]),
     ] {
-        let out = run(user, &conf, &args);
+        let out = run(user, &conf, &args, &[]);
         let all = text(&out);
         assert!(!all.contains("Running Cassandra as root"), "{all}");
         // It went on to its directories, then to the ring (absent here).
@@ -129,12 +118,13 @@ fn directories_the_user_cannot_write_stop_the_start() {
     std::fs::create_dir_all(&locked).unwrap();
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
     let out = run(
-        Some(999),
+        Some((999, 999)),
         &conf,
         &[
             "-f",
             &format!("-Dcassandra.storagedir={}", locked.display()),
         ],
+        &[],
     );
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert!(
@@ -148,12 +138,13 @@ fn directories_the_user_cannot_write_stop_the_start() {
     // The directory exists but belongs to root: no write permission.
     std::fs::create_dir_all(locked.join("data")).unwrap();
     let out = run(
-        Some(999),
+        Some((999, 999)),
         &conf,
         &[
             "-f",
             &format!("-Dcassandra.storagedir={}", locked.display()),
         ],
+        &[],
     );
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert!(
@@ -174,27 +165,21 @@ fn the_storagedir_in_jvm_extra_opts_is_overridden_by_the_launchers() {
     let work = tempfile::tempdir().unwrap();
     let conf = image_dirs(work.path());
     let wanted = work.path().join("wanted");
-    let fake = env!("CARGO_BIN_EXE_fake-cassandra");
-    let out = Command::new("setpriv")
-        .args([
-            "--reuid=999",
-            "--regid=999",
-            "--clear-groups",
-            "--",
-            fake,
-            "-f",
-        ])
-        .env_clear()
-        .env("CASSANDRA_CONF", &conf)
-        .env("CASSANDRA_HOME", work.path().join("home"))
-        .env("CASSANDRA_VERSION", "4.1.8")
-        .env(
-            "JVM_EXTRA_OPTS",
-            format!("-Dcassandra.storagedir={}", wanted.display()),
-        )
-        .env("KUBESIM_URL", "http://127.0.0.1:9")
-        .output()
-        .unwrap();
+    let out = run(
+        Some((999, 999)),
+        &conf,
+        &["-f"],
+        &[
+            (
+                "CASSANDRA_HOME",
+                work.path().join("home").display().to_string(),
+            ),
+            (
+                "JVM_EXTRA_OPTS",
+                format!("-Dcassandra.storagedir={}", wanted.display()),
+            ),
+        ],
+    );
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert!(
         text(&out).contains(&format!(

@@ -8,25 +8,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use testworld::harness::kubectl_binary;
 use testworld::kubesim::patch::PatchType;
 use testworld::kubesim::store::{Subresource, Target, WriteOptions};
 use testworld::kubesim::{KubeSim, Options};
-
-/// `kubectl.<version>` from the directory of the real `kubectl`.
-fn kubectl_binary(version: &str) -> PathBuf {
-    let which = Command::new("sh")
-        .args(["-c", "readlink -f \"$(command -v kubectl)\""])
-        .output()
-        .expect("sh runs");
-    let path = PathBuf::from(String::from_utf8_lossy(&which.stdout).trim());
-    let versioned = path.with_file_name(format!("kubectl.{version}"));
-    assert!(
-        versioned.is_file(),
-        "{} is missing: the machine image's Google Cloud SDK ships kubectl.1.27 to kubectl.1.33",
-        versioned.display()
-    );
-    versioned
-}
 
 struct Kubectl {
     binary: PathBuf,

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
+use testworld::harness::kubectl_binary;
 use testworld::harness::{pods, str_at as s, until};
 use testworld::kubesim::sim::SimOptions;
 use testworld::kubesim::store::{DeleteOptions, Store, WriteOptions};
@@ -62,18 +63,6 @@ fn container_pid(pod: &Value) -> u32 {
 fn running(pod: &Value, restarts: u64) -> bool {
     let c = &pod["status"]["containerStatuses"][0];
     c["state"]["running"].is_object() && c["restartCount"] == restarts
-}
-
-/// `kubectl.<version>` from the directory of the real `kubectl`.
-fn kubectl_binary(version: &str) -> PathBuf {
-    let which = Command::new("sh")
-        .args(["-c", "readlink -f \"$(command -v kubectl)\""])
-        .output()
-        .expect("sh runs");
-    let path = PathBuf::from(String::from_utf8_lossy(&which.stdout).trim());
-    let versioned = path.with_file_name(format!("kubectl.{version}"));
-    assert!(versioned.is_file(), "{} is missing", versioned.display());
-    versioned
 }
 
 /// kubectl `version` against `sim`: (success, stdout, stderr).
