@@ -135,7 +135,6 @@ pub struct World {
     pub client: Client,
     pub kubeconfig: PathBuf,
     operator: PathBuf,
-    work: PathBuf,
 }
 
 impl World {
@@ -172,7 +171,6 @@ impl World {
             client,
             kubeconfig,
             operator: opts.operator,
-            work: work.to_path_buf(),
         })
     }
 
@@ -228,16 +226,6 @@ impl World {
             cmd.env("METRICS_ADDR", addr);
         }
         cmd.spawn().map(Process).map_err(failed)
-    }
-
-    /// The world's work directory.
-    pub fn work(&self) -> &Path {
-        &self.work
-    }
-
-    /// The last lines of every container log of the world.
-    pub fn container_logs(&self) -> String {
-        container_logs(&self.work)
     }
 }
 

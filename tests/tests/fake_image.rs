@@ -9,8 +9,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures");
-
 const ROOT_REFUSED: &str = "Running Cassandra as root user or group is not recommended - please start Cassandra using a different system user.\nIf you really want to force running Cassandra as root, use -R command line option.\n";
 
 /// A configuration directory with the image's 4.1 cassandra.yaml (every
@@ -19,7 +17,9 @@ fn image_dirs(root: &Path) -> std::path::PathBuf {
     let conf = root.join("conf");
     std::fs::create_dir_all(&conf).unwrap();
     std::fs::copy(
-        format!("{FIXTURES}/cassandra/4.1/cassandra.yaml"),
+        testworld::harness::fixtures()
+            .unwrap()
+            .join("cassandra/4.1/cassandra.yaml"),
         conf.join("cassandra.yaml"),
     )
     .expect("the 4.1 fixture (shared/fixtures beside the repository)");

@@ -18,24 +18,10 @@ use testworld::kubesim::sim::SimOptions;
 use testworld::kubesim::store::{DeleteOptions, Store, WriteOptions};
 use testworld::kubesim::{KubeSim, Options};
 
-fn fixtures() -> PathBuf {
-    let f = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/fixtures"
-    ))
-    .to_path_buf();
-    assert!(
-        f.join("cassandra/4.1/cassandra.yaml").is_file(),
-        "the fixtures are missing at {}",
-        f.display()
-    );
-    f
-}
-
 async fn start_sim(work: &Path, tune: impl FnOnce(&mut SimOptions)) -> KubeSim {
     let mut o = SimOptions::new(work);
     o.fake_cassandra = Some(PathBuf::from(env!("CARGO_BIN_EXE_fake-cassandra")));
-    o.fixtures = Some(fixtures());
+    o.fixtures = Some(testworld::harness::fixtures().unwrap());
     o.max_probe_period = Some(Duration::from_millis(200));
     o.restart_backoff = Duration::from_millis(100);
     tune(&mut o);

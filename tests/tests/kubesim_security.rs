@@ -20,13 +20,7 @@ fn t(group: &str, plural: &str, ns: Option<&str>) -> Target {
 
 async fn start(work: &Path) -> KubeSim {
     let mut opts = SimOptions::new(work);
-    opts.fixtures = Some(
-        Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../shared/fixtures"
-        ))
-        .into(),
-    );
+    opts.fixtures = Some(testworld::harness::fixtures().unwrap());
     opts.max_grace = Some(Duration::from_secs(2));
     opts.restart_backoff = Duration::from_millis(100);
     KubeSim::start(Options {

@@ -282,14 +282,17 @@ pub(super) fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Starts container `c` of `image` as `id`, the identity the kubelet
+/// checked before it created anything.
 pub(super) async fn start_container(
     ctx: &Arc<PodCtx>,
     c: &Value,
+    image: &Image,
+    id: &security::Identity,
     volumes: &HashMap<String, PathBuf>,
     restart: u32,
 ) -> Result<Running, String> {
     let name = s(c, "/name");
-    let image = classify(s(c, "/image"), &ctx.opts.operator_images);
     let strings = |p: &str| -> Option<Vec<String>> {
         c.get(p).and_then(Value::as_array).map(|a| {
             a.iter()
@@ -334,7 +337,7 @@ pub(super) async fn start_container(
     let bin = cdir.join("bin");
     std::fs::create_dir_all(&bin).map_err(|e| format!("create {}: {e}", bin.display()))?;
     let mut mounts: Vec<(PathBuf, String, bool)> = Vec::new();
-    if image == Image::Operator
+    if *image == Image::Operator
         && let Ok(op) = operator()
     {
         let _ = std::os::unix::fs::symlink(op, bin.join("cassandra-operator"));
@@ -384,10 +387,9 @@ pub(super) async fn start_container(
             m.get("readOnly") == Some(&json!(true)),
         ));
     }
-    let env = ctx.env_for(c, &image, &bin);
+    let env = ctx.env_for(c, image, &bin);
     let argv: Vec<String> = argv.iter().map(|a| expand(a, &env)).collect();
-    let info = images::info(&image);
-    let id = security::identity(&ctx.pod(), c, &info)?;
+    let info = images::info(image);
     let mut script = String::from("set -e\n");
     for (host, path, ro) in &mounts {
         let (h, p) = (quote(&host.display().to_string()), quote(path));
@@ -411,7 +413,7 @@ pub(super) async fn start_container(
         script.push_str(&security::read_only_root_script(&writable));
     }
     // The identity changes last: the mounts above need root.
-    let identity = security::setpriv_args(&id);
+    let identity = security::setpriv_args(id);
     let setpriv: Vec<String> = identity.iter().map(|a| quote(a)).collect();
     script.push_str(&format!("exec setpriv {} -- \"$@\"\n", setpriv.join(" ")));
     let logs = ctx.dir.join("logs").join(name);

@@ -715,13 +715,17 @@ async fn run_once(
     };
     // The kubelet checks the security context before it creates anything.
     let image = classify(s(c, "/image"), &ctx.opts.operator_images);
-    if let Err(msg) = security::identity(&ctx.pod(), c, &images::info(&image)) {
-        ctx.update(init, idx, |cs| {
-            cs.state = json!({"waiting": {"reason": "CreateContainerConfigError", "message": msg}});
-        });
-        return Exit::CreateFailed;
-    }
-    let mut running = match start_container(ctx, c, volumes, restart).await {
+    let identity = match security::identity(&ctx.pod(), c, &images::info(&image)) {
+        Ok(id) => id,
+        Err(msg) => {
+            ctx.update(init, idx, |cs| {
+                cs.state =
+                    json!({"waiting": {"reason": "CreateContainerConfigError", "message": msg}});
+            });
+            return Exit::CreateFailed;
+        }
+    };
+    let mut running = match start_container(ctx, c, &image, &identity, volumes, restart).await {
         Ok(r) => r,
         Err(msg) => {
             ctx.update(init, idx, |cs| {
