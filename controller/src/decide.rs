@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use crds::v1alpha1::ClusterSpec;
 
-use crate::resources::is_seed;
+use crds::contract::is_seed;
 
 /// What the caches show of one member (one ordinal of a rack).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use crds::contract;
 use crds::labels;
 use crds::names;
 use crds::v1alpha1::Cluster;
@@ -131,8 +132,8 @@ pub fn observe<'a>(
         }
         let member = member_entry(&mut observed, &rack, ordinal);
         member.service = Some(ServiceObserved {
-            decommissioned: label(&service.metadata, labels::DECOMMISSIONED).map(str::to_string),
-            replace: label(&service.metadata, labels::REPLACE).map(str::to_string),
+            decommissioned: label(&service.metadata, contract::DECOMMISSIONED).map(str::to_string),
+            replace: label(&service.metadata, contract::REPLACE).map(str::to_string),
         });
     }
 
@@ -221,7 +222,7 @@ spec:
             .labels
             .as_mut()
             .unwrap()
-            .insert(labels::DECOMMISSIONED.into(), "false".into());
+            .insert(contract::DECOMMISSIONED.into(), "false".into());
         let services = [
             resources::member_service(&cluster, rack_a, 0, true),
             leaving,

@@ -22,14 +22,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 
-/// Where the init container installs the binary, in both containers.
-pub const SHARED_DIR: &str = "/mnt/shared";
-/// Where a rack's ConfigMap of configuration overrides is mounted.
-pub const OVERRIDES_DIR: &str = "/mnt/overrides";
-/// Where a rack's JMX exporter ConfigMap is mounted.
-pub const JMX_EXPORTER_DIR: &str = "/mnt/jmx-exporter";
-/// The sidecar's HTTP port (probes).
-pub const SIDECAR_PORT: i32 = 8080;
+use crds::contract::{
+    self, JMX_EXPORTER_DIR, MEMBER_PORTS, OVERRIDES_DIR, SHARED_DIR, SIDECAR_PORT, data_dir,
+};
 /// How long a member may take to drain and stop: draining flushes every
 /// memtable, which takes minutes on a loaded node.
 pub const TERMINATION_GRACE_SECONDS: i64 = 1800;
@@ -40,16 +35,6 @@ pub const TERMINATION_GRACE_SECONDS: i64 = 1800;
 /// Pod runs as it from the start.
 pub const CASSANDRA_UID: i64 = 999;
 pub use crds::v1alpha1::DEFAULT_OPERATOR_IMAGE;
-
-/// The database ports every member exposes, by name.
-pub const MEMBER_PORTS: [(&str, i32); 6] = [
-    ("intra-node", 7000),
-    ("tls-intra-node", 7001),
-    ("jmx", 7199),
-    ("cql", 9042),
-    ("cql-ssl", 9142),
-    ("thrift", 9160),
-];
 
 /// What the builders need besides the Cluster.
 #[derive(Debug, Clone)]
@@ -204,7 +189,7 @@ fn pod_template(
     let http_probe = |path: &str, period: i32, failures: i32| Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.to_string()),
-            port: IntOrString::Int(SIDECAR_PORT),
+            port: IntOrString::Int(SIDECAR_PORT.into()),
             ..HTTPGetAction::default()
         }),
         period_seconds: Some(period),
@@ -217,13 +202,13 @@ fn pod_template(
         .iter()
         .map(|(name, port)| ContainerPort {
             name: Some(name.to_string()),
-            container_port: *port,
+            container_port: i32::from(*port),
             ..ContainerPort::default()
         })
         .collect();
     ports.push(ContainerPort {
         name: Some("sidecar".to_string()),
-        container_port: SIDECAR_PORT,
+        container_port: SIDECAR_PORT.into(),
         ..ContainerPort::default()
     });
 
@@ -331,15 +316,6 @@ fn container_security_context(mode: ClusterMode) -> Option<SecurityContext> {
     }
 }
 
-/// The data directory of each database (where the first volume claim
-/// template is mounted).
-pub fn data_dir(mode: ClusterMode) -> &'static str {
-    match mode {
-        ClusterMode::Cassandra => "/var/lib/cassandra",
-        ClusterMode::Scylla => "/var/lib/scylla",
-    }
-}
-
 fn downward_env() -> Vec<EnvVar> {
     let field = |name: &str, path: &str| EnvVar {
         name: name.to_string(),
@@ -381,7 +357,7 @@ pub fn member_service(cluster: &Cluster, rack: &RackSpec, ordinal: i32, seed: bo
     let member = names::member_name(&statefulset, ordinal);
     let mut labels = labels::rack_labels(name, &cluster.spec.datacenter.name, &rack.name);
     if seed {
-        labels.insert(labels::SEED.to_string(), String::new());
+        labels.insert(contract::SEED.to_string(), String::new());
     }
     Service {
         metadata: meta(cluster, member.clone(), labels),
@@ -396,8 +372,8 @@ pub fn member_service(cluster: &Cluster, rack: &RackSpec, ordinal: i32, seed: bo
                     .iter()
                     .map(|(port_name, port)| ServicePort {
                         name: Some(port_name.to_string()),
-                        port: *port,
-                        target_port: Some(IntOrString::Int(*port)),
+                        port: i32::from(*port),
+                        target_port: Some(IntOrString::Int(i32::from(*port))),
                         protocol: Some("TCP".to_string()),
                         ..ServicePort::default()
                     })
@@ -407,11 +383,6 @@ pub fn member_service(cluster: &Cluster, rack: &RackSpec, ordinal: i32, seed: bo
         }),
         status: None,
     }
-}
-
-/// Members 0 and 1 of each rack are seeds (DESIGN.md section 4).
-pub fn is_seed(ordinal: i32) -> bool {
-    ordinal < 2
 }
 
 /// The headless Service clients connect through: it selects the cluster's
@@ -430,8 +401,8 @@ pub fn client_service(cluster: &Cluster) -> Service {
                     .filter(|(_, port)| matches!(port, 9042 | 9142 | 9160))
                     .map(|(port_name, port)| ServicePort {
                         name: Some(port_name.to_string()),
-                        port: *port,
-                        target_port: Some(IntOrString::Int(*port)),
+                        port: i32::from(*port),
+                        target_port: Some(IntOrString::Int(i32::from(*port))),
                         protocol: Some("TCP".to_string()),
                         ..ServicePort::default()
                     })

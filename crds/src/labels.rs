@@ -1,6 +1,6 @@
-//! Labels on everything the controller creates (DESIGN.md section 3) and the
-//! records of intent on member Services (section 4), shared by the controller
-//! and the sidecar. Pure.
+//! Labels on everything the controller creates (DESIGN.md section 3). The
+//! records of intent on member Services (section 4) are part of
+//! [`crate::contract`]. Pure.
 
 use std::collections::BTreeMap;
 
@@ -15,23 +15,9 @@ pub const DATACENTER: &str = "cassandra.rook.io/datacenter";
 /// The rack an object belongs to.
 pub const RACK: &str = "cassandra.rook.io/rack";
 
-/// Present on the member Service of a seed (written by the controller).
-pub const SEED: &str = "cassandra.rook.io/seed";
-/// Record of intent on a member Service: `"false"` (controller) asks the
-/// member to decommission, `"true"` (sidecar) says the decommission finished.
-pub const DECOMMISSIONED: &str = "cassandra.rook.io/decommissioned";
-/// Record of intent on a member Service: the member's disk was lost, start it
-/// with `replace_address_first_boot` set to the value (its own ClusterIP).
-pub const REPLACE: &str = "cassandra.rook.io/replace";
-
 /// The label the StatefulSet controller puts on each Pod with the Pod's name;
 /// a member Service selects its Pod with it.
 pub const POD_NAME: &str = "statefulset.kubernetes.io/pod-name";
-
-/// [`DECOMMISSIONED`] value: the controller asks for a decommission.
-pub const DECOMMISSION_REQUESTED: &str = "false";
-/// [`DECOMMISSIONED`] value: the sidecar confirmed the member left the ring.
-pub const DECOMMISSION_DONE: &str = "true";
 
 /// The labels of every object of a cluster.
 pub fn cluster_labels(cluster: &str) -> BTreeMap<String, String> {
@@ -71,14 +57,7 @@ mod tests {
         assert_eq!(CLUSTER, "cassandra.rook.io/cluster");
         assert_eq!(DATACENTER, "cassandra.rook.io/datacenter");
         assert_eq!(RACK, "cassandra.rook.io/rack");
-        assert_eq!(SEED, "cassandra.rook.io/seed");
-        assert_eq!(DECOMMISSIONED, "cassandra.rook.io/decommissioned");
-        assert_eq!(REPLACE, "cassandra.rook.io/replace");
         assert_eq!(POD_NAME, "statefulset.kubernetes.io/pod-name");
-        assert_eq!(
-            (DECOMMISSION_REQUESTED, DECOMMISSION_DONE),
-            ("false", "true")
-        );
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! validation, and the names and labels that the controller and the sidecar
 //! agree on. It depends on no other crate of the workspace.
 
+pub mod contract;
 pub mod crd;
 pub mod labels;
 pub mod names;

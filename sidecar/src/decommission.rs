@@ -21,30 +21,10 @@
 
 use crate::jolokia::OperationMode;
 
-/// What the controller asked for, from the `cassandra.rook.io/decommissioned`
-/// label of the member Service.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Intent {
-    /// No label: the member serves.
-    Serve,
-    /// `"false"`: decommission this member.
-    Decommission,
-    /// `"true"`: the decommission was confirmed.
-    Confirmed,
-}
-
-impl Intent {
-    /// From the label's value (`None` when the label is absent). An unknown
-    /// value is treated as no request: the safe reading, since
-    /// decommissioning is irreversible.
-    pub fn from_label(value: Option<&str>) -> Intent {
-        match value {
-            Some(crds::labels::DECOMMISSION_REQUESTED) => Intent::Decommission,
-            Some(crds::labels::DECOMMISSION_DONE) => Intent::Confirmed,
-            _ => Intent::Serve,
-        }
-    }
-}
+/// What the controller asked for: the member Service's decommission record,
+/// read as the controller reads it. An unknown value is no request: the safe
+/// reading, since decommissioning is irreversible.
+pub use crds::contract::Decommission as Intent;
 
 /// What the sidecar knows of the node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,8 +59,8 @@ pub enum Step {
 /// decommission call running.
 pub fn next_step(intent: Intent, node: &NodeState, marker: bool, call_in_flight: bool) -> Step {
     match intent {
-        Intent::Serve | Intent::Confirmed => return Step::Idle,
-        Intent::Decommission => {}
+        Intent::Serve | Intent::Confirmed | Intent::Unknown => return Step::Idle,
+        Intent::Requested => {}
     }
     if marker {
         return Step::Confirm;
@@ -140,9 +120,9 @@ mod tests {
     #[test]
     fn label_values() {
         assert_eq!(Intent::from_label(None), Intent::Serve);
-        assert_eq!(Intent::from_label(Some("false")), Intent::Decommission);
+        assert_eq!(Intent::from_label(Some("false")), Intent::Requested);
         assert_eq!(Intent::from_label(Some("true")), Intent::Confirmed);
-        assert_eq!(Intent::from_label(Some("yes")), Intent::Serve);
+        assert_eq!(Intent::from_label(Some("yes")), Intent::Unknown);
     }
 
     #[test]
@@ -155,12 +135,13 @@ mod tests {
         ] {
             assert_eq!(next_step(Intent::Serve, &node, false, false), Step::Idle);
             assert_eq!(next_step(Intent::Confirmed, &node, true, false), Step::Idle);
+            assert_eq!(next_step(Intent::Unknown, &node, false, false), Step::Idle);
         }
     }
 
     #[test]
     fn the_happy_path() {
-        let d = Intent::Decommission;
+        let d = Intent::Requested;
         assert_eq!(
             next_step(d, &mode(Normal), false, false),
             Step::CallDecommission
@@ -188,15 +169,15 @@ mod tests {
         // Cassandra died with the container: the interrupted leave is
         // abandoned and the node comes back NORMAL.
         assert_eq!(
-            next_step(Intent::Decommission, &NodeState::Unreachable, false, false),
+            next_step(Intent::Requested, &NodeState::Unreachable, false, false),
             Step::Wait("cassandra does not answer through jolokia yet")
         );
         assert_eq!(
-            next_step(Intent::Decommission, &mode(Starting), false, false),
+            next_step(Intent::Requested, &mode(Starting), false, false),
             Step::Wait("the node must be NORMAL before it can leave")
         );
         assert_eq!(
-            next_step(Intent::Decommission, &mode(Normal), false, false),
+            next_step(Intent::Requested, &mode(Normal), false, false),
             Step::CallDecommission
         );
     }
@@ -207,7 +188,7 @@ mod tests {
         // already leaving: calling again would fail ("Node is still
         // decommissioning", 3.11) or be a no-op (5.0); waiting is right.
         assert!(matches!(
-            next_step(Intent::Decommission, &mode(Leaving), false, false),
+            next_step(Intent::Requested, &mode(Leaving), false, false),
             Step::Wait(_)
         ));
     }
@@ -216,7 +197,7 @@ mod tests {
     fn crash_after_decommissioned_before_the_marker_is_confirmed_from_the_refusal() {
         assert_eq!(
             next_step(
-                Intent::Decommission,
+                Intent::Requested,
                 &NodeState::RefusedDecommissioned,
                 false,
                 false
@@ -228,7 +209,7 @@ mod tests {
     #[test]
     fn crash_after_the_marker_before_the_label_confirms_without_cassandra() {
         assert_eq!(
-            next_step(Intent::Decommission, &NodeState::Unreachable, true, false),
+            next_step(Intent::Requested, &NodeState::Unreachable, true, false),
             Step::Confirm
         );
         assert!(!may_start_cassandra(true));
@@ -238,16 +219,11 @@ mod tests {
     #[test]
     fn a_failed_decommission_is_retried_on_5_0() {
         assert_eq!(
-            next_step(
-                Intent::Decommission,
-                &mode(DecommissionFailed),
-                false,
-                false
-            ),
+            next_step(Intent::Requested, &mode(DecommissionFailed), false, false),
             Step::CallDecommission
         );
         assert!(matches!(
-            next_step(Intent::Decommission, &mode(DecommissionFailed), false, true),
+            next_step(Intent::Requested, &mode(DecommissionFailed), false, true),
             Step::Wait(_)
         ));
     }
@@ -264,7 +240,7 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    next_step(Intent::Decommission, &mode(m.clone()), false, false),
+                    next_step(Intent::Requested, &mode(m.clone()), false, false),
                     Step::Wait(_)
                 ),
                 "{m}"

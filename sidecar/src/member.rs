@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
+use crds::contract;
 use crds::labels;
 use crds::quantity::Quantity;
 use crds::v1alpha1::{Cluster, ClusterMode};
@@ -61,7 +62,7 @@ pub struct SidecarArgs {
     #[arg(long, env = "JOLOKIA_URL", default_value = crate::jolokia::DEFAULT_URL)]
     pub jolokia_url: String,
     /// Where to serve /healthz and /readyz.
-    #[arg(long, env = "PROBE_ADDR", default_value = "0.0.0.0:8080")]
+    #[arg(long, env = "PROBE_ADDR", default_value_t = SocketAddr::from(([0, 0, 0, 0], contract::SIDECAR_PORT)))]
     pub probe_addr: SocketAddr,
     /// The image's configuration directory (default: /etc/cassandra or
     /// /etc/scylla).
@@ -75,7 +76,7 @@ pub struct SidecarArgs {
     #[arg(long, env = "DATA_DIR")]
     pub data_dir: Option<PathBuf>,
     /// Where the rack's ConfigMap of overrides is mounted.
-    #[arg(long, env = "OVERRIDES_DIR", default_value = "/mnt/overrides")]
+    #[arg(long, env = "OVERRIDES_DIR", default_value = contract::OVERRIDES_DIR)]
     pub overrides_dir: PathBuf,
     /// The database command (default: `cassandra -f`, or the Scylla image's
     /// entrypoint), split on white space.
@@ -131,12 +132,6 @@ pub enum MemberError {
     NoCommand,
 }
 
-/// The marker a sidecar leaves on the data volume once its node left the
-/// ring: it survives restarts, and the node is never started again.
-pub fn decommission_marker(data_dir: &Path) -> PathBuf {
-    data_dir.join(".cassandra-operator").join("decommissioned")
-}
-
 /// Whether a data directory holds no data (a new or replaced disk). A fresh
 /// ext4 volume has `lost+found`; the sidecar's own marker directory is not
 /// data either.
@@ -148,26 +143,6 @@ pub fn data_dir_is_empty(data_dir: &Path) -> bool {
             name == "lost+found" || name == ".cassandra-operator"
         }),
     }
-}
-
-/// The seeds a member starts with (DESIGN.md section 4): the ClusterIPs of
-/// the seed Services, without its own address when the cluster already has
-/// other members (a seed does not bootstrap, so a joining member listing
-/// itself would own ranges without their data). Only the very first member
-/// of a new cluster seeds itself.
-pub fn choose_seeds(own_ip: &str, seed_ips: &[String], other_members: bool) -> Vec<String> {
-    let mut seeds: Vec<String> = seed_ips
-        .iter()
-        .filter(|ip| !(other_members && ip.as_str() == own_ip))
-        .cloned()
-        .collect();
-    seeds.sort();
-    seeds.dedup();
-    if seeds.is_empty() {
-        // No other seed exists yet: this member founds the cluster.
-        seeds.push(own_ip.to_string());
-    }
-    seeds
 }
 
 fn cluster_ip(service: &Service) -> Option<String> {
@@ -249,7 +224,7 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
             s.metadata
                 .labels
                 .as_ref()
-                .is_some_and(|l| l.contains_key(labels::SEED))
+                .is_some_and(|l| l.contains_key(contract::SEED))
         })
         .filter_map(cluster_ip)
         .collect();
@@ -261,18 +236,18 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
                 .as_ref()
                 .is_some_and(|l| l.contains_key(labels::RACK))
     });
-    let seeds = choose_seeds(&own_ip, &seed_ips, other_members);
-
     let data_dir = args
         .data_dir
         .clone()
-        .unwrap_or_else(|| PathBuf::from(default_data_dir(mode)));
-    let marker = decommission_marker(&data_dir);
+        .unwrap_or_else(|| PathBuf::from(contract::data_dir(mode)));
+    let bootstrapped = contract::bootstrapped_marker(&data_dir).is_file();
+    let seeds = contract::choose_seeds(&own_ip, &seed_ips, other_members, bootstrapped);
+    let marker = contract::decommission_marker(&data_dir);
     let replace_label = own_service
         .metadata
         .labels
         .as_ref()
-        .and_then(|l| l.get(labels::REPLACE))
+        .and_then(|l| l.get(contract::REPLACE))
         .cloned();
     let replace_address =
         render::replace_address_for(replace_label.as_deref(), data_dir_is_empty(&data_dir));
@@ -297,7 +272,7 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
     let defaults_dir = args
         .config_defaults_dir
         .clone()
-        .unwrap_or_else(|| PathBuf::from(default_config_dir(mode)));
+        .unwrap_or_else(|| PathBuf::from(contract::config_dir(mode)));
     let rendered = write_configuration(&config, &defaults_dir, &args.config_dir)?;
     info!(
         cluster = %cluster_name, dc = %dc, rack = %rack, member = %name,
@@ -311,7 +286,7 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
             .metadata
             .labels
             .as_ref()
-            .and_then(|l| l.get(labels::DECOMMISSIONED))
+            .and_then(|l| l.get(contract::DECOMMISSIONED))
             .map(String::as_str),
     ));
     tokio::spawn(watch_own_service(services.clone(), name.clone(), intent_tx));
@@ -380,8 +355,7 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
 
     // Cassandra refuses to start a node that was decommissioned: the
     // decommission finished before a crash. Confirm before exiting.
-    if refused_decommissioned.load(Ordering::Relaxed) && *intent_rx.borrow() == Intent::Decommission
-    {
+    if refused_decommissioned.load(Ordering::Relaxed) && *intent_rx.borrow() == Intent::Requested {
         if let Err(e) = write_marker(&marker) {
             warn!(error = %e, "writing the decommission marker");
         } else if let Err(e) = confirm(&services, &name).await {
@@ -396,20 +370,6 @@ fn parse_limit(what: &'static str, value: Option<&str>) -> Result<Option<Quantit
         .filter(|v| !v.trim().is_empty())
         .map(|v| Quantity::parse(v).map_err(|source| MemberError::Quantity { what, source }))
         .transpose()
-}
-
-fn default_config_dir(mode: ClusterMode) -> &'static str {
-    match mode {
-        ClusterMode::Cassandra => "/etc/cassandra",
-        ClusterMode::Scylla => "/etc/scylla",
-    }
-}
-
-fn default_data_dir(mode: ClusterMode) -> &'static str {
-    match mode {
-        ClusterMode::Cassandra => "/var/lib/cassandra",
-        ClusterMode::Scylla => "/var/lib/scylla",
-    }
 }
 
 /// The database's command line. Cassandra's: `cassandra -f` with the
@@ -542,7 +502,7 @@ async fn watch_own_service(services: Api<Service>, name: String, intent: watch::
                         .metadata
                         .labels
                         .as_ref()
-                        .and_then(|l| l.get(labels::DECOMMISSIONED))
+                        .and_then(|l| l.get(contract::DECOMMISSIONED))
                         .map(String::as_str),
                 );
                 intent.send_if_modified(|current| {
@@ -570,7 +530,7 @@ async fn decommission_loop(
         let current = *intent.borrow_and_update();
         let node = if refused.load(Ordering::Relaxed) {
             NodeState::RefusedDecommissioned
-        } else if current == Intent::Decommission {
+        } else if current == Intent::Requested {
             match StorageService::new(jolokia.clone()).operation_mode().await {
                 Ok(mode) => NodeState::Mode(mode),
                 Err(_) => NodeState::Unreachable,
@@ -649,7 +609,7 @@ fn write_marker(marker: &Path) -> Result<(), MemberError> {
 }
 
 async fn confirm(services: &Api<Service>, name: &str) -> Result<(), kube::Error> {
-    let patch = serde_json::json!({"metadata": {"labels": {labels::DECOMMISSIONED: labels::DECOMMISSION_DONE}}});
+    let patch = serde_json::json!({"metadata": {"labels": {contract::DECOMMISSIONED: contract::DECOMMISSION_DONE}}});
     services
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
@@ -724,48 +684,16 @@ mod tests {
     }
 
     #[test]
-    fn the_first_member_of_a_new_cluster_seeds_itself() {
-        assert_eq!(
-            choose_seeds("10.0.0.1", &ips(&["10.0.0.1"]), false),
-            ips(&["10.0.0.1"])
-        );
-        assert_eq!(choose_seeds("10.0.0.1", &[], false), ips(&["10.0.0.1"]));
-    }
-
-    #[test]
-    fn a_joining_member_never_lists_itself() {
-        // member 1 of rack a (a seed) joins a cluster that has member 0
-        assert_eq!(
-            choose_seeds("10.0.0.2", &ips(&["10.0.0.1", "10.0.0.2"]), true),
-            ips(&["10.0.0.1"])
-        );
-        // member 0 of a new rack: the other rack's seeds
-        assert_eq!(
-            choose_seeds(
-                "10.0.1.1",
-                &ips(&["10.0.0.1", "10.0.0.2", "10.0.1.1"]),
-                true
-            ),
-            ips(&["10.0.0.1", "10.0.0.2"])
-        );
-        // a non-seed member
-        assert_eq!(
-            choose_seeds("10.0.0.3", &ips(&["10.0.0.2", "10.0.0.1"]), true),
-            ips(&["10.0.0.1", "10.0.0.2"])
-        );
-    }
-
-    #[test]
     fn empty_data_dirs() {
         let dir = tempfile::tempdir().unwrap();
         assert!(data_dir_is_empty(&dir.path().join("missing")));
         assert!(data_dir_is_empty(dir.path()));
         std::fs::create_dir(dir.path().join("lost+found")).unwrap();
-        write_marker(&decommission_marker(dir.path())).unwrap();
+        write_marker(&contract::decommission_marker(dir.path())).unwrap();
         assert!(data_dir_is_empty(dir.path()));
         std::fs::create_dir(dir.path().join("data")).unwrap();
         assert!(!data_dir_is_empty(dir.path()));
-        assert!(decommission_marker(dir.path()).is_file());
+        assert!(contract::decommission_marker(dir.path()).is_file());
     }
 
     #[test]

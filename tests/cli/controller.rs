@@ -155,7 +155,7 @@ async fn controller_scales_the_thesis_cluster_up_one_member_at_a_time() {
             .unwrap();
         let labels = svc.metadata.labels.unwrap();
         assert_eq!(
-            labels.contains_key(crds::labels::SEED),
+            labels.contains_key(crds::contract::SEED),
             seed,
             "member {member}"
         );

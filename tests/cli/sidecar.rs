@@ -102,7 +102,7 @@ async fn sidecar_renders_starts_probes_and_stops_the_database() {
         .labels
         .as_mut()
         .unwrap()
-        .insert(crds::labels::REPLACE.into(), "127.2.0.10".into());
+        .insert(crds::contract::REPLACE.into(), "127.2.0.10".into());
     let services: Api<Service> = Api::namespaced(client.clone(), "db");
     services
         .create(&PostParams::default(), &service)
@@ -219,7 +219,9 @@ async fn sidecar_renders_starts_probes_and_stops_the_database() {
         .patch(
             "c-dc-r-0",
             &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {crds::labels::DECOMMISSIONED: "false"}}})),
+            &Patch::Merge(
+                json!({"metadata": {"labels": {crds::contract::DECOMMISSIONED: "false"}}}),
+            ),
         )
         .await
         .unwrap();
@@ -231,7 +233,7 @@ async fn sidecar_renders_starts_probes_and_stops_the_database() {
         .metadata
         .labels
         .unwrap();
-    assert_eq!(labels[crds::labels::DECOMMISSIONED], "false");
+    assert_eq!(labels[crds::contract::DECOMMISSIONED], "false");
 
     // SIGTERM: no drain possible, then the database gets the signal, and the
     // sidecar exits with its status (sleep killed by SIGTERM: 143)

@@ -309,7 +309,11 @@ async fn a_member_decommissions_when_its_service_is_labelled() {
             .metadata
             .labels
             .unwrap_or_default();
-        if labels.get(crds::labels::DECOMMISSIONED).map(String::as_str) == Some("true") {
+        if labels
+            .get(crds::contract::DECOMMISSIONED)
+            .map(String::as_str)
+            == Some("true")
+        {
             break;
         }
         assert!(
@@ -338,7 +342,7 @@ async fn a_decommission_survives_the_sidecar_being_killed_midway() {
     });
 
     let services: Api<Service> = Api::namespaced(client.clone(), "db");
-    let label = json!({"metadata": {"labels": {crds::labels::DECOMMISSIONED: "false"}}});
+    let label = json!({"metadata": {"labels": {crds::contract::DECOMMISSIONED: "false"}}});
     services
         .patch("c-dc-r-2", &PatchParams::default(), &Patch::Merge(&label))
         .await
@@ -384,7 +388,11 @@ async fn a_decommission_survives_the_sidecar_being_killed_midway() {
             .metadata
             .labels
             .unwrap_or_default();
-        if labels.get(crds::labels::DECOMMISSIONED).map(String::as_str) == Some("true") {
+        if labels
+            .get(crds::contract::DECOMMISSIONED)
+            .map(String::as_str)
+            == Some("true")
+        {
             break;
         }
         assert!(

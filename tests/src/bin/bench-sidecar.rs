@@ -117,7 +117,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // reads it (labels, the ClusterIP kubesim allocates): the benchmark
     // measures the sidecar alone, without a controller.
     let mut service_labels = crds::labels::rack_labels("c", "dc", "r");
-    service_labels.insert(crds::labels::SEED.into(), String::new());
+    service_labels.insert(crds::contract::SEED.into(), String::new());
     let service: Service = serde_json::from_value(json!({
         "metadata": {"name": "c-dc-r-0", "namespace": "db", "labels": service_labels,
             "ownerReferences": [{"apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",

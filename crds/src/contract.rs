@@ -1,0 +1,318 @@
+//! The contract between the controller and the sidecar (DESIGN.md sections
+//! 4 to 6): the records of intent on member Services, how each side reads
+//! them, the paths and ports both sides assume, and the seed rule. The
+//! controller and the sidecar never call each other; everything they agree
+//! on is here, in one place, as Rook kept it in one `constants` package.
+//! Pure.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use crate::v1alpha1::ClusterMode;
+
+// ---------------------------------------------------------------------------
+// Records of intent on a member Service
+// ---------------------------------------------------------------------------
+
+/// Label, present on the member Service of a seed (written by the controller).
+pub const SEED: &str = "cassandra.rook.io/seed";
+/// Label, record of intent: `"false"` (controller) asks the member to
+/// decommission, `"true"` (sidecar) says the decommission finished.
+pub const DECOMMISSIONED: &str = "cassandra.rook.io/decommissioned";
+/// Label, record of intent: the member's disk was lost; start it with
+/// `replace_address_first_boot` set to the value (its own ClusterIP).
+pub const REPLACE: &str = "cassandra.rook.io/replace";
+/// Annotation, written by the sidecar: Cassandra refused the requested
+/// decommission, or it failed; the value is Cassandra's reason. Cleared by
+/// the sidecar when the request is withdrawn or a new attempt starts.
+pub const DECOMMISSION_REFUSED: &str = "cassandra.rook.io/decommission-refused";
+/// Annotation, written by the sidecar: the member found an empty data
+/// directory while the ring still knows its address with a host ID, so it
+/// cannot start without replacing itself; the value is what it saw. The
+/// controller answers with [`REPLACE`].
+pub const REPLACE_REQUESTED: &str = "cassandra.rook.io/replace-requested";
+
+/// [`DECOMMISSIONED`] value: the controller asks for a decommission.
+pub const DECOMMISSION_REQUESTED: &str = "false";
+/// [`DECOMMISSIONED`] value: the sidecar confirmed the member left the ring.
+pub const DECOMMISSION_DONE: &str = "true";
+
+/// The decommission record of a member Service, as both sides read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decommission {
+    /// No label: the member serves.
+    Serve,
+    /// `"false"`: decommission this member.
+    Requested,
+    /// `"true"`: the sidecar confirmed that the member left the ring
+    /// (operation mode DECOMMISSIONED read back).
+    Confirmed,
+    /// Any other value. Neither side acts on it: decommissioning is
+    /// irreversible, and a PVC is deleted only after a confirmation.
+    Unknown,
+}
+
+impl Decommission {
+    /// From the label's value (`None` when the label is absent).
+    pub fn from_label(value: Option<&str>) -> Decommission {
+        match value {
+            None => Decommission::Serve,
+            Some(DECOMMISSION_REQUESTED) => Decommission::Requested,
+            Some(DECOMMISSION_DONE) => Decommission::Confirmed,
+            Some(_) => Decommission::Unknown,
+        }
+    }
+
+    /// The label's value for this record (`None`: no label).
+    pub fn label_value(self) -> Option<&'static str> {
+        match self {
+            Decommission::Requested => Some(DECOMMISSION_REQUESTED),
+            Decommission::Confirmed => Some(DECOMMISSION_DONE),
+            Decommission::Serve | Decommission::Unknown => None,
+        }
+    }
+}
+
+/// The replace record of a member Service: the address whose tokens the
+/// member takes over (its own ClusterIP). A value that is not an IP address
+/// is no intent at all: Cassandra would refuse it, and the sidecar must not
+/// start a node with it.
+pub fn replace_address(value: Option<&str>) -> Option<IpAddr> {
+    value?.trim().parse().ok()
+}
+
+// ---------------------------------------------------------------------------
+// Paths and ports
+// ---------------------------------------------------------------------------
+
+/// Where the init container installs the binary, in both containers.
+pub const SHARED_DIR: &str = "/mnt/shared";
+/// Where a rack's ConfigMap of configuration overrides is mounted.
+pub const OVERRIDES_DIR: &str = "/mnt/overrides";
+/// Where a rack's JMX exporter ConfigMap is mounted.
+pub const JMX_EXPORTER_DIR: &str = "/mnt/jmx-exporter";
+/// The sidecar's HTTP port (`/healthz`, `/readyz`, `/metrics`).
+pub const SIDECAR_PORT: u16 = 8080;
+/// The Jolokia agent's port, bound to 127.0.0.1 only.
+pub const JOLOKIA_PORT: u16 = 8778;
+
+/// The database ports every member exposes, by name (its member Service's
+/// ports and the container's).
+pub const MEMBER_PORTS: [(&str, u16); 6] = [
+    ("intra-node", 7000),
+    ("tls-intra-node", 7001),
+    ("jmx", 7199),
+    ("cql", 9042),
+    ("cql-ssl", 9142),
+    ("thrift", 9160),
+];
+
+/// The data directory of each database, where the first volume claim
+/// template is mounted.
+pub fn data_dir(mode: ClusterMode) -> &'static str {
+    match mode {
+        ClusterMode::Cassandra => "/var/lib/cassandra",
+        ClusterMode::Scylla => "/var/lib/scylla",
+    }
+}
+
+/// The configuration directory each database reads.
+pub fn config_dir(mode: ClusterMode) -> &'static str {
+    match mode {
+        ClusterMode::Cassandra => "/etc/cassandra",
+        ClusterMode::Scylla => "/etc/scylla",
+    }
+}
+
+/// The sidecar's own directory on the data volume: what it records there
+/// lives and dies with the member's data.
+pub fn state_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join(".cassandra-operator")
+}
+
+/// Marker: this node left the ring (decommission confirmed). It is never
+/// started again.
+pub fn decommission_marker(data_dir: &Path) -> PathBuf {
+    state_dir(data_dir).join("decommissioned")
+}
+
+/// Marker: this node's bootstrap is complete (the sidecar saw operation
+/// mode NORMAL on this data). From then on it may list itself as a seed.
+pub fn bootstrapped_marker(data_dir: &Path) -> PathBuf {
+    state_dir(data_dir).join("bootstrapped")
+}
+
+// ---------------------------------------------------------------------------
+// Seeds
+// ---------------------------------------------------------------------------
+
+/// Whether a member of a rack is a seed: members 0 and 1 of each rack.
+pub fn is_seed(ordinal: i32) -> bool {
+    ordinal < 2
+}
+
+/// The seeds a member starts with (DESIGN.md section 4), from the ClusterIPs
+/// of the seed Services:
+/// - a member whose bootstrap is known complete keeps its own address, so
+///   that it can start when no other member is up (after a full outage
+///   `OrderedReady` starts member 0 alone);
+/// - a member that has not bootstrapped never lists itself while the
+///   cluster has other members: a seed does not bootstrap (Cassandra skips
+///   even an interrupted bootstrap when it is its own seed), so it would
+///   own ranges without their data;
+/// - only the very first member of a new cluster, with no other seed to
+///   reach, seeds itself before that.
+pub fn choose_seeds(
+    own_ip: &str,
+    seed_ips: &[String],
+    other_members: bool,
+    bootstrapped: bool,
+) -> Vec<String> {
+    let mut seeds: Vec<String> = seed_ips
+        .iter()
+        .filter(|ip| bootstrapped || !(other_members && ip.as_str() == own_ip))
+        .cloned()
+        .collect();
+    seeds.sort();
+    seeds.dedup();
+    if seeds.is_empty() {
+        // No other seed exists yet: this member founds the cluster.
+        seeds.push(own_ip.to_string());
+    }
+    seeds
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ips(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn keys_are_rooks_and_ours() {
+        assert_eq!(SEED, "cassandra.rook.io/seed");
+        assert_eq!(DECOMMISSIONED, "cassandra.rook.io/decommissioned");
+        assert_eq!(REPLACE, "cassandra.rook.io/replace");
+        assert_eq!(
+            (DECOMMISSION_REQUESTED, DECOMMISSION_DONE),
+            ("false", "true")
+        );
+        assert_eq!(
+            DECOMMISSION_REFUSED,
+            "cassandra.rook.io/decommission-refused"
+        );
+        assert_eq!(REPLACE_REQUESTED, "cassandra.rook.io/replace-requested");
+    }
+
+    #[test]
+    fn the_decommission_record_reads_the_same_on_both_sides() {
+        assert_eq!(Decommission::from_label(None), Decommission::Serve);
+        assert_eq!(
+            Decommission::from_label(Some("false")),
+            Decommission::Requested
+        );
+        assert_eq!(
+            Decommission::from_label(Some("true")),
+            Decommission::Confirmed
+        );
+        // Anything else is neither a request nor a confirmation.
+        for odd in ["", "yes", "True", "FALSE", " true"] {
+            assert_eq!(
+                Decommission::from_label(Some(odd)),
+                Decommission::Unknown,
+                "{odd:?}"
+            );
+        }
+        for d in [Decommission::Requested, Decommission::Confirmed] {
+            assert_eq!(Decommission::from_label(d.label_value()), d);
+        }
+        assert_eq!(Decommission::Unknown.label_value(), None);
+    }
+
+    #[test]
+    fn a_replace_record_is_an_address_or_nothing() {
+        assert_eq!(
+            replace_address(Some("10.96.0.12")),
+            Some("10.96.0.12".parse().unwrap())
+        );
+        assert_eq!(
+            replace_address(Some("fd00::1")),
+            Some("fd00::1".parse().unwrap())
+        );
+        assert_eq!(replace_address(Some("")), None);
+        assert_eq!(replace_address(Some("true")), None);
+        assert_eq!(replace_address(None), None);
+    }
+
+    #[test]
+    fn markers_live_on_the_data_volume() {
+        let data = Path::new("/var/lib/cassandra");
+        assert_eq!(
+            decommission_marker(data),
+            Path::new("/var/lib/cassandra/.cassandra-operator/decommissioned")
+        );
+        assert_eq!(
+            bootstrapped_marker(data),
+            Path::new("/var/lib/cassandra/.cassandra-operator/bootstrapped")
+        );
+        assert_eq!(data_dir(ClusterMode::Scylla), "/var/lib/scylla");
+        assert_eq!(config_dir(ClusterMode::Cassandra), "/etc/cassandra");
+    }
+
+    #[test]
+    fn seeds_are_the_first_two_members_of_each_rack() {
+        assert!(is_seed(0) && is_seed(1) && !is_seed(2) && !is_seed(7));
+    }
+
+    #[test]
+    fn the_first_member_of_a_new_cluster_seeds_itself() {
+        assert_eq!(
+            choose_seeds("10.0.0.1", &ips(&["10.0.0.1"]), false, false),
+            ips(&["10.0.0.1"])
+        );
+        assert_eq!(
+            choose_seeds("10.0.0.1", &[], false, false),
+            ips(&["10.0.0.1"])
+        );
+    }
+
+    #[test]
+    fn a_member_that_has_not_bootstrapped_never_lists_itself() {
+        assert_eq!(
+            choose_seeds("10.0.0.2", &ips(&["10.0.0.1", "10.0.0.2"]), true, false),
+            ips(&["10.0.0.1"])
+        );
+        // Member 0 of a new rack: the other rack's seeds.
+        assert_eq!(
+            choose_seeds(
+                "10.0.1.1",
+                &ips(&["10.0.0.1", "10.0.0.2", "10.0.1.1"]),
+                true,
+                false
+            ),
+            ips(&["10.0.0.1", "10.0.0.2"])
+        );
+        // Member 0 restarted before it ever reached NORMAL, with member 1's
+        // Service already there: it must not skip its bootstrap.
+        assert_eq!(
+            choose_seeds("10.0.0.1", &ips(&["10.0.0.2", "10.0.0.1"]), true, false),
+            ips(&["10.0.0.2"])
+        );
+    }
+
+    #[test]
+    fn a_bootstrapped_member_lists_itself_and_can_start_alone() {
+        // The full outage: member 0 comes back first, alone.
+        assert_eq!(
+            choose_seeds("10.0.0.1", &ips(&["10.0.0.2", "10.0.0.1"]), true, true),
+            ips(&["10.0.0.1", "10.0.0.2"])
+        );
+        // A bootstrapped non-seed member adds nothing of its own.
+        assert_eq!(
+            choose_seeds("10.0.0.3", &ips(&["10.0.0.2", "10.0.0.1"]), true, true),
+            ips(&["10.0.0.1", "10.0.0.2"])
+        );
+    }
+}
