@@ -22,6 +22,13 @@ pub const DECOMMISSIONED: &str = "cassandra.rook.io/decommissioned";
 /// Label, record of intent: the member's disk was lost; start it with
 /// `replace_address_first_boot` set to the value (its own ClusterIP).
 pub const REPLACE: &str = "cassandra.rook.io/replace";
+/// Annotation, written by the sidecar before it calls decommission, with a
+/// patch guarded by the member Service's resourceVersion: the sidecar's claim
+/// that the decommission is under way. The controller withdraws a request
+/// (removes [`DECOMMISSIONED`]) only while this is absent, or Cassandra
+/// refused ([`DECOMMISSION_REFUSED`]), with a patch guarded the same way, so
+/// that exactly one of the two wins a race.
+pub const DECOMMISSION_STARTED: &str = "cassandra.rook.io/decommission-started";
 /// Annotation, written by the sidecar: Cassandra refused the requested
 /// decommission, or it failed; the value is Cassandra's reason. Cleared by
 /// the sidecar when the request is withdrawn or a new attempt starts.
@@ -204,6 +211,10 @@ mod tests {
             "cassandra.rook.io/decommission-refused"
         );
         assert_eq!(REPLACE_REQUESTED, "cassandra.rook.io/replace-requested");
+        assert_eq!(
+            DECOMMISSION_STARTED,
+            "cassandra.rook.io/decommission-started"
+        );
     }
 
     #[test]
