@@ -6,6 +6,7 @@ pub mod contract;
 pub mod crd;
 pub mod labels;
 pub mod names;
+pub mod overrides;
 pub mod quantity;
 pub mod v1alpha1;
 pub mod validate;

@@ -174,8 +174,9 @@ fn a_bad_override_fails_naming_the_file_and_writes_nothing() {
     assert_eq!(
         stderr.trim_end(),
         format!(
-            "error: overrides file {:?} sets listen_address, which the operator sets from the \
-             Cluster and the member's Service; remove it",
+            "error: overrides file {:?} sets listen_address, which the operator refuses: the \
+             operator sets it from the member's Pod and Service (its identity in the ring); \
+             remove it",
             overrides.display().to_string()
         )
     );

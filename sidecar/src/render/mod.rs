@@ -27,9 +27,10 @@
 //! `cassandra-rackdc.properties`, and the arguments of the scylla image's
 //! entrypoint ([`scylla`]).
 //!
-//! Overrides may not set the keys the operator owns
-//! ([`yaml::OPERATOR_KEYS`]): such a fragment is an error naming the
-//! ConfigMap and the key, like a fragment that is not YAML or not a
+//! Overrides may not set the member's identity nor what would defeat the
+//! safety rules ([`crds::overrides::REFUSED_KEYS`]: `auto_bootstrap`, the
+//! ports, the data directories, ...): such a fragment is an error naming the
+//! ConfigMap, the key and why, like a fragment that is not YAML or not a
 //! mapping. Every check runs before anything is returned or written: a
 //! member never starts with a half-applied configuration.
 
@@ -267,10 +268,12 @@ pub enum RenderError {
     OverridesNotMapping { origin: String, found: &'static str },
     #[error("{origin} has a key that is not a string: {key}")]
     OverrideKeyNotString { origin: String, key: String },
-    #[error(
-        "{origin} sets {key}, which the operator sets from the Cluster and the member's Service; remove it"
-    )]
-    OverrideOperatorKey { origin: String, key: String },
+    #[error("{origin} sets {key}, which the operator refuses: {reason}; remove it")]
+    OverrideRefusedKey {
+        origin: String,
+        key: String,
+        reason: &'static str,
+    },
     #[error("writing {file}: {source}")]
     WriteYaml {
         file: String,

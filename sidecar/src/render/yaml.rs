@@ -20,28 +20,6 @@ pub const SNITCH: &str = "GossipingPropertyFileSnitch";
 /// Clients connect on every interface of the Pod.
 pub const RPC_ADDRESS: &str = "0.0.0.0";
 
-/// Keys the operator sets from the Cluster and the member's Service, which
-/// overrides may therefore not set: a member that listens or broadcasts on
-/// another address than its member Service, joins another cluster, or
-/// gossips another topology breaks the ring silently. `listen_interface` and
-/// `rpc_interface` are here because Cassandra refuses them next to
-/// `listen_address` / `rpc_address`; the replace keys because replacing is
-/// the operator's decision (DESIGN.md section 4).
-pub const OPERATOR_KEYS: &[&str] = &[
-    "cluster_name",
-    "listen_address",
-    "listen_interface",
-    "broadcast_address",
-    "rpc_address",
-    "rpc_interface",
-    "broadcast_rpc_address",
-    "endpoint_snitch",
-    "seed_provider",
-    "replace_address",
-    "replace_address_first_boot",
-    "replace_node_first_boot",
-];
-
 /// Keys that conflict with an address the operator sets: Cassandra refuses
 /// to start with both `listen_address` and `listen_interface` (and the same
 /// for rpc). A default file that sets one loses it.
@@ -127,10 +105,13 @@ fn parse_overrides(file_name: &str, overrides: &Overrides) -> Result<Mapping, Re
                     .to_string(),
             });
         };
-        if OPERATOR_KEYS.contains(&name) {
-            return Err(RenderError::OverrideOperatorKey {
+        // The member's identity and what would defeat the safety rules
+        // (one list, shared with the controller's report of it).
+        if let Some(refused) = crds::overrides::refused(name) {
+            return Err(RenderError::OverrideRefusedKey {
                 origin,
                 key: name.to_string(),
+                reason: refused.reason,
             });
         }
     }
