@@ -420,3 +420,111 @@ async fn a_decommission_survives_the_sidecar_being_killed_midway() {
         "the interrupted decommission lost data:\n{report}\n{status}"
     );
 }
+
+/// An overrides ConfigMap that would make a new member skip its bootstrap
+/// (`auto_bootstrap: false`) is refused: the member does not start with
+/// it, its container says which key of which ConfigMap and why, nobody
+/// joins the ring, and no data is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_override_that_defeats_safety_never_reaches_a_member() {
+    let _one = ONE_WORLD.lock().await;
+    let work = tempfile::tempdir().unwrap();
+    let (world, _controller, log) = world(&["a"], work.path(), fast_ring(), "db").await;
+    let (sim, client) = (&world.sim, world.client.clone());
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), "db");
+    let overrides = |text: &str| {
+        serde_json::from_value::<k8s_openapi::api::core::v1::ConfigMap>(json!({
+            "metadata": {"name": "tuning", "namespace": "db"},
+            "data": {"cassandra.yaml": text}
+        }))
+        .unwrap()
+    };
+    configmaps
+        .create(&PostParams::default(), &overrides("concurrent_reads: 16\n"))
+        .await
+        .unwrap();
+    let cluster: Cluster = serde_json::from_value(json!({
+        "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "c", "namespace": "db"},
+        "spec": {"version": "4.1.5", "datacenter": {"name": "dc", "racks": [{"name": "r", "members": 1,
+            "configMapName": "tuning",
+            "storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
+                "spec": {"storageClassName": "standard", "resources": {"requests": {"storage": "1Gi"}}}}]},
+            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}
+    }))
+    .unwrap();
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
+    for _ in 0..50 {
+        if clusters
+            .create(&PostParams::default(), &cluster)
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_ready(&clusters, "c", 1, Duration::from_secs(120), &log).await;
+    sim.ring().with(|ring| {
+        ring.create_keyspace("k", Replication::network_topology([("dc", 1)]))
+            .unwrap();
+        ring.write_keys("k", "key", 100, Consistency::One).unwrap();
+    });
+
+    // The user's change, then a scale-up that would start a member with it.
+    configmaps
+        .replace(
+            "tuning",
+            &PostParams::default(),
+            &overrides("concurrent_reads: 16\nauto_bootstrap: false\n"),
+        )
+        .await
+        .unwrap();
+    clusters
+        .patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"datacenter": {"name": "dc", "racks": [
+                {"name": "r", "members": 2, "configMapName": "tuning",
+                 "storage": cluster.spec.datacenter.racks[0].storage,
+                 "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}})),
+        )
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "db");
+    let refusal = "sets auto_bootstrap, which the operator refuses: a member that does not \
+                   bootstrap owns token ranges whose data it never streamed";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let restarted = pods.get_opt("c-dc-r-1").await.unwrap().is_some_and(|p| {
+            p.status
+                .and_then(|s| s.container_statuses)
+                .is_some_and(|cs| cs.iter().any(|c| c.restart_count >= 1))
+        });
+        let logs = container_logs(work.path());
+        if restarted && logs.contains(refusal) {
+            assert!(
+                logs.contains("ConfigMap \"tuning\": key cassandra.yaml sets auto_bootstrap"),
+                "the refusal does not name the ConfigMap and its key:\n{logs}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "member 1 was not refused (restarted: {restarted}):\n{logs}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Nobody joined with it, and nothing was lost.
+    let (up, status, report) = ring_summary(sim);
+    assert_eq!(up, 1, "{status}");
+    assert_eq!(
+        sim.ring().with(|r| r.status(None).unwrap().rows.len()),
+        1,
+        "{status}"
+    );
+    assert!(report.is_clean(), "{report}\n{status}");
+    let status = clusters.get("c").await.unwrap().status.unwrap();
+    assert_eq!(status.ready_members, 1);
+}
