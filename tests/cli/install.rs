@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use testworld::harness::{self, World, WorldOptions, container_logs};
+use testworld::ring::NodeStatus;
 
 use crate::world::ONE_WORLD;
 
@@ -101,24 +102,17 @@ async fn wait_converged(world: &World, work: &Path, clusters: &[(&str, &str, i32
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_apply_k_installs_the_operator_and_every_example_converges() {
-    let _one = ONE_WORLD.lock().await;
-    let started = Instant::now();
+/// A fresh world (`zones` of 3 Nodes) with the operator installed as a
+/// user installs it: `kubectl apply -k manifests/`, then the operator's
+/// Pod from its Deployment's template (its image is the binary under test,
+/// run as the image's user 65532, with its probes), Ready.
+async fn installed_world(zones: &[&str]) -> (tempfile::TempDir, World) {
     let work = tempfile::tempdir().unwrap();
     let operator = PathBuf::from(env!("CARGO_BIN_EXE_cassandra-operator"));
     let fake = harness::beside(&operator, "fake-cassandra").unwrap();
-    // the thesis's two zones, and Rook's documented zone
-    let opts = WorldOptions::new(
-        operator,
-        fake,
-        harness::fixtures().unwrap(),
-        &["europe-west1-b", "europe-west1-c", "us-east-1a"],
-    );
+    let opts = WorldOptions::new(operator, fake, harness::fixtures().unwrap(), zones);
     let world = World::start(opts, work.path()).await.unwrap();
 
-    // the install, in one command
     let out = kubectl(&world, &["apply", "-k", path(&manifests())]);
     for created in [
         "customresourcedefinition.apiextensions.k8s.io/clusters.cassandra.rook.io created",
@@ -139,8 +133,6 @@ async fn kubectl_apply_k_installs_the_operator_and_every_example_converges() {
             "--timeout=30s",
         ],
     );
-    // the operator, from its Deployment's template: its image is the binary
-    // under test, as its user (65532), with its probes
     let pod = run_deployment(&world, "cassandra-operator", "cassandra-operator").await;
     kubectl(
         &world,
@@ -153,62 +145,22 @@ async fn kubectl_apply_k_installs_the_operator_and_every_example_converges() {
             "--timeout=60s",
         ],
     );
+    (work, world)
+}
 
-    // Rook's documented Cluster expects its StorageClass and the old zone
-    // labels of an AWS cluster
-    let rook = work.path().join("rook-prerequisites.yaml");
-    std::fs::write(
-        &rook,
-        "apiVersion: v1\nkind: Namespace\nmetadata: {name: rook-cassandra}\n---\n\
-         apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: my-storage-class}\n\
-         provisioner: kubesim.io/network-disk\nvolumeBindingMode: Immediate\n",
-    )
-    .unwrap();
-    kubectl(&world, &["apply", "-f", path(&rook)]);
-    kubectl(
-        &world,
-        &[
-            "label",
-            "nodes",
-            "-l",
-            "topology.kubernetes.io/zone=us-east-1a",
-            "failure-domain.beta.kubernetes.io/region=us-east-1",
-            "--overwrite",
-        ],
-    );
+fn example(name: &str) -> PathBuf {
+    manifests().join("examples").join(name)
+}
 
-    // every example at once, each in its namespace
-    let examples = manifests().join("examples");
-    kubectl(
-        &world,
-        &["apply", "-k", path(&examples.join("gke-local-ssd"))],
-    );
-    kubectl(&world, &["apply", "-k", path(&examples.join("laptop"))]);
-    kubectl(
-        &world,
-        &["apply", "-f", path(&examples.join("rook-cluster.yaml"))],
-    );
-    wait_converged(
-        &world,
-        work.path(),
-        &[
-            ("cassandra", "cassandra", 3),
-            ("laptop", "laptop", 3),
-            ("rook-cassandra", "rook-cassandra", 3),
-        ],
-        240,
-    )
-    .await;
-    let first = started.elapsed();
-
-    // the thesis's second step: the overlay adds rack europe-west1-c
+/// The thesis's cluster: rack europe-west1-b, then the overlay that adds
+/// rack europe-west1-c; one member per Node, each rack in its zone.
+async fn the_thesis_example() {
+    let (work, world) = installed_world(&["europe-west1-b", "europe-west1-c"]).await;
+    kubectl(&world, &["apply", "-k", path(&example("gke-local-ssd"))]);
+    wait_converged(&world, work.path(), &[("cassandra", "cassandra", 3)], 240).await;
     let out = kubectl(
         &world,
-        &[
-            "apply",
-            "-k",
-            path(&examples.join("gke-local-ssd-two-racks")),
-        ],
+        &["apply", "-k", path(&example("gke-local-ssd-two-racks"))],
     );
     assert!(
         out.contains("cluster.cassandra.rook.io/cassandra configured"),
@@ -216,8 +168,6 @@ async fn kubectl_apply_k_installs_the_operator_and_every_example_converges() {
     );
     wait_converged(&world, work.path(), &[("cassandra", "cassandra", 6)], 240).await;
 
-    // one member per Node (the examples' anti-affinity), and each rack in
-    // its zone
     let pods: Api<Pod> = Api::namespaced(world.client.clone(), "cassandra");
     let mut nodes = Vec::new();
     for pod in pods.list(&Default::default()).await.unwrap() {
@@ -237,8 +187,24 @@ async fn kubectl_apply_k_installs_the_operator_and_every_example_converges() {
     nodes.sort();
     nodes.dedup();
     assert_eq!(nodes.len(), 6, "{nodes:?}");
-    // the laptop example's overrides reached cassandra.yaml
-    let rendered = std::fs::read_dir(work.path().join("pods"))
+    let (up, status) = world.sim.ring().with(|ring| {
+        let status = ring.status(None).unwrap();
+        let up = status
+            .rows
+            .iter()
+            .filter(|r| r.status == NodeStatus::UN)
+            .count();
+        (up, status.to_string())
+    });
+    assert_eq!(up, 6, "{status}");
+}
+
+/// The laptop's cluster, with its overrides merged into cassandra.yaml.
+async fn the_laptop_example() {
+    let (work, world) = installed_world(&["local"]).await;
+    kubectl(&world, &["apply", "-k", path(&example("laptop"))]);
+    wait_converged(&world, work.path(), &[("laptop", "laptop", 3)], 240).await;
+    let pod = std::fs::read_dir(work.path().join("pods"))
         .unwrap()
         .flatten()
         .find(|e| {
@@ -248,55 +214,73 @@ async fn kubectl_apply_k_installs_the_operator_and_every_example_converges() {
         })
         .map(|e| e.path())
         .expect("the laptop's first member's files");
-    let logs = std::fs::read_to_string(rendered.join("logs/cassandra/0.log")).unwrap_or_default();
+    let rendered = std::fs::read_to_string(pod.join("volumes/shared/conf/cassandra.yaml")).unwrap();
     assert!(
-        logs.contains("laptop-overrides"),
-        "the sidecar did not merge the laptop's ConfigMap:\n{logs}"
+        rendered.contains("concurrent_compactors: 1"),
+        "the rack's ConfigMap was not merged:\n{rendered}"
+    );
+}
+
+/// Rook's documented Cluster, with what it expects of the cluster: its
+/// namespace, its StorageClass and an AWS cluster's old zone labels.
+async fn rooks_documented_example() {
+    let (work, world) = installed_world(&["us-east-1a"]).await;
+    let prerequisites = work.path().join("rook-prerequisites.yaml");
+    std::fs::write(
+        &prerequisites,
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: rook-cassandra}\n---\n\
+         apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: my-storage-class}\n\
+         provisioner: kubesim.io/network-disk\nvolumeBindingMode: Immediate\n",
+    )
+    .unwrap();
+    kubectl(&world, &["apply", "-f", path(&prerequisites)]);
+    kubectl(
+        &world,
+        &[
+            "label",
+            "nodes",
+            "--all",
+            "failure-domain.beta.kubernetes.io/region=us-east-1",
+            "--overwrite",
+        ],
+    );
+    kubectl(
+        &world,
+        &["apply", "-f", path(&example("rook-cluster.yaml"))],
+    );
+    wait_converged(
+        &world,
+        work.path(),
+        &[("rook-cassandra", "rook-cassandra", 3)],
+        240,
+    )
+    .await;
+}
+
+/// Each example in a world of its own (a world's fake ring holds one
+/// Cassandra cluster), the worlds side by side: each operator runs in its
+/// own Pod's network namespace, so they share no port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_k_installs_the_operator_and_every_example_converges() {
+    let _one = ONE_WORLD.lock().await;
+    let started = Instant::now();
+    tokio::join!(
+        the_thesis_example(),
+        the_laptop_example(),
+        rooks_documented_example()
     );
     eprintln!(
-        "install: 9 members in 3 Clusters ready after {:.1} s, 12 after {:.1} s",
-        first.as_secs_f64(),
+        "install: three worlds, 12 members in 3 Clusters ready after {:.1} s",
         started.elapsed().as_secs_f64()
     );
 }
 
-/// One example alone in a fresh world with the operator installed by
-/// `kubectl apply -k manifests/` (run as a host process here: these cases
-/// are about the example).
-async fn example_converges(example: &str, namespace: &str, name: &str, members: i32) {
+/// One example alone in a fresh world with the operator installed.
+async fn example_converges(name: &str, namespace: &str, cluster: &str, members: i32) {
     let _one = ONE_WORLD.lock().await;
-    let work = tempfile::tempdir().unwrap();
-    let operator = PathBuf::from(env!("CARGO_BIN_EXE_cassandra-operator"));
-    let fake = harness::beside(&operator, "fake-cassandra").unwrap();
-    let opts = WorldOptions::new(
-        operator,
-        fake,
-        harness::fixtures().unwrap(),
-        &["us-east-1a"],
-    );
-    let world = World::start(opts, work.path()).await.unwrap();
-    kubectl(&world, &["apply", "-k", path(&manifests())]);
-    kubectl(
-        &world,
-        &[
-            "wait",
-            "--for=condition=Established",
-            "crd/clusters.cassandra.rook.io",
-            "--timeout=30s",
-        ],
-    );
-    let _controller = world
-        .start_controller(&work.path().join("controller.log"), None)
-        .unwrap();
-    kubectl(
-        &world,
-        &[
-            "apply",
-            "-k",
-            path(&manifests().join("examples").join(example)),
-        ],
-    );
-    wait_converged(&world, work.path(), &[(namespace, name, members)], 180).await;
+    let (work, world) = installed_world(&["us-east-1a"]).await;
+    kubectl(&world, &["apply", "-k", path(&example(name))]);
+    wait_converged(&world, work.path(), &[(namespace, cluster, members)], 180).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -226,3 +226,77 @@ fn every_manifest_validates_against_kubernetes_1_30() {
     }
     assert!(clusters >= 11, "found {clusters} Clusters");
 }
+
+#[test]
+fn the_gke_guides_scripts_pass_bash_n_and_shellcheck() {
+    let dir = manifests().join("gke-local-ssd");
+    let mut scripts: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sh"))
+        .collect();
+    scripts.sort();
+    assert!(scripts.len() >= 5, "{scripts:?}");
+    for script in &scripts {
+        run(Command::new("bash").arg("-n").arg(script));
+    }
+    // -x follows `. env.sh`; the guide's scripts and the repository's own
+    run(Command::new("shellcheck")
+        .arg("-x")
+        .current_dir(&dir)
+        .args(scripts.iter().map(|s| s.file_name().unwrap()))
+        .arg("../../scripts/test")
+        .arg("../../scripts/render-manifests"));
+}
+
+/// Every repository path the user-facing documents name exists (a renamed
+/// example or script breaks a test, not a reader).
+#[test]
+fn the_paths_the_guides_name_exist() {
+    let re = regex_lite(r"(manifests|scripts|crds)/[A-Za-z0-9_./-]+");
+    for doc in ["README.md", "manifests/gke-local-ssd/README.md"] {
+        let text = std::fs::read_to_string(repo().join(doc)).unwrap();
+        let mut seen = 0;
+        for found in re(&text) {
+            let path = found.trim_end_matches(['.', ',', ')']);
+            assert!(
+                repo().join(path).exists(),
+                "{doc} names {path}, which does not exist"
+            );
+            seen += 1;
+        }
+        assert!(seen >= 3, "{doc}: {seen} paths");
+    }
+}
+
+/// The matches of a pattern of the form `(a|b|c)/[class]+`, without a regex
+/// dependency: each alternative followed by '/' and a run of the class.
+fn regex_lite(pattern: &str) -> impl Fn(&str) -> Vec<String> {
+    let (alts, _) = pattern[1..].split_once(')').unwrap();
+    let prefixes: Vec<String> = alts.split('|').map(|a| format!("{a}/")).collect();
+    move |text: &str| {
+        let mut out = Vec::new();
+        let bytes = text.as_bytes();
+        let mut i = 0;
+        while i < text.len() {
+            let at_word_start = i == 0
+                || !(bytes[i - 1].is_ascii_alphanumeric()
+                    || bytes[i - 1] == b'/'
+                    || bytes[i - 1] == b'-'
+                    || bytes[i - 1] == b'_'
+                    || bytes[i - 1] == b'.');
+            if at_word_start
+                && let Some(p) = prefixes.iter().find(|p| text[i..].starts_with(p.as_str()))
+            {
+                let end = text[i + p.len()..]
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || "_./-".contains(c)))
+                    .map_or(text.len(), |e| i + p.len() + e);
+                out.push(text[i..end].to_string());
+                i = end;
+            } else {
+                i += 1;
+            }
+        }
+        out
+    }
+}
