@@ -180,7 +180,7 @@ impl World {
             }))
             .env("CASSANDRA_CONF", &conf)
             .env("CASSANDRA_VERSION", RELEASE)
-            .env("KUBESIM_URL", self.sim.url())
+            .env("KUBESIM_URL", self.sim.sim_url())
             .stdout(Stdio::from(
                 std::fs::File::create(dir.join("stdout")).expect("stdout file"),
             ))
@@ -199,7 +199,7 @@ impl World {
     async fn get(&self, path: &str) -> (u16, String) {
         let resp = self
             .http
-            .get(format!("{}{path}", self.sim.url()))
+            .get(format!("{}{path}", self.sim.sim_url()))
             .send()
             .await
             .expect("kubesim answers");
@@ -210,7 +210,7 @@ impl World {
     async fn post(&self, path: &str, body: Value) -> (u16, Value) {
         let resp = self
             .http
-            .post(format!("{}{path}", self.sim.url()))
+            .post(format!("{}{path}", self.sim.sim_url()))
             .body(body.to_string())
             .send()
             .await
@@ -269,7 +269,7 @@ impl World {
 
     fn kubesim_ring(&self, check: bool) -> (i32, String) {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_kubesim"));
-        cmd.args(["ring", "--url", &self.sim.url()]);
+        cmd.args(["ring", "--url", &self.sim.sim_url()]);
         if check {
             cmd.arg("--check");
         }
@@ -581,7 +581,7 @@ async fn fake_cassandra_ring_lifecycle() {
     let (code, out) = world.kubesim_ring(false);
     assert_eq!(code, 0, "{out}");
     assert_eq!(out, text);
-    // --dir finds kubesim through the kubeconfig `kubesim serve` writes.
+    // --dir finds kubesim through the files `kubesim serve` writes.
     let dir = world.root.path().join("kubesim");
     std::fs::create_dir_all(&dir).expect("a dir");
     world.sim.write_kubeconfig(&dir).expect("a kubeconfig");

@@ -62,7 +62,7 @@ async fn peer(line: CassandraLine, ring: &RingSpec, rf: usize, decommission: Dur
     // A joining peer stays joining for the test.
     opts.ring.timing.bootstrap_ms = 3_600_000;
     let sim = KubeSim::start(opts).await.expect("kubesim");
-    let base = sim.url();
+    let base = sim.sim_url();
     let release = line.release_version();
     let version = Version::parse(release).expect("a version");
     let mut all = vec![(

@@ -878,14 +878,18 @@ async fn scale_subresource_of_a_statefulset() {
     assert_eq!(st.status.unwrap().ready_replicas, Some(2));
 }
 
-async fn admin(client: &Client, method: &str, path: &str, body: Value) -> Value {
-    let req = hyper::Request::builder()
-        .method(method)
-        .uri(path)
+/// The test world's endpoints (`/sim/...`): plain HTTP on their own port.
+async fn admin(sim: &KubeSim, method: &str, path: &str, body: Value) -> Value {
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let resp = http
+        .request(method, format!("{}{path}", sim.sim_url()))
         .header("content-type", "application/json")
         .body(serde_json::to_vec(&body).unwrap())
+        .send()
+        .await
         .unwrap();
-    serde_json::from_str(&client.request_text(req).await.unwrap()).unwrap()
+    resp.json().await.unwrap()
 }
 
 #[tokio::test]
@@ -893,7 +897,7 @@ async fn faults_and_the_request_log() {
     let (sim, client) = sim().await;
     let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
     let cfg = admin(
-        &client,
+        &sim,
         "PUT",
         "/sim/faults",
         json!({"conflictRate": 1.0, "verbs": ["create"]}),
@@ -941,9 +945,9 @@ async fn faults_and_the_request_log() {
     });
     let e = api_error(bare.get("x").await.unwrap_err());
     assert_eq!(e.code, 500);
-    admin(&client, "DELETE", "/sim/faults", json!({})).await;
+    admin(&sim, "DELETE", "/sim/faults", json!({})).await;
 
-    admin(&client, "DELETE", "/sim/requests", json!({})).await;
+    admin(&sim, "DELETE", "/sim/requests", json!({})).await;
     cms.create(&PostParams::default(), &cm("counted", json!({}), json!({})))
         .await
         .unwrap();
@@ -955,7 +959,7 @@ async fn faults_and_the_request_log() {
     .await
     .unwrap();
     cms.get("counted").await.unwrap();
-    let log = admin(&client, "GET", "/sim/requests", json!({})).await;
+    let log = admin(&sim, "GET", "/sim/requests", json!({})).await;
     let items = log["items"].as_array().unwrap();
     let verbs: Vec<&str> = items.iter().map(|r| r["verb"].as_str().unwrap()).collect();
     assert_eq!(verbs, vec!["create", "patch", "get"]);

@@ -1,10 +1,12 @@
 //! `kubesim serve --dir DIR [--zones a,b] [--nodes-per-zone N]`: the
-//! Kubernetes API emulator as a process. Serves HTTP on 127.0.0.1, writes
-//! `DIR/kubeconfig`, prints `ready` once it accepts requests, and runs until
+//! Kubernetes API emulator as a process. Serves HTTPS on 127.0.0.1, writes
+//! `DIR/kubeconfig` (an admin's: the CA and an admin token) and `DIR/sim-url`
+//! (the test world's plain-HTTP endpoints, `/sim/...`), prints `ready` once
+//! it accepts requests, and runs until
 //! SIGTERM (or SIGINT). The simulated cluster runs too (its files under
 //! `DIR/sim`; its flags are `testworld::kubesim::sim::FLAGS`).
 //!
-//! `kubesim ring [--url URL | --dir DIR] [--check]`: prints the fake
+//! `kubesim ring [--url SIM_URL | --dir DIR] [--check]`: prints the fake
 //! Cassandra ring of a running kubesim like `nodetool status`; with
 //! `--check`, also the data check, exiting 1 when any key has fewer live
 //! copies than its replication factor (the keys are named).
@@ -113,9 +115,11 @@ async fn main() -> std::process::ExitCode {
         return std::process::ExitCode::FAILURE;
     }
     eprintln!(
-        "kubesim: serving {} (kubeconfig {})",
+        "kubesim: serving {} (kubeconfig {}; the test world's endpoints at {}, also in {})",
         sim.url(),
-        dir.join("kubeconfig").display()
+        dir.join("kubeconfig").display(),
+        sim.sim_url(),
+        dir.join("sim-url").display()
     );
     println!("ready");
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -135,15 +139,14 @@ async fn main() -> std::process::ExitCode {
 
 const RING_USAGE: &str = "usage: kubesim ring [--url URL | --dir DIR] [--check]";
 
-/// The server URL of `DIR/kubeconfig`.
+/// The test world's URL that `serve` wrote to `DIR/sim-url`.
 fn url_of_dir(dir: &str) -> Result<String, String> {
-    let path = PathBuf::from(dir).join("kubeconfig");
+    let path = PathBuf::from(dir).join("sim-url");
     let text =
         std::fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    text.lines()
-        .find_map(|l| l.trim().strip_prefix("server:"))
-        .map(|s| s.trim().to_string())
-        .ok_or_else(|| format!("{} names no server", path.display()))
+    Some(text.trim().to_string())
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| format!("{} names no URL", path.display()))
 }
 
 fn parse_ring_args(args: &[String]) -> Result<(String, bool), String> {

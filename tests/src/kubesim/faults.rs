@@ -166,6 +166,10 @@ pub struct RequestRecord {
     pub content_type: String,
     /// Status code answered.
     pub code: u16,
+    /// The user the request was made as (after impersonation), "" on the
+    /// test world's own endpoints.
+    #[serde(default)]
+    pub user: String,
 }
 
 impl RequestRecord {
@@ -270,6 +274,7 @@ mod tests {
             user_agent: "t".into(),
             content_type: String::new(),
             code: 200,
+            user: "u".into(),
         };
         log.push(rec("get"));
         log.push(rec("patch"));

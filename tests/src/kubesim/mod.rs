@@ -48,6 +48,7 @@
 //! (`gracePeriodSeconds` only ever shortened; see
 //! [`store::pod_grace`]), and the `pods/log` subresource ([`logs`]).
 
+pub mod auth;
 pub mod convert;
 pub mod defaults;
 pub mod discovery;

@@ -173,6 +173,97 @@ fn local_object_reference(b: &[u8]) -> Result<Value, String> {
     Ok(json!({"name": name}))
 }
 
+/// A message of string fields (and int64 ones, `ints`), by field number.
+fn flat_message(b: &[u8], strings: &[(u64, &str)], ints: &[(u64, &str)]) -> Result<Value, String> {
+    let mut m = Map::new();
+    for (n, f) in fields(b)? {
+        match f {
+            Field::Bytes(x) => {
+                if let Some((_, name)) = strings.iter().find(|(k, _)| *k == n) {
+                    m.insert((*name).into(), json!(string(x)?));
+                }
+            }
+            Field::Varint(v) => {
+                if let Some((_, name)) = ints.iter().find(|(k, _)| *k == n) {
+                    m.insert((*name).into(), json!(v as i64));
+                }
+            }
+            Field::Fixed => {}
+        }
+    }
+    Ok(Value::Object(m))
+}
+
+/// authentication.k8s.io/v1 TokenRequest (`kubectl create token` 1.33).
+fn token_request(raw: &[u8]) -> Result<Value, String> {
+    let mut out =
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}});
+    for (n, f) in fields(raw)? {
+        match (n, f) {
+            (1, Field::Bytes(x)) => out["metadata"] = object_meta(x)?,
+            (2, Field::Bytes(x)) => {
+                for (sn, sf) in fields(x)? {
+                    match (sn, sf) {
+                        (1, Field::Bytes(a)) => {
+                            let spec = out["spec"].as_object_mut().ok_or("spec")?;
+                            push(spec, "audiences", json!(string(a)?));
+                        }
+                        (3, Field::Bytes(r)) => {
+                            out["spec"]["boundObjectRef"] = flat_message(
+                                r,
+                                &[(1, "kind"), (2, "apiVersion"), (3, "name"), (4, "uid")],
+                                &[],
+                            )?;
+                        }
+                        (4, Field::Varint(v)) => out["spec"]["expirationSeconds"] = json!(v as i64),
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// authorization.k8s.io/v1 SelfSubjectAccessReview (`kubectl auth can-i`).
+fn self_subject_access_review(raw: &[u8]) -> Result<Value, String> {
+    let mut out = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": {}});
+    for (n, f) in fields(raw)? {
+        match (n, f) {
+            (1, Field::Bytes(x)) => out["metadata"] = object_meta(x)?,
+            (2, Field::Bytes(x)) => {
+                for (sn, sf) in fields(x)? {
+                    match (sn, sf) {
+                        (1, Field::Bytes(r)) => {
+                            out["spec"]["resourceAttributes"] = flat_message(
+                                r,
+                                &[
+                                    (1, "namespace"),
+                                    (2, "verb"),
+                                    (3, "group"),
+                                    (4, "version"),
+                                    (5, "resource"),
+                                    (6, "subresource"),
+                                    (7, "name"),
+                                ],
+                                &[],
+                            )?;
+                        }
+                        (2, Field::Bytes(r)) => {
+                            out["spec"]["nonResourceAttributes"] =
+                                flat_message(r, &[(1, "path"), (2, "verb")], &[])?;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
 /// The JSON of one object message of a supported kind.
 fn object(api_version: &str, kind: &str, raw: &[u8]) -> Result<Value, String> {
     let mut m = Map::new();
@@ -243,6 +334,8 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
         ("v1", "Namespace" | "ConfigMap" | "Secret" | "ServiceAccount") => {
             object(&api_version, &kind, raw)
         }
+        ("authentication.k8s.io/v1", "TokenRequest") => token_request(raw),
+        ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => self_subject_access_review(raw),
         _ => Err(format!(
             "protobuf bodies of {api_version} {kind} are not supported"
         )),

@@ -1,8 +1,12 @@
-//! Starting kubesim: the listener on 127.0.0.1, the connection loop, the
-//! in-process controllers, the simulated Nodes and the kubeconfig. I/O.
+//! Starting kubesim: its credentials, the API server's TLS listener on
+//! 127.0.0.1 (and on the Pod network's gateway), the test world's plain
+//! HTTP endpoints (`/sim/...`) on listeners of their own, the connection
+//! loops, the in-process controllers, the simulated Nodes and the admin
+//! kubeconfig. I/O.
 
+use super::auth::Authority;
 use super::faults::{FaultConfig, Faults, RequestLog, RequestRecord};
-use super::http::{Shared, handle};
+use super::http::{Listener, Shared, handle};
 use super::store::{Store, StoreOptions, Target, WriteOptions};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -61,6 +65,8 @@ pub struct KubeSim {
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     sim: Option<super::sim::Sim>,
+    /// The test world's endpoints on the host (plain HTTP).
+    sim_addr: SocketAddr,
 }
 
 /// The region of a zone, as cloud providers name them (`europe-west1-b`
@@ -126,8 +132,23 @@ impl KubeSim {
                 .create(&nodes_t, node, &WriteOptions::default())
                 .map_err(|e| std::io::Error::other(e.to_string()))?;
         }
+        super::auth::defaults::install(&store).map_err(|e| std::io::Error::other(e.to_string()))?;
+        // Pods have their own network namespaces: they reach kubesim at
+        // the Pod network's gateway, which its certificate names too.
+        let net = match &opts.sim {
+            Some(_) => Some(Arc::new(
+                tokio::task::spawn_blocking(super::sim::net::Network::create)
+                    .await
+                    .map_err(std::io::Error::other)??,
+            )),
+            None => None,
+        };
+        let gateways: Vec<std::net::IpAddr> = net.iter().map(|n| n.gateway().into()).collect();
+        let authority = Arc::new(Authority::new(&gateways).map_err(std::io::Error::other)?);
         let listener = TcpListener::bind(("127.0.0.1", opts.port)).await?;
         let addr = listener.local_addr()?;
+        let sim_listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let sim_addr = sim_listener.local_addr()?;
         let shared = Arc::new(Shared {
             store: store.clone(),
             faults: Faults::new(opts.faults.clone()),
@@ -138,37 +159,54 @@ impl KubeSim {
                 opts.ring.clone(),
             )),
             sim_dir: opts.sim.as_ref().map(|o| o.work_dir.clone()),
+            authority: authority.clone(),
         });
         let (stop, stopped) = watch::channel(false);
         let mut tasks = Vec::new();
-        let sim = match opts.sim.clone() {
-            Some(o) => {
-                // Pods have their own network namespaces: they reach
-                // kubesim at the Pod network's gateway, where it serves too.
-                let net = Arc::new(
-                    tokio::task::spawn_blocking(super::sim::net::Network::create)
-                        .await
-                        .map_err(std::io::Error::other)??,
-                );
-                let pod_listener = TcpListener::bind((net.gateway(), 0)).await?;
-                let pod_url = format!("http://{}", pod_listener.local_addr()?);
+        let sim = match (opts.sim.clone(), net) {
+            (Some(o), Some(net)) => {
+                let pod_api = TcpListener::bind((net.gateway(), 0)).await?;
+                let pod_sim = TcpListener::bind((net.gateway(), 0)).await?;
+                let access = super::sim::PodAccess {
+                    api: pod_api.local_addr()?,
+                    sim_url: format!("http://{}", pod_sim.local_addr()?),
+                    authority: authority.clone(),
+                };
                 tasks.push(tokio::spawn(accept_loop(
-                    pod_listener,
+                    pod_api,
                     shared.clone(),
+                    Listener::Api,
+                    stopped.clone(),
+                )));
+                tasks.push(tokio::spawn(accept_loop(
+                    pod_sim,
+                    shared.clone(),
+                    Listener::Sim,
                     stopped.clone(),
                 )));
                 Some(super::sim::Sim::start(
                     store.clone(),
                     o,
-                    pod_url,
+                    access,
                     net,
                     Some(shared.ring.clone()),
                 )?)
             }
-            None => None,
+            _ => None,
         };
         tasks.push(tokio::spawn(super::gc::run(store, Duration::from_secs(1))));
-        tasks.push(tokio::spawn(accept_loop(listener, shared.clone(), stopped)));
+        tasks.push(tokio::spawn(accept_loop(
+            sim_listener,
+            shared.clone(),
+            Listener::Sim,
+            stopped.clone(),
+        )));
+        tasks.push(tokio::spawn(accept_loop(
+            listener,
+            shared.clone(),
+            Listener::Api,
+            stopped,
+        )));
         tasks.push(tokio::spawn(
             crate::fake_cassandra::ring_service::run_clock(shared.ring.clone()),
         ));
@@ -177,6 +215,7 @@ impl KubeSim {
             stop,
             tasks,
             sim,
+            sim_addr,
         })
     }
 
@@ -185,16 +224,34 @@ impl KubeSim {
         self.shared.addr
     }
 
-    /// `http://127.0.0.1:<port>`
+    /// The API server: `https://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.shared.addr)
+        format!("https://{}", self.shared.addr)
     }
 
-    /// Where Pods reach kubesim (`http://<gateway>:<port>`: the
-    /// `KUBESIM_URL` and kubeconfig server of every container), with the
-    /// sim.
+    /// The test world's own endpoints (`/sim/ring`, `/sim/faults`,
+    /// `/sim/requests`): `http://127.0.0.1:<port>`, plain HTTP, no
+    /// credentials (they are no part of the Kubernetes API).
+    pub fn sim_url(&self) -> String {
+        format!("http://{}", self.sim_addr)
+    }
+
+    /// Where Pods reach the test world's endpoints
+    /// (`http://<gateway>:<port>`: every container's `KUBESIM_URL`), with
+    /// the sim.
     pub fn pod_url(&self) -> Option<&str> {
         self.sim.as_ref().map(|s| s.pod_url())
+    }
+
+    /// Where Pods reach the API server (`<gateway>:<port>`: every
+    /// container's `KUBERNETES_SERVICE_HOST` and `_PORT`), with the sim.
+    pub fn pod_api(&self) -> Option<SocketAddr> {
+        self.sim.as_ref().map(|s| s.pod_api())
+    }
+
+    /// kubesim's credentials: its CA, the admin token, the token signer.
+    pub fn authority(&self) -> &Authority {
+        &self.shared.authority
     }
 
     /// The sim's Pod network (with the sim).
@@ -212,19 +269,36 @@ impl KubeSim {
         &self.shared.ring
     }
 
-    /// A kubeconfig that points at this server (context `kubesim`,
-    /// namespace `default`).
+    /// The admin kubeconfig of this server (context `kubesim`, namespace
+    /// `default`): its CA, and the token of a cluster admin.
     pub fn kubeconfig(&self) -> String {
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: kubesim\n  cluster:\n    server: {}\ncontexts:\n- name: kubesim\n  context:\n    cluster: kubesim\n    user: kubesim\n    namespace: default\ncurrent-context: kubesim\nusers:\n- name: kubesim\n  user:\n    token: kubesim\npreferences: {{}}\n",
-            self.url()
-        )
+        self.kubeconfig_with_token(self.shared.authority.admin_token())
     }
 
-    /// Writes `dir/kubeconfig` and returns its path.
+    /// A kubeconfig for this server whose user is the bearer of `token`
+    /// (a ServiceAccount token from [`KubeSim::create_token`]).
+    pub fn kubeconfig_with_token(&self, token: &str) -> String {
+        kubeconfig_for(&self.url(), &self.shared.authority.ca_data(), token)
+    }
+
+    /// A token for a ServiceAccount, as the TokenRequest API makes it
+    /// (`kubectl create token`): valid for `seconds`.
+    pub fn create_token(
+        &self,
+        namespace: &str,
+        service_account: &str,
+        seconds: i64,
+    ) -> Result<String, super::store::ApiError> {
+        super::http::tokens::issue(&self.shared, namespace, service_account, seconds, None)
+            .map(|(token, _)| token)
+    }
+
+    /// Writes `dir/kubeconfig` (and `dir/sim-url`, the test world's
+    /// endpoints, for `kubesim ring --dir`) and returns its path.
     pub fn write_kubeconfig(&self, dir: &Path) -> std::io::Result<PathBuf> {
         let path = dir.join("kubeconfig");
         std::fs::write(&path, self.kubeconfig())?;
+        std::fs::write(dir.join("sim-url"), self.sim_url())?;
         Ok(path)
     }
 
@@ -255,13 +329,29 @@ impl KubeSim {
     }
 }
 
+/// A kubeconfig for `server` that trusts `ca_data` (base64 PEM) and sends
+/// `token` (context `kubesim`, namespace `default`).
+pub fn kubeconfig_for(server: &str, ca_data: &str, token: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kubesim\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca_data}\ncontexts:\n- name: kubesim\n  context:\n    cluster: kubesim\n    user: kubesim\n    namespace: default\ncurrent-context: kubesim\nusers:\n- name: kubesim\n  user:\n    token: {token}\npreferences: {{}}\n"
+    )
+}
+
 impl Drop for KubeSim {
     fn drop(&mut self) {
         self.stop();
     }
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, stopped: watch::Receiver<bool>) {
+/// Serves the connections of one listener: TLS for the API server, plain
+/// HTTP for the test world's endpoints.
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    kind: Listener,
+    stopped: watch::Receiver<bool>,
+) {
+    let tls = tokio_rustls::TlsAcceptor::from(shared.authority.tls());
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
@@ -269,15 +359,32 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, stopped: watch:
         let _ = stream.set_nodelay(true);
         let shared = shared.clone();
         let mut stopped = stopped.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req| {
                 let shared = shared.clone();
-                async move { Ok::<_, Infallible>(handle(shared, req).await) }
+                async move { Ok::<_, Infallible>(handle(shared, kind, req).await) }
             });
-            let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
-            tokio::select! {
-                _ = conn => {}
-                _ = stopped.wait_for(|s| *s) => {}
+            match kind {
+                Listener::Api => {
+                    // A client that does not finish its handshake (a plain
+                    // HTTP request, an untrusted CA) is dropped.
+                    let Ok(stream) = tls.accept(stream).await else {
+                        return;
+                    };
+                    let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
+                    tokio::select! {
+                        _ = conn => {}
+                        _ = stopped.wait_for(|s| *s) => {}
+                    }
+                }
+                Listener::Sim => {
+                    let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
+                    tokio::select! {
+                        _ = conn => {}
+                        _ = stopped.wait_for(|s| *s) => {}
+                    }
+                }
             }
         });
     }

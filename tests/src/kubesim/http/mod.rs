@@ -28,9 +28,10 @@ use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
 
 mod request;
+pub mod tokens;
 mod watch;
 use request::*;
-pub use request::{ResourcePath, parse_query, parse_resource_path};
+pub use request::{ResourcePath, parse_query, parse_resource_path, percent_decode};
 use watch::*;
 pub use watch::{Shape, filter_event};
 
@@ -70,6 +71,17 @@ impl http_body::Body for Body {
     }
 }
 
+/// Which listener a request came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// The API server (TLS): every request is authenticated and
+    /// authorized.
+    Api,
+    /// The test world's own endpoints (`/sim/...`, plain HTTP): no
+    /// Kubernetes API there.
+    Sim,
+}
+
 /// What the server shares between connections.
 #[derive(Debug)]
 pub struct Shared {
@@ -88,6 +100,8 @@ pub struct Shared {
     /// The sim's work directory, where the kubelet writes container logs
     /// (None without the sim).
     pub sim_dir: Option<std::path::PathBuf>,
+    /// kubesim's CA, admin token and token signer.
+    pub authority: Arc<crate::kubesim::auth::Authority>,
 }
 
 /// The ring service's answer as an HTTP response.
@@ -146,7 +160,7 @@ fn error_response(e: &ApiError) -> Response<Body> {
 }
 
 /// Serves one request.
-pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+pub async fn handle(shared: Arc<Shared>, kind: Listener, req: Request<Incoming>) -> Response<Body> {
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or_default().to_string();
@@ -160,10 +174,12 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
     let user_agent = header("user-agent");
     let content_type = header("content-type");
     let accept = header("accept");
-    let body = match req.into_body().collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) => return error_response(&ApiError::bad_request(format!("reading the body: {e}"))),
-    };
+    let is_sim = path == "/sim" || path.starts_with("/sim/");
+    if is_sim != (kind == Listener::Sim) {
+        // The API server has no /sim; the test world's port no API.
+        return error_response(&ApiError::no_route());
+    }
+    let q = parse_query(&query);
     let mut rec = RequestRecord {
         seq: 0,
         method: method.clone(),
@@ -178,24 +194,116 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Bod
         user_agent,
         content_type: content_type.clone(),
         code: 0,
+        user: String::new(),
     };
-    let q = parse_query(&query);
-    let resp = route(
-        &shared,
-        &method,
-        &path,
-        &q,
-        &body,
-        &content_type,
-        &accept,
-        &mut rec,
-    )
-    .await;
+    let user = match kind {
+        Listener::Sim => None,
+        Listener::Api => match tokens::identify(&shared, req.headers()) {
+            Ok(user) => Some(user),
+            Err(e) => {
+                rec.code = e.code;
+                shared.log.push(rec);
+                return error_response(&e);
+            }
+        },
+    };
+    if let Some(user) = &user {
+        rec.user = user.name.clone();
+        let a = tokens::attributes(&shared, &method, &path, &q);
+        rec.verb = a.verb.clone();
+        rec.group = a.api_group.clone();
+        rec.resource = a.resource.clone();
+        rec.subresource = a.subresource.clone();
+        rec.namespace = a.namespace.clone();
+        rec.name = a.name.clone();
+        if !tokens::authorized(&shared, user, &a) {
+            let e = crate::kubesim::auth::rbac::forbidden(user, &a);
+            rec.code = e.code;
+            shared.log.push(rec);
+            return error_response(&e);
+        }
+    }
+    let body = match req.into_body().collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return error_response(&ApiError::bad_request(format!("reading the body: {e}"))),
+    };
+    let resp = match (method.as_str(), user.as_ref()) {
+        ("POST", Some(user)) => match auth_api(&shared, user, &path, &body, &content_type) {
+            Some(r) => r,
+            None => {
+                route(
+                    &shared,
+                    &method,
+                    &path,
+                    &q,
+                    &body,
+                    &content_type,
+                    &accept,
+                    &mut rec,
+                )
+                .await
+            }
+        },
+        _ => {
+            route(
+                &shared,
+                &method,
+                &path,
+                &q,
+                &body,
+                &content_type,
+                &accept,
+                &mut rec,
+            )
+            .await
+        }
+    };
     rec.code = resp.status().as_u16();
-    if !path.starts_with("/sim/") {
+    if !is_sim {
         shared.log.push(rec);
     }
     resp
+}
+
+/// The APIs of authentication and authorization (TokenRequest and the
+/// self reviews), None for any other path.
+fn auth_api(
+    shared: &Shared,
+    user: &crate::kubesim::auth::authn::UserInfo,
+    path: &str,
+    body: &[u8],
+    content_type: &str,
+) -> Option<Response<Body>> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let parsed = || parse_body(body, content_type);
+    let result = match segs.as_slice() {
+        [
+            "api",
+            "v1",
+            "namespaces",
+            ns,
+            "serviceaccounts",
+            sa,
+            "token",
+        ] => parsed().and_then(|b| tokens::token_request(shared, ns, sa, &b)),
+        [
+            "apis",
+            "authorization.k8s.io",
+            "v1",
+            "selfsubjectaccessreviews",
+        ] => parsed().map(|b| tokens::self_subject_access_review(shared, user, &b)),
+        [
+            "apis",
+            "authentication.k8s.io",
+            "v1" | "v1beta1",
+            "selfsubjectreviews",
+        ] => Ok(tokens::self_subject_review(user)),
+        _ => return None,
+    };
+    Some(match result {
+        Ok((code, v)) => json_response(code, &v),
+        Err(e) => error_response(&e),
+    })
 }
 
 #[allow(clippy::too_many_arguments)]

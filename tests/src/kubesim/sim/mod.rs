@@ -227,24 +227,42 @@ pub struct Sim {
     kubelet: Arc<kubelet::Kubelet>,
     task: JoinHandle<()>,
     net: Arc<net::Network>,
-    url: String,
+    access: PodAccess,
+}
+
+/// How Pods reach kubesim, on the gateway of the Pod network.
+#[derive(Debug, Clone)]
+pub struct PodAccess {
+    /// The API server (TLS).
+    pub api: std::net::SocketAddr,
+    /// The test world's endpoints (plain HTTP): `KUBESIM_URL`.
+    pub sim_url: String,
+    /// kubesim's CA and token signer.
+    pub authority: Arc<crate::kubesim::auth::Authority>,
 }
 
 impl Sim {
-    /// Starts the controllers; `url` is where Pods reach kubesim (on the
-    /// gateway of `net`); `ring` hears of database containers' deaths
+    /// Starts the controllers; `access` is where Pods reach kubesim (on
+    /// the gateway of `net`); `ring` hears of database containers' deaths
     /// ([`deaths`]).
     pub fn start(
         store: Store,
         opts: SimOptions,
-        url: String,
+        access: PodAccess,
         net: Arc<net::Network>,
         ring: Option<Arc<crate::fake_cassandra::ring_service::RingService>>,
     ) -> std::io::Result<Sim> {
         std::fs::create_dir_all(&opts.work_dir)?;
         // Not `kubeconfig`: tests write the host's own there.
         let kubeconfig = opts.work_dir.join("pod-kubeconfig");
-        std::fs::write(&kubeconfig, kubeconfig_for(&url))?;
+        std::fs::write(
+            &kubeconfig,
+            crate::kubesim::server::kubeconfig_for(
+                &format!("https://{}", access.api),
+                &access.authority.ca_data(),
+                access.authority.admin_token(),
+            ),
+        )?;
         // Containers run as any user: they must reach the kubeconfig and
         // the programs kubesim gives them.
         std::fs::set_permissions(&kubeconfig, std::fs::Permissions::from_mode(0o644))?;
@@ -262,7 +280,7 @@ impl Sim {
         let kubelet = Arc::new(kubelet::Kubelet::new(
             store.clone(),
             opts,
-            url.clone(),
+            access.sim_url.clone(),
             kubeconfig,
             net.clone(),
             ring,
@@ -272,13 +290,18 @@ impl Sim {
             kubelet,
             task,
             net,
-            url,
+            access,
         })
     }
 
-    /// Where Pods reach kubesim.
+    /// Where Pods reach the test world's endpoints (`KUBESIM_URL`).
     pub fn pod_url(&self) -> &str {
-        &self.url
+        &self.access.sim_url
+    }
+
+    /// Where Pods reach the API server.
+    pub fn pod_api(&self) -> std::net::SocketAddr {
+        self.access.api
     }
 
     /// The Pod network.
@@ -299,12 +322,6 @@ impl Drop for Sim {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-fn kubeconfig_for(url: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: kubesim\n  cluster:\n    server: {url}\ncontexts:\n- name: kubesim\n  context:\n    cluster: kubesim\n    user: kubesim\n    namespace: default\ncurrent-context: kubesim\nusers:\n- name: kubesim\n  user:\n    token: kubesim\npreferences: {{}}\n"
-    )
 }
 
 async fn run(store: Store, kubelet: Arc<kubelet::Kubelet>) {

@@ -1,0 +1,407 @@
+//! RBAC as the API server's authorizer evaluates it
+//! (plugin/pkg/auth/authorizer/rbac): ClusterRoleBindings grant their
+//! ClusterRole everywhere, RoleBindings grant their Role or ClusterRole in
+//! their namespace; a rule matches by verb, API group, resource (with
+//! `resource/subresource` and `*/subresource`), resource names and, for
+//! ClusterRoles bound cluster-wide, non-resource URLs (`/apis/*`).
+//! ClusterRoles with an `aggregationRule` take the rules of the
+//! ClusterRoles their selectors match. Nothing is denied explicitly:
+//! what no rule allows is forbidden, with the API server's message.
+//! Pure (the policy is read from the store by [`Policy::from_store`]).
+
+use super::authn::UserInfo;
+use crate::kubesim::store::{ApiError, ListOptions, Store, Target};
+use serde_json::{Value, json};
+
+/// What a request asks to do (the API server's authorizer.Attributes).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Attributes {
+    pub verb: String,
+    /// Resource requests: the object's namespace ("" cluster-wide).
+    pub namespace: String,
+    pub api_group: String,
+    pub api_version: String,
+    pub resource: String,
+    pub subresource: String,
+    pub name: String,
+    /// Non-resource requests: the URL path.
+    pub path: String,
+    pub resource_request: bool,
+}
+
+impl Attributes {
+    /// A resource request.
+    pub fn resource(verb: &str, group: &str, resource: &str, namespace: &str) -> Attributes {
+        let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
+        Attributes {
+            verb: verb.into(),
+            namespace: namespace.into(),
+            api_group: group.into(),
+            resource: resource.into(),
+            subresource: subresource.into(),
+            resource_request: true,
+            ..Default::default()
+        }
+    }
+
+    /// The same request on one object.
+    pub fn named(mut self, name: &str) -> Attributes {
+        self.name = name.into();
+        self
+    }
+
+    /// A non-resource request.
+    pub fn non_resource(verb: &str, path: &str) -> Attributes {
+        Attributes {
+            verb: verb.into(),
+            path: path.into(),
+            ..Default::default()
+        }
+    }
+
+    /// `resource/subresource`, as rules name it.
+    pub fn combined_resource(&self) -> String {
+        if self.subresource.is_empty() {
+            self.resource.clone()
+        } else {
+            format!("{}/{}", self.resource, self.subresource)
+        }
+    }
+}
+
+/// The RBAC objects in force.
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    pub cluster_roles: Vec<Value>,
+    pub cluster_role_bindings: Vec<Value>,
+    /// Roles and RoleBindings of every namespace.
+    pub roles: Vec<Value>,
+    pub role_bindings: Vec<Value>,
+}
+
+fn items(store: &Store, plural: &str) -> Vec<Value> {
+    let t = Target::new("rbac.authorization.k8s.io", "v1", plural, None);
+    store
+        .list(&t, &ListOptions::default())
+        .ok()
+        .and_then(|l| l.get("items").and_then(Value::as_array).cloned())
+        .unwrap_or_default()
+}
+
+fn strs(v: &Value) -> impl Iterator<Item = &str> {
+    v.as_array().into_iter().flatten().filter_map(Value::as_str)
+}
+
+fn meta<'a>(o: &'a Value, field: &str) -> &'a str {
+    o["metadata"][field].as_str().unwrap_or_default()
+}
+
+impl Policy {
+    /// The policy stored now.
+    pub fn from_store(store: &Store) -> Policy {
+        Policy {
+            cluster_roles: items(store, "clusterroles"),
+            cluster_role_bindings: items(store, "clusterrolebindings"),
+            roles: items(store, "roles"),
+            role_bindings: items(store, "rolebindings"),
+        }
+    }
+
+    fn cluster_role(&self, name: &str) -> Option<&Value> {
+        self.cluster_roles.iter().find(|r| meta(r, "name") == name)
+    }
+
+    /// A ClusterRole's rules, with those of the ClusterRoles its
+    /// aggregation rule selects.
+    fn cluster_role_rules(&self, role: &Value) -> Vec<Value> {
+        let mut rules: Vec<Value> = role["rules"].as_array().cloned().unwrap_or_default();
+        for sel in role["aggregationRule"]["clusterRoleSelectors"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let Some(want) = sel["matchLabels"].as_object() else {
+                continue;
+            };
+            for other in &self.cluster_roles {
+                let labels = &other["metadata"]["labels"];
+                if meta(other, "name") != meta(role, "name")
+                    && want.iter().all(|(k, v)| &labels[k] == v)
+                {
+                    rules.extend(other["rules"].as_array().cloned().unwrap_or_default());
+                }
+            }
+        }
+        rules
+    }
+
+    fn role_ref_rules(&self, binding: &Value) -> Vec<Value> {
+        let r = &binding["roleRef"];
+        let name = r["name"].as_str().unwrap_or_default();
+        match r["kind"].as_str() {
+            Some("ClusterRole") => self
+                .cluster_role(name)
+                .map(|c| self.cluster_role_rules(c))
+                .unwrap_or_default(),
+            Some("Role") => self
+                .roles
+                .iter()
+                .find(|x| {
+                    meta(x, "name") == name && meta(x, "namespace") == meta(binding, "namespace")
+                })
+                .and_then(|x| x["rules"].as_array().cloned())
+                .unwrap_or_default(),
+            _ => vec![],
+        }
+    }
+
+    /// The rules that apply to `user` in `namespace` ("": cluster-wide
+    /// only), in the order the authorizer visits them.
+    pub fn rules_for(&self, user: &UserInfo, namespace: &str) -> Vec<Value> {
+        let mut out = Vec::new();
+        for b in &self.cluster_role_bindings {
+            if applies(b, user, "") {
+                out.extend(self.role_ref_rules(b));
+            }
+        }
+        if !namespace.is_empty() {
+            for b in self
+                .role_bindings
+                .iter()
+                .filter(|b| meta(b, "namespace") == namespace)
+            {
+                if applies(b, user, namespace) {
+                    // Non-resource rules mean nothing in a namespace.
+                    out.extend(
+                        self.role_ref_rules(b)
+                            .into_iter()
+                            .filter(|r| r["nonResourceURLs"].as_array().is_none_or(Vec::is_empty)),
+                    );
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether some rule allows the request.
+    pub fn allows(&self, user: &UserInfo, a: &Attributes) -> bool {
+        let ns = if a.resource_request { &a.namespace } else { "" };
+        self.rules_for(user, ns).iter().any(|r| rule_allows(r, a))
+    }
+}
+
+/// Whether a binding's subjects include the user (`namespace`: the
+/// binding's, the default of its ServiceAccount subjects).
+fn applies(binding: &Value, user: &UserInfo, namespace: &str) -> bool {
+    binding["subjects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|s| {
+            let name = s["name"].as_str().unwrap_or_default();
+            match s["kind"].as_str() {
+                Some("User") => user.name == name,
+                Some("Group") => user.groups.iter().any(|g| g == name),
+                Some("ServiceAccount") => {
+                    let ns = s["namespace"]
+                        .as_str()
+                        .filter(|n| !n.is_empty())
+                        .unwrap_or(namespace);
+                    user.name == format!("system:serviceaccount:{ns}:{name}")
+                }
+                _ => false,
+            }
+        })
+}
+
+/// Whether one PolicyRule allows the request.
+pub fn rule_allows(rule: &Value, a: &Attributes) -> bool {
+    let verbs = strs(&rule["verbs"]).any(|v| v == "*" || v == a.verb);
+    if !verbs {
+        return false;
+    }
+    if !a.resource_request {
+        return strs(&rule["nonResourceURLs"]).any(|u| {
+            u == "*" || u == a.path || u.strip_suffix('*').is_some_and(|p| a.path.starts_with(p))
+        });
+    }
+    let groups = strs(&rule["apiGroups"]).any(|g| g == "*" || g == a.api_group);
+    let combined = a.combined_resource();
+    let resources = strs(&rule["resources"]).any(|r| {
+        r == "*"
+            || r == combined
+            || (!a.subresource.is_empty() && r.strip_prefix("*/") == Some(a.subresource.as_str()))
+    });
+    let names = rule["resourceNames"].as_array().is_none_or(Vec::is_empty)
+        || strs(&rule["resourceNames"]).any(|n| n == a.name);
+    groups && resources && names
+}
+
+/// The API server's 403 for a request no rule allows.
+pub fn forbidden(user: &UserInfo, a: &Attributes) -> ApiError {
+    let why = if !a.resource_request {
+        format!("User {:?} cannot {} path {:?}", user.name, a.verb, a.path)
+    } else if a.namespace.is_empty() {
+        format!(
+            "User {:?} cannot {} resource {:?} in API group {:?} at the cluster scope",
+            user.name,
+            a.verb,
+            a.combined_resource(),
+            a.api_group
+        )
+    } else {
+        format!(
+            "User {:?} cannot {} resource {:?} in API group {:?} in the namespace {:?}",
+            user.name,
+            a.verb,
+            a.combined_resource(),
+            a.api_group,
+            a.namespace
+        )
+    };
+    let qualified = match (a.resource.as_str(), a.api_group.as_str()) {
+        ("", _) => String::new(),
+        (r, "") => r.to_string(),
+        (r, g) => format!("{r}.{g}"),
+    };
+    let message = if qualified.is_empty() {
+        format!("forbidden: {why}")
+    } else if a.name.is_empty() {
+        format!("{qualified} is forbidden: {why}")
+    } else {
+        format!("{qualified} {:?} is forbidden: {why}", a.name)
+    };
+    let mut details = json!({"kind": a.resource});
+    if !a.name.is_empty() {
+        details["name"] = json!(a.name);
+    }
+    if !a.api_group.is_empty() {
+        details["group"] = json!(a.api_group);
+    }
+    ApiError {
+        code: 403,
+        reason: "Forbidden",
+        message,
+        details: Some(details),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sa(ns: &str, name: &str) -> UserInfo {
+        UserInfo {
+            name: format!("system:serviceaccount:{ns}:{name}"),
+            groups: super::super::authn::service_account_groups(ns),
+            ..Default::default()
+        }
+    }
+
+    fn policy() -> Policy {
+        Policy {
+            cluster_roles: vec![
+                json!({"metadata": {"name": "reader"}, "rules": [
+                    {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]},
+                    {"apiGroups": ["apps"], "resources": ["*/scale"], "verbs": ["patch"]},
+                ]}),
+                json!({"metadata": {"name": "disco"}, "rules": [
+                    {"nonResourceURLs": ["/api", "/apis/*"], "verbs": ["get"]},
+                ]}),
+                json!({"metadata": {"name": "agg"}, "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"x": "y"}}]}}),
+                json!({"metadata": {"name": "part", "labels": {"x": "y"}}, "rules": [
+                    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["*"]},
+                ]}),
+            ],
+            cluster_role_bindings: vec![json!({"metadata": {"name": "d"},
+                "roleRef": {"kind": "ClusterRole", "name": "disco"},
+                "subjects": [{"kind": "Group", "name": "system:authenticated"}]})],
+            roles: vec![
+                json!({"metadata": {"name": "m", "namespace": "ns"}, "rules": [
+                    {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "patch"], "resourceNames": ["c-0"]},
+                ]}),
+            ],
+            role_bindings: vec![
+                json!({"metadata": {"name": "m", "namespace": "ns"},
+                    "roleRef": {"kind": "Role", "name": "m"},
+                    "subjects": [{"kind": "ServiceAccount", "name": "member"}]}),
+                json!({"metadata": {"name": "r", "namespace": "ns"},
+                    "roleRef": {"kind": "ClusterRole", "name": "reader"},
+                    "subjects": [{"kind": "ServiceAccount", "name": "member", "namespace": "ns"}]}),
+                json!({"metadata": {"name": "a", "namespace": "other"},
+                    "roleRef": {"kind": "ClusterRole", "name": "agg"},
+                    "subjects": [{"kind": "User", "name": "alice"}]}),
+            ],
+        }
+    }
+
+    #[test]
+    fn bindings_grant_their_rules_where_they_apply() {
+        let p = policy();
+        let m = sa("ns", "member");
+        let r = |verb, res, ns| Attributes::resource(verb, "", res, ns);
+        assert!(p.allows(&m, &r("get", "pods", "ns")));
+        assert!(p.allows(&m, &r("list", "pods", "ns")));
+        assert!(p.allows(&m, &r("get", "pods/log", "ns")));
+        assert!(!p.allows(&m, &r("watch", "pods", "ns")), "verbs are exact");
+        assert!(
+            !p.allows(&m, &r("get", "pods/exec", "ns")),
+            "subresources are named"
+        );
+        assert!(
+            !p.allows(&m, &r("get", "pods", "other")),
+            "RoleBindings are namespaced"
+        );
+        assert!(!p.allows(&m, &r("get", "pods", "")), "not cluster-wide");
+        // resourceNames: only that object, and never a list or create.
+        assert!(p.allows(&m, &r("patch", "services", "ns").named("c-0")));
+        assert!(!p.allows(&m, &r("patch", "services", "ns").named("c-1")));
+        assert!(!p.allows(&m, &r("patch", "services", "ns")));
+        // */subresource
+        let scale = Attributes::resource("patch", "apps", "statefulsets/scale", "ns").named("s");
+        assert!(p.allows(&m, &scale));
+        let main = Attributes::resource("patch", "apps", "statefulsets", "ns").named("s");
+        assert!(!p.allows(&m, &main));
+        // Another namespace's ServiceAccount of the same name is someone else.
+        assert!(!p.allows(&sa("other", "member"), &r("get", "pods", "ns")));
+        // Non-resource URLs, with a trailing wildcard.
+        assert!(p.allows(&m, &Attributes::non_resource("get", "/api")));
+        assert!(p.allows(&m, &Attributes::non_resource("get", "/apis/apps/v1")));
+        assert!(!p.allows(&m, &Attributes::non_resource("get", "/metrics")));
+        assert!(!p.allows(&m, &Attributes::non_resource("post", "/api")));
+        // Aggregated ClusterRoles.
+        let alice = UserInfo {
+            name: "alice".into(),
+            ..Default::default()
+        };
+        let job = Attributes::resource("delete", "batch", "jobs", "other").named("j");
+        assert!(p.allows(&alice, &job));
+    }
+
+    #[test]
+    fn forbidden_messages_are_the_api_servers() {
+        let m = sa("ns", "member");
+        let e = forbidden(
+            &m,
+            &Attributes::resource("patch", "", "services", "ns").named("c-1"),
+        );
+        assert_eq!(e.code, 403);
+        assert_eq!(
+            e.message,
+            r#"services "c-1" is forbidden: User "system:serviceaccount:ns:member" cannot patch resource "services" in API group "" in the namespace "ns""#
+        );
+        let e = forbidden(
+            &m,
+            &Attributes::resource("list", "apps", "statefulsets/scale", ""),
+        );
+        assert_eq!(
+            e.message,
+            r#"statefulsets.apps is forbidden: User "system:serviceaccount:ns:member" cannot list resource "statefulsets/scale" in API group "apps" at the cluster scope"#
+        );
+        let e = forbidden(&m, &Attributes::non_resource("get", "/metrics"));
+        assert_eq!(
+            e.message,
+            r#"forbidden: User "system:serviceaccount:ns:member" cannot get path "/metrics""#
+        );
+    }
+}
