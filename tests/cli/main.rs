@@ -3,6 +3,7 @@
 mod common;
 mod controller;
 mod help;
+mod nodes;
 mod reloader;
 mod render;
 mod sidecar;
