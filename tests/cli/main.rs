@@ -5,6 +5,7 @@ mod controller;
 mod help;
 mod install;
 mod manifests;
+mod nodes;
 mod reloader;
 mod render;
 mod sidecar;

@@ -1,8 +1,11 @@
 //! The simulated cluster end to end with real processes: a 3-replica
 //! StatefulSet on local disks comes up in order, each pod on its PV's
 //! node; a graceful pod deletion runs SIGTERM through the container's PID
-//! 1; deleting a Node kills its processes and its pod cannot come back
-//! while its local PV is bound to the gone node. And the image contract
+//! 1; deleting a Node kills its processes and destroys its local SSDs, its
+//! pod cannot come back while its local PV is bound to the gone node, and
+//! deleting the claim of that unscheduled pod completes at once (the real
+//! PVC protection rule) and the StatefulSet makes a new claim for it,
+//! which binds to a free disk elsewhere. And the image contract
 //! the sidecar is built against, with stand-ins for the operator binary
 //! and the fake Cassandra: the install init container, the database
 //! image's configuration directory, the `cassandra` program, the sim's
@@ -100,7 +103,13 @@ fn pv_dir(work: &Path, store: &Store, pod: &str) -> PathBuf {
             &format!("data-{pod}"),
         )
         .unwrap();
-    work.join("pvs").join(s(&pvc, "/spec/volumeName"))
+    let pv = store
+        .get(
+            &t("", "persistentvolumes", None),
+            s(&pvc, "/spec/volumeName"),
+        )
+        .unwrap();
+    testworld::kubesim::sim::disks::host_dir_of_pv(work, &pv)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -108,6 +117,8 @@ async fn statefulset_on_local_disks_and_a_lost_node() {
     let work = tempfile::tempdir().unwrap();
     let mut sim_opts = SimOptions::new(work.path());
     sim_opts.max_grace = Some(Duration::from_secs(5));
+    // A spare disk per Node: the lost member needs a free one elsewhere.
+    sim_opts.local_ssds = 2;
     let sim = KubeSim::start(Options {
         zones: vec!["a".into(), "b".into(), "c".into()],
         nodes_per_zone: 1,
@@ -300,6 +311,8 @@ async fn statefulset_on_local_disks_and_a_lost_node() {
     let lost = running[1].clone();
     let lost_node = s(&lost, "/spec/nodeName").to_string();
     let lost_pid = container_pid(&lost);
+    let lost_disk = pv_dir(work.path(), &store, "web-1");
+    assert!(lost_disk.join("hello").is_file());
     let survivors: Vec<u32> = [&running[0], &back]
         .iter()
         .map(|p| container_pid(p))
@@ -322,7 +335,14 @@ async fn statefulset_on_local_disks_and_a_lost_node() {
             .then_some((p, cond))
     })
     .await;
-    assert!(!dir2.join("..").join("nothing").exists());
+    until("the lost node's local SSD destroyed", 10, || {
+        (std::fs::read_dir(&lost_disk).map_or(0, |d| d.count()) == 0).then_some(())
+    })
+    .await;
+    assert!(
+        dir2.join("hello").is_file(),
+        "the disks of other nodes keep their data"
+    );
     let (p, cond) = pending;
     let pending_uid = p["metadata"]["uid"].clone();
     assert_eq!(s(&p, "/status/phase"), "Pending");
@@ -355,39 +375,43 @@ async fn statefulset_on_local_disks_and_a_lost_node() {
     let listed = store.list(&pods(), &ListOptions::default()).unwrap();
     assert_eq!(listed["items"].as_array().unwrap().len(), 3);
 
-    // The replace workflow (DESIGN.md section 5): delete the claim (kept
-    // while the pending pod uses it), then the pod; the StatefulSet makes
-    // a new claim, and the new local PV is on a live node.
+    // The replace workflow (DESIGN.md section 5): delete the claim. No Pod
+    // bound to a Node uses it (the replacement Pod is unscheduled), so it
+    // goes at once (pvcprotection's podUsesPVC); the StatefulSet makes a
+    // new one for the Pending Pod (1.27+), which binds to a free disk on a
+    // live node, and the same Pod runs there.
     let claims = t("", "persistentvolumeclaims", Some("default"));
     let old_pv = s(&pvc, "/spec/volumeName").to_string();
-    let gone = store
+    let old_claim_uid = pvc["metadata"]["uid"].clone();
+    store
         .delete(&claims, "data-web-1", &DeleteOptions::default())
         .unwrap();
-    assert!(gone["metadata"]["deletionTimestamp"].is_string());
-    assert_eq!(
-        gone["metadata"]["finalizers"],
-        json!(["kubernetes.io/pvc-protection"]),
-        "the claim stays while the pod uses it"
-    );
-    store
-        .delete(&pods(), "web-1", &DeleteOptions::default())
-        .unwrap();
-    let replaced = until("web-1 running elsewhere", 30, || {
-        let p = store.get(&pods(), "web-1").ok()?;
-        (ready(&p) && p["metadata"]["uid"] != pending_uid).then_some(p)
+    let fresh = until("a new claim for the pending pod", 10, || {
+        let c = store.get(&claims, "data-web-1").ok()?;
+        (c["metadata"]["uid"] != old_claim_uid).then_some(c)
     })
     .await;
+    assert!(fresh["metadata"]["deletionTimestamp"].is_null());
+    let replaced = until("web-1 running elsewhere", 30, || {
+        let p = store.get(&pods(), "web-1").ok()?;
+        ready(&p).then_some(p)
+    })
+    .await;
+    assert_eq!(
+        replaced["metadata"]["uid"], pending_uid,
+        "the pending pod itself, once its new claim bound"
+    );
     let new_node = s(&replaced, "/spec/nodeName").to_string();
     assert_ne!(new_node, lost_node);
     let pvc = store.get(&claims, "data-web-1").unwrap();
     assert_ne!(s(&pvc, "/spec/volumeName"), old_pv);
+    let stale = store
+        .get(&t("", "persistentvolumes", None), &old_pv)
+        .unwrap();
     assert_eq!(
-        store
-            .get(&t("", "persistentvolumes", None), &old_pv)
-            .unwrap_err()
-            .code,
-        404,
-        "the old local PV is reclaimed"
+        s(&stale, "/status/phase"),
+        "Released",
+        "the old local PV stays: the provisioner of the gone node cannot clean it"
     );
     let hello =
         std::fs::read_to_string(pv_dir(work.path(), &store, "web-1").join("hello")).unwrap();

@@ -10,6 +10,11 @@
 //! Cassandra ring of a running kubesim like `nodetool status`; with
 //! `--check`, also the data check, exiting 1 when any key has fewer live
 //! copies than its replication factor (the keys are named).
+//!
+//! `kubesim node recreate NAME [--url URL | --dir DIR]`: GKE auto-repair,
+//! the Node re-created under its name on a new machine with empty local
+//! SSDs behind its unchanged PVs. `kubesim node wipe-disk NAME INDEX
+//! [--url URL | --dir DIR]`: one local SSD of a live Node comes back empty.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -92,6 +97,9 @@ async fn main() -> std::process::ExitCode {
     if args.first().map(String::as_str) == Some("ring") {
         return ring_command(&args[1..]).await;
     }
+    if args.first().map(String::as_str) == Some("node") {
+        return node_command(&args[1..]).await;
+    }
     let (dir, opts) = match parse_args(&args) {
         Ok(x) => x,
         Err(e) => {
@@ -173,6 +181,79 @@ fn parse_ring_args(args: &[String]) -> Result<(String, bool), String> {
     }
     let url = url.ok_or_else(|| format!("--url or --dir is required\n{RING_USAGE}"))?;
     Ok((url.trim_end_matches('/').to_string(), check))
+}
+
+const NODE_USAGE: &str = "usage: kubesim node recreate NAME [--url URL | --dir DIR]\n       kubesim node wipe-disk NAME INDEX [--url URL | --dir DIR]";
+
+/// The `/sim/nodes/...` path and the server of a `kubesim node` command.
+fn parse_node_args(args: &[String]) -> Result<(String, String), String> {
+    let mut url = None;
+    let mut words = Vec::new();
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) => (f, Some(v.to_string())),
+            None => (arg.as_str(), None),
+        };
+        let mut value = || {
+            inline
+                .clone()
+                .or_else(|| it.next().cloned())
+                .ok_or_else(|| format!("{flag} needs a value\n{NODE_USAGE}"))
+        };
+        match flag {
+            "--url" => url = Some(value()?),
+            "--dir" => url = Some(url_of_dir(&value()?)?),
+            f if f.starts_with("--") => return Err(format!("unknown flag {f}\n{NODE_USAGE}")),
+            _ => words.push(arg.clone()),
+        }
+    }
+    let path = match words.as_slice() {
+        [cmd, name] if cmd == "recreate" => format!("nodes/{name}/recreate"),
+        [cmd, name, index] if cmd == "wipe-disk" => {
+            let i: usize = index
+                .parse()
+                .map_err(|_| format!("INDEX must be a number\n{NODE_USAGE}"))?;
+            format!("nodes/{name}/disks/{i}/wipe")
+        }
+        _ => return Err(NODE_USAGE.to_string()),
+    };
+    let url = url.ok_or_else(|| format!("--url or --dir is required\n{NODE_USAGE}"))?;
+    Ok((format!("{}/sim/{path}", url.trim_end_matches('/')), path))
+}
+
+async fn node_command(args: &[String]) -> std::process::ExitCode {
+    let (url, _) = match parse_node_args(args) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("{e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let answer = match reqwest::Client::builder().no_proxy().build() {
+        Ok(c) => c.post(&url).send().await,
+        Err(e) => {
+            eprintln!("kubesim node: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match answer {
+        Ok(resp) => {
+            let ok = resp.status().is_success();
+            let text = resp.text().await.unwrap_or_default();
+            if ok {
+                println!("{text}");
+                std::process::ExitCode::SUCCESS
+            } else {
+                eprintln!("kubesim node: {text}");
+                std::process::ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("kubesim node: POST {url}: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 async fn get_text(client: &reqwest::Client, url: &str) -> Result<(u16, String), String> {

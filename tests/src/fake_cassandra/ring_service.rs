@@ -237,6 +237,32 @@ impl RingService {
         killed
     }
 
+    /// A disk is gone (its Node's machine deleted or replaced, a disk
+    /// swapped): every data directory `lost(data_dir id)` designates is
+    /// forgotten, and a process running on it dies. The ids wiped.
+    pub fn report_disk_lost(&self, lost: impl Fn(&str) -> bool) -> Vec<String> {
+        let (wiped, killed) = self.with(|r| {
+            let ids: Vec<String> = r
+                .data_dirs()
+                .map(|d| d.id.clone())
+                .filter(|id| lost(id))
+                .collect();
+            let killed: Vec<HostId> = r
+                .nodes()
+                .filter(|n| n.process.is_some() && ids.contains(&n.data_dir))
+                .map(|n| n.host_id.clone())
+                .collect();
+            for id in &ids {
+                r.wipe_data_dir(id);
+            }
+            (ids, killed)
+        });
+        for h in &killed {
+            self.release(h);
+        }
+        wiped
+    }
+
     /// Brings the model's clock to the real time (completing the
     /// operations due), waking the waiters when something completed.
     pub fn tick(&self) {

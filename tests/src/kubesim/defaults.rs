@@ -280,8 +280,29 @@ pub fn apply(group: &str, plural: &str, o: &mut Value) {
     }
 }
 
+/// A free address of 10.96.0.0/12 as the API server's allocator picks it
+/// (pkg/registry/core/service/ipallocator/bitmap.go, `randomScanStrategy`,
+/// with the 1.27+ static sub-range of KEP-3070): at random in the upper
+/// band (above the first 256 addresses, which are kept for Services that
+/// ask for an address), scanning on from the random start when taken; the
+/// lower band only when the upper one is full. A re-created Service gets
+/// a new address. Pure: `random` is the caller's.
+pub fn random_cluster_ip(used: &[String], random: u64) -> Option<String> {
+    const SIZE: u32 = 1 << 20;
+    const STATIC: u32 = 256;
+    let ip = |n: u32| format!("10.{}.{}.{}", 96 + (n >> 16), (n >> 8) & 0xff, n & 0xff);
+    let upper = SIZE - 1 - STATIC;
+    let start = (random % u64::from(upper)) as u32;
+    (0..upper)
+        .map(|i| STATIC + (start + i) % upper)
+        // 10.96.0.1 is the kubernetes Service's.
+        .chain(2..STATIC)
+        .map(ip)
+        .find(|candidate| !used.contains(candidate))
+}
+
 /// Gives a new Service its cluster IP(s) from 10.96.0.0/12, as the API
-/// server's allocator does; headless Services (`clusterIP: None`) keep
+/// server's allocator does ([`random_cluster_ip`]); headless Services (`clusterIP: None`) keep
 /// `None`. `used` are the IPs taken.
 pub fn allocate_cluster_ip(svc: &mut Value, used: &[String]) -> Result<(), String> {
     let Some(spec) = svc.get_mut("spec").and_then(obj) else {
@@ -302,10 +323,7 @@ pub fn allocate_cluster_ip(svc: &mut Value, used: &[String]) -> Result<(), Strin
         }
         requested
     } else {
-        // 10.96.0.1 is the kubernetes Service's; start after it.
-        (2u32..(1 << 20))
-            .map(|n| format!("10.{}.{}.{}", 96 + (n >> 16), (n >> 8) & 0xff, n & 0xff))
-            .find(|ip| !used.contains(ip))
+        random_cluster_ip(used, crate::kubesim::random_u64())
             .ok_or("the service IP range is full")?
     };
     spec.insert("clusterIP".into(), json!(ip));
@@ -320,6 +338,21 @@ pub fn allocate_cluster_ip(svc: &mut Value, used: &[String]) -> Result<(), Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_ips_are_random_in_the_upper_band_and_never_taken() {
+        let a = random_cluster_ip(&[], 1).unwrap();
+        let b = random_cluster_ip(&[], 987_654_321).unwrap();
+        assert_ne!(a, b, "another draw, another address");
+        for ip in [&a, &b] {
+            let o: Vec<u32> = ip.split('.').map(|x| x.parse().unwrap()).collect();
+            let n = ((o[1] - 96) << 16) | (o[2] << 8) | o[3];
+            assert!(o[0] == 10 && (96..112).contains(&o[1]) && n >= 256, "{ip}");
+        }
+        // Taken: the scan goes on from the random start.
+        let next = random_cluster_ip(std::slice::from_ref(&a), 1).unwrap();
+        assert_ne!(next, a);
+    }
 
     #[test]
     fn pod_defaults_and_admission() {
@@ -390,8 +423,9 @@ mod tests {
         let mut svc = json!({"spec": {"ports": [{"port": 9042}]}});
         apply("", "services", &mut svc);
         allocate_cluster_ip(&mut svc, &["10.96.0.2".into()]).unwrap();
-        assert_eq!(svc["spec"]["clusterIP"], "10.96.0.3");
-        assert_eq!(svc["spec"]["clusterIPs"], json!(["10.96.0.3"]));
+        let ip = svc["spec"]["clusterIP"].as_str().unwrap().to_string();
+        assert!(ip.starts_with("10.") && ip != "10.96.0.2", "{ip}");
+        assert_eq!(svc["spec"]["clusterIPs"], json!([ip]));
         assert_eq!(
             svc["spec"]["ports"][0],
             json!({"port": 9042, "protocol": "TCP", "targetPort": 9042})

@@ -301,27 +301,26 @@ impl Ring {
                     && Some(&n.host_id) != host_id.as_ref()
             })
             .map(|n| (n.host_id.clone(), n.state.clone()));
-        let mut superseded = None;
+        // Cassandra checks for a collision on every start that is not a
+        // replacement, in 3.11 as in 4.x and 5.0 (StorageService.java,
+        // prepareToJoin: `else { checkForEndpointCollision(localHostId); }`;
+        // Gossiper.java, isSafeForStartup): a bootstrapping node may only
+        // take over an address whose owner failed its own bootstrap (status
+        // BOOT, or none); a node that does not bootstrap (a seed, or
+        // auto_bootstrap false) must find its own host ID at that address,
+        // and a wiped disk has a new one. Either way: "A node with address
+        // ... already exists, cancelling join".
         let mut stale = None;
         if let Some((other_id, other_state)) = other {
-            let collision_checked = should_bootstrap || config.version >= Version::V4_0;
-            let safe = if should_bootstrap {
-                // A failed bootstrap (BOOT) is safe to retry over; NORMAL,
-                // shutdown and hibernate are not.
-                matches!(
+            let safe = should_bootstrap
+                && matches!(
                     other_state,
                     RingState::Joining | RingState::Replacing { .. }
-                )
-            } else {
-                false
-            };
-            if collision_checked && !safe {
+                );
+            if !safe {
                 return Err(RingError::EndpointCollision {
                     address: config.address.clone(),
                 });
-            }
-            if !safe {
-                superseded = Some(other_id.clone());
             }
             stale = Some(other_id);
         }
@@ -441,10 +440,7 @@ impl Ring {
         self.nodes.insert(host_id.clone(), node);
         Ok(Started {
             host_id,
-            startup: match superseded {
-                Some(superseded) => Startup::Superseded { superseded },
-                None => Startup::JoinedWithoutBootstrap,
-            },
+            startup: Startup::JoinedWithoutBootstrap,
             mode: OperationMode::Normal,
             log: std::mem::take(log),
         })

@@ -429,10 +429,6 @@ pub enum Startup {
     /// Took over `replaced`'s tokens without streaming
     /// (`allow_unsafe_replace`).
     ReplacedWithoutStreaming { replaced: HostId },
-    /// Rejoined the ring as a new member at the address of `superseded`,
-    /// whose tokens it dropped (3.11 has no collision check for a node that
-    /// does not bootstrap).
-    Superseded { superseded: HostId },
 }
 
 /// What [`Ring::start`] did.

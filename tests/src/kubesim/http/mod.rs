@@ -564,7 +564,34 @@ fn admin(
             shared.log.clear();
             json_response(200, &json!({"items": []}))
         }
+        ("POST", ["nodes", ..]) => nodes_admin(shared, rest),
         _ => error_response(&ApiError::no_route()),
+    }
+}
+
+/// `POST /sim/nodes/NAME/recreate` (GKE auto-repair: the same name, a new
+/// machine, empty local SSDs) and `POST /sim/nodes/NAME/disks/I/wipe` (one
+/// local SSD swapped while its Node lives); see [`crate::kubesim::sim::disks`].
+fn nodes_admin(shared: &Arc<Shared>, rest: &[&str]) -> Response<Body> {
+    use crate::kubesim::sim::disks;
+    let Some(work_dir) = shared.sim_dir.as_deref() else {
+        return error_response(&ApiError::bad_request("the sim does not run"));
+    };
+    let result = match rest {
+        ["nodes", name, "recreate"] => disks::recreate_node(&shared.store, work_dir, name),
+        ["nodes", name, "disks", index, "wipe"] => match index.parse() {
+            Ok(i) => disks::wipe_disk(&shared.store, work_dir, Some(&shared.ring), name, i)
+                .map(|dir| json!({"wiped": dir})),
+            Err(_) => return error_response(&ApiError::bad_request(format!("disk {index}"))),
+        },
+        _ => return error_response(&ApiError::no_route()),
+    };
+    match result {
+        Ok(v) => json_response(200, &v),
+        Err(e @ (disks::DiskError::UnknownNode(_) | disks::DiskError::UnknownDisk { .. })) => {
+            json_response(404, &json!({"message": e.to_string()}))
+        }
+        Err(e) => json_response(500, &json!({"message": e.to_string()})),
     }
 }
 

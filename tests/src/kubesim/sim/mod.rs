@@ -139,6 +139,7 @@
 //! Pod), and NetworkPolicies.
 
 pub mod deaths;
+pub mod disks;
 pub mod images;
 pub mod kubelet;
 pub mod net;
@@ -187,6 +188,10 @@ pub struct SimOptions {
     /// The first restart backoff (doubles up to 10 s; the kubelet's is 10 s
     /// up to 5 min).
     pub restart_backoff: Duration,
+    /// Local SSDs per Node (`--local-ssds`, `KUBESIM_LOCAL_SSDS`; GKE's
+    /// `--local-nvme-ssd-block`/`--ephemeral-storage-local-ssd count`):
+    /// each is one PV of the `local-disks` class ([`disks`]).
+    pub local_ssds: usize,
 }
 
 /// The repository of the controller's default operator image.
@@ -217,6 +222,10 @@ impl SimOptions {
             max_grace: None,
             max_probe_period: None,
             restart_backoff: Duration::from_millis(500),
+            local_ssds: std::env::var("KUBESIM_LOCAL_SSDS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1),
         }
     }
 }
@@ -346,6 +355,7 @@ async fn run(store: Store, kubelet: Arc<kubelet::Kubelet>) {
 /// One pass of every controller.
 fn pass(store: &Store, kubelet: &kubelet::Kubelet) {
     services::allocate_cluster_ips(store);
+    kubelet.sync_disks();
     storage::bind_immediate(store);
     storage::protect_claims(store);
     storage::reclaim(store);
@@ -420,7 +430,7 @@ pub(crate) fn patch_main(
 /// The `kubesim serve` flags of the sim, with their environment
 /// fallbacks (`KUBESIM_OPERATOR_BINARY`, `KUBESIM_FAKE_CASSANDRA`,
 /// `KUBESIM_FIXTURES`, `KUBESIM_OPERATOR_IMAGES` comma-separated).
-pub const FLAGS: &str = "[--no-sim] [--sim-dir DIR] [--operator-binary PATH] [--operator-image REPO]... [--fake-cassandra PATH] [--fixtures DIR] [--max-grace-seconds S] [--max-probe-period-ms MS] [--restart-backoff-ms MS]";
+pub const FLAGS: &str = "[--no-sim] [--sim-dir DIR] [--operator-binary PATH] [--operator-image REPO]... [--fake-cassandra PATH] [--fixtures DIR] [--max-grace-seconds S] [--max-probe-period-ms MS] [--restart-backoff-ms MS] [--local-ssds N]";
 
 /// The sim's settings from `kubesim serve` flags.
 #[derive(Debug, Clone, Default)]
@@ -434,6 +444,7 @@ pub struct Flags {
     max_grace: Option<Duration>,
     max_probe_period: Option<Duration>,
     restart_backoff: Option<Duration>,
+    local_ssds: Option<usize>,
 }
 
 impl Flags {
@@ -462,6 +473,9 @@ impl Flags {
             "--max-grace-seconds" => self.max_grace = Some(ms(value)? * 1000),
             "--max-probe-period-ms" => self.max_probe_period = Some(ms(value)?),
             "--restart-backoff-ms" => self.restart_backoff = Some(ms(value)?),
+            "--local-ssds" => {
+                self.local_ssds = Some(value.parse().map_err(|e| format!("{flag}: {e}"))?)
+            }
             _ => return Ok(false),
         }
         Ok(true)
@@ -482,6 +496,9 @@ impl Flags {
         o.max_probe_period = self.max_probe_period;
         if let Some(b) = self.restart_backoff {
             o.restart_backoff = b;
+        }
+        if let Some(n) = self.local_ssds {
+            o.local_ssds = n;
         }
         Some(o)
     }

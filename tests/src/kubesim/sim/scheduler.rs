@@ -35,6 +35,9 @@ pub enum Misfit {
     Cordoned,
     /// A bound PV's node affinity.
     VolumeNode,
+    /// No Available PV on the node for an unbound `WaitForFirstConsumer`
+    /// claim (VolumeBinding's `ErrReasonBindConflict`).
+    NoVolume,
     /// Not enough allocatable of a resource (`cpu`, `memory`) left.
     Insufficient(&'static str),
     /// The node's allocatable `pods` are taken.
@@ -54,6 +57,7 @@ impl Misfit {
             Misfit::Taint => "node(s) had untolerated taint(s)".into(),
             Misfit::Cordoned => "node(s) were unschedulable".into(),
             Misfit::VolumeNode => "node(s) had volume node affinity conflict".into(),
+            Misfit::NoVolume => "node(s) didn't find available persistent volumes to bind".into(),
             Misfit::Insufficient(r) => format!("Insufficient {r}"),
             Misfit::TooManyPods => "Too many pods".into(),
             Misfit::PodAffinity => "node(s) didn't match pod affinity rules".into(),
@@ -383,6 +387,19 @@ pub fn fit(
     pv_affinities: &[Value],
     cluster: &Cluster,
 ) -> Result<(), Vec<Misfit>> {
+    fit_with_disks(pod, node, pv_affinities, true, cluster)
+}
+
+/// [`fit`], where `disks_free` says whether the node has an Available PV
+/// for each of the pod's unbound local claims (VolumeBinding runs after
+/// the resource filters and before inter-pod affinity).
+fn fit_with_disks(
+    pod: &Value,
+    node: &Value,
+    pv_affinities: &[Value],
+    disks_free: bool,
+    cluster: &Cluster,
+) -> Result<(), Vec<Misfit>> {
     node_fit(pod, node).map_err(|m| vec![m])?;
     let r = resource_misfits(pod, node, cluster);
     if !r.is_empty() {
@@ -393,6 +410,9 @@ pub fn fit(
         .any(|a| !a.is_null() && !selector_matches(a, node))
     {
         return Err(vec![Misfit::VolumeNode]);
+    }
+    if !disks_free {
+        return Err(vec![Misfit::NoVolume]);
     }
     inter_pod_misfit(pod, node, cluster).map_or(Ok(()), |m| Err(vec![m]))
 }
@@ -498,6 +518,39 @@ fn mark_unschedulable(store: &Store, pod: &Value, msg: &str) {
     );
 }
 
+/// One Available local PV of `node` for each claim of `waiting`, the
+/// smallest that fits first (the volume binder's `FindMatchingVolume`);
+/// None when a claim finds none.
+fn local_disks_for<'a>(
+    waiting: &[Value],
+    node: &str,
+    pvs: &'a HashMap<String, Value>,
+    taken: &std::collections::BTreeSet<String>,
+) -> Option<Vec<&'a Value>> {
+    let mut chosen: Vec<&Value> = Vec::new();
+    for pvc in waiting {
+        let size = |pv: &Value| {
+            pv.pointer("/spec/capacity/storage")
+                .and_then(Value::as_str)
+                .and_then(super::quantity::parse_milli)
+                .unwrap_or(0)
+        };
+        let best = pvs
+            .values()
+            .filter(|pv| {
+                super::disks::node_of_pv(pv) == Some(node)
+                    && storage::local_pv_fits(pv, pvc)
+                    && !taken.contains(s(pv, "/metadata/name"))
+                    && !chosen
+                        .iter()
+                        .any(|c| c["metadata"]["name"] == pv["metadata"]["name"])
+            })
+            .min_by_key(|pv| (size(pv), s(pv, "/metadata/name").to_string()))?;
+        chosen.push(best);
+    }
+    Some(chosen)
+}
+
 /// One pass: schedules every pending Pod.
 pub fn schedule_all(store: &Store) {
     let nodes = list_all(store, "", "nodes");
@@ -521,6 +574,8 @@ pub fn schedule_all(store: &Store) {
         .into_iter()
         .map(|p| (s(&p, "/metadata/name").to_string(), p))
         .collect();
+    // Local PVs bound in this pass are taken for the next pods.
+    let mut taken_now: std::collections::BTreeSet<String> = Default::default();
     let mut load: HashMap<String, usize> = HashMap::new();
     for p in &pods {
         let n = s(p, "/spec/nodeName");
@@ -594,8 +649,11 @@ pub fn schedule_all(store: &Store) {
         let mut best: Option<&Value> = None;
         let mut cluster = Cluster::new(&nodes, &pods, &namespaces);
         cluster.placed.extend(bound_now.iter());
+        let disks_for =
+            |node: &Value| local_disks_for(&waiting, s(node, "/metadata/name"), &pvs, &taken_now);
         for node in &nodes {
-            match fit(pod, node, &affinities, &cluster) {
+            let disks = disks_for(node);
+            match fit_with_disks(pod, node, &affinities, disks.is_some(), &cluster) {
                 Ok(()) => {
                     let key = |n: &Value| {
                         (
@@ -616,8 +674,9 @@ pub fn schedule_all(store: &Store) {
             continue;
         };
         let node_name = s(node, "/metadata/name").to_string();
-        for pvc in &waiting {
-            storage::provision_local(store, pvc, &node_name);
+        for (pvc, pv) in waiting.iter().zip(disks_for(node).unwrap_or_default()) {
+            taken_now.insert(s(pv, "/metadata/name").to_string());
+            storage::bind_local(store, pvc, pv, &node_name);
         }
         if let Ok(bound) = patch_main(
             store,

@@ -1,6 +1,9 @@
 //! The StatefulSet controller: ordinals, `OrderedReady` and `Parallel`
 //! pod management, PVCs from `volumeClaimTemplates` (named
-//! `<template>-<pod>`, kept when pods go: the default `Retain` policy),
+//! `<template>-<pod>`; a missing claim of a Pending pod is created again,
+//! as `processReplica` does since Kubernetes 1.27; kept when pods go
+//! unless `persistentVolumeClaimRetentionPolicy` says Delete, through
+//! owner references the garbage collector follows),
 //! revisions (`controller-revision-hash`) with `RollingUpdate` (partition)
 //! and `OnDelete`, and the status. [`plan`] is the pure decision (one pass
 //! of the real controller's `updateStatefulSet`); [`sync_all`] does I/O.
@@ -245,6 +248,20 @@ fn sync(store: &Store, sts: &Value, all_pods: &[Value]) {
         update_revision: revision(name, &template),
         pods,
     };
+    let replicas = o.replicas;
+    for (ord, pod) in &by_ord {
+        claims_follow_retention_policy(store, sts, ns, pod, *ord >= replicas);
+        // pkg/controller/statefulset/stateful_set_control.go,
+        // processReplica: "If the Pod is in pending state then trigger PVC
+        // creation to create missing PVCs" (kubernetes#113270, 1.27).
+        let pending = matches!(s(pod, "/status/phase"), "" | "Pending");
+        if pending
+            && pod.pointer("/metadata/deletionTimestamp").is_none()
+            && let Err(e) = create_missing_claims(store, sts, ns, s(pod, "/metadata/name"))
+        {
+            eprintln!("kubesim: statefulset {ns}/{name}: claims of pending pod {ord}: {e}");
+        }
+    }
     for step in plan(&o) {
         match step {
             Step::Create(ord, rev) => {
@@ -323,22 +340,20 @@ pub fn claims_for(sts: &Value, pod_name: &str) -> Vec<Value> {
         .collect()
 }
 
-fn create_pod(
+/// Creates the claims of `pod_name` that do not exist
+/// (`createPersistentVolumeClaims`); Err for a claim that is being
+/// deleted: the real controller refuses to start a pod on it (it would
+/// never mount), and the next pass retries.
+fn create_missing_claims(
     store: &Store,
     sts: &Value,
     ns: &str,
-    ord: usize,
-    template: &Value,
-    rev: &str,
+    pod_name: &str,
 ) -> Result<(), String> {
-    let sts_name = s(sts, "/metadata/name");
-    let pod_name = format!("{sts_name}-{ord}");
     let pvcs = t("", "persistentvolumeclaims", Some(ns));
-    for claim in claims_for(sts, &pod_name) {
+    for claim in claims_for(sts, pod_name) {
         let claim_name = s(&claim, "/metadata/name").to_string();
         match store.get(&pvcs, &claim_name) {
-            // The real controller refuses to start a pod on a claim that
-            // is going away (it would never mount); the next pass retries.
             Ok(c) if c.pointer("/metadata/deletionTimestamp").is_some() => {
                 return Err(format!("pvc {claim_name} is being deleted"));
             }
@@ -350,6 +365,87 @@ fn create_pod(
             },
         }
     }
+    Ok(())
+}
+
+/// The owners a claim of a pod should have under the set's
+/// `persistentVolumeClaimRetentionPolicy`
+/// (pkg/controller/statefulset/stateful_set_utils.go,
+/// `updateClaimOwnerRefForSetAndPod`): `whenDeleted: Delete` makes the set
+/// own it, `whenScaled: Delete` makes a condemned pod (ordinal at or above
+/// `replicas`) own it, so that the garbage collector deletes it with its
+/// owner; `Retain` (the default) leaves it unowned.
+pub fn retention_owners(sts: &Value, pod: &Value, condemned: bool) -> Vec<Value> {
+    let policy = |k: &str| {
+        s(
+            sts,
+            &format!("/spec/persistentVolumeClaimRetentionPolicy/{k}"),
+        ) == "Delete"
+    };
+    let set_ref = json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+        "name": s(sts, "/metadata/name"), "uid": s(sts, "/metadata/uid")});
+    let pod_ref = json!({"apiVersion": "v1", "kind": "Pod",
+        "name": s(pod, "/metadata/name"), "uid": s(pod, "/metadata/uid")});
+    match (policy("whenDeleted"), policy("whenScaled")) {
+        (false, false) => vec![],
+        (true, false) => vec![set_ref],
+        (false, true) => condemned.then_some(pod_ref).into_iter().collect(),
+        (true, true) if condemned => vec![pod_ref],
+        (true, true) => vec![set_ref],
+    }
+}
+
+/// Sets the owner references of `pod`'s claims to what the retention
+/// policy asks, keeping owners other than this set and its pods.
+fn claims_follow_retention_policy(
+    store: &Store,
+    sts: &Value,
+    ns: &str,
+    pod: &Value,
+    condemned: bool,
+) {
+    let wanted = retention_owners(sts, pod, condemned);
+    let pvcs = t("", "persistentvolumeclaims", Some(ns));
+    let ours = |r: &Value| {
+        (r["kind"] == "StatefulSet" && r["uid"] == sts["metadata"]["uid"])
+            || (r["kind"] == "Pod"
+                && s(r, "/name").starts_with(&format!("{}-", s(sts, "/metadata/name"))))
+    };
+    for claim in claims_for(sts, s(pod, "/metadata/name")) {
+        let Ok(current) = store.get(&pvcs, s(&claim, "/metadata/name")) else {
+            continue;
+        };
+        let refs: Vec<Value> = current
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let next: Vec<Value> = refs
+            .iter()
+            .filter(|r| !ours(r))
+            .cloned()
+            .chain(wanted.iter().cloned())
+            .collect();
+        if next == refs {
+            continue;
+        }
+        let body = json!({"metadata": {"ownerReferences": next,
+            "resourceVersion": current["metadata"]["resourceVersion"].clone()}});
+        let _ = super::patch_main(store, "", "persistentvolumeclaims", &current, &body);
+    }
+}
+
+fn create_pod(
+    store: &Store,
+    sts: &Value,
+    ns: &str,
+    ord: usize,
+    template: &Value,
+    rev: &str,
+) -> Result<(), String> {
+    let sts_name = s(sts, "/metadata/name");
+    let pod_name = format!("{sts_name}-{ord}");
+    create_missing_claims(store, sts, ns, &pod_name)?;
     let mut pod = json!({
         "apiVersion": "v1",
         "kind": "Pod",

@@ -61,6 +61,8 @@ struct PodHandle {
     stop: watch::Sender<Stop>,
     procs: Procs,
     ip: Ipv4Addr,
+    /// The Node it runs on.
+    node: String,
     task: JoinHandle<()>,
     /// Dropped with the handle: the Pod's namespace and veth go.
     _net: Option<PodNet>,
@@ -138,6 +140,26 @@ impl Kubelet {
         }
     }
 
+    /// The Nodes' local SSDs ([`super::disks`]): a machine that is gone
+    /// or replaced loses its processes and its disks.
+    pub fn sync_disks(&self) {
+        super::disks::sync(
+            &self.store,
+            &self.opts.work_dir,
+            self.opts.local_ssds,
+            self.ring.as_deref(),
+            |node| {
+                lock(&self.pods).retain(|_, h| {
+                    let gone = h.node == node;
+                    if gone {
+                        h.kill_now();
+                    }
+                    !gone
+                });
+            },
+        );
+    }
+
     /// Removes the data of PVs that are gone (reclaim policy Delete).
     pub fn collect_orphans(&self) {
         let pvs: BTreeSet<String> = list_all(&self.store, "", "persistentvolumes")
@@ -198,6 +220,15 @@ impl Kubelet {
                     if phase == "Succeeded" || phase == "Failed" {
                         continue;
                     }
+                    // A machine whose disks are not set up for it yet
+                    // (just registered, or re-created) runs nothing.
+                    if !super::disks::attached(
+                        &self.opts.work_dir,
+                        node,
+                        s(node_obj, "/metadata/uid"),
+                    ) {
+                        continue;
+                    }
                     let host_ip = node_obj
                         .pointer("/status/addresses/0/address")
                         .and_then(Value::as_str)
@@ -252,6 +283,7 @@ impl Kubelet {
                             stop,
                             procs,
                             ip,
+                            node: node.to_string(),
                             task,
                             _net: net,
                         },

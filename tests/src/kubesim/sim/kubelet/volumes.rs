@@ -192,7 +192,11 @@ pub(super) fn prepare_volumes(ctx: &PodCtx) -> Result<HashMap<String, PathBuf>, 
             if pv.is_empty() {
                 return Err(format!("persistentvolumeclaim \"{claim}\" is not bound"));
             }
-            ctx.opts.work_dir.join("pvs").join(pv)
+            let pv = ctx
+                .store
+                .get(&t("", "persistentvolumes", None), pv)
+                .map_err(|_| format!("persistentvolume \"{pv}\" not found"))?;
+            super::super::disks::host_dir_of_pv(&ctx.opts.work_dir, &pv)
         } else if let Some(p) = v.pointer("/hostPath/path").and_then(Value::as_str) {
             owned = None;
             PathBuf::from(p)
