@@ -21,6 +21,8 @@
 
 use crate::jolokia::OperationMode;
 
+pub mod act;
+
 /// What the controller asked for: the member Service's decommission record,
 /// read as the controller reads it. An unknown value is no request: the safe
 /// reading, since decommissioning is irreversible.
