@@ -6,6 +6,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crds::contract;
 use thiserror::Error;
 
 /// A marker could not be read or made durable.
@@ -81,6 +82,37 @@ pub fn remove_marker(marker: &Path) -> Result<(), MarkerError> {
     }
 }
 
+/// Empties the data volume of a node that left the ring, so that it can
+/// start again as a new, bootstrapping member (Cassandra's own advice: "all
+/// existing data is removed and the node is bootstrapped again"). The
+/// decommission marker proves the data left the ring: it is written only
+/// after operation mode DECOMMISSIONED was read back, and the streams that
+/// led there copied every range elsewhere.
+///
+/// Crash-safe in this order: the bootstrapped marker goes first (a member
+/// that has not bootstrapped never seeds itself), then the data, then the
+/// decommission marker, so that a crash midway leaves the decommission
+/// marker and the next start clears again.
+pub fn clear_left_node(data_dir: &Path) -> Result<(), MarkerError> {
+    let state = contract::state_dir(data_dir);
+    remove_marker(&contract::bootstrapped_marker(data_dir))?;
+    let entries = std::fs::read_dir(data_dir).map_err(failed("listing", data_dir))?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if entry.file_name() == "lost+found" || path == state {
+            continue;
+        }
+        let removed = if path.is_dir() && !path.is_symlink() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        removed.map_err(failed("removing", &path))?;
+    }
+    sync_dir(data_dir)?;
+    remove_marker(&contract::decommission_marker(data_dir))
+}
+
 fn sync_dir(dir: &Path) -> Result<(), MarkerError> {
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
@@ -90,7 +122,6 @@ fn sync_dir(dir: &Path) -> Result<(), MarkerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crds::contract;
 
     #[test]
     fn empty_data_dirs() {
@@ -122,5 +153,25 @@ mod tests {
         assert!(!marker.exists());
         // Removing what is not there is no error.
         remove_marker(&marker).unwrap();
+    }
+
+    #[test]
+    fn a_left_node_is_cleared_to_an_empty_volume() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path();
+        std::fs::create_dir(data.join("lost+found")).unwrap();
+        std::fs::create_dir_all(data.join("data/system")).unwrap();
+        std::fs::write(data.join("data/system/x.db"), "rows").unwrap();
+        std::fs::create_dir(data.join("commitlog")).unwrap();
+        std::fs::write(data.join(".fake-cassandra"), "host").unwrap();
+        write_marker(&contract::bootstrapped_marker(data), "").unwrap();
+        write_marker(&contract::decommission_marker(data), "").unwrap();
+        clear_left_node(data).unwrap();
+        assert!(data_dir_is_empty(data));
+        assert!(data.join("lost+found").is_dir(), "the file system's own");
+        assert!(!contract::bootstrapped_marker(data).exists());
+        assert!(!contract::decommission_marker(data).exists());
+        // Again, as after a crash: nothing left to do, no error.
+        clear_left_node(data).unwrap();
     }
 }

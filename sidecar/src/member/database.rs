@@ -5,6 +5,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crds::quantity::Quantity;
 use crds::v1alpha1::{Cluster, ClusterMode};
@@ -130,13 +131,50 @@ pub fn write_configuration(
     Ok(rendered)
 }
 
-pub fn forward_stderr(stderr: std::process::ChildStderr, refused: &AtomicBool) {
+/// Why Cassandra refused to start, as its standard error says: the refusals
+/// the sidecar answers.
+#[derive(Debug, Default)]
+pub struct StartRefusals {
+    /// "This node was decommissioned and will not rejoin the ring".
+    /// Shared with the decommission loop, which confirms from it.
+    pub decommissioned: Arc<AtomicBool>,
+    /// "A node with address ... already exists, cancelling join": an empty
+    /// data directory at an address the ring still knows (the line).
+    pub collision: Mutex<Option<String>>,
+}
+
+impl StartRefusals {
+    /// The collision line, if Cassandra logged one.
+    pub fn collision(&self) -> Option<String> {
+        self.collision
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn read(&self, line: &str) {
+        if line.contains(decommission::REFUSED_DECOMMISSIONED_LOG) {
+            self.decommissioned.store(true, Ordering::Relaxed);
+        }
+        if is_endpoint_collision(line) {
+            *self.collision.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some(line.trim().to_string());
+        }
+    }
+}
+
+/// Whether a log line is Cassandra's refusal to join at an address the ring
+/// still knows (`StorageService.checkForEndpointCollision`, 3.11 to 5.0).
+pub fn is_endpoint_collision(line: &str) -> bool {
+    line.contains("A node with address") && line.contains("already exists, cancelling join")
+}
+
+/// Copies the database's standard error to ours, reading the refusals in it.
+pub fn forward_stderr(stderr: std::process::ChildStderr, refusals: &StartRefusals) {
     use std::io::{BufRead, Write};
     let reader = std::io::BufReader::new(stderr);
     for line in reader.lines().map_while(Result::ok) {
-        if line.contains(decommission::REFUSED_DECOMMISSIONED_LOG) {
-            refused.store(true, Ordering::Relaxed);
-        }
+        refusals.read(&line);
         let _ = writeln!(std::io::stderr(), "{line}");
     }
 }
@@ -153,5 +191,27 @@ pub async fn drain(jolokia: Jolokia) {
             }
         }
         Err(e) => info!(error = %e, "not draining: the database does not answer"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_refusals_are_read_from_cassandras_lines() {
+        let refusals = StartRefusals::default();
+        refusals.read("INFO  [main] Starting up server gossip");
+        assert!(!refusals.decommissioned.load(Ordering::Relaxed));
+        assert_eq!(refusals.collision(), None);
+        // The lines as 3.11 to 5.0 log them (StorageService).
+        let collision = "ERROR [main] Exception encountered during startup: java.lang.RuntimeException: A node with address /10.96.0.12:7000 already exists, cancelling join. Use cassandra.replace_address if you want to replace this node.";
+        refusals.read(collision);
+        assert_eq!(refusals.collision().as_deref(), Some(collision));
+        refusals.read("ERROR [main] This node was decommissioned and will not rejoin the ring unless cassandra.override_decommission=true has been set, or all existing data is removed and the node is bootstrapped again");
+        assert!(refusals.decommissioned.load(Ordering::Relaxed));
+        assert!(!is_endpoint_collision(
+            "A node with address 10.0.0.1 is joining"
+        ));
     }
 }

@@ -33,7 +33,12 @@ use crate::jolokia::Jolokia;
 use crate::render::{self, MemberConfig};
 use crate::supervise::{self, Child};
 use crate::{markers, probes};
+use database::StartRefusals;
+use kube::api::{Patch, PatchParams};
+use nix::sys::signal::Signal;
+use tokio::sync::Notify;
 
+mod bootstrap;
 mod database;
 mod identity;
 
@@ -110,6 +115,9 @@ pub enum MemberError {
     /// The member Service has no usable ClusterIP.
     #[error("member service {0} has no ClusterIP")]
     NoClusterIp(String),
+    /// A marker on the data volume could not be read or written.
+    #[error(transparent)]
+    Marker(crate::markers::MarkerError),
     /// Reading or writing a file failed.
     #[error("{action} {path}: {source}")]
     File {
@@ -142,18 +150,26 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
     // 1. Who this member is: its member Service (and ClusterIP), Pod, Cluster.
     let member = Member::gather(&args, &services, &pods, &clusters).await?;
     let name = member.pod.clone();
-
-    // 2. Its seeds and its replace intent, from what its data volume holds.
     let data_dir = member.data_dir.clone();
+    let marker = contract::decommission_marker(&data_dir);
+
+    // 2. A volume whose node left the ring, given back to a member the spec
+    //    wants again (a later scale-up reusing the PVC): its data left with
+    //    the node; start afresh as a new, bootstrapping member.
+    if marker.exists() && act::intent_of(&member.service) == Intent::Serve {
+        info!(member = %name, "the data volume holds a node that left the ring, and the member is wanted again: clearing it to bootstrap as a new member");
+        markers::clear_left_node(&data_dir).map_err(MemberError::Marker)?;
+    }
+
+    // 3. Its seeds and its replace intent, from what its data volume holds.
     let bootstrapped = contract::bootstrapped_marker(&data_dir).is_file();
     let seeds = member.seeds(&services, bootstrapped).await?;
-    let marker = contract::decommission_marker(&data_dir);
     let replace_address = render::replace_address_for(
         member.service_label(contract::REPLACE),
-        markers::data_dir_is_empty(&data_dir),
+        !bootstrapped || markers::data_dir_is_empty(&data_dir),
     );
 
-    // 3. Its configuration, rendered from the image's defaults.
+    // 4. Its configuration, rendered from the image's defaults.
     let mode = member.mode;
     let config = MemberConfig {
         mode,
@@ -185,39 +201,41 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
     let rendered = database::write_configuration(&config, &defaults_dir, &args.config_dir)?;
     info!(
         cluster = %member.cluster_name, dc = %member.dc, rack = %member.rack, member = %name,
-        broadcast = %member.own_ip, seeds = ?seeds, replace = ?replace_address,
+        broadcast = %member.own_ip, seeds = ?seeds, bootstrapped, replace = ?replace_address,
         "configuration rendered"
     );
 
-    // 4. The records of intent on the member Service, followed from now on.
-    let (intent_tx, intent_rx) = watch::channel(Intent::from_label(
-        member.service_label(contract::DECOMMISSIONED),
-    ));
+    // 5. The records of intent on the member Service, followed from now on.
+    let (service_tx, service_rx) = watch::channel(member.service.clone());
     tokio::spawn(act::watch_own_service(
         services.clone(),
         name.clone(),
-        intent_tx,
+        service_tx,
     ));
 
-    // 5. Probes, and the decommission protocol.
+    // 6. Probes, the bootstrap record, and the decommission protocol.
     let jolokia = Jolokia::new(&args.jolokia_url)?;
-    let refused_decommissioned = Arc::new(AtomicBool::new(false));
+    let refusals = Arc::new(StartRefusals::default());
     let child_alive = Arc::new(AtomicBool::new(false));
+    let restart = Arc::new(Notify::new());
     tokio::spawn(probes::serve_probes(
         args.probe_addr,
         jolokia.clone(),
         child_alive.clone(),
     ));
     tokio::spawn(act::decommission_loop(
-        jolokia.clone(),
-        intent_rx.clone(),
-        services.clone(),
-        name.clone(),
-        marker.clone(),
-        refused_decommissioned.clone(),
+        act::Links {
+            jolokia: jolokia.clone(),
+            services: services.clone(),
+            name: name.clone(),
+            marker: marker.clone(),
+            refused_decommissioned: refusals.decommissioned.clone(),
+            restart: restart.clone(),
+        },
+        service_rx.clone(),
     ));
 
-    let shutdown = supervise::termination()?;
+    let mut shutdown = Box::pin(supervise::termination()?);
     if !decommission::may_start_cassandra(marker.exists()) {
         // The node left the ring: never start it again. Stay up (not ready)
         // until the controller removes the Pod, so the confirmation is made.
@@ -226,8 +244,17 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
         info!(%signal, "stopping");
         return Ok(0);
     }
+    if !bootstrapped {
+        tokio::spawn(bootstrap::record_bootstrap(
+            jolokia.clone(),
+            data_dir.clone(),
+            services.clone(),
+            name.clone(),
+        ));
+    }
 
-    // 6. The database, supervised until it ends or the Pod stops.
+    // 7. The database, supervised until it ends, the Pod stops, or the
+    //    decommission protocol asks for a restart.
     let command = database::database_command(&args, mode, &rendered.args, &data_dir)?;
     let mut process = std::process::Command::new(&command[0]);
     process
@@ -249,30 +276,91 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
     let mut child = Child::spawn(process)?;
     child_alive.store(true, Ordering::Relaxed);
     if let Some(stderr) = child.take_stderr() {
-        let refused = refused_decommissioned.clone();
-        std::thread::spawn(move || database::forward_stderr(stderr, &refused));
+        let refusals = refusals.clone();
+        std::thread::spawn(move || database::forward_stderr(stderr, &refusals));
     }
 
     let drain_jolokia = jolokia.clone();
+    let stop = async {
+        tokio::select! {
+            signal = &mut shutdown => signal,
+            _ = restart.notified() => {
+                info!(member = %name, "restarting the database");
+                Signal::SIGTERM
+            }
+        }
+    };
     let code = supervise::supervise(
         &child,
-        shutdown,
+        stop,
         || async move { database::drain(drain_jolokia).await },
         Duration::from_secs(args.drain_timeout_seconds),
     )
     .await;
     child_alive.store(false, Ordering::Relaxed);
 
-    // Cassandra refuses to start a node that was decommissioned: the
-    // decommission finished before a crash. Confirm before exiting.
-    if refused_decommissioned.load(Ordering::Relaxed) && *intent_rx.borrow() == Intent::Requested {
+    // 8. What Cassandra's refusal to start asks of the sidecar.
+    if refusals.decommissioned.load(Ordering::Relaxed) {
+        // The decommission finished before a crash: the data left the ring.
+        // Record it, and confirm when it was asked for.
         if let Err(e) = markers::write_marker(&marker, "") {
             warn!(error = %e, "writing the decommission marker");
-        } else if let Err(e) = act::confirm(&services, &name).await {
+        } else if act::intent_of(&service_rx.borrow()) == Intent::Requested
+            && let Err(e) = act::confirm(&services, &name).await
+        {
             warn!(error = %e, "confirming the decommission");
         }
     }
+    if let Some(line) = refusals.collision()
+        && !bootstrapped
+    {
+        request_replace(&services, &name, &line, service_rx, shutdown).await;
+    }
     Ok(code)
+}
+
+/// The ring still knows this member's address while its data directory was
+/// never bootstrapped (the disk was swapped or emptied, the Node survived):
+/// asks the controller for a replace on the member Service, then waits,
+/// not ready, until the `replace` label holds an address (the container is
+/// then restarted and starts with `replace_address_first_boot`) or the Pod
+/// stops.
+async fn request_replace(
+    services: &Api<Service>,
+    name: &str,
+    line: &str,
+    mut service: watch::Receiver<Service>,
+    shutdown: impl std::future::Future<Output = Signal>,
+) {
+    warn!(member = %name, %line, "the ring still knows this member's address and its data is gone: asking for a replace");
+    let patch =
+        serde_json::json!({"metadata": {"annotations": {contract::REPLACE_REQUESTED: line}}});
+    if let Err(e) = services
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        warn!(member = %name, error = %e, "asking for a replace");
+    }
+    let answered = async {
+        loop {
+            let label = service
+                .borrow_and_update()
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(contract::REPLACE).cloned());
+            if let Some(address) = contract::replace_address(label.as_deref()) {
+                return address;
+            }
+            if service.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        address = answered => info!(member = %name, %address, "replace granted: restarting to replace"),
+        signal = shutdown => info!(member = %name, %signal, "stopping"),
+    }
 }
 
 #[cfg(test)]
