@@ -3,6 +3,7 @@
 mod common;
 mod controller;
 mod help;
+mod lifecycle_sidecar;
 mod reloader;
 mod render;
 mod sidecar;
