@@ -35,8 +35,9 @@ pub const DECOMMISSION_STARTED: &str = "cassandra.rook.io/decommission-started";
 pub const DECOMMISSION_REFUSED: &str = "cassandra.rook.io/decommission-refused";
 /// Annotation, written by the sidecar: the member found an empty data
 /// directory while the ring still knows its address with a host ID, so it
-/// cannot start without replacing itself; the value is what it saw. The
-/// controller answers with [`REPLACE`].
+/// cannot start without replacing itself; the value is what it saw
+/// (Cassandra's refusal). The controller answers with [`REPLACE`]; the
+/// sidecar removes the request once the member is NORMAL.
 pub const REPLACE_REQUESTED: &str = "cassandra.rook.io/replace-requested";
 
 /// [`DECOMMISSIONED`] value: the controller asks for a decommission.

@@ -101,6 +101,21 @@ impl Error {
         }
     }
 
+    /// What the MBean said when it threw (a Cassandra refusal such as "Not
+    /// enough live nodes to maintain replication factor..."), without the
+    /// exception's class; `None` when the request did not reach the MBean.
+    pub fn thrown_message(&self) -> Option<&str> {
+        match self {
+            Error::Jolokia {
+                status: 500,
+                error_type,
+                message,
+                ..
+            } => Some(without_class(error_type, message)),
+            _ => None,
+        }
+    }
+
     /// The `status` of a Jolokia error response.
     pub fn jolokia_status(&self) -> Option<u16> {
         match self {

@@ -2,7 +2,10 @@
 //! process that reloads on a signal.
 //!
 //! - [`render`]: configuration rendering (`sidecar`, `config render`).
-//! - [`decommission`]: the member's side of the scale-down protocol (pure).
+//! - [`decommission`]: the member's side of the scale-down protocol (the pure
+//!   decision, and its loop in `decommission::act`).
+//! - [`markers`]: what the sidecar records on the data volume.
+//! - [`probes`]: `/healthz` and `/readyz`.
 //! - [`supervise`]: the sidecar as the container's init (child, signals, reaping).
 //! - [`member`]: the `sidecar` subcommand: start-up, the database, probes, intent.
 //! - [`jolokia`]: the Jolokia client and the StorageService facade.
@@ -11,8 +14,10 @@
 
 pub mod decommission;
 pub mod jolokia;
+pub mod markers;
 pub mod member;
 pub mod nodetool;
+pub mod probes;
 pub mod reloader;
 pub mod render;
 pub mod supervise;

@@ -4,6 +4,10 @@
 use kube::Client;
 use testworld::kubesim::KubeSim;
 
+/// One world at a time in this test binary: each runs its controller on
+/// the production metrics address (0.0.0.0:8080) of the host.
+pub static ONE_WORLD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A kube client through kubesim's kubeconfig.
 pub async fn client(sim: &KubeSim) -> Client {
     testworld::harness::client(sim).await.unwrap()

@@ -20,7 +20,7 @@ use serde_json::json;
 use testworld::harness::{self, World, WorldOptions, container_logs};
 use testworld::ring::NodeStatus;
 
-use crate::world::ONE_WORLD;
+use crate::common::ONE_WORLD;
 
 fn manifests() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests"))

@@ -14,7 +14,8 @@ use kube::api::{Api, PostParams};
 use testworld::harness::{self, fast_ring, until};
 use testworld::ring::{Consistency, Replication};
 
-use crate::world::{ONE_WORLD, ring_summary, thesis_cluster, wait_ready, world};
+use crate::common::ONE_WORLD;
+use crate::world::{ring_summary, thesis_cluster, wait_ready, world};
 
 /// Every log line the containers of `pod` wrote (all restarts).
 fn pod_logs(work: &Path, pod: &str) -> String {

@@ -343,13 +343,14 @@ fn validate(config: &MemberConfig) -> Result<(), RenderError> {
 
 /// The replace address a member starts with (DESIGN.md section 4): the
 /// value of its member Service's `cassandra.rook.io/replace` label, when the
-/// label is set and the member's data directory is empty (a member that
-/// still has its data is not a replacement, whatever the label says).
-pub fn replace_address_for(replace_label: Option<&str>, data_dir_is_empty: bool) -> Option<String> {
-    match replace_label.map(str::trim) {
-        Some(address) if !address.is_empty() && data_dir_is_empty => Some(address.to_string()),
-        _ => None,
-    }
+/// label holds an address (`crds::contract::replace_address`) and the member
+/// has not bootstrapped on this volume (a member that still has its data is
+/// not a replacement, whatever the label says; Cassandra itself ignores
+/// `replace_address_first_boot` once bootstrapped).
+pub fn replace_address_for(replace_label: Option<&str>, not_bootstrapped: bool) -> Option<String> {
+    crds::contract::replace_address(replace_label)
+        .filter(|_| not_bootstrapped)
+        .map(|ip| ip.to_string())
 }
 
 /// The processors `cassandra-env.sh` would count on this machine, for

@@ -877,4 +877,6 @@ fn a_member_replaces_only_with_the_label_and_an_empty_data_directory() {
     assert_eq!(replace_address_for(Some("10.96.0.12"), false), None);
     assert_eq!(replace_address_for(None, true), None);
     assert_eq!(replace_address_for(Some(" "), true), None);
+    // Not an address: no intent at all.
+    assert_eq!(replace_address_for(Some("true"), true), None);
 }

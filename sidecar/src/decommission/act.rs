@@ -1,0 +1,317 @@
+//! The member's side of the scale-down protocol at work: a watch on the
+//! member Service (that one object) for the controller's records, and the
+//! loop that observes the node through Jolokia, asks [`super::next_step`]
+//! what to do and does it (claim, call decommission, report a refusal,
+//! write the marker, confirm, clear the records, restart the database).
+//! I/O.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crds::contract;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Service;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::{Notify, watch};
+use tracing::{info, warn};
+
+use super::{Claim, Intent, LastCall, NodeState, Observed, Step};
+use crate::jolokia::{Jolokia, StorageService};
+use crate::markers;
+
+/// Follows the member Service (that one object) into `service`.
+pub async fn watch_own_service(
+    services: Api<Service>,
+    name: String,
+    service: watch::Sender<Service>,
+) {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut stream = watcher(services, config)
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(seen) => {
+                service.send_replace(seen);
+            }
+            Err(e) => warn!(error = %e, "watching the member service"),
+        }
+    }
+}
+
+/// The decommission record of a member Service.
+pub fn intent_of(service: &Service) -> Intent {
+    Intent::from_label(
+        service
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(contract::DECOMMISSIONED))
+            .map(String::as_str),
+    )
+}
+
+/// The sidecar's own records on a member Service.
+pub fn claim_of(service: &Service) -> Claim {
+    let annotations = service.metadata.annotations.as_ref();
+    let has = |key| annotations.is_some_and(|a| a.contains_key(key));
+    Claim {
+        started: has(contract::DECOMMISSION_STARTED),
+        refused: has(contract::DECOMMISSION_REFUSED),
+    }
+}
+
+/// What the loop learned from its last decommission call.
+#[derive(Debug, Clone, Default)]
+struct Calls {
+    in_flight: bool,
+    /// Cassandra's reason for the last failure, while not yet retried.
+    failure: Option<String>,
+    /// Failures in a row (for the back-off), reset by a success.
+    failures: u32,
+    retry_at: Option<Instant>,
+}
+
+impl Calls {
+    fn last_call(&self, now: Instant) -> LastCall {
+        if self.in_flight {
+            LastCall::InFlight
+        } else if self.failure.is_some() {
+            LastCall::Failed {
+                backing_off: self.retry_at.is_some_and(|at| now < at),
+            }
+        } else {
+            LastCall::None
+        }
+    }
+}
+
+/// What the loop shares with the rest of the sidecar.
+pub struct Links {
+    pub jolokia: Jolokia,
+    pub services: Api<Service>,
+    pub name: String,
+    pub marker: PathBuf,
+    /// Cassandra refused to start: the node was decommissioned.
+    pub refused_decommissioned: Arc<AtomicBool>,
+    /// Asks the sidecar to restart the database.
+    pub restart: Arc<Notify>,
+}
+
+/// Drives the decommission from the member Service's records and the node's
+/// operation mode until the task is dropped.
+pub async fn decommission_loop(links: Links, mut service: watch::Receiver<Service>) {
+    let Links {
+        jolokia,
+        services,
+        name,
+        marker,
+        refused_decommissioned,
+        restart,
+    } = links;
+    let calls = Arc::new(Mutex::new(Calls::default()));
+    let mut last_reason = "";
+    // The API server's answer to our own last write, until the watch brings
+    // something newer: deciding on it avoids acting twice on the version
+    // before it (a stale decision would only meet a 409 anyway).
+    let mut own_write: Option<Service> = None;
+    loop {
+        if service.has_changed().unwrap_or(true) {
+            own_write = None;
+        }
+        let snapshot = match &own_write {
+            Some(updated) => updated.clone(),
+            None => service.borrow_and_update().clone(),
+        };
+        let intent = intent_of(&snapshot);
+        let claim = claim_of(&snapshot);
+        let node = if refused_decommissioned.load(Ordering::Relaxed) {
+            NodeState::RefusedDecommissioned
+        } else if intent == Intent::Requested || claim.started || claim.refused {
+            match StorageService::new(jolokia.clone()).operation_mode().await {
+                Ok(mode) => NodeState::Mode(mode),
+                Err(_) => NodeState::Unreachable,
+            }
+        } else {
+            NodeState::Unreachable
+        };
+        let (last_call, failure) = {
+            let c = calls.lock().unwrap_or_else(|e| e.into_inner());
+            (c.last_call(Instant::now()), c.failure.clone())
+        };
+        let observed = Observed {
+            intent,
+            node: node.clone(),
+            marker: marker.exists(),
+            claim,
+            last_call,
+        };
+        let mut pause = Duration::from_secs(2);
+        match super::next_step(&observed) {
+            Step::Idle => {
+                let _ = service.changed().await;
+                continue;
+            }
+            Step::Claim => {
+                let annotations = serde_json::json!({
+                    contract::DECOMMISSION_STARTED: now_rfc3339(),
+                    contract::DECOMMISSION_REFUSED: null,
+                });
+                match guarded_patch(&services, &snapshot, annotations).await {
+                    Ok(updated) => {
+                        info!(member = %name, "decommission claimed on the member service");
+                        let mut c = calls.lock().unwrap_or_else(|e| e.into_inner());
+                        c.failure = None;
+                        drop(c);
+                        // Decide again on what the API server answered.
+                        own_write = Some(updated);
+                        continue;
+                    }
+                    Err(e) => {
+                        // 409: the controller changed the Service (maybe
+                        // withdrew the request): look again.
+                        info!(member = %name, error = %e, "the claim lost a race; deciding again");
+                        pause = Duration::from_millis(200);
+                    }
+                }
+            }
+            Step::CallDecommission => {
+                info!(member = %name, "decommissioning: streaming this node's data to the others");
+                calls.lock().unwrap_or_else(|e| e.into_inner()).in_flight = true;
+                let (jolokia, calls, name) = (jolokia.clone(), calls.clone(), name.clone());
+                tokio::spawn(async move {
+                    let result = StorageService::new(jolokia).decommission().await;
+                    let mut c = calls.lock().unwrap_or_else(|e| e.into_inner());
+                    c.in_flight = false;
+                    match result {
+                        Ok(()) => {
+                            c.failures = 0;
+                        }
+                        // Cassandra refused, or the stream failed: what the
+                        // MBean threw is the reason. Anything else (a
+                        // timeout, a lost connection) says nothing: the mode
+                        // decides.
+                        Err(e) => match e.thrown_message() {
+                            Some(reason) if !super::still_decommissioning(reason) => {
+                                c.failures = c.failures.saturating_add(1);
+                                let wait = super::backoff(c.failures);
+                                warn!(member = %name, %reason, retry_in = ?wait, "cassandra refused the decommission");
+                                c.failure = Some(reason.to_string());
+                                c.retry_at = Some(Instant::now() + wait);
+                            }
+                            _ => {
+                                info!(member = %name, error = %e, "the decommission call returned")
+                            }
+                        },
+                    }
+                });
+            }
+            Step::ReportRefusal => {
+                let reason = failure.unwrap_or_else(|| match &node {
+                    NodeState::Mode(mode) => format!("operation mode {mode}"),
+                    other => format!("{other:?}"),
+                });
+                {
+                    // DECOMMISSION_FAILED seen without a call of ours: back
+                    // off like after one.
+                    let mut c = calls.lock().unwrap_or_else(|e| e.into_inner());
+                    if c.failure.is_none() {
+                        c.failures = c.failures.saturating_add(1);
+                        c.failure = Some(reason.clone());
+                        c.retry_at = Some(Instant::now() + super::backoff(c.failures));
+                    }
+                }
+                let annotations = serde_json::json!({contract::DECOMMISSION_REFUSED: reason});
+                match guarded_patch(&services, &snapshot, annotations).await {
+                    Ok(updated) => {
+                        warn!(member = %name, %reason, "decommission refusal reported on the member service");
+                        own_write = Some(updated);
+                        continue;
+                    }
+                    Err(e) => warn!(member = %name, error = %e, "reporting the refusal"),
+                }
+            }
+            Step::WriteMarker => {
+                info!(member = %name, "the node left the ring (DECOMMISSIONED)");
+                if let Err(e) = markers::write_marker(&marker, "") {
+                    warn!(error = %e, "writing the decommission marker");
+                }
+                continue;
+            }
+            Step::Confirm => match confirm(&services, &name).await {
+                Ok(()) => {
+                    info!(member = %name, "decommission confirmed on the member service");
+                    continue;
+                }
+                Err(e) => warn!(error = %e, "confirming the decommission"),
+            },
+            Step::ClearRecords => {
+                let annotations = serde_json::json!({
+                    contract::DECOMMISSION_STARTED: null,
+                    contract::DECOMMISSION_REFUSED: null,
+                });
+                match guarded_patch(&services, &snapshot, annotations).await {
+                    Ok(updated) => {
+                        info!(member = %name, "decommission request withdrawn: records cleared");
+                        *calls.lock().unwrap_or_else(|e| e.into_inner()) = Calls::default();
+                        own_write = Some(updated);
+                        continue;
+                    }
+                    Err(e) => {
+                        info!(member = %name, error = %e, "clearing the records; deciding again")
+                    }
+                }
+            }
+            Step::RestartDatabase => {
+                warn!(member = %name, mode = ?node, "decommission withdrawn while the node is stuck leaving: restarting the database, which brings it back NORMAL");
+                restart.notify_one();
+                pause = Duration::from_secs(10);
+            }
+            Step::Wait(reason) => {
+                if reason != last_reason {
+                    info!(member = %name, mode = ?node, "{reason}");
+                    last_reason = reason;
+                }
+            }
+        }
+        tokio::time::sleep(pause).await;
+    }
+}
+
+/// Sets annotations on the member Service with a merge patch that carries
+/// the resourceVersion the decision was made on: the API server answers 409
+/// Conflict if anything changed since (the controller's write won), and the
+/// loop decides again.
+async fn guarded_patch(
+    services: &Api<Service>,
+    seen: &Service,
+    annotations: serde_json::Value,
+) -> Result<Service, kube::Error> {
+    let name = seen.metadata.name.clone().unwrap_or_default();
+    let patch = serde_json::json!({"metadata": {
+        "resourceVersion": seen.metadata.resource_version,
+        "annotations": annotations,
+    }});
+    services
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+}
+
+fn now_rfc3339() -> String {
+    k8s_openapi::jiff::Timestamp::now().to_string()
+}
+
+/// Sets `decommissioned=true` on the member Service: the node left the ring
+/// (operation mode DECOMMISSIONED was read back, the marker written).
+pub async fn confirm(services: &Api<Service>, name: &str) -> Result<(), kube::Error> {
+    let patch = serde_json::json!({"metadata": {"labels": {contract::DECOMMISSIONED: contract::DECOMMISSION_DONE}}});
+    services
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+}

@@ -1,0 +1,217 @@
+//! The database process: its configuration written from the image's
+//! defaults and the rack's overrides, its command line, its standard error
+//! (read for the refusals the sidecar acts on) and its drain before it
+//! stops. I/O.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crds::quantity::Quantity;
+use crds::v1alpha1::{Cluster, ClusterMode};
+use tracing::{info, warn};
+
+use super::{MemberError, SidecarArgs};
+use crate::decommission;
+use crate::jolokia::{Jolokia, OperationMode, StorageService};
+use crate::render::{self, MemberConfig, Overrides, OverridesOrigin};
+
+pub fn parse_limit(
+    what: &'static str,
+    value: Option<&str>,
+) -> Result<Option<Quantity>, MemberError> {
+    value
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| Quantity::parse(v).map_err(|source| MemberError::Quantity { what, source }))
+        .transpose()
+}
+
+/// The database's command line. Cassandra's: `cassandra -f` with the
+/// storage directory on the data volume. The image's cassandra.yaml leaves
+/// the data, commit log, hints and saved caches directories unset, so they
+/// live under `cassandra.storagedir`; `bin/cassandra` appends its own
+/// (`$CASSANDRA_HOME/data`) after `JVM_OPTS`, so only a `-D` of the command
+/// line, which it passes last, decides it whatever the image links there.
+pub fn database_command(
+    args: &SidecarArgs,
+    mode: ClusterMode,
+    extra: &[String],
+    data_dir: &Path,
+) -> Result<Vec<String>, MemberError> {
+    let mut command: Vec<String> = match (&args.database_command, mode) {
+        (Some(custom), _) => custom.split_whitespace().map(str::to_string).collect(),
+        (None, ClusterMode::Cassandra) => vec![
+            "cassandra".to_string(),
+            "-f".to_string(),
+            format!("-Dcassandra.storagedir={}", data_dir.display()),
+        ],
+        (None, ClusterMode::Scylla) => vec!["/docker-entrypoint.py".to_string()],
+    };
+    command.extend(extra.iter().cloned());
+    if command.is_empty() {
+        return Err(MemberError::NoCommand);
+    }
+    Ok(command)
+}
+
+/// The rack's overrides, from the mounted ConfigMap (when the rack names
+/// one; a rack without `configMapName` has none even if the directory
+/// exists).
+pub fn read_overrides(
+    cluster: &Cluster,
+    rack: &str,
+    dir: &Path,
+    mode: ClusterMode,
+) -> Result<Option<Overrides>, MemberError> {
+    let Some(config_map) = cluster
+        .spec
+        .datacenter
+        .racks
+        .iter()
+        .find(|r| r.name == rack)
+        .and_then(|r| r.config_map_name.clone())
+    else {
+        return Ok(None);
+    };
+    let path = dir.join(render::main_file_name(mode));
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(Some(Overrides {
+            origin: OverridesOrigin::ConfigMap(config_map),
+            text,
+        })),
+        // The ConfigMap has no key for the main file: nothing to merge.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(MemberError::File {
+            action: "reading",
+            path,
+            source,
+        }),
+    }
+}
+
+/// Copies the image's configuration directory (cassandra-env.sh, the JVM
+/// options...) and writes the rendered files over it: CASSANDRA_CONF points
+/// at one complete directory.
+pub fn write_configuration(
+    config: &MemberConfig,
+    defaults_dir: &Path,
+    out: &Path,
+) -> Result<render::Rendered, MemberError> {
+    let main = defaults_dir.join(render::main_file_name(config.mode));
+    let defaults = std::fs::read_to_string(&main).map_err(|source| MemberError::File {
+        action: "reading",
+        path: main.clone(),
+        source,
+    })?;
+    let rendered = render::render(config, &defaults)?;
+    let mut files: Vec<(String, String)> = Vec::new();
+    let entries = std::fs::read_dir(defaults_dir).map_err(|source| MemberError::File {
+        action: "listing",
+        path: defaults_dir.to_path_buf(),
+        source,
+    })?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !path.is_file() || rendered.files.iter().any(|f| f.name == name) {
+            continue;
+        }
+        // Binary files are not configuration: skip what is not text.
+        if let Ok(content) = std::fs::read_to_string(&path) {
+            files.push((name, content));
+        }
+    }
+    files.extend(
+        rendered
+            .files
+            .iter()
+            .map(|f| (f.name.clone(), f.content.clone())),
+    );
+    render::write_all(out, &files)?;
+    Ok(rendered)
+}
+
+/// Why Cassandra refused to start, as its standard error says: the refusals
+/// the sidecar answers.
+#[derive(Debug, Default)]
+pub struct StartRefusals {
+    /// "This node was decommissioned and will not rejoin the ring".
+    /// Shared with the decommission loop, which confirms from it.
+    pub decommissioned: Arc<AtomicBool>,
+    /// "A node with address ... already exists, cancelling join": an empty
+    /// data directory at an address the ring still knows (the line).
+    pub collision: Mutex<Option<String>>,
+}
+
+impl StartRefusals {
+    /// The collision line, if Cassandra logged one.
+    pub fn collision(&self) -> Option<String> {
+        self.collision
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn read(&self, line: &str) {
+        if line.contains(decommission::REFUSED_DECOMMISSIONED_LOG) {
+            self.decommissioned.store(true, Ordering::Relaxed);
+        }
+        if is_endpoint_collision(line) {
+            *self.collision.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some(line.trim().to_string());
+        }
+    }
+}
+
+/// Whether a log line is Cassandra's refusal to join at an address the ring
+/// still knows (`StorageService.checkForEndpointCollision`, 3.11 to 5.0).
+pub fn is_endpoint_collision(line: &str) -> bool {
+    line.contains("A node with address") && line.contains("already exists, cancelling join")
+}
+
+/// Copies the database's standard error to ours, reading the refusals in it.
+pub fn forward_stderr(stderr: std::process::ChildStderr, refusals: &StartRefusals) {
+    use std::io::{BufRead, Write};
+    let reader = std::io::BufReader::new(stderr);
+    for line in reader.lines().map_while(Result::ok) {
+        refusals.read(&line);
+        let _ = writeln!(std::io::stderr(), "{line}");
+    }
+}
+
+pub async fn drain(jolokia: Jolokia) {
+    let storage = StorageService::new(jolokia);
+    match storage.operation_mode().await {
+        Ok(OperationMode::Drained | OperationMode::Decommissioned) => {}
+        Ok(_) => {
+            if let Err(e) = storage.drain().await {
+                warn!(error = %e, "drain failed");
+            } else {
+                info!("drained");
+            }
+        }
+        Err(e) => info!(error = %e, "not draining: the database does not answer"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_refusals_are_read_from_cassandras_lines() {
+        let refusals = StartRefusals::default();
+        refusals.read("INFO  [main] Starting up server gossip");
+        assert!(!refusals.decommissioned.load(Ordering::Relaxed));
+        assert_eq!(refusals.collision(), None);
+        // The lines as 3.11 to 5.0 log them (StorageService).
+        let collision = "ERROR [main] Exception encountered during startup: java.lang.RuntimeException: A node with address /10.96.0.12:7000 already exists, cancelling join. Use cassandra.replace_address if you want to replace this node.";
+        refusals.read(collision);
+        assert_eq!(refusals.collision().as_deref(), Some(collision));
+        refusals.read("ERROR [main] This node was decommissioned and will not rejoin the ring unless cassandra.override_decommission=true has been set, or all existing data is removed and the node is bootstrapped again");
+        assert!(refusals.decommissioned.load(Ordering::Relaxed));
+        assert!(!is_endpoint_collision(
+            "A node with address 10.0.0.1 is joining"
+        ));
+    }
+}

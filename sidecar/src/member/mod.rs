@@ -1,0 +1,416 @@
+//! The `sidecar` subcommand: the entrypoint of the database container
+//! (DESIGN.md sections 4 and 6). I/O.
+//!
+//! This module conducts; its rooms work: [`identity`] gathers who the
+//! member is, [`database`] writes the configuration and runs the database,
+//! [`crate::probes`] serves the probes, [`crate::decommission`] answers the
+//! scale-down intent, [`crate::markers`] keeps what the data volume must
+//! remember. [`run`] reads as the steps of DESIGN.md.
+//!
+//! Settings come from the environment a Pod gives (downward API) and from
+//! variables with defaults that suit the real images (`JOLOKIA_URL`,
+//! `PROBE_ADDR`: the test world's Pods have their own network namespaces
+//! and run with these defaults; tests that run a sidecar on the host set
+//! them, and the directories).
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crds::contract;
+use crds::v1alpha1::{Cluster, ClusterMode};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::{Api, Client};
+use thiserror::Error;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::decommission::{self, Intent, act};
+use crate::jolokia::Jolokia;
+use crate::render::{self, MemberConfig};
+use crate::supervise::{self, Child};
+use crate::{markers, probes};
+use database::StartRefusals;
+use kube::api::{Patch, PatchParams};
+use nix::sys::signal::Signal;
+use tokio::sync::Notify;
+
+mod bootstrap;
+mod database;
+mod identity;
+
+pub use identity::{Member, cluster_ip};
+
+/// Settings of the sidecar, from the Pod's environment.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SidecarArgs {
+    /// Name of this member's Pod (and of its member Service).
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: String,
+    /// Namespace of the Pod.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub pod_namespace: String,
+    /// IP of the Pod (listen_address).
+    #[arg(long, env = "POD_IP")]
+    pub pod_ip: IpAddr,
+    /// CPU limit of the container (resourceFieldRef limits.cpu).
+    #[arg(long, env = "CPU_LIMIT")]
+    pub cpu_limit: Option<String>,
+    /// Memory limit of the container (resourceFieldRef limits.memory).
+    #[arg(long, env = "MEMORY_LIMIT")]
+    pub memory_limit: Option<String>,
+    /// The database's Jolokia endpoint (bound to the Pod's loopback).
+    #[arg(long, env = "JOLOKIA_URL", default_value = crate::jolokia::DEFAULT_URL)]
+    pub jolokia_url: String,
+    /// Where to serve /healthz and /readyz.
+    #[arg(long, env = "PROBE_ADDR", default_value_t = SocketAddr::from(([0, 0, 0, 0], contract::SIDECAR_PORT)))]
+    pub probe_addr: SocketAddr,
+    /// The image's configuration directory (default: /etc/cassandra or
+    /// /etc/scylla).
+    #[arg(long, env = "CONFIG_DEFAULTS_DIR")]
+    pub config_defaults_dir: Option<PathBuf>,
+    /// Where to write the member's configuration (given to Cassandra as
+    /// CASSANDRA_CONF).
+    #[arg(long, env = "CONFIG_DIR", default_value = "/mnt/shared/conf")]
+    pub config_dir: PathBuf,
+    /// The data directory (default: /var/lib/cassandra or /var/lib/scylla).
+    #[arg(long, env = "DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Where the rack's ConfigMap of overrides is mounted.
+    #[arg(long, env = "OVERRIDES_DIR", default_value = contract::OVERRIDES_DIR)]
+    pub overrides_dir: PathBuf,
+    /// The database command (default: `cassandra -f`, or the Scylla image's
+    /// entrypoint), split on white space.
+    #[arg(long, env = "DATABASE_COMMAND")]
+    pub database_command: Option<String>,
+    /// The Jolokia JVM agent jar.
+    #[arg(long, env = "JOLOKIA_AGENT_JAR", default_value = render::DEFAULT_JOLOKIA_AGENT_JAR)]
+    pub jolokia_agent_jar: String,
+    /// How long to let the database drain on SIGTERM before signalling it.
+    #[arg(long, env = "DRAIN_TIMEOUT_SECONDS", default_value_t = 600)]
+    pub drain_timeout_seconds: u64,
+}
+
+/// A start-up or runtime step of the sidecar that failed.
+#[derive(Debug, Error)]
+pub enum MemberError {
+    /// Connecting to the Kubernetes API failed.
+    #[error("connecting to the Kubernetes API: {0}")]
+    Connect(#[source] kube::Error),
+    /// Reading an object failed for good.
+    #[error("reading {what}: {source}")]
+    Read { what: String, source: kube::Error },
+    /// The Pod lacks a label the controller sets.
+    #[error("pod {pod} has no {label} label: was it created by the operator?")]
+    MissingLabel { pod: String, label: &'static str },
+    /// A limit is not a Kubernetes quantity.
+    #[error("{what}: {source}")]
+    Quantity {
+        what: &'static str,
+        source: crds::quantity::ParseQuantityError,
+    },
+    /// The member Service has no usable ClusterIP.
+    #[error("member service {0} has no ClusterIP")]
+    NoClusterIp(String),
+    /// A marker on the data volume could not be read or written.
+    #[error(transparent)]
+    Marker(crate::markers::MarkerError),
+    /// Reading or writing a file failed.
+    #[error("{action} {path}: {source}")]
+    File {
+        action: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Rendering the configuration failed (nothing was started).
+    #[error("rendering the configuration: {0}")]
+    Render(#[from] render::RenderError),
+    /// The Jolokia client could not be built.
+    #[error("jolokia: {0}")]
+    Jolokia(#[from] crate::jolokia::Error),
+    /// Starting or supervising the database failed.
+    #[error(transparent)]
+    Supervise(#[from] supervise::SuperviseError),
+    /// The database command is empty.
+    #[error("DATABASE_COMMAND is empty")]
+    NoCommand,
+}
+
+/// Runs the sidecar; returns the exit code for the container. The steps of
+/// DESIGN.md sections 4 and 6, in order.
+pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
+    let client = Client::try_default().await.map_err(MemberError::Connect)?;
+    let services: Api<Service> = Api::namespaced(client.clone(), &args.pod_namespace);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &args.pod_namespace);
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), &args.pod_namespace);
+
+    // 1. Who this member is: its member Service (and ClusterIP), Pod, Cluster.
+    let member = Member::gather(&args, &services, &pods, &clusters).await?;
+    let name = member.pod.clone();
+    let data_dir = member.data_dir.clone();
+    let marker = contract::decommission_marker(&data_dir);
+
+    // 2. A volume whose node left the ring, given back to a member the spec
+    //    wants again (a later scale-up reusing the PVC): its data left with
+    //    the node; start afresh as a new, bootstrapping member.
+    if marker.exists() && act::intent_of(&member.service) == Intent::Serve {
+        info!(member = %name, "the data volume holds a node that left the ring, and the member is wanted again: clearing it to bootstrap as a new member");
+        markers::clear_left_node(&data_dir).map_err(MemberError::Marker)?;
+    }
+
+    // 3. Its seeds and its replace intent, from what its data volume holds.
+    let bootstrapped = contract::bootstrapped_marker(&data_dir).is_file();
+    let seeds = member.seeds(&services, bootstrapped).await?;
+    let replace_address = render::replace_address_for(
+        member.service_label(contract::REPLACE),
+        !bootstrapped || markers::data_dir_is_empty(&data_dir),
+    );
+
+    // 4. Its configuration, rendered from the image's defaults.
+    let mode = member.mode;
+    let config = MemberConfig {
+        mode,
+        cluster_name: member.cluster_name.clone(),
+        pod_ip: args.pod_ip,
+        broadcast_address: member
+            .own_ip
+            .parse()
+            .map_err(|_| MemberError::NoClusterIp(name.clone()))?,
+        seeds: seeds.clone(),
+        datacenter: member.dc.clone(),
+        rack: member.rack.clone(),
+        memory_limit: database::parse_limit("MEMORY_LIMIT", args.memory_limit.as_deref())?,
+        cpu_limit: database::parse_limit("CPU_LIMIT", args.cpu_limit.as_deref())?,
+        node_cpu_cores: render::node_cpu_cores(),
+        replace_address: replace_address.clone(),
+        overrides: database::read_overrides(
+            &member.cluster,
+            &member.rack,
+            &args.overrides_dir,
+            mode,
+        )?,
+        jolokia_agent_jar: args.jolokia_agent_jar.clone(),
+    };
+    let defaults_dir = args
+        .config_defaults_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(contract::config_dir(mode)));
+    let rendered = database::write_configuration(&config, &defaults_dir, &args.config_dir)?;
+    info!(
+        cluster = %member.cluster_name, dc = %member.dc, rack = %member.rack, member = %name,
+        broadcast = %member.own_ip, seeds = ?seeds, bootstrapped, replace = ?replace_address,
+        "configuration rendered"
+    );
+
+    // 5. The records of intent on the member Service, followed from now on.
+    let (service_tx, service_rx) = watch::channel(member.service.clone());
+    tokio::spawn(act::watch_own_service(
+        services.clone(),
+        name.clone(),
+        service_tx,
+    ));
+
+    // 6. Probes, the bootstrap record, and the decommission protocol.
+    let jolokia = Jolokia::new(&args.jolokia_url)?;
+    let refusals = Arc::new(StartRefusals::default());
+    let child_alive = Arc::new(AtomicBool::new(false));
+    let restart = Arc::new(Notify::new());
+    tokio::spawn(probes::serve_probes(
+        args.probe_addr,
+        jolokia.clone(),
+        child_alive.clone(),
+    ));
+    tokio::spawn(act::decommission_loop(
+        act::Links {
+            jolokia: jolokia.clone(),
+            services: services.clone(),
+            name: name.clone(),
+            marker: marker.clone(),
+            refused_decommissioned: refusals.decommissioned.clone(),
+            restart: restart.clone(),
+        },
+        service_rx.clone(),
+    ));
+
+    let mut shutdown = Box::pin(supervise::termination()?);
+    if !decommission::may_start_cassandra(marker.exists()) {
+        // The node left the ring: never start it again. Stay up (not ready)
+        // until the controller removes the Pod, so the confirmation is made.
+        info!(marker = %marker.display(), "this member was decommissioned: the database is not started");
+        let signal = shutdown.await;
+        info!(%signal, "stopping");
+        return Ok(0);
+    }
+    if !bootstrapped {
+        tokio::spawn(bootstrap::record_bootstrap(
+            jolokia.clone(),
+            data_dir.clone(),
+            services.clone(),
+            name.clone(),
+        ));
+    }
+
+    // 7. The database, supervised until it ends, the Pod stops, or the
+    //    decommission protocol asks for a restart.
+    let command = database::database_command(&args, mode, &rendered.args, &data_dir)?;
+    let mut process = std::process::Command::new(&command[0]);
+    process
+        .args(&command[1..])
+        .env("CASSANDRA_CONF", &args.config_dir)
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::piped());
+    for (key, value) in &rendered.env {
+        let mut value = value.clone();
+        if key == "JVM_EXTRA_OPTS" && mode == ClusterMode::Cassandra {
+            // Keep what the container already passes the JVM.
+            let existing = std::env::var(key).unwrap_or_default();
+            if !existing.trim().is_empty() {
+                value = format!("{value} {}", existing.trim());
+            }
+        }
+        process.env(key, value);
+    }
+    let mut child = Child::spawn(process)?;
+    child_alive.store(true, Ordering::Relaxed);
+    if let Some(stderr) = child.take_stderr() {
+        let refusals = refusals.clone();
+        std::thread::spawn(move || database::forward_stderr(stderr, &refusals));
+    }
+
+    let drain_jolokia = jolokia.clone();
+    let stop = async {
+        tokio::select! {
+            signal = &mut shutdown => signal,
+            _ = restart.notified() => {
+                info!(member = %name, "restarting the database");
+                Signal::SIGTERM
+            }
+        }
+    };
+    let code = supervise::supervise(
+        &child,
+        stop,
+        || async move { database::drain(drain_jolokia).await },
+        Duration::from_secs(args.drain_timeout_seconds),
+    )
+    .await;
+    child_alive.store(false, Ordering::Relaxed);
+
+    // 8. What Cassandra's refusal to start asks of the sidecar.
+    if refusals.decommissioned.load(Ordering::Relaxed) {
+        // The decommission finished before a crash: the data left the ring.
+        // Record it, and confirm when it was asked for.
+        if let Err(e) = markers::write_marker(&marker, "") {
+            warn!(error = %e, "writing the decommission marker");
+        } else if act::intent_of(&service_rx.borrow()) == Intent::Requested
+            && let Err(e) = act::confirm(&services, &name).await
+        {
+            warn!(error = %e, "confirming the decommission");
+        }
+    }
+    if let Some(line) = refusals.collision()
+        && !bootstrapped
+    {
+        request_replace(&services, &name, &line, service_rx, shutdown).await;
+    }
+    Ok(code)
+}
+
+/// The ring still knows this member's address while its data directory was
+/// never bootstrapped (the disk was swapped or emptied, the Node survived):
+/// asks the controller for a replace on the member Service, then waits,
+/// not ready, until the `replace` label holds an address (the container is
+/// then restarted and starts with `replace_address_first_boot`) or the Pod
+/// stops.
+async fn request_replace(
+    services: &Api<Service>,
+    name: &str,
+    line: &str,
+    mut service: watch::Receiver<Service>,
+    shutdown: impl std::future::Future<Output = Signal>,
+) {
+    warn!(member = %name, %line, "the ring still knows this member's address and its data is gone: asking for a replace");
+    let patch =
+        serde_json::json!({"metadata": {"annotations": {contract::REPLACE_REQUESTED: line}}});
+    if let Err(e) = services
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        warn!(member = %name, error = %e, "asking for a replace");
+    }
+    let answered = async {
+        loop {
+            let label = service
+                .borrow_and_update()
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(contract::REPLACE).cloned());
+            if let Some(address) = contract::replace_address(label.as_deref()) {
+                return address;
+            }
+            if service.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        address = answered => info!(member = %name, %address, "replace granted: restarting to replace"),
+        signal = shutdown => info!(member = %name, %signal, "stopping"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use database::database_command;
+    use std::path::Path;
+
+    fn ips(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_database_command_takes_the_rendered_arguments() {
+        let args = SidecarArgs {
+            pod_name: "p".into(),
+            pod_namespace: "n".into(),
+            pod_ip: "127.0.0.1".parse().unwrap(),
+            cpu_limit: None,
+            memory_limit: None,
+            jolokia_url: crate::jolokia::DEFAULT_URL.into(),
+            probe_addr: "127.0.0.1:0".parse().unwrap(),
+            config_defaults_dir: None,
+            config_dir: "/c".into(),
+            data_dir: None,
+            overrides_dir: "/o".into(),
+            database_command: None,
+            jolokia_agent_jar: "j".into(),
+            drain_timeout_seconds: 1,
+        };
+        let data = Path::new("/var/lib/cassandra");
+        assert_eq!(
+            database_command(&args, ClusterMode::Cassandra, &[], data).unwrap(),
+            vec![
+                "cassandra",
+                "-f",
+                "-Dcassandra.storagedir=/var/lib/cassandra"
+            ]
+        );
+        assert_eq!(
+            database_command(&args, ClusterMode::Scylla, &ips(&["--smp", "2"]), data).unwrap(),
+            vec!["/docker-entrypoint.py", "--smp", "2"]
+        );
+        let custom = SidecarArgs {
+            database_command: Some("  ".into()),
+            ..args
+        };
+        assert!(matches!(
+            database_command(&custom, ClusterMode::Cassandra, &[], data),
+            Err(MemberError::NoCommand)
+        ));
+    }
+}
