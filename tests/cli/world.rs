@@ -19,11 +19,11 @@ use testworld::ring::{Consistency, NodeStatus, Replication};
 
 /// One world at a time in this test binary: each runs its controller on
 /// the production metrics address (0.0.0.0:8080) of the host.
-static ONE_WORLD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static ONE_WORLD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The test world with `zones` of 3 Nodes each, the CRD and namespace
 /// installed, the real binary as the controller (log in the work dir).
-async fn world(
+pub(crate) async fn world(
     zones: &[&str],
     work: &Path,
     ring: testworld::ring::Options,
@@ -85,7 +85,7 @@ async fn assert_members_run_as_the_database_user(client: &Client, namespace: &st
 
 /// The thesis's Cluster (manifests/examples/gke-local-ssd.yaml), with
 /// smaller disks.
-fn thesis_cluster() -> Cluster {
+pub(crate) fn thesis_cluster() -> Cluster {
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/manifests/examples/gke-local-ssd.yaml"
@@ -98,7 +98,7 @@ fn thesis_cluster() -> Cluster {
     serde_norway::from_str(doc).unwrap()
 }
 
-async fn wait_ready(
+pub(crate) async fn wait_ready(
     clusters: &Api<Cluster>,
     name: &str,
     members: i32,
@@ -126,7 +126,7 @@ async fn wait_ready(
 }
 
 /// The ring as a test reads it: UN nodes, `nodetool status`, the data check.
-fn ring_summary(sim: &KubeSim) -> (usize, String, testworld::ring::CheckReport) {
+pub(crate) fn ring_summary(sim: &KubeSim) -> (usize, String, testworld::ring::CheckReport) {
     sim.ring().with(|ring| {
         let status = ring.status(None).unwrap();
         let up = status
