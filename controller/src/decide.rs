@@ -1,17 +1,26 @@
 //! The decision step of a reconcile: from the Cluster's spec and what the
 //! caches show of its objects, the one next thing to do. Pure, and level
-//! based: it looks only at the present state (labels on member Services,
-//! StatefulSet replicas, Pod readiness), never at what it did before, so a
-//! controller that crashed between two steps resumes where it was.
+//! based: it looks only at the present state (labels and annotations on
+//! member Services, StatefulSet replicas, Pods, claims, volumes, Nodes),
+//! never at what it did before, so a controller that crashed between two
+//! steps resumes where it was.
 //!
 //! One topology change at a time per cluster: while any member is not ready,
-//! leaving or being replaced, nothing else starts.
+//! leaving or being replaced, nothing else starts. The safety rules of a
+//! scale-down (DESIGN.md section 5) live here and are table-tested:
+//! - a member's claims and Service are deleted only for an ordinal at or
+//!   above the StatefulSet's replicas whose decommission was confirmed by
+//!   its sidecar (`decommissioned=true`), never inferred from anything else;
+//! - a StatefulSet shrinks only past a confirmed member;
+//! - a decommission request on a member the spec still wants is withdrawn
+//!   only while the sidecar has not claimed it (or Cassandra refused it);
+//!   one under way is finished first, and the scale-up waits;
+//! - nothing starts while members run different major versions.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
+use crds::contract::{Decommission, is_seed};
 use crds::v1alpha1::ClusterSpec;
-
-use crds::contract::is_seed;
 
 /// What the caches show of one member (one ordinal of a rack).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -22,6 +31,13 @@ pub struct MemberObserved {
     pub pod_exists: bool,
     /// Its Pod is Ready (the sidecar reports operation mode NORMAL).
     pub pod_ready: bool,
+    /// The major version of the database image its Pod runs, when known.
+    pub pod_major: Option<u32>,
+    /// Its PersistentVolumeClaims that exist (`<template>-<pod>`).
+    pub claims: Vec<String>,
+    /// One of its claims is bound to a local PersistentVolume whose node
+    /// affinity names only Nodes that no longer exist: the disk is gone.
+    pub disk_lost: bool,
 }
 
 /// The records of intent on a member Service.
@@ -31,6 +47,23 @@ pub struct ServiceObserved {
     pub decommissioned: Option<String>,
     /// The `cassandra.rook.io/replace` label, if present.
     pub replace: Option<String>,
+    /// The sidecar claimed the decommission (`decommission-started`).
+    pub decommission_started: bool,
+    /// Cassandra refused or failed the decommission: its reason.
+    pub decommission_refused: Option<String>,
+    /// The sidecar asks for a replace (empty disk, ring knows the member).
+    pub replace_requested: Option<String>,
+    /// The Service's ClusterIP: the member's address in the ring.
+    pub cluster_ip: Option<String>,
+    /// Its resourceVersion, to guard writes that race the sidecar.
+    pub resource_version: Option<String>,
+}
+
+impl ServiceObserved {
+    /// The decommission record, as the contract reads it.
+    pub fn decommission(&self) -> Decommission {
+        Decommission::from_label(self.decommissioned.as_deref())
+    }
 }
 
 /// What the caches show of one rack.
@@ -38,8 +71,29 @@ pub struct ServiceObserved {
 pub struct RackObserved {
     /// `spec.replicas` of its StatefulSet, if the StatefulSet exists.
     pub replicas: Option<i32>,
-    /// Its members by ordinal (Pods and member Services found).
+    /// Its members by ordinal (Pods, member Services and claims found).
     pub members: BTreeMap<i32, MemberObserved>,
+}
+
+impl RackObserved {
+    /// The replicas a (re-)created StatefulSet needs so that it adopts the
+    /// members that exist instead of deleting them: one past the highest
+    /// ordinal with a Pod, a Service or a claim, except members whose
+    /// decommission was confirmed (they are leftovers, not members).
+    pub fn members_to_keep(&self) -> i32 {
+        self.members
+            .iter()
+            .filter(|(_, m)| {
+                let confirmed = m
+                    .service
+                    .as_ref()
+                    .is_some_and(|s| s.decommission() == Decommission::Confirmed);
+                !confirmed && (m.pod_exists || m.service.is_some() || !m.claims.is_empty())
+            })
+            .map(|(&ordinal, _)| ordinal + 1)
+            .max()
+            .unwrap_or(0)
+    }
 }
 
 /// An object with one of the cluster's names that the Cluster does not own.
@@ -70,8 +124,14 @@ pub enum WaitReason {
     MemberNotReady { rack: String, member: i32 },
     /// A member is being decommissioned.
     MemberLeaving { rack: String, member: i32 },
+    /// A member the spec wants again is decommissioning already (its sidecar
+    /// claimed it): the decommission finishes, then the scale-up proceeds.
+    DecommissionBeforeScaleUp { rack: String, member: i32 },
     /// A member is being replaced.
     MemberReplacing { rack: String, member: i32 },
+    /// Members run different major versions: Cassandra cannot stream
+    /// between majors, so no topology change starts.
+    MixedMajorVersions { majors: Vec<u32> },
 }
 
 /// Why the controller refuses to act (until the spec or the objects change).
@@ -84,20 +144,30 @@ pub enum Refusal {
     DatacenterChanged { running: String, spec: String },
     /// A rack was removed from the spec while its StatefulSet still runs members.
     RackRemovedWithMembers { rack: String, members: i32 },
-    /// The spec asks for fewer members than a rack has; decommissioning is not
-    /// implemented by this version, so nothing is removed.
-    ScaleDownUnsupported {
+    /// Cassandra refused (or failed) the decommission of a member: nothing
+    /// is removed; raising the rack's members back cancels it.
+    DecommissionRefused {
         rack: String,
-        members: i32,
-        wanted: i32,
+        member: i32,
+        reason: String,
+    },
+    /// A member below the highest one left the ring (a label set by hand?):
+    /// a StatefulSet can only remove its highest member.
+    DecommissionedBelowTheTop { rack: String, member: i32 },
+    /// A `decommissioned` label with a value neither side acts on.
+    UnreadableDecommission {
+        rack: String,
+        member: i32,
+        value: String,
     },
 }
 
 /// The next thing to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Create the StatefulSets of these racks, with 0 replicas.
-    CreateStatefulSets { racks: Vec<String> },
+    /// Create the StatefulSets of these racks, each with the replicas its
+    /// existing members need (0 for a new rack).
+    CreateStatefulSets { racks: Vec<(String, i32)> },
     /// Create the member Service of a member (before its Pod exists, or
     /// because it went missing).
     CreateMemberService {
@@ -107,6 +177,44 @@ pub enum Action {
     },
     /// Add one member to a rack: set its StatefulSet's replicas.
     ScaleUp { rack: String, replicas: i32 },
+    /// Ask the highest member of a rack to leave the ring: label its Service
+    /// `decommissioned=false`.
+    RequestDecommission { rack: String, member: i32 },
+    /// Remove a decommission request the sidecar has not claimed (or that
+    /// Cassandra refused), guarded by the Service's resourceVersion.
+    WithdrawDecommission {
+        rack: String,
+        member: i32,
+        resource_version: String,
+    },
+    /// The highest member's decommission is confirmed: shrink the
+    /// StatefulSet past it.
+    ScaleDown { rack: String, replicas: i32 },
+    /// A member above the replicas whose decommission was confirmed: delete
+    /// its claims, then its Service (the Service holds the confirmation, so
+    /// it goes last).
+    DeleteLeftovers {
+        rack: String,
+        member: i32,
+        claims: Vec<String>,
+    },
+    /// Record `replace=<address>` on a member's Service: its disk was lost,
+    /// or its sidecar asked.
+    StartReplace {
+        rack: String,
+        member: i32,
+        address: String,
+        resource_version: String,
+    },
+    /// A member being replaced still has claims on a lost disk: delete them,
+    /// then its Pod, so that the StatefulSet makes both anew.
+    DeleteLostDisk {
+        rack: String,
+        member: i32,
+        claims: Vec<String>,
+    },
+    /// The replaced member is ready: remove the `replace` record.
+    FinishReplace { rack: String, member: i32 },
     /// Wait for the cluster to settle.
     Wait(WaitReason),
     /// Do nothing until something changes.
@@ -137,20 +245,49 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
         }
     }
 
-    let missing: Vec<String> = spec
+    let missing: Vec<(String, i32)> = spec
         .datacenter
         .racks
         .iter()
-        .filter(|r| {
-            observed
-                .racks
-                .get(&r.name)
-                .is_none_or(|o| o.replicas.is_none())
+        .filter_map(|r| match observed.racks.get(&r.name) {
+            None => Some((r.name.clone(), 0)),
+            Some(o) if o.replicas.is_none() => Some((r.name.clone(), o.members_to_keep())),
+            Some(_) => None,
         })
-        .map(|r| r.name.clone())
         .collect();
     if !missing.is_empty() {
         return Action::CreateStatefulSets { racks: missing };
+    }
+
+    // Leftovers of confirmed decommissions, first: a stale Service or claim
+    // at the next ordinal would be reused by a scale-up.
+    for rack in &spec.datacenter.racks {
+        let observed_rack = &observed.racks[&rack.name];
+        let replicas = observed_rack.replicas.unwrap_or(0);
+        for (&member, state) in observed_rack.members.range(replicas..) {
+            let confirmed = state
+                .service
+                .as_ref()
+                .is_some_and(|s| s.decommission() == Decommission::Confirmed);
+            if !confirmed {
+                // Never inferred: without the sidecar's confirmation, what
+                // is above the replicas stays.
+                continue;
+            }
+            if state.pod_exists {
+                // The StatefulSet is still removing the Pod: its identity
+                // stays until the process is gone.
+                return Action::Wait(WaitReason::MemberLeaving {
+                    rack: rack.name.clone(),
+                    member,
+                });
+            }
+            return Action::DeleteLeftovers {
+                rack: rack.name.clone(),
+                member,
+                claims: state.claims.clone(),
+            };
+        }
     }
 
     // Repair: every running member has its Service (its identity).
@@ -171,41 +308,152 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
         }
     }
 
-    // One topology change at a time: wait while anything is in motion.
+    // Operations under way on running members: finish (or withdraw) them
+    // before anything else.
     for rack in &spec.datacenter.racks {
         let observed_rack = &observed.racks[&rack.name];
-        for (&member, state) in &observed_rack.members {
-            let service = state.service.as_ref();
-            if service.is_some_and(|s| s.decommissioned.is_some()) {
-                return Action::Wait(WaitReason::MemberLeaving {
-                    rack: rack.name.clone(),
-                    member,
-                });
+        let replicas = observed_rack.replicas.unwrap_or(0);
+        for (&member, state) in observed_rack.members.range(..replicas) {
+            let Some(service) = state.service.as_ref() else {
+                continue;
+            };
+            let (rack_name, wanted) = (rack.name.clone(), member < rack.members);
+            match service.decommission() {
+                Decommission::Serve => {}
+                Decommission::Confirmed if member == replicas - 1 => {
+                    // Whether or not the spec wants it again: it left the
+                    // ring and never starts again; a scale-up makes a new one.
+                    return Action::ScaleDown {
+                        rack: rack_name,
+                        replicas: member,
+                    };
+                }
+                Decommission::Confirmed => {
+                    return Action::Refuse(Refusal::DecommissionedBelowTheTop {
+                        rack: rack_name,
+                        member,
+                    });
+                }
+                Decommission::Unknown => {
+                    return Action::Refuse(Refusal::UnreadableDecommission {
+                        rack: rack_name,
+                        member,
+                        value: service.decommissioned.clone().unwrap_or_default(),
+                    });
+                }
+                Decommission::Requested => {
+                    let claimed =
+                        service.decommission_started && service.decommission_refused.is_none();
+                    if wanted && !claimed {
+                        return match service.resource_version.clone() {
+                            Some(resource_version) => Action::WithdrawDecommission {
+                                rack: rack_name,
+                                member,
+                                resource_version,
+                            },
+                            None => Action::Wait(WaitReason::MemberLeaving {
+                                rack: rack_name,
+                                member,
+                            }),
+                        };
+                    }
+                    if wanted {
+                        return Action::Wait(WaitReason::DecommissionBeforeScaleUp {
+                            rack: rack_name,
+                            member,
+                        });
+                    }
+                    if let Some(reason) = &service.decommission_refused {
+                        return Action::Refuse(Refusal::DecommissionRefused {
+                            rack: rack_name,
+                            member,
+                            reason: reason.clone(),
+                        });
+                    }
+                    return Action::Wait(WaitReason::MemberLeaving {
+                        rack: rack_name,
+                        member,
+                    });
+                }
             }
-            if service.is_some_and(|s| s.replace.is_some()) {
+            if service.replace.is_some() {
+                if state.disk_lost {
+                    return Action::DeleteLostDisk {
+                        rack: rack_name,
+                        member,
+                        claims: state.claims.clone(),
+                    };
+                }
+                if state.pod_ready && !state.disk_lost {
+                    return Action::FinishReplace {
+                        rack: rack_name,
+                        member,
+                    };
+                }
                 return Action::Wait(WaitReason::MemberReplacing {
-                    rack: rack.name.clone(),
-                    member,
-                });
-            }
-        }
-        for member in 0..observed_rack.replicas.unwrap_or(0) {
-            if !observed_rack
-                .members
-                .get(&member)
-                .is_some_and(|m| m.pod_ready)
-            {
-                return Action::Wait(WaitReason::MemberNotReady {
-                    rack: rack.name.clone(),
+                    rack: rack_name,
                     member,
                 });
             }
         }
     }
 
+    // A member that needs a replace: its local disk is gone with its Node,
+    // or its sidecar found an empty disk the ring still knows. One at a
+    // time, only when every other member is ready (members that need a
+    // replace themselves are not waited for: they never get ready alone).
+    let mut needs_replace = Vec::new();
+    for rack in &spec.datacenter.racks {
+        let observed_rack = &observed.racks[&rack.name];
+        for (&member, state) in observed_rack
+            .members
+            .range(..observed_rack.replicas.unwrap_or(0))
+        {
+            let Some(service) = state.service.as_ref() else {
+                continue;
+            };
+            if state.disk_lost || (!state.pod_ready && service.replace_requested.is_some()) {
+                needs_replace.push((rack.name.as_str(), member, service));
+            }
+        }
+    }
+    let skip: BTreeSet<(&str, i32)> = needs_replace.iter().map(|(r, m, _)| (*r, *m)).collect();
+    if let Some(&(rack, member, service)) = needs_replace.first() {
+        if let Some(wait) = not_ready_besides(spec, observed, &skip) {
+            return Action::Wait(wait);
+        }
+        if let Some(wait) = mixed_majors(observed) {
+            return Action::Wait(wait);
+        }
+        return match (service.cluster_ip.clone(), service.resource_version.clone()) {
+            (Some(address), Some(resource_version)) => Action::StartReplace {
+                rack: rack.to_string(),
+                member,
+                address,
+                resource_version,
+            },
+            // No address yet: nothing to replace with; the ClusterIP comes
+            // with the Service.
+            _ => Action::Wait(WaitReason::MemberReplacing {
+                rack: rack.to_string(),
+                member,
+            }),
+        };
+    }
+
+    if let Some(wait) = not_ready_besides(spec, observed, &BTreeSet::new()) {
+        return Action::Wait(wait);
+    }
+
     for rack in &spec.datacenter.racks {
         let observed_rack = &observed.racks[&rack.name];
         let replicas = observed_rack.replicas.unwrap_or(0);
+        if replicas == rack.members {
+            continue;
+        }
+        if let Some(wait) = mixed_majors(observed) {
+            return Action::Wait(wait);
+        }
         if replicas < rack.members {
             let next = replicas;
             if observed_rack
@@ -224,15 +472,63 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
                 replicas: replicas + 1,
             };
         }
-        if replicas > rack.members {
-            return Action::Refuse(Refusal::ScaleDownUnsupported {
-                rack: rack.name.clone(),
-                members: replicas,
-                wanted: rack.members,
-            });
-        }
+        return Action::RequestDecommission {
+            rack: rack.name.clone(),
+            member: replicas - 1,
+        };
     }
     Action::Converged
+}
+
+/// The first running member (other than those in `skip`) that is not
+/// ready, in spec order.
+fn not_ready_besides(
+    spec: &ClusterSpec,
+    observed: &Observed,
+    skip: &BTreeSet<(&str, i32)>,
+) -> Option<WaitReason> {
+    for rack in &spec.datacenter.racks {
+        let observed_rack = observed.racks.get(&rack.name)?;
+        for member in 0..observed_rack.replicas.unwrap_or(0) {
+            if skip.contains(&(rack.name.as_str(), member)) {
+                continue;
+            }
+            if !observed_rack
+                .members
+                .get(&member)
+                .is_some_and(|m| m.pod_ready)
+            {
+                return Some(WaitReason::MemberNotReady {
+                    rack: rack.name.clone(),
+                    member,
+                });
+            }
+        }
+    }
+    None
+}
+
+/// Members running different major versions, if they do.
+fn mixed_majors(observed: &Observed) -> Option<WaitReason> {
+    let majors: BTreeSet<u32> = observed
+        .racks
+        .values()
+        .flat_map(|r| r.members.values())
+        .filter(|m| m.pod_exists)
+        .filter_map(|m| m.pod_major)
+        .collect();
+    (majors.len() > 1).then(|| WaitReason::MixedMajorVersions {
+        majors: majors.into_iter().collect(),
+    })
+}
+
+/// The major version in an image reference's tag (`cassandra:4.1.8` → 4);
+/// `None` without a numeric tag (a digest, `latest`).
+pub fn image_major(image: &str) -> Option<u32> {
+    let reference = image.split('@').next()?;
+    let last = reference.rsplit('/').next()?;
+    let (_, tag) = last.split_once(':')?;
+    tag.split(['.', '-']).next()?.parse().ok()
 }
 
 #[cfg(test)]
@@ -284,9 +580,13 @@ mod tests {
                             service: service.then(|| ServiceObserved {
                                 decommissioned: decommissioned.map(str::to_string),
                                 replace: replace.map(str::to_string),
+                                cluster_ip: Some(format!("10.96.0.{i}")),
+                                resource_version: Some(format!("{}", 100 + i)),
+                                ..ServiceObserved::default()
                             }),
                             pod_exists: *ready,
                             pod_ready: *ready,
+                            ..MemberObserved::default()
                         },
                     )
                 })
@@ -315,7 +615,7 @@ mod tests {
                 spec(&[("b", 3), ("c", 2)]),
                 observed(vec![]),
                 CreateStatefulSets {
-                    racks: vec!["b".into(), "c".into()],
+                    racks: vec![("b".into(), 0), ("c".into(), 0)],
                 },
             ),
             (
@@ -323,7 +623,7 @@ mod tests {
                 spec(&[("b", 3), ("c", 2)]),
                 observed(vec![("b", rack(Some(3), &[READY, READY, READY]))]),
                 CreateStatefulSets {
-                    racks: vec!["c".into()],
+                    racks: vec![("c".into(), 0)],
                 },
             ),
             (
@@ -428,7 +728,7 @@ mod tests {
             ),
             (
                 "a leaving member holds everything",
-                spec(&[("b", 3), ("c", 1)]),
+                spec(&[("b", 2), ("c", 1)]),
                 observed(vec![
                     (
                         "b",
@@ -454,14 +754,13 @@ mod tests {
                 }),
             ),
             (
-                "fewer members wanted: refused, nothing removed",
+                "fewer members wanted: the highest member is asked to leave",
                 spec(&[("b", 2)]),
                 observed(vec![("b", rack(Some(3), &[READY, READY, READY]))]),
-                Refuse(Refusal::ScaleDownUnsupported {
+                RequestDecommission {
                     rack: b(),
-                    members: 3,
-                    wanted: 2,
-                }),
+                    member: 2,
+                },
             ),
             (
                 "a rack removed while it runs members: refused",
@@ -523,5 +822,520 @@ mod tests {
                 name: "c-dc-b".into()
             }))
         );
+    }
+
+    /// A member for the lifecycle table: ready, with a Service, one claim.
+    fn member(i: i32) -> MemberObserved {
+        MemberObserved {
+            service: Some(ServiceObserved {
+                cluster_ip: Some(format!("10.96.0.{i}")),
+                resource_version: Some(format!("{}", 100 + i)),
+                ..ServiceObserved::default()
+            }),
+            pod_exists: true,
+            pod_ready: true,
+            pod_major: Some(4),
+            claims: vec![format!("data-c-dc-b-{i}")],
+            disk_lost: false,
+        }
+    }
+
+    fn with(mut m: MemberObserved, f: impl FnOnce(&mut MemberObserved)) -> MemberObserved {
+        f(&mut m);
+        m
+    }
+
+    fn label(m: MemberObserved, value: &str) -> MemberObserved {
+        with(m, |m| {
+            m.service.as_mut().unwrap().decommissioned = Some(value.to_string())
+        })
+    }
+
+    fn started(m: MemberObserved) -> MemberObserved {
+        with(m, |m| {
+            m.service.as_mut().unwrap().decommission_started = true
+        })
+    }
+
+    fn refused(m: MemberObserved, reason: &str) -> MemberObserved {
+        with(m, |m| {
+            m.service.as_mut().unwrap().decommission_refused = Some(reason.to_string())
+        })
+    }
+
+    fn gone(m: MemberObserved) -> MemberObserved {
+        with(m, |m| {
+            m.pod_exists = false;
+            m.pod_ready = false
+        })
+    }
+
+    fn unready(m: MemberObserved) -> MemberObserved {
+        with(m, |m| m.pod_ready = false)
+    }
+
+    fn racks(replicas: i32, members: Vec<MemberObserved>) -> Observed {
+        let rack = RackObserved {
+            replicas: Some(replicas),
+            members: members
+                .into_iter()
+                .enumerate()
+                .map(|(i, m)| (i as i32, m))
+                .collect(),
+        };
+        observed(vec![("b", rack)])
+    }
+
+    #[test]
+    fn lifecycle_table() {
+        use Action::*;
+        let b = || "b".to_string();
+        let cases: Vec<(&str, i32, Observed, Action)> = vec![
+            (
+                "scale down: the highest member is asked to leave",
+                1,
+                racks(3, vec![member(0), member(1), member(2)]),
+                RequestDecommission {
+                    rack: b(),
+                    member: 2,
+                },
+            ),
+            (
+                "while it leaves, nothing else starts",
+                1,
+                racks(
+                    3,
+                    vec![
+                        member(0),
+                        member(1),
+                        unready(started(label(member(2), "false"))),
+                    ],
+                ),
+                Wait(WaitReason::MemberLeaving {
+                    rack: b(),
+                    member: 2,
+                }),
+            ),
+            (
+                "a confirmed decommission shrinks the StatefulSet past it",
+                1,
+                racks(
+                    3,
+                    vec![
+                        member(0),
+                        member(1),
+                        unready(started(label(member(2), "true"))),
+                    ],
+                ),
+                ScaleDown {
+                    rack: b(),
+                    replicas: 2,
+                },
+            ),
+            (
+                "its Pod still terminating: its identity stays",
+                1,
+                racks(
+                    2,
+                    vec![member(0), member(1), unready(label(member(2), "true"))],
+                ),
+                Wait(WaitReason::MemberLeaving {
+                    rack: b(),
+                    member: 2,
+                }),
+            ),
+            (
+                "Pod gone: its claims and Service are deleted",
+                1,
+                racks(
+                    2,
+                    vec![member(0), member(1), gone(label(member(2), "true"))],
+                ),
+                DeleteLeftovers {
+                    rack: b(),
+                    member: 2,
+                    claims: vec!["data-c-dc-b-2".into()],
+                },
+            ),
+            (
+                "then the next member, one at a time",
+                1,
+                racks(2, vec![member(0), member(1)]),
+                RequestDecommission {
+                    rack: b(),
+                    member: 1,
+                },
+            ),
+            (
+                "above the replicas without a confirmation: nothing is deleted",
+                2,
+                racks(
+                    2,
+                    vec![member(0), member(1), gone(label(member(2), "false"))],
+                ),
+                Converged,
+            ),
+            (
+                "above the replicas with no label at all: nothing is deleted",
+                2,
+                racks(2, vec![member(0), member(1), gone(member(2))]),
+                Converged,
+            ),
+            (
+                "a confirmation below the top never shrinks the StatefulSet",
+                1,
+                racks(
+                    3,
+                    vec![member(0), unready(label(member(1), "true")), member(2)],
+                ),
+                Refuse(Refusal::DecommissionedBelowTheTop {
+                    rack: b(),
+                    member: 1,
+                }),
+            ),
+            (
+                "an unreadable label: neither side acts",
+                1,
+                racks(3, vec![member(0), member(1), label(member(2), "yes")]),
+                Refuse(Refusal::UnreadableDecommission {
+                    rack: b(),
+                    member: 2,
+                    value: "yes".into(),
+                }),
+            ),
+            (
+                "a stale request on a wanted member, unclaimed: withdrawn, guarded",
+                3,
+                racks(3, vec![member(0), member(1), label(member(2), "false")]),
+                WithdrawDecommission {
+                    rack: b(),
+                    member: 2,
+                    resource_version: "102".into(),
+                },
+            ),
+            (
+                "raised back while the sidecar has claimed it: finished first",
+                3,
+                racks(
+                    3,
+                    vec![
+                        member(0),
+                        member(1),
+                        unready(started(label(member(2), "false"))),
+                    ],
+                ),
+                Wait(WaitReason::DecommissionBeforeScaleUp {
+                    rack: b(),
+                    member: 2,
+                }),
+            ),
+            (
+                "a scale-up waits for a decommission under way in another rack's place",
+                4,
+                racks(
+                    3,
+                    vec![
+                        member(0),
+                        member(1),
+                        unready(started(label(member(2), "false"))),
+                    ],
+                ),
+                Wait(WaitReason::DecommissionBeforeScaleUp {
+                    rack: b(),
+                    member: 2,
+                }),
+            ),
+            (
+                "finished while raised back: the member is removed, then made anew",
+                3,
+                racks(
+                    3,
+                    vec![
+                        member(0),
+                        member(1),
+                        unready(started(label(member(2), "true"))),
+                    ],
+                ),
+                ScaleDown {
+                    rack: b(),
+                    replicas: 2,
+                },
+            ),
+            (
+                "refused: nothing is removed, the refusal is reported",
+                2,
+                racks(
+                    3,
+                    vec![
+                        member(0),
+                        member(1),
+                        refused(started(label(member(2), "false")), "Not enough live nodes"),
+                    ],
+                ),
+                Refuse(Refusal::DecommissionRefused {
+                    rack: b(),
+                    member: 2,
+                    reason: "Not enough live nodes".into(),
+                }),
+            ),
+            (
+                "refused, then raised back: withdrawn",
+                3,
+                racks(
+                    3,
+                    vec![
+                        member(0),
+                        member(1),
+                        refused(started(label(member(2), "false")), "Not enough live nodes"),
+                    ],
+                ),
+                WithdrawDecommission {
+                    rack: b(),
+                    member: 2,
+                    resource_version: "102".into(),
+                },
+            ),
+            (
+                "nothing starts while a member is not ready",
+                1,
+                racks(3, vec![member(0), unready(member(1)), member(2)]),
+                Wait(WaitReason::MemberNotReady {
+                    rack: b(),
+                    member: 1,
+                }),
+            ),
+            (
+                "nothing starts while members run different majors",
+                1,
+                racks(
+                    3,
+                    vec![
+                        member(0),
+                        member(1),
+                        with(member(2), |m| m.pod_major = Some(5)),
+                    ],
+                ),
+                Wait(WaitReason::MixedMajorVersions { majors: vec![4, 5] }),
+            ),
+            (
+                "mixed majors and nothing to change: converged",
+                3,
+                racks(
+                    3,
+                    vec![
+                        member(0),
+                        member(1),
+                        with(member(2), |m| m.pod_major = Some(5)),
+                    ],
+                ),
+                Converged,
+            ),
+            (
+                "a lost disk: the replace is recorded with the member's address",
+                3,
+                racks(
+                    3,
+                    vec![
+                        member(0),
+                        unready(with(member(1), |m| m.disk_lost = true)),
+                        member(2),
+                    ],
+                ),
+                StartReplace {
+                    rack: b(),
+                    member: 1,
+                    address: "10.96.0.1".into(),
+                    resource_version: "101".into(),
+                },
+            ),
+            (
+                "recorded: the lost claims go, then the Pod",
+                3,
+                racks(
+                    3,
+                    vec![
+                        member(0),
+                        unready(with(member(1), |m| {
+                            m.disk_lost = true;
+                            m.service.as_mut().unwrap().replace = Some("10.96.0.1".into())
+                        })),
+                        member(2),
+                    ],
+                ),
+                DeleteLostDisk {
+                    rack: b(),
+                    member: 1,
+                    claims: vec!["data-c-dc-b-1".into()],
+                },
+            ),
+            (
+                "a new disk, not ready yet: wait",
+                3,
+                racks(
+                    3,
+                    vec![
+                        member(0),
+                        unready(with(member(1), |m| {
+                            m.service.as_mut().unwrap().replace = Some("10.96.0.1".into())
+                        })),
+                        member(2),
+                    ],
+                ),
+                Wait(WaitReason::MemberReplacing {
+                    rack: b(),
+                    member: 1,
+                }),
+            ),
+            (
+                "replaced and ready: the record is cleared",
+                3,
+                racks(
+                    3,
+                    vec![
+                        member(0),
+                        with(member(1), |m| {
+                            m.service.as_mut().unwrap().replace = Some("10.96.0.1".into())
+                        }),
+                        member(2),
+                    ],
+                ),
+                FinishReplace {
+                    rack: b(),
+                    member: 1,
+                },
+            ),
+            (
+                "a lost disk waits while another member is not ready",
+                3,
+                racks(
+                    3,
+                    vec![
+                        unready(member(0)),
+                        unready(with(member(1), |m| m.disk_lost = true)),
+                        member(2),
+                    ],
+                ),
+                Wait(WaitReason::MemberNotReady {
+                    rack: b(),
+                    member: 0,
+                }),
+            ),
+            (
+                "two lost disks: one replace at a time, no deadlock",
+                3,
+                racks(
+                    3,
+                    vec![
+                        member(0),
+                        unready(with(member(1), |m| m.disk_lost = true)),
+                        unready(with(member(2), |m| m.disk_lost = true)),
+                    ],
+                ),
+                StartReplace {
+                    rack: b(),
+                    member: 1,
+                    address: "10.96.0.1".into(),
+                    resource_version: "101".into(),
+                },
+            ),
+            (
+                "a lost disk waits while another member leaves",
+                2,
+                racks(
+                    3,
+                    vec![
+                        unready(with(member(0), |m| m.disk_lost = true)),
+                        member(1),
+                        unready(started(label(member(2), "false"))),
+                    ],
+                ),
+                Wait(WaitReason::MemberLeaving {
+                    rack: b(),
+                    member: 2,
+                }),
+            ),
+            (
+                "the sidecar asks for a replace (empty disk, surviving Node)",
+                3,
+                racks(
+                    3,
+                    vec![
+                        member(0),
+                        unready(with(member(1), |m| {
+                            m.service.as_mut().unwrap().replace_requested = Some("empty".into())
+                        })),
+                        member(2),
+                    ],
+                ),
+                StartReplace {
+                    rack: b(),
+                    member: 1,
+                    address: "10.96.0.1".into(),
+                    resource_version: "101".into(),
+                },
+            ),
+            (
+                "a ready member's stale replace request is ignored",
+                3,
+                racks(
+                    3,
+                    vec![
+                        member(0),
+                        with(member(1), |m| {
+                            m.service.as_mut().unwrap().replace_requested = Some("empty".into())
+                        }),
+                        member(2),
+                    ],
+                ),
+                Converged,
+            ),
+        ];
+        for (what, wanted, observed, expected) in cases {
+            assert_eq!(
+                decide(&spec(&[("b", wanted)]), &observed),
+                expected,
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_recreated_statefulset_keeps_the_members_that_exist() {
+        // `kubectl delete sts --cascade=orphan`: Pods, Services and claims
+        // remain; a StatefulSet at 0 would adopt the Pods and delete them.
+        let mut seen = racks(3, vec![member(0), member(1), member(2)]);
+        seen.racks.get_mut("b").unwrap().replicas = None;
+        assert_eq!(
+            decide(&spec(&[("b", 3)]), &seen),
+            Action::CreateStatefulSets {
+                racks: vec![("b".into(), 3)]
+            }
+        );
+        // Claims alone count (Pods gone too); a confirmed leftover does not.
+        let mut seen = racks(
+            3,
+            vec![
+                gone(member(0)),
+                with(gone(member(1)), |m| m.service = None),
+                gone(label(member(2), "true")),
+            ],
+        );
+        seen.racks.get_mut("b").unwrap().replicas = None;
+        assert_eq!(
+            decide(&spec(&[("b", 1)]), &seen),
+            Action::CreateStatefulSets {
+                racks: vec![("b".into(), 2)]
+            }
+        );
+    }
+
+    #[test]
+    fn image_majors() {
+        assert_eq!(image_major("cassandra:4.1.8"), Some(4));
+        assert_eq!(image_major("cassandra:3.11.6"), Some(3));
+        assert_eq!(image_major("my.reg:5000/db/cassandra:5.0-jammy"), Some(5));
+        assert_eq!(image_major("cassandra:latest"), None);
+        assert_eq!(image_major("cassandra"), None);
+        assert_eq!(image_major("my.reg:5000/cassandra@sha256:abc"), None);
     }
 }

@@ -34,6 +34,32 @@ pub struct OperationLabels {
     pub operation: String,
 }
 
+/// Labels of the gauge of member operations in progress.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct MemberOperationLabels {
+    /// Namespace of the Cluster.
+    pub namespace: String,
+    /// Name of the Cluster.
+    pub cluster: String,
+    /// `decommission` or `replace`.
+    pub kind: String,
+    /// The member's rack.
+    pub rack: String,
+    /// The member's ordinal.
+    pub member: String,
+}
+
+/// Labels of the counters of finished member operations.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationKindLabels {
+    /// Namespace of the Cluster.
+    pub namespace: String,
+    /// Name of the Cluster.
+    pub cluster: String,
+    /// `decommission` or `replace`.
+    pub kind: String,
+}
+
 /// Labels of the error counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
@@ -55,7 +81,15 @@ pub struct Metrics {
     pub ready_members: Family<ClusterLabels, Gauge>,
     /// 1 for the operation a cluster is in.
     pub operation: Family<OperationLabels, Gauge>,
+    /// Member operations in progress: the Unix time each started at.
+    pub member_operations: Family<MemberOperationLabels, Gauge>,
+    /// Member operations completed (decommission confirmed and removed,
+    /// replaced member ready).
+    pub operations_completed: Family<OperationKindLabels, Counter>,
+    /// Member operations that failed (a decommission Cassandra refused).
+    pub operations_failed: Family<OperationKindLabels, Counter>,
     current: Mutex<HashMap<ClusterLabels, String>>,
+    in_progress: Mutex<HashMap<ClusterLabels, Vec<MemberOperationLabels>>>,
     registry: Registry,
 }
 
@@ -69,6 +103,24 @@ impl Metrics {
         let members = Family::<ClusterLabels, Gauge>::default();
         let ready_members = Family::<ClusterLabels, Gauge>::default();
         let operation = Family::<OperationLabels, Gauge>::default();
+        let member_operations = Family::<MemberOperationLabels, Gauge>::default();
+        let operations_completed = Family::<OperationKindLabels, Counter>::default();
+        let operations_failed = Family::<OperationKindLabels, Counter>::default();
+        registry.register(
+            "member_operation_started_seconds",
+            "Member operations in progress (decommission, replace), by member: the Unix time each started",
+            member_operations.clone(),
+        );
+        registry.register(
+            "member_operations_completed",
+            "Member operations completed",
+            operations_completed.clone(),
+        );
+        registry.register(
+            "member_operations_failed",
+            "Member operations that failed (a decommission Cassandra refused)",
+            operations_failed.clone(),
+        );
         registry.register("reconciles", "Reconciles run", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -98,7 +150,11 @@ impl Metrics {
             members,
             ready_members,
             operation,
+            member_operations,
+            operations_completed,
+            operations_failed,
             current: Mutex::default(),
+            in_progress: Mutex::default(),
             registry,
         }
     }
@@ -117,6 +173,41 @@ impl Metrics {
             self.operation.remove(&series(&old));
         }
         self.operation.get_or_create(&series(operation)).set(1);
+    }
+
+    /// Sets the member operations a cluster has in progress, with the Unix
+    /// time each started, removing the series of those that ended.
+    pub fn set_member_operations(
+        &self,
+        cluster: &ClusterLabels,
+        operations: Vec<(MemberOperationLabels, i64)>,
+    ) {
+        let mut in_progress = self.in_progress.lock().unwrap_or_else(|e| e.into_inner());
+        let now: Vec<MemberOperationLabels> = operations.iter().map(|(l, _)| l.clone()).collect();
+        for old in in_progress.get(cluster).into_iter().flatten() {
+            if !now.contains(old) {
+                self.member_operations.remove(old);
+            }
+        }
+        for (labels, started) in operations {
+            self.member_operations.get_or_create(&labels).set(started);
+        }
+        in_progress.insert(cluster.clone(), now);
+    }
+
+    /// Counts a finished member operation.
+    pub fn count_operation(&self, cluster: &ClusterLabels, kind: &str, succeeded: bool) {
+        let labels = OperationKindLabels {
+            namespace: cluster.namespace.clone(),
+            cluster: cluster.cluster.clone(),
+            kind: kind.to_string(),
+        };
+        let family = if succeeded {
+            &self.operations_completed
+        } else {
+            &self.operations_failed
+        };
+        family.get_or_create(&labels).inc();
     }
 
     /// The text exposition format.
@@ -217,5 +308,31 @@ mod tests {
             text.contains("cassandra_operator_reconcile_duration_seconds_bucket"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn member_operations_are_gauged_while_in_progress_and_counted_when_done() {
+        let m = Metrics::new();
+        let cluster = ClusterLabels {
+            namespace: "db".into(),
+            cluster: "c".into(),
+        };
+        let op = MemberOperationLabels {
+            namespace: "db".into(),
+            cluster: "c".into(),
+            kind: "decommission".into(),
+            rack: "b".into(),
+            member: "2".into(),
+        };
+        m.set_member_operations(&cluster, vec![(op.clone(), 1_700_000_000)]);
+        let text = m.encode();
+        assert!(text.contains("cassandra_operator_member_operation_started_seconds{namespace=\"db\",cluster=\"c\",kind=\"decommission\",rack=\"b\",member=\"2\"} 1700000000"), "{text}");
+        m.set_member_operations(&cluster, vec![]);
+        m.count_operation(&cluster, "decommission", true);
+        m.count_operation(&cluster, "decommission", false);
+        let text = m.encode();
+        assert!(!text.contains("member=\"2\""), "{text}");
+        assert!(text.contains("cassandra_operator_member_operations_completed_total{namespace=\"db\",cluster=\"c\",kind=\"decommission\"} 1"), "{text}");
+        assert!(text.contains("cassandra_operator_member_operations_failed_total{namespace=\"db\",cluster=\"c\",kind=\"decommission\"} 1"), "{text}");
     }
 }

@@ -1,21 +1,69 @@
 //! From the objects in the caches to the [`Observed`] state the decision step
 //! reads. Pure: the caller passes what its reflectors hold.
 //!
+//! A member's disk counts as lost only when the Nodes are known (a synced,
+//! non-empty list) and the local PersistentVolume bound to one of its claims
+//! names by node affinity only Nodes that are not in it: an unknown is never
+//! read as a loss, since a replace throws the disk away.
+//!
 //! An object is the cluster's when its controller owner reference names the
 //! Cluster's UID. An object that has one of the cluster's names but another
 //! owner (or none) is foreign: the controller never adopts it silently.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crds::contract;
 use crds::labels;
 use crds::names;
 use crds::v1alpha1::Cluster;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::decide::{ForeignObject, MemberObserved, Observed, RackObserved, ServiceObserved};
+use crate::decide::{
+    ForeignObject, MemberObserved, Observed, RackObserved, ServiceObserved, image_major,
+};
+
+/// What the caches show of storage and Nodes, for the members' claims and
+/// lost disks.
+#[derive(Default)]
+pub struct Storage<'a> {
+    /// PersistentVolumeClaims (the cluster's carry its labels).
+    pub claims: Vec<&'a PersistentVolumeClaim>,
+    /// PersistentVolumes.
+    pub volumes: Vec<&'a PersistentVolume>,
+    /// The Nodes, or `None` when they are not known (cache not synced).
+    pub nodes: Option<Vec<&'a Node>>,
+}
+
+fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// The names a PersistentVolume's node affinity admits by
+/// `kubernetes.io/hostname` (how the local static provisioner pins a disk),
+/// empty when it has none.
+pub fn volume_hostnames(pv: &PersistentVolume) -> Vec<String> {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref())
+        .map(|r| {
+            r.node_selector_terms
+                .iter()
+                .flat_map(|t| t.match_expressions.iter().flatten())
+                .filter(|e| e.key == "kubernetes.io/hostname" && e.operator == "In")
+                .flat_map(|e| e.values.iter().flatten().cloned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether a volume is pinned to Nodes none of which exists any more.
+fn volume_lost(pv: &PersistentVolume, hostnames: &BTreeSet<String>) -> bool {
+    let pinned = volume_hostnames(pv);
+    !pinned.is_empty() && pinned.iter().all(|h| !hostnames.contains(h))
+}
 
 /// Whether an object is controlled by this Cluster.
 pub fn owned_by(meta: &ObjectMeta, cluster: &Cluster) -> bool {
@@ -50,6 +98,7 @@ pub fn observe<'a>(
     statefulsets: impl IntoIterator<Item = &'a StatefulSet>,
     services: impl IntoIterator<Item = &'a Service>,
     pods: impl IntoIterator<Item = &'a Pod>,
+    storage: &Storage<'_>,
 ) -> Observed {
     let name = cluster.metadata.name.as_deref().unwrap_or_default();
     let dc = &cluster.spec.datacenter.name;
@@ -131,9 +180,20 @@ pub fn observe<'a>(
             continue;
         }
         let member = member_entry(&mut observed, &rack, ordinal);
+        let meta = &service.metadata;
         member.service = Some(ServiceObserved {
-            decommissioned: label(&service.metadata, contract::DECOMMISSIONED).map(str::to_string),
-            replace: label(&service.metadata, contract::REPLACE).map(str::to_string),
+            decommissioned: label(meta, contract::DECOMMISSIONED).map(str::to_string),
+            replace: label(meta, contract::REPLACE).map(str::to_string),
+            decommission_started: annotation(meta, contract::DECOMMISSION_STARTED).is_some(),
+            decommission_refused: annotation(meta, contract::DECOMMISSION_REFUSED)
+                .map(str::to_string),
+            replace_requested: annotation(meta, contract::REPLACE_REQUESTED).map(str::to_string),
+            cluster_ip: service
+                .spec
+                .as_ref()
+                .and_then(|s| s.cluster_ip.clone())
+                .filter(|ip| !ip.is_empty() && ip != "None"),
+            resource_version: meta.resource_version.clone(),
         });
     }
 
@@ -149,9 +209,71 @@ pub fn observe<'a>(
             continue;
         }
         let ready = pod_ready(pod) && pod.metadata.deletion_timestamp.is_none();
+        let database = cluster.spec.mode.as_str();
+        let major = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers.iter().find(|c| c.name == database))
+            .and_then(|c| c.image.as_deref())
+            .and_then(image_major);
         let member = member_entry(&mut observed, &rack, ordinal);
         member.pod_exists = true;
         member.pod_ready = ready;
+        member.pod_major = major;
+    }
+
+    // Claims: `<template>-<pod>` for the rack's templates.
+    let hostnames: Option<BTreeSet<String>> = storage.nodes.as_ref().map(|nodes| {
+        nodes
+            .iter()
+            .flat_map(|n| {
+                let hostname = label(&n.metadata, "kubernetes.io/hostname").map(str::to_string);
+                n.metadata.name.clone().into_iter().chain(hostname)
+            })
+            .collect()
+    });
+    let hostnames = hostnames.filter(|h| !h.is_empty());
+    for claim in &storage.claims {
+        if !in_namespace(&claim.metadata, cluster)
+            || label(&claim.metadata, labels::CLUSTER) != Some(name)
+        {
+            continue;
+        }
+        let claim_name = claim.metadata.name.clone().unwrap_or_default();
+        let found = cluster.spec.datacenter.racks.iter().find_map(|rack| {
+            let sts = sts_of_rack.get(&rack.name)?;
+            rack.storage
+                .volume_claim_templates
+                .iter()
+                .filter_map(|t| t.metadata.name.as_deref())
+                .find_map(|template| {
+                    let pod = claim_name.strip_prefix(template)?.strip_prefix('-')?;
+                    names::member_ordinal(sts, pod)
+                })
+                .map(|ordinal| (rack.name.clone(), ordinal))
+        });
+        let Some((rack, ordinal)) = found else {
+            continue;
+        };
+        let lost = match (
+            &hostnames,
+            claim.spec.as_ref().and_then(|s| s.volume_name.as_deref()),
+        ) {
+            (Some(hostnames), Some(volume)) => storage
+                .volumes
+                .iter()
+                .find(|pv| pv.metadata.name.as_deref() == Some(volume))
+                .is_some_and(|pv| volume_lost(pv, hostnames)),
+            _ => false,
+        };
+        let member = member_entry(&mut observed, &rack, ordinal);
+        member.claims.push(claim_name);
+        member.disk_lost |= lost;
+    }
+    for rack in observed.racks.values_mut() {
+        for member in rack.members.values_mut() {
+            member.claims.sort();
+        }
     }
     observed
 }
@@ -229,7 +351,7 @@ spec:
         ];
         let pods = [pod("c-dc-a-0", true), pod("c-dc-a-1", false)];
 
-        let observed = observe(&cluster, [&sts], &services, &pods);
+        let observed = observe(&cluster, [&sts], &services, &pods, &Storage::default());
         assert!(observed.foreign.is_empty());
         let a = &observed.racks["a"];
         assert_eq!(a.replicas, Some(2));
@@ -238,7 +360,8 @@ spec:
             MemberObserved {
                 service: Some(ServiceObserved::default()),
                 pod_exists: true,
-                pod_ready: true
+                pod_ready: true,
+                ..MemberObserved::default()
             }
         );
         assert_eq!(
@@ -246,10 +369,11 @@ spec:
             MemberObserved {
                 service: Some(ServiceObserved {
                     decommissioned: Some("false".into()),
-                    replace: None
+                    ..ServiceObserved::default()
                 }),
                 pod_exists: true,
-                pod_ready: false
+                pod_ready: false,
+                ..MemberObserved::default()
             }
         );
         // rack b has no StatefulSet yet
@@ -272,7 +396,13 @@ spec:
         elsewhere.metadata.namespace = Some("other".into());
         elsewhere.metadata.owner_references = None;
 
-        let observed = observe(&cluster, [&sts], &[service, client, elsewhere], &[]);
+        let observed = observe(
+            &cluster,
+            [&sts],
+            &[service, client, elsewhere],
+            &[],
+            &Storage::default(),
+        );
         assert_eq!(
             observed.foreign,
             vec![
@@ -299,7 +429,7 @@ spec:
         let sts =
             resources::statefulset_for_rack(&cluster, &cluster.spec.datacenter.racks[0], 3, &ctx);
         cluster.spec.datacenter.name = "renamed".into();
-        let observed = observe(&cluster, [&sts], &[], &[]);
+        let observed = observe(&cluster, [&sts], &[], &[], &Storage::default());
         assert_eq!(observed.other_datacenters, vec!["dc".to_string()]);
         assert_eq!(observed.racks["a"].replicas, None);
     }
@@ -314,7 +444,120 @@ spec:
         p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
         ));
-        let observed = observe(&cluster, [&sts], &[], &[p]);
+        let observed = observe(&cluster, [&sts], &[], &[p], &Storage::default());
         assert!(!observed.racks["a"].members[&0].pod_ready);
+    }
+
+    fn claim(name: &str, volume: &str) -> PersistentVolumeClaim {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "db", "labels": labels::rack_labels("c", "dc", "a")},
+            "spec": {"volumeName": volume}
+        }))
+        .unwrap()
+    }
+
+    fn local_volume(name: &str, node: &str) -> PersistentVolume {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"local": {"path": "/mnt/disks/x"}, "nodeAffinity": {"required": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}
+        }))
+        .unwrap()
+    }
+
+    fn node(name: &str) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn claims_and_lost_disks_are_found_per_member() {
+        let mut cluster = cluster();
+        cluster.spec.datacenter.racks[0]
+            .storage
+            .volume_claim_templates = vec![
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "data"}})).unwrap(),
+        ];
+        let ctx = BuildContext::default();
+        let sts =
+            resources::statefulset_for_rack(&cluster, &cluster.spec.datacenter.racks[0], 3, &ctx);
+        let claims = [
+            claim("data-c-dc-a-0", "pv0"),
+            claim("data-c-dc-a-1", "pv1"),
+            // another template's name, or another cluster's claim: not ours
+            claim("logs-c-dc-a-0", "pv0"),
+        ];
+        let mut foreign = claim("data-c-dc-a-2", "pv2");
+        foreign.metadata.labels = None;
+        let volumes = [
+            local_volume("pv0", "n0"),
+            local_volume("pv1", "gone"),
+            local_volume("pv2", "gone"),
+        ];
+        let nodes = [node("n0"), node("n1")];
+        let mut storage = Storage {
+            claims: claims.iter().chain([&foreign]).collect(),
+            volumes: volumes.iter().collect(),
+            nodes: Some(nodes.iter().collect()),
+        };
+        let observed = observe(&cluster, [&sts], &[], &[], &storage);
+        let a = &observed.racks["a"];
+        assert_eq!(a.members[&0].claims, vec!["data-c-dc-a-0".to_string()]);
+        assert!(!a.members[&0].disk_lost);
+        assert_eq!(a.members[&1].claims, vec!["data-c-dc-a-1".to_string()]);
+        assert!(a.members[&1].disk_lost, "pv1's Node is gone");
+        assert!(!a.members.contains_key(&2));
+
+        // Nodes unknown, or an empty list: never a loss.
+        storage.nodes = None;
+        let observed = observe(&cluster, [&sts], &[], &[], &storage);
+        assert!(!observed.racks["a"].members[&1].disk_lost);
+        storage.nodes = Some(vec![]);
+        let observed = observe(&cluster, [&sts], &[], &[], &storage);
+        assert!(!observed.racks["a"].members[&1].disk_lost);
+    }
+
+    #[test]
+    fn the_sidecars_annotations_and_the_address_are_read() {
+        let cluster = cluster();
+        let ctx = BuildContext::default();
+        let rack_a = &cluster.spec.datacenter.racks[0];
+        let sts = resources::statefulset_for_rack(&cluster, rack_a, 1, &ctx);
+        let mut service = resources::member_service(&cluster, rack_a, 0, true);
+        service.metadata.resource_version = Some("42".into());
+        service.metadata.annotations = Some(BTreeMap::from([
+            (contract::DECOMMISSION_STARTED.to_string(), "t".to_string()),
+            (
+                contract::DECOMMISSION_REFUSED.to_string(),
+                "Not enough live nodes".to_string(),
+            ),
+            (contract::REPLACE_REQUESTED.to_string(), "empty".to_string()),
+        ]));
+        service.spec.as_mut().unwrap().cluster_ip = Some("10.96.0.7".into());
+        let mut p = pod("c-dc-a-0", true);
+        p.spec = Some(
+            resources::statefulset_for_rack(&cluster, rack_a, 1, &ctx)
+                .spec
+                .unwrap()
+                .template
+                .spec
+                .unwrap(),
+        );
+        let observed = observe(&cluster, [&sts], &[service], &[p], &Storage::default());
+        let m = &observed.racks["a"].members[&0];
+        assert_eq!(
+            m.service,
+            Some(ServiceObserved {
+                decommission_started: true,
+                decommission_refused: Some("Not enough live nodes".into()),
+                replace_requested: Some("empty".into()),
+                cluster_ip: Some("10.96.0.7".into()),
+                resource_version: Some("42".into()),
+                ..ServiceObserved::default()
+            })
+        );
+        assert_eq!(m.pod_major, Some(4));
     }
 }

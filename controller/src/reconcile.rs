@@ -3,9 +3,13 @@
 //! kube-runtime Controller that runs it.
 //!
 //! A reconcile reads only from the caches. It writes only what the decision
-//! step asks for (creating a missing object, one scale-up), an Event for each
-//! action and for each new refusal, and the status when it changed: a cluster
-//! with nothing to do costs zero writes.
+//! step asks for (creating a missing object, one scale step, one record of
+//! intent, one deletion), an Event for each action and for each new refusal,
+//! and the status when it changed: a cluster with nothing to do costs zero
+//! writes. Before a write that destroys or shrinks (a claim, a member
+//! Service, a Pod, fewer replicas), the apply step reads the objects it
+//! depends on afresh from the API server and does nothing unless they still
+//! say what the decision read from the caches.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,11 +18,13 @@ use std::time::{Duration, Instant};
 use crds::v1alpha1::{CONDITION_DEGRADED, Cluster, ClusterStatus};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, Service, ServiceAccount,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -30,9 +36,9 @@ use thiserror::Error;
 use tracing::{info, warn};
 
 use crate::ControllerArgs;
-use crate::decide::{Action, Refusal, decide};
-use crate::metrics::{ClusterLabels, ErrorLabels, Metrics};
-use crate::observe::{observe, owned_by};
+use crate::decide::{Action, Observed, Refusal, WaitReason, decide};
+use crate::metrics::{ClusterLabels, ErrorLabels, MemberOperationLabels, Metrics};
+use crate::observe::{Storage, observe, owned_by, volume_hostnames};
 use crate::resources::{self, BuildContext};
 use crate::status::{Outcome, compute_status, refusal_reason};
 
@@ -66,6 +72,16 @@ pub enum Error {
     /// Writing the status failed.
     #[error("patching the status of {name}: {source}")]
     PatchStatus { name: String, source: kube::Error },
+    /// Writing a record of intent on a member Service failed.
+    #[error("patching member Service {name}: {source}")]
+    PatchMemberService { name: String, source: kube::Error },
+    /// Deleting an object failed.
+    #[error("deleting {kind} {name}: {source}")]
+    DeleteObject {
+        kind: &'static str,
+        name: String,
+        source: kube::Error,
+    },
     /// The Cluster has no namespace (a cluster-scoped object reached a
     /// namespaced controller).
     #[error("cluster {0} has no namespace")]
@@ -82,6 +98,8 @@ impl Error {
             Error::GetObject { .. } => "GetObject",
             Error::ScaleStatefulSet { .. } => "ScaleStatefulSet",
             Error::PatchStatus { .. } => "PatchStatus",
+            Error::PatchMemberService { .. } => "PatchMemberService",
+            Error::DeleteObject { .. } => "DeleteObject",
             Error::NoNamespace(_) => "NoNamespace",
             Error::Connect(_) => "Connect",
         }
@@ -98,6 +116,9 @@ pub struct Context {
     service_accounts: Store<ServiceAccount>,
     roles: Store<Role>,
     role_bindings: Store<RoleBinding>,
+    claims: Store<PersistentVolumeClaim>,
+    volumes: Store<PersistentVolume>,
+    nodes: Store<Node>,
     recorder: Recorder,
     metrics: Arc<Metrics>,
     build: BuildContext,
@@ -150,6 +171,25 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
     let (service_accounts, sa_stream) = cache!(ServiceAccount);
     let (roles, role_stream) = cache!(Role);
     let (role_bindings, rb_stream) = cache!(RoleBinding);
+    // The StatefulSet controller gives claims the selector's labels.
+    let (claims, claim_stream) = cache!(PersistentVolumeClaim);
+    // Volumes and Nodes carry none of ours: a lost local disk is a volume
+    // whose Node is gone (DESIGN.md section 5).
+    macro_rules! cluster_cache {
+        ($kind:ty) => {{
+            let (reader, writer) = reflector::store::<$kind>();
+            let stream = watcher(
+                Api::<$kind>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .default_backoff()
+            .reflect(writer)
+            .touched_objects();
+            (reader, stream)
+        }};
+    }
+    let (volumes, volume_stream) = cluster_cache!(PersistentVolume);
+    let (nodes, node_stream) = cluster_cache!(Node);
 
     let ctx = Arc::new(Context {
         recorder: Recorder::new(
@@ -167,6 +207,9 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
         service_accounts: service_accounts.clone(),
         roles: roles.clone(),
         role_bindings: role_bindings.clone(),
+        claims: claims.clone(),
+        volumes: volumes.clone(),
+        nodes: nodes.clone(),
         metrics,
         build: BuildContext {
             operator_image: args.operator_image.clone(),
@@ -187,6 +230,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
             roles,
             role_bindings,
         );
+        let (pvc, pv, node) = (claims, volumes, nodes);
         async move {
             // Every cache must hold a first full list before the reconciles'
             // reads mean anything.
@@ -206,6 +250,10 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
             tracing::debug!("roles cache synced");
             synced(&rb).await;
             tracing::debug!("role bindings cache synced");
+            synced(&pvc).await;
+            synced(&pv).await;
+            synced(&node).await;
+            tracing::debug!("claims, volumes and nodes caches synced");
         }
     };
     tokio::spawn(async move {
@@ -220,6 +268,23 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
             ObjectRef::<Cluster>::new(name).within(namespace.as_deref().unwrap_or_default())
         })
     };
+    // A claim, a volume or a Node changes what a member's disk is: every
+    // Cluster of the claim's namespace (volumes and Nodes: of any) looks.
+    let all_clusters = controller.store();
+    let claim_to_cluster = |claim: PersistentVolumeClaim| {
+        let namespace = claim.namespace();
+        claim.labels().get(crds::labels::CLUSTER).map(|name| {
+            ObjectRef::<Cluster>::new(name).within(namespace.as_deref().unwrap_or_default())
+        })
+    };
+    let every_cluster = move || {
+        all_clusters
+            .state()
+            .iter()
+            .map(|c| ObjectRef::from_obj(c.as_ref()))
+            .collect::<Vec<_>>()
+    };
+    let every_cluster_too = every_cluster.clone();
     info!(
         namespace = args.namespace.as_deref().unwrap_or("*"),
         "controller starting"
@@ -232,6 +297,9 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
         .owns_stream(role_stream)
         .owns_stream(rb_stream)
         .watches_stream(pod_stream, pod_to_cluster)
+        .watches_stream(claim_stream, claim_to_cluster)
+        .watches_stream(volume_stream, move |_| every_cluster())
+        .watches_stream(node_stream, move |_| every_cluster_too())
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -305,11 +373,18 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Requeue, Er
     let statefulsets = ctx.statefulsets.state();
     let services = ctx.services.state();
     let pods = ctx.pods.state();
+    let (claims, volumes, nodes) = (ctx.claims.state(), ctx.volumes.state(), ctx.nodes.state());
+    let storage = Storage {
+        claims: claims.iter().map(|c| c.as_ref()).collect(),
+        volumes: volumes.iter().map(|v| v.as_ref()).collect(),
+        nodes: Some(nodes.iter().map(|n| n.as_ref()).collect()),
+    };
     let observed = observe(
         cluster,
         statefulsets.iter().map(|s| s.as_ref()),
         services.iter().map(|s| s.as_ref()),
         pods.iter().map(|p| p.as_ref()),
+        &storage,
     );
 
     // validate, decide, act
@@ -334,10 +409,11 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Requeue, Er
         &outcome,
         &Time(k8s_openapi::jiff::Timestamp::now()),
     );
-    record_metrics(cluster, &namespace, &status, &outcome, ctx);
+    record_metrics(cluster, &namespace, &observed, &status, &outcome, ctx);
     let previous = cluster.status.clone().unwrap_or_default();
     if status != previous {
-        warn_on_new_degradation(cluster, &previous, &status, ctx).await;
+        warn_on_new_degradation(cluster, &namespace, &previous, &status, ctx).await;
+        announce_new_wait(cluster, &outcome, &previous, &status, ctx).await;
         patch_status(cluster, &namespace, &previous, &status, ctx).await?;
     }
     info!(cluster = %name, namespace = %namespace, outcome = ?outcome, "reconciled");
@@ -492,24 +568,43 @@ async fn act(
     };
     match action {
         Action::CreateStatefulSets { racks } => {
-            for rack in racks.iter().filter_map(|r| find_rack(r)) {
-                let sts = resources::statefulset_for_rack(cluster, rack, 0, &ctx.build);
+            for (rack, replicas) in racks {
+                let Some(rack) = find_rack(rack) else {
+                    continue;
+                };
+                let sts = resources::statefulset_for_rack(cluster, rack, *replicas, &ctx.build);
                 let sts_name = sts.name_any();
                 if let Some(refusal) =
                     create(&ctx.client, namespace, cluster, sts, "StatefulSet").await?
                 {
                     return Ok(Some(Action::Refuse(refusal)));
                 }
+                let (reason, note) = if *replicas == 0 {
+                    (
+                        "RackCreated",
+                        format!(
+                            "Rack {} created: StatefulSet {sts_name} with 0 members",
+                            rack.name
+                        ),
+                    )
+                } else {
+                    // A StatefulSet deleted with --cascade=orphan: at 0 the
+                    // new one would adopt the members' Pods and delete them.
+                    (
+                        "RackRecreated",
+                        format!(
+                            "Rack {} re-created: StatefulSet {sts_name} with the {replicas} members that exist",
+                            rack.name
+                        ),
+                    )
+                };
                 publish(
                     ctx,
                     cluster,
                     EventType::Normal,
-                    "RackCreated",
+                    reason,
                     "CreateStatefulSet",
-                    format!(
-                        "Rack {} created: StatefulSet {sts_name} with 0 members",
-                        rack.name
-                    ),
+                    note,
                     Some(related_statefulset(cluster, &rack.name)),
                 )
                 .await;
@@ -526,20 +621,7 @@ async fn act(
             }
         }
         Action::ScaleUp { rack, replicas } => {
-            let name = crds::names::statefulset_name(
-                &cluster.name_any(),
-                &cluster.spec.datacenter.name,
-                rack,
-            );
-            let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
-            let patch = serde_json::json!({"spec": {"replicas": replicas}});
-            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(|source| Error::ScaleStatefulSet {
-                    name: name.clone(),
-                    replicas: *replicas,
-                    source,
-                })?;
+            scale_statefulset(cluster, namespace, rack, *replicas, ctx).await?;
             publish(
                 ctx,
                 cluster,
@@ -553,15 +635,424 @@ async fn act(
             )
             .await;
         }
+        Action::RequestDecommission { rack, member } => {
+            let service = member_name(cluster, rack, *member);
+            let patch = serde_json::json!({"metadata": {"labels": {
+                crds::contract::DECOMMISSIONED: crds::contract::DECOMMISSION_REQUESTED
+            }}});
+            patch_member_service(ctx, namespace, &service, &patch).await?;
+            info!(cluster = %cluster.name_any(), rack, member, "decommission requested");
+            publish(
+                ctx,
+                cluster,
+                EventType::Normal,
+                "MemberDecommissioning",
+                "Decommission",
+                format!("Member {member} of rack {rack} ({service}) asked to decommission: the rack has more members than its spec"),
+                Some(related_statefulset(cluster, rack)),
+            )
+            .await;
+        }
+        Action::WithdrawDecommission {
+            rack,
+            member,
+            resource_version,
+        } => {
+            let service = member_name(cluster, rack, *member);
+            // Guarded by the resourceVersion the decision read: if the
+            // sidecar claimed the decommission meanwhile, this write fails
+            // (409) and the next reconcile sees its claim.
+            let patch = serde_json::json!({"metadata": {
+                "resourceVersion": resource_version,
+                "labels": {crds::contract::DECOMMISSIONED: null},
+            }});
+            match patch_member_service(ctx, namespace, &service, &patch).await {
+                Err(Error::PatchMemberService {
+                    source: kube::Error::Api(status),
+                    ..
+                }) if status.code == 409 => {
+                    info!(cluster = %cluster.name_any(), rack, member, "decommission request changed meanwhile; looking again");
+                    return Ok(Some(Action::Wait(WaitReason::MemberLeaving {
+                        rack: rack.clone(),
+                        member: *member,
+                    })));
+                }
+                other => other?,
+            }
+            publish(
+                ctx,
+                cluster,
+                EventType::Normal,
+                "DecommissionCancelled",
+                "Decommission",
+                format!("The decommission request of member {member} of rack {rack} ({service}) was withdrawn before it started: the spec wants the member"),
+                Some(related_statefulset(cluster, rack)),
+            )
+            .await;
+        }
+        Action::ScaleDown { rack, replicas } => {
+            let service = member_name(cluster, rack, *replicas);
+            // Positive confirmation, read afresh: never inferred.
+            if !decommission_confirmed(ctx, namespace, &service).await? {
+                warn!(cluster = %cluster.name_any(), rack, member = replicas, "the cache said decommissioned=true, the API server does not: not scaling down");
+                return Ok(Some(Action::Wait(WaitReason::MemberLeaving {
+                    rack: rack.clone(),
+                    member: *replicas,
+                })));
+            }
+            scale_statefulset(cluster, namespace, rack, *replicas, ctx).await?;
+            ctx.metrics
+                .count_operation(&cluster_labels(cluster, namespace), "decommission", true);
+            publish(
+                ctx,
+                cluster,
+                EventType::Normal,
+                "RackScaledDown",
+                "ScaleDown",
+                format!("Rack {rack} scaled down by one member after a confirmed decommission"),
+                Some(related_statefulset(cluster, rack)),
+            )
+            .await;
+        }
+        Action::DeleteLeftovers {
+            rack,
+            member,
+            claims,
+        } => {
+            delete_leftovers(cluster, namespace, rack, *member, claims, ctx).await?;
+        }
+        Action::StartReplace {
+            rack,
+            member,
+            address,
+            resource_version,
+        } => {
+            let service = member_name(cluster, rack, *member);
+            let patch = serde_json::json!({"metadata": {
+                "resourceVersion": resource_version,
+                "labels": {crds::contract::REPLACE: address},
+            }});
+            match patch_member_service(ctx, namespace, &service, &patch).await {
+                Err(Error::PatchMemberService {
+                    source: kube::Error::Api(status),
+                    ..
+                }) if status.code == 409 => {
+                    return Ok(Some(Action::Wait(WaitReason::MemberReplacing {
+                        rack: rack.clone(),
+                        member: *member,
+                    })));
+                }
+                other => other?,
+            }
+            publish(
+                ctx,
+                cluster,
+                EventType::Normal,
+                "MemberReplacing",
+                "Replace",
+                format!("Member {member} of rack {rack} ({service}) lost its data: it is replaced, taking over the tokens of {address}"),
+                Some(related_statefulset(cluster, rack)),
+            )
+            .await;
+        }
+        Action::DeleteLostDisk {
+            rack,
+            member,
+            claims,
+        } => {
+            delete_lost_disk(cluster, namespace, rack, *member, claims, ctx).await?;
+        }
+        Action::FinishReplace { rack, member } => {
+            let service = member_name(cluster, rack, *member);
+            let patch =
+                serde_json::json!({"metadata": {"labels": {crds::contract::REPLACE: null}}});
+            patch_member_service(ctx, namespace, &service, &patch).await?;
+            ctx.metrics
+                .count_operation(&cluster_labels(cluster, namespace), "replace", true);
+            publish(
+                ctx,
+                cluster,
+                EventType::Normal,
+                "MemberReplaced",
+                "Replace",
+                format!("Member {member} of rack {rack} ({service}) was replaced and is ready"),
+                Some(related_statefulset(cluster, rack)),
+            )
+            .await;
+        }
         Action::Wait(_) | Action::Refuse(_) | Action::Converged => {}
     }
     Ok(None)
+}
+
+fn member_name(cluster: &Cluster, rack: &str, member: i32) -> String {
+    crds::names::member_name(
+        &crds::names::statefulset_name(&cluster.name_any(), &cluster.spec.datacenter.name, rack),
+        member,
+    )
+}
+
+fn cluster_labels(cluster: &Cluster, namespace: &str) -> ClusterLabels {
+    ClusterLabels {
+        namespace: namespace.to_string(),
+        cluster: cluster.name_any(),
+    }
+}
+
+fn not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(status) if status.code == 404)
+}
+
+/// A merge patch of a member Service's metadata (a record of intent).
+async fn patch_member_service(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    patch: &serde_json::Value,
+) -> Result<(), Error> {
+    let api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
+    api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map_err(|source| Error::PatchMemberService {
+            name: name.to_string(),
+            source,
+        })?;
+    Ok(())
+}
+
+/// Whether a member Service, read afresh from the API server, carries the
+/// sidecar's confirmation (`decommissioned=true`). A missing Service is no
+/// confirmation.
+async fn decommission_confirmed(ctx: &Context, namespace: &str, name: &str) -> Result<bool, Error> {
+    let api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
+    let service = api.get_opt(name).await.map_err(|source| Error::GetObject {
+        kind: "Service",
+        name: name.to_string(),
+        source,
+    })?;
+    Ok(service.is_some_and(|s| {
+        crds::contract::Decommission::from_label(
+            s.labels()
+                .get(crds::contract::DECOMMISSIONED)
+                .map(String::as_str),
+        ) == crds::contract::Decommission::Confirmed
+    }))
+}
+
+/// Sets a rack's StatefulSet's replicas.
+async fn scale_statefulset(
+    cluster: &Cluster,
+    namespace: &str,
+    rack: &str,
+    replicas: i32,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let name =
+        crds::names::statefulset_name(&cluster.name_any(), &cluster.spec.datacenter.name, rack);
+    let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
+    let patch = serde_json::json!({"spec": {"replicas": replicas}});
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|source| Error::ScaleStatefulSet {
+            name: name.clone(),
+            replicas,
+            source,
+        })?;
+    Ok(())
+}
+
+/// The StatefulSet's replicas, read afresh (`None`: no StatefulSet).
+async fn fresh_replicas(
+    cluster: &Cluster,
+    namespace: &str,
+    rack: &str,
+    ctx: &Context,
+) -> Result<Option<i32>, Error> {
+    let name =
+        crds::names::statefulset_name(&cluster.name_any(), &cluster.spec.datacenter.name, rack);
+    let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
+    let sts = api
+        .get_opt(&name)
+        .await
+        .map_err(|source| Error::GetObject {
+            kind: "StatefulSet",
+            name: name.clone(),
+            source,
+        })?;
+    Ok(sts.map(|s| s.spec.and_then(|s| s.replicas).unwrap_or(1)))
+}
+
+async fn delete_claim(ctx: &Context, namespace: &str, name: &str) -> Result<(), Error> {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), namespace);
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(e) if not_found(&e) => Ok(()),
+        Err(source) => Err(Error::DeleteObject {
+            kind: "PersistentVolumeClaim",
+            name: name.to_string(),
+            source,
+        }),
+    }
+}
+
+/// Deletes the claims, then the Service, of a member whose decommission
+/// was confirmed, once the StatefulSet (read afresh) no longer counts it.
+/// The Service goes last and only unchanged since it was read: it holds
+/// the confirmation that allows the rest.
+async fn delete_leftovers(
+    cluster: &Cluster,
+    namespace: &str,
+    rack: &str,
+    member: i32,
+    claims: &[String],
+    ctx: &Context,
+) -> Result<(), Error> {
+    let service_name = member_name(cluster, rack, member);
+    let replicas = fresh_replicas(cluster, namespace, rack, ctx).await?;
+    if replicas.is_none_or(|r| member < r) {
+        warn!(cluster = %cluster.name_any(), rack, member, ?replicas, "the StatefulSet still counts the member: nothing deleted");
+        return Ok(());
+    }
+    let api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
+    let service = api
+        .get_opt(&service_name)
+        .await
+        .map_err(|source| Error::GetObject {
+            kind: "Service",
+            name: service_name.clone(),
+            source,
+        })?;
+    let Some(service) = service else {
+        return Ok(());
+    };
+    let confirmed = crds::contract::Decommission::from_label(
+        service
+            .labels()
+            .get(crds::contract::DECOMMISSIONED)
+            .map(String::as_str),
+    ) == crds::contract::Decommission::Confirmed;
+    if !confirmed {
+        warn!(cluster = %cluster.name_any(), rack, member, "no confirmed decommission on the member Service: nothing deleted");
+        return Ok(());
+    }
+    for claim in claims {
+        delete_claim(ctx, namespace, claim).await?;
+    }
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: service.metadata.uid.clone(),
+            resource_version: service.metadata.resource_version.clone(),
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&service_name, &params).await {
+        Ok(_) => {}
+        Err(e) if not_found(&e) => {}
+        Err(source) => {
+            return Err(Error::DeleteObject {
+                kind: "Service",
+                name: service_name,
+                source,
+            });
+        }
+    }
+    info!(cluster = %cluster.name_any(), rack, member, ?claims, "decommissioned member's claims and Service deleted");
+    let claims_text = if claims.is_empty() {
+        String::new()
+    } else {
+        format!("claim(s) {} and ", claims.join(", "))
+    };
+    publish(
+        ctx,
+        cluster,
+        EventType::Normal,
+        "MemberRemoved",
+        "DeleteLeftovers",
+        format!("Member {member} of rack {rack} left the ring: its {claims_text}member Service {service_name} were deleted"),
+        Some(related_statefulset(cluster, rack)),
+    )
+    .await;
+    Ok(())
+}
+
+/// Deletes a member's claims on a lost disk, then its Pod, so that the
+/// StatefulSet makes both anew (a new local disk on another Node). The loss
+/// is read afresh first: each claim's volume names only Nodes the API
+/// server does not have.
+async fn delete_lost_disk(
+    cluster: &Cluster,
+    namespace: &str,
+    rack: &str,
+    member: i32,
+    claims: &[String],
+    ctx: &Context,
+) -> Result<(), Error> {
+    let claims_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), namespace);
+    let volumes: Api<PersistentVolume> = Api::all(ctx.client.clone());
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let get_failed = |kind, name: &str| {
+        let name = name.to_string();
+        move |source| Error::GetObject { kind, name, source }
+    };
+    let mut lost = false;
+    for claim in claims {
+        let Some(pvc) = claims_api
+            .get_opt(claim)
+            .await
+            .map_err(get_failed("PersistentVolumeClaim", claim))?
+        else {
+            continue;
+        };
+        let Some(volume) = pvc.spec.and_then(|s| s.volume_name) else {
+            continue;
+        };
+        let Some(pv) = volumes
+            .get_opt(&volume)
+            .await
+            .map_err(get_failed("PersistentVolume", &volume))?
+        else {
+            continue;
+        };
+        let hostnames = volume_hostnames(&pv);
+        let mut any_node = false;
+        for host in &hostnames {
+            any_node |= nodes
+                .get_opt(host)
+                .await
+                .map_err(get_failed("Node", host))?
+                .is_some();
+        }
+        lost |= !hostnames.is_empty() && !any_node;
+    }
+    if !lost {
+        info!(cluster = %cluster.name_any(), rack, member, "no claim of the member is on a lost disk (read afresh): nothing deleted");
+        return Ok(());
+    }
+    for claim in claims {
+        delete_claim(ctx, namespace, claim).await?;
+    }
+    let pod = member_name(cluster, rack, member);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    match pods.delete(&pod, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(e) if not_found(&e) => {}
+        Err(source) => {
+            return Err(Error::DeleteObject {
+                kind: "Pod",
+                name: pod,
+                source,
+            });
+        }
+    }
+    info!(cluster = %cluster.name_any(), rack, member, ?claims, "claims on a lost disk and the Pod deleted");
+    Ok(())
 }
 
 /// A Warning Event when the Degraded condition turns True or changes
 /// reason: once per problem, not once per resync.
 async fn warn_on_new_degradation(
     cluster: &Cluster,
+    namespace: &str,
     previous: &ClusterStatus,
     status: &ClusterStatus,
     ctx: &Context,
@@ -578,6 +1069,10 @@ async fn warn_on_new_degradation(
     if degraded(previous).is_some_and(|(r, m)| r == reason && m == message) {
         return;
     }
+    if reason == "DecommissionRefused" {
+        ctx.metrics
+            .count_operation(&cluster_labels(cluster, namespace), "decommission", false);
+    }
     publish(
         ctx,
         cluster,
@@ -586,6 +1081,42 @@ async fn warn_on_new_degradation(
         "Reconcile",
         message,
         None,
+    )
+    .await;
+}
+
+/// An Event when the cluster starts waiting on something people should
+/// know about: a scale-up held until a decommission under way finishes.
+/// Once per wait (when the Progressing message changes), not per resync.
+async fn announce_new_wait(
+    cluster: &Cluster,
+    outcome: &Outcome,
+    previous: &ClusterStatus,
+    status: &ClusterStatus,
+    ctx: &Context,
+) {
+    let Outcome::Decided(Action::Wait(WaitReason::DecommissionBeforeScaleUp { rack, member })) =
+        outcome
+    else {
+        return;
+    };
+    let progressing = |s: &ClusterStatus| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == crds::v1alpha1::CONDITION_PROGRESSING)
+            .map(|c| c.message.clone())
+    };
+    if progressing(previous) == progressing(status) {
+        return;
+    }
+    publish(
+        ctx,
+        cluster,
+        EventType::Normal,
+        "ScaleUpWaitsForDecommission",
+        "ScaleUp",
+        format!("Member {member} of rack {rack} is decommissioning already: the decommission finishes first, then the rack is scaled up again"),
+        Some(related_statefulset(cluster, rack)),
     )
     .await;
 }
@@ -658,14 +1189,56 @@ async fn patch_status(
 fn record_metrics(
     cluster: &Cluster,
     namespace: &str,
+    observed: &Observed,
     status: &ClusterStatus,
     outcome: &Outcome,
     ctx: &Context,
 ) {
-    let labels = ClusterLabels {
-        namespace: namespace.to_string(),
-        cluster: cluster.name_any(),
-    };
+    let labels = cluster_labels(cluster, namespace);
+    // Operations in progress: members with a record of intent, started when
+    // their rack's condition turned True.
+    let mut operations = Vec::new();
+    for (rack, observed_rack) in &observed.racks {
+        for (member, state) in &observed_rack.members {
+            let Some(service) = state.service.as_ref() else {
+                continue;
+            };
+            for (kind, present, condition) in [
+                (
+                    "decommission",
+                    service.decommission() == crds::contract::Decommission::Requested,
+                    crds::v1alpha1::RACK_CONDITION_MEMBER_LEAVING,
+                ),
+                (
+                    "replace",
+                    service.replace.is_some(),
+                    crds::v1alpha1::RACK_CONDITION_MEMBER_REPLACING,
+                ),
+            ] {
+                if !present {
+                    continue;
+                }
+                let started = status
+                    .racks
+                    .get(rack)
+                    .and_then(|r| r.conditions.iter().find(|c| c.type_ == condition))
+                    .and_then(|c| c.last_transition_time.as_ref())
+                    .map(|t| t.0.as_second())
+                    .unwrap_or_default();
+                operations.push((
+                    MemberOperationLabels {
+                        namespace: labels.namespace.clone(),
+                        cluster: labels.cluster.clone(),
+                        kind: kind.to_string(),
+                        rack: rack.clone(),
+                        member: member.to_string(),
+                    },
+                    started,
+                ));
+            }
+        }
+    }
+    ctx.metrics.set_member_operations(&labels, operations);
     ctx.metrics
         .members
         .get_or_create(&labels)

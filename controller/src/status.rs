@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use crds::ValidationErrors;
 use crds::v1alpha1::{
     CONDITION_DEGRADED, CONDITION_PROGRESSING, CONDITION_READY, Cluster, ClusterStatus,
-    ConditionStatus, RACK_CONDITION_MEMBER_LEAVING, RACK_CONDITION_MEMBER_REPLACING, RackCondition,
-    RackStatus,
+    ConditionStatus, RACK_CONDITION_DECOMMISSION_REFUSED, RACK_CONDITION_MEMBER_LEAVING,
+    RACK_CONDITION_MEMBER_REPLACING, RackCondition, RackStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -99,7 +99,69 @@ fn conditions(outcome: &Outcome) -> [(&'static str, Cond); 3] {
                 ],
                 Action::CreateStatefulSets { racks } => progressing(
                     "RackCreating",
-                    format!("creating the StatefulSet of rack(s) {}", racks.join(", ")),
+                    format!(
+                        "creating the StatefulSet of rack(s) {}",
+                        racks
+                            .iter()
+                            .map(|(r, n)| format!("{r} ({n} members)"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ),
+                Action::RequestDecommission { rack, member } => progressing(
+                    "MemberLeaving",
+                    format!("asking member {member} of rack {rack} to decommission"),
+                ),
+                Action::WithdrawDecommission { rack, member, .. } => progressing(
+                    "DecommissionCancelled",
+                    format!(
+                        "withdrawing the decommission request of member {member} of rack {rack}, which the spec wants"
+                    ),
+                ),
+                Action::ScaleDown { rack, replicas } => progressing(
+                    "MemberLeaving",
+                    format!(
+                        "member {replicas} of rack {rack} left the ring: removing it from the StatefulSet"
+                    ),
+                ),
+                Action::DeleteLeftovers { rack, member, .. } => progressing(
+                    "MemberLeaving",
+                    format!(
+                        "deleting the claims and Service of member {member} of rack {rack}, decommissioned"
+                    ),
+                ),
+                Action::StartReplace { rack, member, .. } => progressing(
+                    "MemberReplacing",
+                    format!("member {member} of rack {rack} lost its disk: recording its replace"),
+                ),
+                Action::DeleteLostDisk { rack, member, .. } => progressing(
+                    "MemberReplacing",
+                    format!(
+                        "member {member} of rack {rack} is being replaced: deleting its lost claims and its Pod"
+                    ),
+                ),
+                Action::FinishReplace { rack, member } => progressing(
+                    "MemberReplacing",
+                    format!("member {member} of rack {rack} was replaced and is ready"),
+                ),
+                Action::Wait(WaitReason::DecommissionBeforeScaleUp { rack, member }) => {
+                    progressing(
+                        "MemberLeaving",
+                        format!(
+                            "member {member} of rack {rack} is decommissioning already; it finishes before the scale-up proceeds"
+                        ),
+                    )
+                }
+                Action::Wait(WaitReason::MixedMajorVersions { majors }) => progressing(
+                    "MixedMajorVersions",
+                    format!(
+                        "members run major versions {}: no topology change until they run one",
+                        majors
+                            .iter()
+                            .map(u32::to_string)
+                            .collect::<Vec<_>>()
+                            .join(" and ")
+                    ),
                 ),
                 Action::CreateMemberService { rack, member, .. } => progressing(
                     "ScalingUp",
@@ -163,14 +225,31 @@ pub fn refusal_reason(refusal: &Refusal) -> (&'static str, String) {
                 "spec.datacenter.racks: rack {rack} was removed while it still runs {members} member(s); scale it to 0 members first (nothing was changed)"
             ),
         ),
-        Refusal::ScaleDownUnsupported {
+        Refusal::DecommissionRefused {
             rack,
-            members,
-            wanted,
+            member,
+            reason,
         } => (
-            "ScaleDownUnsupported",
+            "DecommissionRefused",
             format!(
-                "spec.datacenter.racks: rack {rack} has {members} members and the spec asks for {wanted}; decommissioning is not supported by this version of the operator, so nothing was removed"
+                "Cassandra refused to decommission member {member} of rack {rack}: {reason}; nothing was removed (raise the rack's members back to cancel)"
+            ),
+        ),
+        Refusal::DecommissionedBelowTheTop { rack, member } => (
+            "DecommissionedBelowTheTop",
+            format!(
+                "member {member} of rack {rack} left the ring but is not the rack's highest member: a StatefulSet removes only its highest; nothing was removed"
+            ),
+        ),
+        Refusal::UnreadableDecommission {
+            rack,
+            member,
+            value,
+        } => (
+            "UnreadableDecommission",
+            format!(
+                "the member Service of member {member} of rack {rack} has {}={value:?}, neither \"false\" nor \"true\"; nothing was done",
+                crds::contract::DECOMMISSIONED
             ),
         ),
     }
@@ -198,7 +277,12 @@ pub fn compute_status(
             |pred: &dyn Fn(&crate::decide::MemberObserved) -> bool| rack.members.values().any(pred);
         let previous_rack = previous.racks.get(name);
         let mut conditions = Vec::new();
-        for (kind, present) in [
+        let refused = rack.members.iter().find_map(|(ordinal, m)| {
+            let s = m.service.as_ref()?;
+            let reason = s.decommission_refused.as_ref()?;
+            (s.decommissioned.is_some()).then(|| format!("member {ordinal}: {reason}"))
+        });
+        for (kind, present, message) in [
             (
                 RACK_CONDITION_MEMBER_LEAVING,
                 flag(&|m| {
@@ -206,10 +290,17 @@ pub fn compute_status(
                         .as_ref()
                         .is_some_and(|s| s.decommissioned.is_some())
                 }),
+                None,
             ),
             (
                 RACK_CONDITION_MEMBER_REPLACING,
                 flag(&|m| m.service.as_ref().is_some_and(|s| s.replace.is_some())),
+                None,
+            ),
+            (
+                RACK_CONDITION_DECOMMISSION_REFUSED,
+                refused.is_some(),
+                refused.clone(),
             ),
         ] {
             if !present {
@@ -227,7 +318,7 @@ pub fn compute_status(
                 type_: kind.to_string(),
                 status: ConditionStatus::True,
                 reason: None,
-                message: None,
+                message,
                 last_transition_time: Some(since),
             });
         }
@@ -301,10 +392,11 @@ mod tests {
                 MemberObserved {
                     service: Some(ServiceObserved {
                         decommissioned: (leaving && i + 1 == ready.len()).then(|| "false".into()),
-                        replace: None,
+                        ..ServiceObserved::default()
                     }),
                     pod_exists: true,
                     pod_ready: *r,
+                    ..MemberObserved::default()
                 },
             );
         }
@@ -431,5 +523,84 @@ mod tests {
         assert_eq!(cond(&changed, "Ready").last_transition_time, time(99));
         // Degraded stayed False: its time is kept
         assert_eq!(cond(&changed, "Degraded").last_transition_time, time(10));
+    }
+
+    #[test]
+    fn a_refused_decommission_is_a_rack_condition_and_degrades_the_cluster() {
+        let mut seen = observed(&[true, true], true);
+        seen.racks
+            .get_mut("a")
+            .unwrap()
+            .members
+            .get_mut(&1)
+            .unwrap()
+            .service
+            .as_mut()
+            .unwrap()
+            .decommission_refused =
+            Some("Not enough live nodes to maintain replication factor".into());
+        let outcome = Outcome::Decided(Action::Refuse(Refusal::DecommissionRefused {
+            rack: "a".into(),
+            member: 1,
+            reason: "Not enough live nodes to maintain replication factor".into(),
+        }));
+        let status = compute_status(&cluster(), &seen, &outcome, &time(10));
+        let kinds: Vec<(&str, Option<&str>)> = status.racks["a"]
+            .conditions
+            .iter()
+            .map(|c| (c.type_.as_str(), c.message.as_deref()))
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                ("MemberLeaving", None),
+                (
+                    "DecommissionRefused",
+                    Some("member 1: Not enough live nodes to maintain replication factor")
+                ),
+            ]
+        );
+        let d = cond(&status, "Degraded");
+        assert_eq!(
+            (d.status.as_str(), d.reason.as_str()),
+            ("True", "DecommissionRefused")
+        );
+        assert!(d.message.contains("Not enough live nodes"), "{}", d.message);
+    }
+
+    #[test]
+    fn progressing_names_the_operation_and_the_member() {
+        for (action, reason, message) in [
+            (
+                Action::RequestDecommission {
+                    rack: "a".into(),
+                    member: 1,
+                },
+                "MemberLeaving",
+                "asking member 1 of rack a to decommission",
+            ),
+            (
+                Action::StartReplace {
+                    rack: "a".into(),
+                    member: 0,
+                    address: "10.96.0.1".into(),
+                    resource_version: "1".into(),
+                },
+                "MemberReplacing",
+                "member 0 of rack a lost its disk: recording its replace",
+            ),
+        ] {
+            let status = compute_status(
+                &cluster(),
+                &observed(&[true, true], false),
+                &Outcome::Decided(action),
+                &time(10),
+            );
+            let p = cond(&status, "Progressing");
+            assert_eq!(
+                (p.status.as_str(), p.reason.as_str(), p.message.as_str()),
+                ("True", reason, message)
+            );
+        }
     }
 }

@@ -364,6 +364,9 @@ pub enum ConditionStatus {
 pub const RACK_CONDITION_MEMBER_LEAVING: &str = "MemberLeaving";
 /// Rack condition type: a member of the rack is being replaced.
 pub const RACK_CONDITION_MEMBER_REPLACING: &str = "MemberReplacing";
+/// Rack condition type: Cassandra refused (or failed) a requested
+/// decommission; its message quotes Cassandra's reason.
+pub const RACK_CONDITION_DECOMMISSION_REFUSED: &str = "DecommissionRefused";
 /// Cluster condition type: every member of every rack is ready.
 pub const CONDITION_READY: &str = "Ready";
 /// Cluster condition type: the controller is changing the topology.

@@ -4,6 +4,7 @@ mod common;
 mod controller;
 mod help;
 mod install;
+mod lifecycle;
 mod lifecycle_sidecar;
 mod manifests;
 mod nodes;

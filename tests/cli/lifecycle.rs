@@ -1,0 +1,767 @@
+//! The lifecycle end to end (issue 13; thesis 5.2.2 and 5.2.3), with the
+//! real binary as the controller and as every member's sidecar, in the
+//! test world: a scale-down through decommissions one member at a time, a
+//! Node (and its local disk) lost and its member replaced, a StatefulSet
+//! deleted with `--cascade=orphan` and re-created, a decommission that
+//! Cassandra refuses, and the scale-down with the controller SIGKILLed at
+//! random moments.
+//!
+//! By default one Cassandra version runs (the thesis's, 3.11); set
+//! `LIFECYCLE_ALL_VERSIONS=1` to run the scale-down and Node loss on 4.1
+//! and 5.0 too, and `LIFECYCLE_CRASH_RUNS=<n>` (default 3) for the number of
+//! crash runs (20 or more for the full check).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crds::Cluster;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::events::v1::Event;
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use testworld::harness::{World, container_logs, fast_ring, tail};
+use testworld::kubesim::KubeSim;
+use testworld::ring::{Consistency, NodeStatus, Replication};
+
+use crate::common::ONE_WORLD;
+use crate::world::{ring_summary, thesis_cluster, wait_ready, world};
+
+const NS: &str = "cassandra";
+const STS_B: &str = "cassandra-europe-west1-europe-west1-b";
+
+/// The ring's rows: (address, status).
+fn ring_rows(sim: &KubeSim) -> Vec<(String, NodeStatus)> {
+    sim.ring().with(|ring| {
+        ring.status(None)
+            .map(|s| {
+                s.rows
+                    .iter()
+                    .map(|r| (r.address.clone(), r.status))
+                    .collect()
+            })
+            .unwrap_or_default()
+    })
+}
+
+fn ring_text(sim: &KubeSim) -> String {
+    sim.ring()
+        .with(|r| r.status(None).map(|s| s.to_string()).unwrap_or_default())
+}
+
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn create(clusters: &Api<Cluster>, cluster: &Cluster) {
+    for _ in 0..50 {
+        if clusters
+            .create(&PostParams::default(), cluster)
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the Cluster was not created");
+}
+
+/// The thesis cluster at `version` with small disks: rack b with 3 members,
+/// 1000 keys at RF 3, then rack c with 2 members; returns when 5 are ready.
+async fn thesis_five(world: &World, version: &str, log: &Path) -> Api<Cluster> {
+    let mut cluster = thesis_cluster();
+    cluster.spec.version = version.to_string();
+    for rack in &mut cluster.spec.datacenter.racks {
+        for template in &mut rack.storage.volume_claim_templates {
+            if let Some(requests) = template
+                .spec
+                .as_mut()
+                .and_then(|s| s.resources.as_mut())
+                .and_then(|r| r.requests.as_mut())
+            {
+                requests.insert(
+                    "storage".into(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity("1Gi".into()),
+                );
+            }
+        }
+    }
+    let clusters: Api<Cluster> = Api::namespaced(world.client.clone(), NS);
+    create(&clusters, &cluster).await;
+    wait_ready(&clusters, "cassandra", 3, Duration::from_secs(180), log).await;
+    world.sim.ring().with(|ring| {
+        ring.create_keyspace(
+            "thesis",
+            Replication::network_topology([("europe-west1", 3)]),
+        )
+        .unwrap();
+        ring.write_keys("thesis", "key", 1000, Consistency::Quorum)
+            .unwrap();
+    });
+    set_members(&clusters, &[("europe-west1-b", 3), ("europe-west1-c", 2)]).await;
+    wait_ready(&clusters, "cassandra", 5, Duration::from_secs(180), log).await;
+    clusters
+}
+
+/// Sets the racks' members (rack c: in its zone), keeping the rest of rack
+/// b's spec.
+async fn set_members(clusters: &Api<Cluster>, members: &[(&str, i32)]) {
+    let current = clusters.get("cassandra").await.unwrap();
+    let template = current.spec.datacenter.racks[0].clone();
+    let racks: Vec<_> = members
+        .iter()
+        .map(|(name, n)| {
+            let mut rack = template.clone();
+            rack.name = name.to_string();
+            rack.members = *n;
+            if let Some(placement) = rack.placement.as_mut() {
+                placement.node_affinity = serde_json::from_value(
+                    json!({"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [
+                        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [name]}
+                    ]}]}}),
+                )
+                .unwrap();
+            }
+            rack
+        })
+        .collect();
+    let patch = json!({"spec": {"datacenter": {"racks": racks}}});
+    clusters
+        .patch("cassandra", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+fn condition(cluster: &Cluster, type_: &str) -> Option<(String, String, String)> {
+    cluster
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Reasons and notes of the Events about the Cluster.
+async fn events(client: &Client) -> Vec<(String, String)> {
+    let events: Api<Event> = Api::namespaced(client.clone(), NS);
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}
+
+/// Retries a call of the test's own that kubesim's fault injection may
+/// fail (the faults hit every client, the test's too).
+async fn retried<T, F, Fut>(mut call: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    let mut last = None;
+    for _ in 0..100 {
+        match call().await {
+            Ok(v) => return v,
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the test's own call kept failing: {last:?}");
+}
+
+async fn cluster_ips(client: &Client) -> BTreeMap<String, String> {
+    let services: Api<Service> = Api::namespaced(client.clone(), NS);
+    let all = ListParams::default();
+    retried(|| services.list(&all))
+        .await
+        .items
+        .into_iter()
+        .filter_map(|s| Some((s.metadata.name?, s.spec?.cluster_ip?)))
+        .collect()
+}
+
+async fn names<K>(client: &Client) -> BTreeSet<String>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + k8s_openapi::serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), NS);
+    let all = ListParams::default();
+    retried(|| api.list(&all))
+        .await
+        .items
+        .into_iter()
+        .filter_map(|o| o.meta().name.clone())
+        .collect()
+}
+
+/// Scales rack b from 3 to 1 and watches it happen: never two members
+/// leaving at once, members leave highest first, a member's claim and
+/// Service go only once its address left the ring. Returns when the
+/// cluster converged.
+async fn scale_rack_b_down_to_one(world: &World, clusters: &Api<Cluster>, log: &Path) {
+    let (sim, client) = (&world.sim, &world.client);
+    let ips = cluster_ips(client).await;
+    let leaving_ips: Vec<(String, String)> = [2, 1]
+        .iter()
+        .map(|o| {
+            let member = format!("{STS_B}-{o}");
+            (member.clone(), ips[&member].clone())
+        })
+        .collect();
+    set_members(clusters, &[("europe-west1-b", 1), ("europe-west1-c", 2)]).await;
+
+    let mut left_order: Vec<String> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        let rows = ring_rows(sim);
+        let leaving: Vec<&String> = rows
+            .iter()
+            .filter(|(_, s)| *s == NodeStatus::UL)
+            .map(|(a, _)| a)
+            .collect();
+        assert!(
+            leaving.len() <= 1,
+            "two members leave at once:\n{}",
+            ring_text(sim)
+        );
+        for (member, ip) in &leaving_ips {
+            let in_ring = rows.iter().any(|(a, _)| a == ip);
+            if !in_ring && !left_order.contains(member) {
+                left_order.push(member.clone());
+            }
+        }
+        // Nothing deleted before its member left the ring.
+        let (claims, services) = (
+            names::<PersistentVolumeClaim>(client).await,
+            names::<Service>(client).await,
+        );
+        let rows = ring_rows(sim);
+        for (member, ip) in &leaving_ips {
+            let still_in_ring = rows.iter().any(|(a, _)| a == ip);
+            if still_in_ring {
+                assert!(
+                    claims.contains(&format!("data-{member}")),
+                    "the claim of {member} was deleted while it is in the ring:\n{}",
+                    ring_text(sim)
+                );
+                assert!(
+                    services.contains(member),
+                    "the Service of {member} was deleted while it is in the ring"
+                );
+            }
+        }
+        let c = clusters.get("cassandra").await.unwrap();
+        let status = c.status.clone().unwrap_or_default();
+        let converged = condition(&c, "Progressing").is_some_and(|(s, _, _)| s == "False")
+            && status.members == 3;
+        if converged && status.ready_members == 3 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the scale-down did not converge: {:?}\n{}\ncontroller:\n{}\n{}",
+            status,
+            ring_text(sim),
+            tail(log),
+            container_logs(log.parent().unwrap())
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        left_order,
+        vec![format!("{STS_B}-2"), format!("{STS_B}-1")],
+        "members leave highest first, one after the other"
+    );
+    // The removed members' claims and Services are gone (cleaned once
+    // the StatefulSet no longer counts them).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (claims, services) = (
+            names::<PersistentVolumeClaim>(client).await,
+            names::<Service>(client).await,
+        );
+        let left: Vec<&String> = leaving_ips
+            .iter()
+            .map(|(m, _)| m)
+            .filter(|m| claims.contains(&format!("data-{m}")) || services.contains(*m))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "leftovers of {left:?} remain: {claims:?} {services:?}\n{}",
+            tail(log)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), NS);
+    let replicas = sts.get(STS_B).await.unwrap().spec.unwrap().replicas;
+    assert_eq!(replicas, Some(1));
+    let (up, status, report) = ring_summary(sim);
+    assert_eq!(up, 3, "{status}");
+    assert!(
+        report.is_clean(),
+        "the scale-down lost data:\n{report}\n{status}"
+    );
+    let reasons: Vec<String> = events(client).await.into_iter().map(|(r, _)| r).collect();
+    for reason in ["MemberDecommissioning", "RackScaledDown", "MemberRemoved"] {
+        assert!(
+            reasons.iter().any(|r| r == reason),
+            "no {reason} Event: {reasons:?}"
+        );
+    }
+}
+
+/// Deletes the Node of member b-0 (its local disk goes with it): the
+/// member is replaced with the same ClusterIP on another Node.
+async fn lose_the_node_of_b0(world: &World, clusters: &Api<Cluster>, log: &Path) {
+    let (sim, client) = (&world.sim, &world.client);
+    let member = format!("{STS_B}-0");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let old = pods.get(&member).await.unwrap();
+    let old_node = old.spec.unwrap().node_name.unwrap();
+    let ip = cluster_ips(client).await[&member].clone();
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .delete(&old_node, &DeleteParams::default())
+        .await
+        .unwrap();
+
+    let services: Api<Service> = Api::namespaced(client.clone(), NS);
+    let mut saw_replace_label = false;
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        let labels = services
+            .get(&member)
+            .await
+            .unwrap()
+            .metadata
+            .labels
+            .unwrap_or_default();
+        if let Some(value) = labels.get(crds::contract::REPLACE) {
+            assert_eq!(
+                value, &ip,
+                "the replace record names the member's ClusterIP"
+            );
+            saw_replace_label = true;
+        }
+        let pod = pods.get_opt(&member).await.unwrap();
+        let on_new_node = pod
+            .as_ref()
+            .and_then(|p| p.spec.as_ref()?.node_name.clone())
+            .is_some_and(|n| n != old_node);
+        let ready = pod.as_ref().is_some_and(pod_ready);
+        let rows = ring_rows(sim);
+        let up = rows.iter().filter(|(_, s)| *s == NodeStatus::UN).count();
+        let c = clusters.get("cassandra").await.unwrap();
+        let progressing_done = condition(&c, "Progressing").is_some_and(|(s, _, _)| s == "False");
+        if saw_replace_label
+            && on_new_node
+            && ready
+            && !labels.contains_key(crds::contract::REPLACE)
+            && up == 3
+            && progressing_done
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "member {member} was not replaced (label seen: {saw_replace_label}, new node: {on_new_node}, ready: {ready}):\n{}\ncontroller:\n{}\n{}",
+            ring_text(sim),
+            tail(log),
+            container_logs(log.parent().unwrap())
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let rows = ring_rows(sim);
+    assert!(
+        rows.iter().any(|(a, s)| a == &ip && *s == NodeStatus::UN),
+        "the replacement took over the same address {ip}:\n{}",
+        ring_text(sim)
+    );
+    let (up, status, report) = ring_summary(sim);
+    assert_eq!(up, 3, "{status}");
+    assert!(
+        report.is_clean(),
+        "the replace lost data:\n{report}\n{status}"
+    );
+    let reasons: Vec<String> = events(client).await.into_iter().map(|(r, _)| r).collect();
+    for reason in ["MemberReplacing", "MemberReplaced"] {
+        assert!(
+            reasons.iter().any(|r| r == reason),
+            "no {reason} Event: {reasons:?}"
+        );
+    }
+}
+
+async fn scale_down_then_node_loss(version: &str) {
+    let _one = ONE_WORLD.lock().await;
+    let work = tempfile::tempdir().unwrap();
+    let (world, _controller, log) = world(
+        &["europe-west1-b", "europe-west1-c"],
+        work.path(),
+        fast_ring(),
+        NS,
+    )
+    .await;
+    let clusters = thesis_five(&world, version, &log).await;
+    scale_rack_b_down_to_one(&world, &clusters, &log).await;
+    lose_the_node_of_b0(&world, &clusters, &log).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_down_by_decommission_then_a_lost_node_is_replaced() {
+    scale_down_then_node_loss("3.11.6").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_down_and_node_loss_on_cassandra_4_1_and_5_0() {
+    if std::env::var_os("LIFECYCLE_ALL_VERSIONS").is_none() {
+        eprintln!("skipped: set LIFECYCLE_ALL_VERSIONS=1 to run 4.1 and 5.0");
+        return;
+    }
+    for version in ["4.1.8", "5.0.2"] {
+        scale_down_then_node_loss(version).await;
+    }
+}
+
+/// A cluster `cassandra` of one rack `r` with `members` members of
+/// `version` on network disks, in a world with one zone; returns when all
+/// are ready.
+async fn one_rack(world: &World, version: &str, members: i32, log: &Path) -> Api<Cluster> {
+    let cluster: Cluster = serde_json::from_value(json!({
+        "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "cassandra", "namespace": NS},
+        "spec": {"version": version, "datacenter": {"name": "dc", "racks": [{"name": "r", "members": members,
+            "storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
+                "spec": {"storageClassName": "standard", "resources": {"requests": {"storage": "1Gi"}}}}]},
+            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}
+    }))
+    .unwrap();
+    let clusters: Api<Cluster> = Api::namespaced(world.client.clone(), NS);
+    create(&clusters, &cluster).await;
+    wait_ready(
+        &clusters,
+        "cassandra",
+        members,
+        Duration::from_secs(180),
+        log,
+    )
+    .await;
+    clusters
+}
+
+async fn set_rack_r(clusters: &Api<Cluster>, members: i32) {
+    let mut racks = retried(|| clusters.get("cassandra"))
+        .await
+        .spec
+        .datacenter
+        .racks;
+    racks[0].members = members;
+    let patch = json!({"spec": {"datacenter": {"racks": racks}}});
+    let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+    retried(|| clusters.patch("cassandra", &params, &patch)).await;
+}
+
+const STS_R: &str = "cassandra-dc-r";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statefulset_deleted_with_orphan_is_recreated_with_its_members() {
+    let _one = ONE_WORLD.lock().await;
+    let work = tempfile::tempdir().unwrap();
+    let (world, _controller, log) = world(&["a"], work.path(), fast_ring(), NS).await;
+    let clusters = one_rack(&world, "3.11.6", 3, &log).await;
+    let client = world.client.clone();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let uids = |list: Vec<Pod>| -> BTreeMap<String, String> {
+        list.into_iter()
+            .filter_map(|p| Some((p.metadata.name?, p.metadata.uid?)))
+            .collect()
+    };
+    let before = uids(pods.list(&ListParams::default()).await.unwrap().items);
+    assert_eq!(before.len(), 3);
+
+    // `kubectl delete sts --cascade=orphan`, the usual way to change an
+    // immutable field.
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), NS);
+    let old_uid = statefulsets.get(STS_R).await.unwrap().metadata.uid;
+    statefulsets
+        .delete(STS_R, &DeleteParams::orphan())
+        .await
+        .unwrap();
+    let recreated = loop {
+        if let Some(sts) = statefulsets.get_opt(STS_R).await.unwrap()
+            && sts.metadata.uid != old_uid
+        {
+            break sts;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // At 0 the new StatefulSet would adopt the orphaned Pods and delete them.
+    assert_eq!(
+        recreated.spec.as_ref().and_then(|s| s.replicas),
+        Some(3),
+        "re-created with the members that exist\n{}",
+        tail(&log)
+    );
+    wait_ready(&clusters, "cassandra", 3, Duration::from_secs(60), &log).await;
+    let after = uids(pods.list(&ListParams::default()).await.unwrap().items);
+    assert_eq!(after, before, "no member Pod was deleted");
+    assert_eq!(
+        statefulsets
+            .get(STS_R)
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .replicas,
+        Some(3)
+    );
+    let (up, status, report) = ring_summary(&world.sim);
+    assert_eq!(up, 3, "{status}");
+    assert!(report.is_clean(), "{report}");
+    assert!(
+        events(&client)
+            .await
+            .iter()
+            .any(|(r, n)| r == "RackRecreated" && n.contains("3 members")),
+        "{:?}",
+        events(&client).await
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the sidecar's decommission-refused annotation (h-life-sidecar)"]
+async fn a_refused_decommission_removes_nothing_and_is_cancelled_by_raising_members() {
+    let _one = ONE_WORLD.lock().await;
+    let work = tempfile::tempdir().unwrap();
+    let (world, _controller, log) = world(&["a"], work.path(), fast_ring(), NS).await;
+    let clusters = one_rack(&world, "4.1.8", 3, &log).await;
+    let client = world.client.clone();
+    world.sim.ring().with(|ring| {
+        ring.create_keyspace("ks", Replication::network_topology([("dc", 3)]))
+            .unwrap();
+        ring.write_keys("ks", "k", 300, Consistency::Quorum)
+            .unwrap();
+    });
+    // 4.x refuses: 2 nodes would be left for a keyspace at RF 3.
+    set_rack_r(&clusters, 2).await;
+    let member = format!("{STS_R}-2");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let reason = loop {
+        let c = clusters.get("cassandra").await.unwrap();
+        let refused = c.status.as_ref().and_then(|s| {
+            s.racks.get("r")?.conditions.iter().find_map(|c| {
+                (c.type_ == "DecommissionRefused").then(|| c.message.clone().unwrap_or_default())
+            })
+        });
+        if let Some(reason) = refused {
+            break reason;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no DecommissionRefused condition: {:?}\n{}\n{}",
+            c.status,
+            tail(&log),
+            container_logs(work.path())
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(reason.contains(&"member 2".to_string()), "{reason}");
+    let c = clusters.get("cassandra").await.unwrap();
+    assert_eq!(
+        condition(&c, "Degraded").map(|(s, r, _)| (s, r)),
+        Some(("True".into(), "DecommissionRefused".into()))
+    );
+    assert!(
+        events(&client)
+            .await
+            .iter()
+            .any(|(r, n)| r == "DecommissionRefused" && n.contains("member 2")),
+        "no Warning Event quoting the reason"
+    );
+    // Nothing removed.
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), NS);
+    assert_eq!(
+        statefulsets
+            .get(STS_R)
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .replicas,
+        Some(3)
+    );
+    assert!(
+        names::<PersistentVolumeClaim>(&client)
+            .await
+            .contains(&format!("data-{member}"))
+    );
+    assert!(names::<Service>(&client).await.contains(&member));
+
+    // Raising members back cancels it.
+    set_rack_r(&clusters, 3).await;
+    let services: Api<Service> = Api::namespaced(client.clone(), NS);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let labels = services
+            .get(&member)
+            .await
+            .unwrap()
+            .metadata
+            .labels
+            .unwrap_or_default();
+        let c = clusters.get("cassandra").await.unwrap();
+        if !labels.contains_key(crds::contract::DECOMMISSIONED)
+            && condition(&c, "Ready").is_some_and(|(s, _, _)| s == "True")
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not cancelled: {labels:?} {:?}",
+            c.status
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (up, status, report) = ring_summary(&world.sim);
+    assert_eq!(up, 3, "{status}");
+    assert!(report.is_clean(), "{report}");
+}
+
+/// A small deterministic generator (no dependency): the seed is printed so
+/// that a failing run can be repeated with `LIFECYCLE_SEED`.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scale_down_survives_the_controller_killed_at_random_moments() {
+    let runs: usize = std::env::var("LIFECYCLE_CRASH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let seed = std::env::var("LIFECYCLE_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("LIFECYCLE_SEED={seed} LIFECYCLE_CRASH_RUNS={runs}");
+    let mut random = Lcg(seed);
+    let _one = ONE_WORLD.lock().await;
+    let work = tempfile::tempdir().unwrap();
+    let (world, controller, log) = world(&["a"], work.path(), fast_ring(), NS).await;
+    let clusters = one_rack(&world, "3.11.6", 3, &log).await;
+    let (sim, client) = (&world.sim, world.client.clone());
+    sim.ring().with(|ring| {
+        ring.create_keyspace("ks", Replication::network_topology([("dc", 2)]))
+            .unwrap();
+        ring.write_keys("ks", "k", 300, Consistency::Quorum)
+            .unwrap();
+    });
+    let mut controller = Some(controller);
+    let member = format!("{STS_R}-2");
+    let mut kills = 0;
+    for run in 0..runs {
+        // Every other run with the API server's faults on.
+        let faults = run % 2 == 1;
+        if faults {
+            sim.set_faults(testworld::kubesim::faults::FaultConfig {
+                conflict_rate: 0.05,
+                error_rate: 0.05,
+                drop_watch_rate: 0.05,
+                drop_watch_after_ms: 2000,
+                ..Default::default()
+            });
+        }
+        let ip = loop {
+            if let Some(ip) = cluster_ips(&client).await.get(&member) {
+                break ip.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        set_rack_r(&clusters, 2).await;
+        let deadline = Instant::now() + Duration::from_secs(180);
+        let mut next_kill = Instant::now() + Duration::from_millis(100 + random.below(1500));
+        loop {
+            if Instant::now() >= next_kill {
+                drop(controller.take()); // SIGKILL
+                kills += 1;
+                tokio::time::sleep(Duration::from_millis(random.below(300))).await;
+                controller = Some(world.start_controller(&log, None).unwrap());
+                next_kill = Instant::now() + Duration::from_millis(300 + random.below(2000));
+            }
+            let in_ring = ring_rows(sim).iter().any(|(a, _)| a == &ip);
+            let claims = names::<PersistentVolumeClaim>(&client).await;
+            let services = names::<Service>(&client).await;
+            if in_ring {
+                assert!(
+                    claims.contains(&format!("data-{member}")) && services.contains(&member),
+                    "run {run}: {member}'s claim or Service deleted while it is in the ring (seed {seed})"
+                );
+            }
+            let converged = !in_ring
+                && !claims.contains(&format!("data-{member}"))
+                && !services.contains(&member)
+                && clusters.get("cassandra").await.ok().is_some_and(|c| {
+                    condition(&c, "Ready").is_some_and(|(s, _, _)| s == "True")
+                        && c.status.is_some_and(|s| s.members == 2)
+                });
+            if converged {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "run {run} (faults: {faults}, seed {seed}) did not converge:\n{}\n{}",
+                ring_text(sim),
+                tail(&log)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        sim.set_faults(Default::default());
+        let (up, status, report) = ring_summary(sim);
+        assert_eq!(up, 2, "run {run}: {status}");
+        assert!(
+            report.is_clean(),
+            "run {run} lost data (seed {seed}):\n{report}\n{status}"
+        );
+        // Back to 3 for the next run, the controller left alone.
+        if controller.is_none() {
+            controller = Some(world.start_controller(&log, None).unwrap());
+        }
+        set_rack_r(&clusters, 3).await;
+        wait_ready(&clusters, "cassandra", 3, Duration::from_secs(120), &log).await;
+        let (up, status, report) = ring_summary(sim);
+        assert_eq!(up, 3, "run {run}: {status}");
+        assert!(report.is_clean(), "run {run}: {report}");
+    }
+    eprintln!("{runs} runs, {kills} controller kills");
+    drop(controller);
+}
