@@ -3,6 +3,8 @@
 mod common;
 mod controller;
 mod help;
+mod install;
+mod manifests;
 mod reloader;
 mod render;
 mod sidecar;

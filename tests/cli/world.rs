@@ -19,7 +19,7 @@ use testworld::ring::{Consistency, NodeStatus, Replication};
 
 /// One world at a time in this test binary: each runs its controller on
 /// the production metrics address (0.0.0.0:8080) of the host.
-static ONE_WORLD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static ONE_WORLD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The test world with `zones` of 3 Nodes each, the CRD and namespace
 /// installed, the real binary as the controller (log in the work dir).
