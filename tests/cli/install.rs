@@ -257,6 +257,107 @@ async fn rooks_documented_example() {
     .await;
 }
 
+/// A GET of `path` on 127.0.0.1:`port` (a hostNetwork Pod's port); the body.
+fn http_get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+}
+
+/// The value of an unlabelled series in a metrics text.
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The vRouter reloader: its DaemonSet's Pod on one Node, the reloader
+/// reading both files the example mounts (the Pod's labels through the
+/// downward API, the agent's ConfigMap), and a change of the Pod's label
+/// reaching it. The agent container is left out: its image is a
+/// placeholder kubesim cannot run, and kubesim does not simulate
+/// `shareProcessNamespace` (tests/cli/reloader.rs signals real processes).
+async fn the_vrouter_example() {
+    let (work, world) = installed_world(&["vrouter"]).await;
+    let out = kubectl(&world, &["apply", "-k", path(&example("vrouter-reloader"))]);
+    assert!(
+        out.contains("daemonset.apps/vrouter-agent created"),
+        "{out}"
+    );
+    let daemonsets: Api<k8s_openapi::api::apps::v1::DaemonSet> =
+        Api::namespaced(world.client.clone(), "contrail");
+    let template = daemonsets
+        .get("vrouter-agent")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .template;
+    let mut spec = template.spec.unwrap();
+    spec.containers.retain(|c| c.name == "reloader");
+    spec.node_name = Some("node-vrouter-0".into());
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "vrouter-agent-0", "namespace": "contrail",
+            "labels": template.metadata.as_ref().and_then(|m| m.labels.clone())},
+        "spec": spec,
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(world.client.clone(), "contrail");
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    kubectl(
+        &world,
+        &[
+            "wait",
+            "-n",
+            "contrail",
+            "--for=condition=Ready",
+            "pod/vrouter-agent-0",
+            "--timeout=60s",
+        ],
+    );
+    let metrics = |what: &str, want: f64| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let text = http_get(9102, "/metrics").unwrap_or_default();
+            if metric(&text, what).is_some_and(|v| v >= want) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what} never reached {want}:\n{text}\n{}",
+                container_logs(work.path())
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    metrics("reloader_watched_files_present", 2.0);
+    let before = metric(
+        &http_get(9102, "/metrics").unwrap_or_default(),
+        "reloader_changes_total",
+    )
+    .unwrap_or(0.0);
+    kubectl(
+        &world,
+        &[
+            "label",
+            "pod",
+            "-n",
+            "contrail",
+            "vrouter-agent-0",
+            "contrail.juniper.net/config-generation=2",
+            "--overwrite",
+        ],
+    );
+    // the new labels reach the file, the reloader sees the change (and,
+    // with no agent to signal here, keeps it pending)
+    metrics("reloader_changes_total", before + 1.0);
+}
+
 /// Each example in a world of its own (a world's fake ring holds one
 /// Cassandra cluster), the worlds side by side: each operator runs in its
 /// own Pod's network namespace, so they share no port.
@@ -267,10 +368,11 @@ async fn kubectl_apply_k_installs_the_operator_and_every_example_converges() {
     tokio::join!(
         the_thesis_example(),
         the_laptop_example(),
-        rooks_documented_example()
+        rooks_documented_example(),
+        the_vrouter_example()
     );
     eprintln!(
-        "install: three worlds, 12 members in 3 Clusters ready after {:.1} s",
+        "install: four worlds, 12 members in 3 Clusters and the vRouter reloader ready after {:.1} s",
         started.elapsed().as_secs_f64()
     );
 }

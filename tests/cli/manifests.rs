@@ -300,3 +300,186 @@ fn regex_lite(pattern: &str) -> impl Fn(&str) -> Vec<String> {
         out
     }
 }
+
+/// The sample names the controller's registry exports, every family with
+/// one series.
+fn exported_metrics() -> Vec<String> {
+    use controller::metrics::{ClusterLabels, ErrorLabels, Metrics};
+    let m = Metrics::new();
+    let labels = ClusterLabels {
+        namespace: "db".into(),
+        cluster: "c".into(),
+    };
+    m.reconciles.inc();
+    m.errors
+        .get_or_create(&ErrorLabels {
+            kind: "PatchStatus".into(),
+        })
+        .inc();
+    m.duration.observe(0.01);
+    m.members.get_or_create(&labels).set(3);
+    m.ready_members.get_or_create(&labels).set(2);
+    m.set_operation(&labels, "Converged");
+    m.encode()
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| l.split(['{', ' ']).next().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_alert_rules_use_the_metrics_the_controller_exports() {
+    let exported = exported_metrics();
+    let text = std::fs::read_to_string(manifests().join("prometheus/alerts.yaml")).unwrap();
+    let rule = &documents(&text)[0];
+    assert_eq!(rule["kind"], "PrometheusRule");
+    let mut alerts = Vec::new();
+    for group in rule["spec"]["groups"].as_array().unwrap() {
+        for r in group["rules"].as_array().unwrap() {
+            let alert = r["alert"].as_str().expect("an alert name").to_string();
+            let expr = r["expr"].as_str().expect("an expr");
+            assert!(r["for"].is_string(), "{alert}: no `for`");
+            assert!(r["labels"]["severity"].is_string(), "{alert}: no severity");
+            assert!(
+                r["annotations"]["summary"].is_string(),
+                "{alert}: no summary"
+            );
+            // balanced brackets and quotes: a PromQL expression at least parses
+            let mut stack = Vec::new();
+            let mut quoted = false;
+            for c in expr.chars() {
+                match c {
+                    '"' => quoted = !quoted,
+                    '(' | '[' | '{' if !quoted => stack.push(c),
+                    ')' | ']' | '}' if !quoted => {
+                        let open = stack.pop();
+                        assert_eq!(
+                            open,
+                            Some(match c {
+                                ')' => '(',
+                                ']' => '[',
+                                _ => '{',
+                            }),
+                            "{alert}: unbalanced {expr}"
+                        );
+                    }
+                    _ => {}
+                }
+            }
+            assert!(stack.is_empty() && !quoted, "{alert}: unbalanced {expr}");
+            // every cassandra_operator_ series exists
+            for (i, _) in expr.match_indices("cassandra_operator_") {
+                let name: String = expr[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                assert!(
+                    exported.contains(&name),
+                    "{alert}: {name} is not exported by the controller: {exported:?}"
+                );
+            }
+            alerts.push(alert);
+        }
+    }
+    for want in [
+        "CassandraMemberNotReady",
+        "CassandraClusterRefused",
+        "CassandraClusterNotConverged",
+    ] {
+        assert!(
+            alerts.iter().any(|a| a == want),
+            "{want} missing: {alerts:?}"
+        );
+    }
+    // the operations the refusal rule names are the controller's reasons
+    let refused = std::fs::read_to_string(repo().join("controller/src/status.rs")).unwrap();
+    for reason in [
+        "ForeignObject",
+        "DatacenterChanged",
+        "RackRemovedWithMembers",
+        "ScaleDownUnsupported",
+    ] {
+        assert!(
+            refused.contains(&format!("\"{reason}\"")),
+            "{reason} is no longer a refusal reason of the controller"
+        );
+    }
+}
+
+#[test]
+fn the_pod_monitor_scrapes_ports_that_serve_metrics() {
+    let text = std::fs::read_to_string(manifests().join("prometheus/podmonitor.yaml")).unwrap();
+    let monitors = documents(&text);
+    let deployment =
+        &documents(&std::fs::read_to_string(manifests().join("operator/deployment.yaml")).unwrap())
+            [0];
+    let operator = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let reloader = documents(
+        &std::fs::read_to_string(
+            manifests().join("examples/vrouter-reloader/vrouter-reloader.yaml"),
+        )
+        .unwrap(),
+    )
+    .into_iter()
+    .find(|d| d["kind"] == "DaemonSet")
+    .unwrap();
+    let reloader = reloader["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "reloader")
+        .unwrap()
+        .clone();
+    for (monitor, container, labels) in [
+        (
+            &monitors[0],
+            operator,
+            &deployment["spec"]["template"]["metadata"]["labels"],
+        ),
+        (&monitors[1], &reloader, &json_labels_of_daemonset()),
+    ] {
+        let port = monitor["spec"]["podMetricsEndpoints"][0]["port"]
+            .as_str()
+            .unwrap();
+        assert!(
+            container["ports"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["name"] == port),
+            "{}: no port {port} in {container}",
+            monitor["metadata"]["name"]
+        );
+        for (k, v) in monitor["spec"]["selector"]["matchLabels"]
+            .as_object()
+            .unwrap()
+        {
+            assert_eq!(
+                &labels[k], v,
+                "{}: selector {k}",
+                monitor["metadata"]["name"]
+            );
+        }
+    }
+    // the controller's port is where it serves /metrics (METRICS_ADDR's default)
+    assert_eq!(operator["ports"][0]["containerPort"], 8080);
+    assert!(
+        reloader["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a.as_str().is_some_and(|a| a.ends_with(":9102")))
+    );
+}
+
+fn json_labels_of_daemonset() -> Value {
+    let text = std::fs::read_to_string(
+        manifests().join("examples/vrouter-reloader/vrouter-reloader.yaml"),
+    )
+    .unwrap();
+    documents(&text)
+        .into_iter()
+        .find(|d| d["kind"] == "DaemonSet")
+        .unwrap()["spec"]["template"]["metadata"]["labels"]
+        .clone()
+}
