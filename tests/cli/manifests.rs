@@ -120,6 +120,15 @@ fn operator_yaml_is_what_kustomize_renders() {
         body == kustomize(&manifests()),
         "manifests/operator.yaml differs from `kubectl kustomize manifests/`: run scripts/render-manifests"
     );
+    // every kubectl the machine image carries renders the same install
+    // (each has its own kustomize)
+    for version in ["1.27", "1.28", "1.29", "1.30", "1.31", "1.32", "1.33"] {
+        let kubectl = testworld::harness::kubectl_binary(version);
+        assert!(
+            body == run(Command::new(&kubectl).arg("kustomize").arg(manifests())),
+            "kubectl {version} renders manifests/ differently"
+        );
+    }
     // what it installs
     let kinds: Vec<String> = documents(&body)
         .iter()
