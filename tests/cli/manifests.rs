@@ -492,3 +492,29 @@ fn json_labels_of_daemonset() -> Value {
         .unwrap()["spec"]["template"]["metadata"]["labels"]
         .clone()
 }
+
+/// The README's first commands are the demo and the test command, and CI
+/// runs that same test command.
+#[test]
+fn the_readme_starts_with_the_demo_and_the_test_command() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let block = readme
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a first sh block");
+    let commands: Vec<&str> = block
+        .lines()
+        .map(|l| l.split(" #").next().unwrap().trim())
+        .collect();
+    assert_eq!(
+        commands,
+        ["cargo run -p testworld --bin demo", "scripts/test"],
+        "{block}"
+    );
+    let ci = std::fs::read_to_string(repo().join(".ci/run")).unwrap();
+    assert!(
+        ci.lines().any(|l| l.trim() == "scripts/test"),
+        ".ci/run does not run scripts/test"
+    );
+}
