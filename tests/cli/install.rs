@@ -124,6 +124,12 @@ async fn installed_world(zones: &[&str]) -> (tempfile::TempDir, World) {
     ] {
         assert!(out.contains(created), "{created} missing:\n{out}");
     }
+    // a second install changes nothing
+    let again = kubectl(&world, &["apply", "-k", path(&manifests())]);
+    assert!(
+        again.lines().all(|l| l.ends_with(" unchanged")),
+        "a second kubectl apply -k changed something:\n{again}"
+    );
     kubectl(
         &world,
         &[

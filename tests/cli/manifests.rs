@@ -120,6 +120,15 @@ fn operator_yaml_is_what_kustomize_renders() {
         body == kustomize(&manifests()),
         "manifests/operator.yaml differs from `kubectl kustomize manifests/`: run scripts/render-manifests"
     );
+    // every kubectl the machine image carries renders the same install
+    // (each has its own kustomize)
+    for version in ["1.27", "1.28", "1.29", "1.30", "1.31", "1.32", "1.33"] {
+        let kubectl = testworld::harness::kubectl_binary(version);
+        assert!(
+            body == run(Command::new(&kubectl).arg("kustomize").arg(manifests())),
+            "kubectl {version} renders manifests/ differently"
+        );
+    }
     // what it installs
     let kinds: Vec<String> = documents(&body)
         .iter()
@@ -482,4 +491,30 @@ fn json_labels_of_daemonset() -> Value {
         .find(|d| d["kind"] == "DaemonSet")
         .unwrap()["spec"]["template"]["metadata"]["labels"]
         .clone()
+}
+
+/// The README's first commands are the demo and the test command, and CI
+/// runs that same test command.
+#[test]
+fn the_readme_starts_with_the_demo_and_the_test_command() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let block = readme
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a first sh block");
+    let commands: Vec<&str> = block
+        .lines()
+        .map(|l| l.split(" #").next().unwrap().trim())
+        .collect();
+    assert_eq!(
+        commands,
+        ["cargo run -p testworld --bin demo", "scripts/test"],
+        "{block}"
+    );
+    let ci = std::fs::read_to_string(repo().join(".ci/run")).unwrap();
+    assert!(
+        ci.lines().any(|l| l.trim() == "scripts/test"),
+        ".ci/run does not run scripts/test"
+    );
 }

@@ -1146,11 +1146,15 @@ async fn real_kubectl_gets_and_applies() {
         vec![
             "create ",
             "delete hello",
+            // manifests/operator.yaml: the CRD, the namespace, the
+            // ServiceAccount, ClusterRole, ClusterRoleBinding, Deployment
             "create ",
             "create ",
             "create ",
             "create ",
             "create ",
+            "create ",
+            // the namespace, the ConfigMap and the Secret
             "create ",
             "create ",
             "create "
