@@ -313,7 +313,7 @@ fn regex_lite(pattern: &str) -> impl Fn(&str) -> Vec<String> {
 /// The sample names the controller's registry exports, every family with
 /// one series.
 fn exported_metrics() -> Vec<String> {
-    use controller::metrics::{ClusterLabels, ErrorLabels, Metrics};
+    use controller::metrics::{ClusterLabels, ErrorLabels, MemberOperationLabels, Metrics};
     let m = Metrics::new();
     let labels = ClusterLabels {
         namespace: "db".into(),
@@ -329,6 +329,21 @@ fn exported_metrics() -> Vec<String> {
     m.members.get_or_create(&labels).set(3);
     m.ready_members.get_or_create(&labels).set(2);
     m.set_operation(&labels, "Converged");
+    m.set_member_operations(
+        &labels,
+        vec![(
+            MemberOperationLabels {
+                namespace: "db".into(),
+                cluster: "c".into(),
+                kind: "decommission".into(),
+                rack: "r".into(),
+                member: "2".into(),
+            },
+            1_700_000_000,
+        )],
+    );
+    m.count_operation(&labels, "decommission", true);
+    m.count_operation(&labels, "decommission", false);
     m.encode()
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
@@ -393,6 +408,8 @@ fn the_alert_rules_use_the_metrics_the_controller_exports() {
     for want in [
         "CassandraMemberNotReady",
         "CassandraClusterRefused",
+        "CassandraDecommissionRefused",
+        "CassandraMemberOperationStuck",
         "CassandraClusterNotConverged",
     ] {
         assert!(
@@ -406,7 +423,9 @@ fn the_alert_rules_use_the_metrics_the_controller_exports() {
         "ForeignObject",
         "DatacenterChanged",
         "RackRemovedWithMembers",
-        "ScaleDownUnsupported",
+        "DecommissionedBelowTheTop",
+        "UnreadableDecommission",
+        "DecommissionRefused",
     ] {
         assert!(
             refused.contains(&format!("\"{reason}\"")),
