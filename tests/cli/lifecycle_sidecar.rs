@@ -678,3 +678,112 @@ async fn an_emptied_member_asks_for_a_replace_and_replaces_itself() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Every descendant of a process (children first found through /proc).
+fn descendants(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let children =
+            std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
+        for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+            out.push(child);
+            todo.push(child);
+        }
+    }
+    out
+}
+
+fn signal_all(pids: &[i32], signal: nix::sys::signal::Signal) {
+    for pid in pids {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), signal);
+    }
+}
+
+/// On 3.11 (and 4.x) a decommission whose stream fails leaves the node
+/// LEAVING and the call throws. The sidecar reports the failure with
+/// Cassandra's reason, backs off, claims again and retries from LEAVING
+/// (which Cassandra allows); once the failed target is back, the
+/// decommission completes and the data check is clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_stream_is_reported_and_the_decommission_retried() {
+    let _one = ONE_WORLD.lock().await;
+    let work = tempfile::tempdir().unwrap();
+    let mut ring = fast_ring();
+    // long enough for a new replica to be found down before the stream ends
+    ring.timing.decommission_ms = 8000;
+    let (world, controller, _log) = world(&["r"], work.path(), ring).await;
+    create(&world, &cluster("3.11.6", &[("r", 3)])).await;
+    wait_ready(&world, 3, Duration::from_secs(180), work.path()).await;
+    drop(controller);
+    world.sim.ring().with(|ring| {
+        ring.create_keyspace("ks", Replication::simple(2)).unwrap();
+        ring.write_keys("ks", "key", 300, Consistency::All).unwrap();
+    });
+    let last = member(2);
+    patch_service(
+        &world,
+        &last,
+        json!({"metadata": {"labels": {contract::DECOMMISSIONED: "false"}}}),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let leaving = world.sim.ring().with(|ring| {
+            ring.status(None)
+                .map(|s| s.rows.iter().any(|r| r.status == NodeStatus::UL))
+                .unwrap_or(false)
+        });
+        if leaving {
+            break;
+        }
+        assert!(Instant::now() < deadline, "member 2 never started leaving");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Member 0 (a new replica of member 2's ranges) freezes: its lease runs
+    // out and the ring has it down when the stream to it is due.
+    let frozen = descendants(container_pid(&world, &member(0)).await);
+    assert!(!frozen.is_empty(), "member 0 runs no database");
+    signal_all(&frozen, nix::sys::signal::Signal::SIGSTOP);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let reason = loop {
+        if let Some(reason) = annotation(
+            &service(&world, &last).await,
+            contract::DECOMMISSION_REFUSED,
+        ) {
+            break reason;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the failed stream was not reported\n{}",
+            container_logs(work.path())
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    signal_all(&frozen, nix::sys::signal::Signal::SIGCONT);
+    assert!(reason.contains("Stream failed"), "{reason}");
+
+    // Member 0 comes back; the retry completes the decommission.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while label(&service(&world, &last).await, contract::DECOMMISSIONED).as_deref() != Some("true")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the retried decommission was not confirmed\n{}\n{}",
+            ring_status(&world.sim),
+            container_logs(work.path())
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while up_nodes(&world.sim) < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_ring(&world.sim, 2, "after the retried decommission");
+    let s = service(&world, &last).await;
+    assert_eq!(
+        annotation(&s, contract::DECOMMISSION_REFUSED),
+        None,
+        "the retry's claim clears the report"
+    );
+}
