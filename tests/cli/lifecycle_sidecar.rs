@@ -700,21 +700,17 @@ fn signal_all(pids: &[i32], signal: nix::sys::signal::Signal) {
     }
 }
 
-/// On 3.11 (and 4.x) a decommission whose stream fails leaves the node
-/// LEAVING and the call throws. The sidecar reports the failure with
-/// Cassandra's reason, backs off, claims again and retries from LEAVING
-/// (which Cassandra allows); once the failed target is back, the
-/// decommission completes and the data check is clean.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_stream_is_reported_and_the_decommission_retried() {
-    let _one = ONE_WORLD.lock().await;
-    let work = tempfile::tempdir().unwrap();
+/// A 3-member 3.11 cluster (RF 2) whose last member's decommission stream
+/// fails: member 0, a new replica of its ranges, is frozen (its lease runs
+/// out and the ring has it down when the stream to it is due). Returns the
+/// frozen processes, still stopped, and the reported reason.
+async fn failed_stream(work: &Path) -> (World, Vec<i32>, String) {
     let mut ring = fast_ring();
     // long enough for a new replica to be found down before the stream ends
     ring.timing.decommission_ms = 8000;
-    let (world, controller, _log) = world(&["r"], work.path(), ring).await;
+    let (world, controller, _log) = world(&["r"], work, ring).await;
     create(&world, &cluster("3.11.6", &[("r", 3)])).await;
-    wait_ready(&world, 3, Duration::from_secs(180), work.path()).await;
+    wait_ready(&world, 3, Duration::from_secs(180), work).await;
     drop(controller);
     world.sim.ring().with(|ring| {
         ring.create_keyspace("ks", Replication::simple(2)).unwrap();
@@ -740,8 +736,6 @@ async fn a_failed_stream_is_reported_and_the_decommission_retried() {
         assert!(Instant::now() < deadline, "member 2 never started leaving");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // Member 0 (a new replica of member 2's ranges) freezes: its lease runs
-    // out and the ring has it down when the stream to it is due.
     let frozen = descendants(container_pid(&world, &member(0)).await);
     assert!(!frozen.is_empty(), "member 0 runs no database");
     signal_all(&frozen, nix::sys::signal::Signal::SIGSTOP);
@@ -756,12 +750,26 @@ async fn a_failed_stream_is_reported_and_the_decommission_retried() {
         assert!(
             Instant::now() < deadline,
             "the failed stream was not reported\n{}",
-            container_logs(work.path())
+            container_logs(work)
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    signal_all(&frozen, nix::sys::signal::Signal::SIGCONT);
     assert!(reason.contains("Stream failed"), "{reason}");
+    (world, frozen, reason)
+}
+
+/// On 3.11 (and 4.x) a decommission whose stream fails leaves the node
+/// LEAVING and the call throws. The sidecar reports the failure with
+/// Cassandra's reason, backs off, claims again and retries from LEAVING
+/// (which Cassandra allows); once the failed target is back, the
+/// decommission completes and the data check is clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_stream_is_reported_and_the_decommission_retried() {
+    let _one = ONE_WORLD.lock().await;
+    let work = tempfile::tempdir().unwrap();
+    let (world, frozen, _reason) = failed_stream(work.path()).await;
+    let last = member(2);
+    signal_all(&frozen, nix::sys::signal::Signal::SIGCONT);
 
     // Member 0 comes back; the retry completes the decommission.
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -785,5 +793,54 @@ async fn a_failed_stream_is_reported_and_the_decommission_retried() {
         annotation(&s, contract::DECOMMISSION_REFUSED),
         None,
         "the retry's claim clears the report"
+    );
+}
+
+/// The same failed stream, and the request withdrawn while the node is
+/// stuck LEAVING: the sidecar restarts the database (how Cassandra gets
+/// back to NORMAL), clears its records, and the member serves again in a
+/// ring of 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdrawn_failed_decommission_restarts_the_node_back_to_normal() {
+    let _one = ONE_WORLD.lock().await;
+    let work = tempfile::tempdir().unwrap();
+    let (world, frozen, _reason) = failed_stream(work.path()).await;
+    let last = member(2);
+    // Withdrawn at once, within the back-off: no retry has started.
+    patch_service(
+        &world,
+        &last,
+        json!({"metadata": {"labels": {contract::DECOMMISSIONED: null}}}),
+    )
+    .await;
+    signal_all(&frozen, nix::sys::signal::Signal::SIGCONT);
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = service(&world, &last).await;
+        let records = (
+            annotation(&s, contract::DECOMMISSION_STARTED),
+            annotation(&s, contract::DECOMMISSION_REFUSED),
+        );
+        if records == (None, None) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the records were not cleared: {records:?}\n{}",
+            container_logs(work.path())
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let names: Vec<String> = (0..3).map(member).collect();
+    wait_pods_ready(&world, &names, Duration::from_secs(120), work.path()).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while up_nodes(&world.sim) < 3 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_ring(&world.sim, 3, "after the withdrawal");
+    assert!(
+        pod_logs(work.path(), &last).contains("restarting the database"),
+        "the stuck node was not restarted"
     );
 }
