@@ -513,6 +513,9 @@ async fn a_refused_decommission_is_reported_and_withdrawn() {
         reason.contains("Not enough live nodes to maintain replication factor"),
         "{reason}"
     );
+    // The call came after the claim, which stays: only the report lets the
+    // controller withdraw.
+    assert!(annotation(&service(&world, last).await, contract::DECOMMISSION_STARTED).is_some());
     // Backing off: over 12 s, at most the first refusal and two retries (5 s
     // then 10 s), where a 2 s loop would make six.
     tokio::time::sleep(Duration::from_secs(12)).await;
