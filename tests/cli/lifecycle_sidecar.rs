@@ -847,3 +847,96 @@ async fn a_withdrawn_failed_decommission_restarts_the_node_back_to_normal() {
         "the stuck node was not restarted"
     );
 }
+
+/// How many runs the crash test makes (`LIFECYCLE_CRASH_RUNS`, default 1).
+fn crash_runs() -> u32 {
+    std::env::var("LIFECYCLE_CRASH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+}
+
+/// A pseudo-random delay below `max_ms` (from the clock: each run differs,
+/// and the delay is printed so that a failing run can be told apart).
+fn random_ms(max_ms: u64) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_nanos() as u64;
+    // xorshift over the nanoseconds
+    let mut x = nanos ^ 0x9e37_79b9_7f4a_7c15;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    x % max_ms
+}
+
+/// The leaving member's container (sidecar and Cassandra) SIGKILLed twice
+/// at random moments of its decommission (before the claim, during the
+/// ring delay, while streaming, after DECOMMISSIONED): every run ends with
+/// the decommission confirmed, 2 UN nodes and a clean data check.
+/// `LIFECYCLE_CRASH_RUNS=20` makes 20 runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaving_member_killed_at_random_moments_still_decommissions_safely() {
+    let _one = ONE_WORLD.lock().await;
+    for run in 0..crash_runs() {
+        let work = tempfile::tempdir().unwrap();
+        let mut ring = fast_ring();
+        ring.timing.decommission_ms = 1500;
+        let (world, controller, _log) = world(&["r"], work.path(), ring).await;
+        create(&world, &cluster("3.11.6", &[("r", 3)])).await;
+        wait_ready(&world, 3, Duration::from_secs(180), work.path()).await;
+        drop(controller);
+        world.sim.ring().with(|ring| {
+            ring.create_keyspace("ks", Replication::simple(2)).unwrap();
+            ring.write_keys("ks", "key", 300, Consistency::All).unwrap();
+        });
+        let last = member(2);
+        patch_service(
+            &world,
+            &last,
+            json!({"metadata": {"labels": {contract::DECOMMISSIONED: "false"}}}),
+        )
+        .await;
+        let kills = [random_ms(2500), random_ms(4000)];
+        for delay in kills {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+            // The container may be between restarts: no PID to kill then.
+            let pods: Api<Pod> = Api::namespaced(world.client.clone(), "db");
+            let pid = pods
+                .get(&last)
+                .await
+                .ok()
+                .and_then(|p| p.status?.container_statuses?.first()?.container_id.clone())
+                .and_then(|id| id.strip_prefix("kubesim://")?.parse::<i32>().ok());
+            if let Some(pid) = pid {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while label(&service(&world, &last).await, contract::DECOMMISSIONED).as_deref()
+            != Some("true")
+        {
+            assert!(
+                Instant::now() < deadline,
+                "run {run} (kills after {kills:?} ms): the decommission was not confirmed\n{}\n{}",
+                ring_status(&world.sim),
+                container_logs(work.path())
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while up_nodes(&world.sim) != 2 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_ring(
+            &world.sim,
+            2,
+            &format!("run {run} (kills after {kills:?} ms)"),
+        );
+        eprintln!("run {run}: kills after {kills:?} ms: confirmed, clean");
+    }
+}
