@@ -513,6 +513,9 @@ async fn a_refused_decommission_is_reported_and_withdrawn() {
         reason.contains("Not enough live nodes to maintain replication factor"),
         "{reason}"
     );
+    // The call came after the claim, which stays: only the report lets the
+    // controller withdraw.
+    assert!(annotation(&service(&world, last).await, contract::DECOMMISSION_STARTED).is_some());
     // Backing off: over 12 s, at most the first refusal and two retries (5 s
     // then 10 s), where a 2 s loop would make six.
     tokio::time::sleep(Duration::from_secs(12)).await;
@@ -676,5 +679,264 @@ async fn an_emptied_member_asks_for_a_replace_and_replaces_itself() {
     while annotation(&service(&world, last).await, contract::REPLACE_REQUESTED).is_some() {
         assert!(Instant::now() < deadline, "the replace request stayed");
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every descendant of a process (children first found through /proc).
+fn descendants(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let children =
+            std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
+        for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+            out.push(child);
+            todo.push(child);
+        }
+    }
+    out
+}
+
+fn signal_all(pids: &[i32], signal: nix::sys::signal::Signal) {
+    for pid in pids {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), signal);
+    }
+}
+
+/// A 3-member 3.11 cluster (RF 2) whose last member's decommission stream
+/// fails: member 0, a new replica of its ranges, is frozen (its lease runs
+/// out and the ring has it down when the stream to it is due). Returns the
+/// frozen processes, still stopped, and the reported reason.
+async fn failed_stream(work: &Path) -> (World, Vec<i32>, String) {
+    let mut ring = fast_ring();
+    // long enough for a new replica to be found down before the stream ends
+    ring.timing.decommission_ms = 8000;
+    let (world, controller, _log) = world(&["r"], work, ring).await;
+    create(&world, &cluster("3.11.6", &[("r", 3)])).await;
+    wait_ready(&world, 3, Duration::from_secs(180), work).await;
+    drop(controller);
+    world.sim.ring().with(|ring| {
+        ring.create_keyspace("ks", Replication::simple(2)).unwrap();
+        ring.write_keys("ks", "key", 300, Consistency::All).unwrap();
+    });
+    let last = member(2);
+    patch_service(
+        &world,
+        &last,
+        json!({"metadata": {"labels": {contract::DECOMMISSIONED: "false"}}}),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let leaving = world.sim.ring().with(|ring| {
+            ring.status(None)
+                .map(|s| s.rows.iter().any(|r| r.status == NodeStatus::UL))
+                .unwrap_or(false)
+        });
+        if leaving {
+            break;
+        }
+        assert!(Instant::now() < deadline, "member 2 never started leaving");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let frozen = descendants(container_pid(&world, &member(0)).await);
+    assert!(!frozen.is_empty(), "member 0 runs no database");
+    signal_all(&frozen, nix::sys::signal::Signal::SIGSTOP);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let reason = loop {
+        if let Some(reason) = annotation(
+            &service(&world, &last).await,
+            contract::DECOMMISSION_REFUSED,
+        ) {
+            break reason;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the failed stream was not reported\n{}",
+            container_logs(work)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(reason.contains("Stream failed"), "{reason}");
+    (world, frozen, reason)
+}
+
+/// On 3.11 (and 4.x) a decommission whose stream fails leaves the node
+/// LEAVING and the call throws. The sidecar reports the failure with
+/// Cassandra's reason, backs off, claims again and retries from LEAVING
+/// (which Cassandra allows); once the failed target is back, the
+/// decommission completes and the data check is clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_stream_is_reported_and_the_decommission_retried() {
+    let _one = ONE_WORLD.lock().await;
+    let work = tempfile::tempdir().unwrap();
+    let (world, frozen, _reason) = failed_stream(work.path()).await;
+    let last = member(2);
+    signal_all(&frozen, nix::sys::signal::Signal::SIGCONT);
+
+    // Member 0 comes back; the retry completes the decommission.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while label(&service(&world, &last).await, contract::DECOMMISSIONED).as_deref() != Some("true")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the retried decommission was not confirmed\n{}\n{}",
+            ring_status(&world.sim),
+            container_logs(work.path())
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while up_nodes(&world.sim) < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_ring(&world.sim, 2, "after the retried decommission");
+    let s = service(&world, &last).await;
+    assert_eq!(
+        annotation(&s, contract::DECOMMISSION_REFUSED),
+        None,
+        "the retry's claim clears the report"
+    );
+}
+
+/// The same failed stream, and the request withdrawn while the node is
+/// stuck LEAVING: the sidecar restarts the database (how Cassandra gets
+/// back to NORMAL), clears its records, and the member serves again in a
+/// ring of 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdrawn_failed_decommission_restarts_the_node_back_to_normal() {
+    let _one = ONE_WORLD.lock().await;
+    let work = tempfile::tempdir().unwrap();
+    let (world, frozen, _reason) = failed_stream(work.path()).await;
+    let last = member(2);
+    // Withdrawn at once, within the back-off: no retry has started.
+    patch_service(
+        &world,
+        &last,
+        json!({"metadata": {"labels": {contract::DECOMMISSIONED: null}}}),
+    )
+    .await;
+    signal_all(&frozen, nix::sys::signal::Signal::SIGCONT);
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = service(&world, &last).await;
+        let records = (
+            annotation(&s, contract::DECOMMISSION_STARTED),
+            annotation(&s, contract::DECOMMISSION_REFUSED),
+        );
+        if records == (None, None) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the records were not cleared: {records:?}\n{}",
+            container_logs(work.path())
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let names: Vec<String> = (0..3).map(member).collect();
+    wait_pods_ready(&world, &names, Duration::from_secs(120), work.path()).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while up_nodes(&world.sim) < 3 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_ring(&world.sim, 3, "after the withdrawal");
+    assert!(
+        pod_logs(work.path(), &last).contains("restarting the database"),
+        "the stuck node was not restarted"
+    );
+}
+
+/// How many runs the crash test makes (`LIFECYCLE_CRASH_RUNS`, default 1).
+fn crash_runs() -> u32 {
+    std::env::var("LIFECYCLE_CRASH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+}
+
+/// A pseudo-random delay below `max_ms` (from the clock: each run differs,
+/// and the delay is printed so that a failing run can be told apart).
+fn random_ms(max_ms: u64) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_nanos() as u64;
+    // xorshift over the nanoseconds
+    let mut x = nanos ^ 0x9e37_79b9_7f4a_7c15;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    x % max_ms
+}
+
+/// The leaving member's container (sidecar and Cassandra) SIGKILLed twice
+/// at random moments of its decommission (before the claim, during the
+/// ring delay, while streaming, after DECOMMISSIONED): every run ends with
+/// the decommission confirmed, 2 UN nodes and a clean data check.
+/// `LIFECYCLE_CRASH_RUNS=20` makes 20 runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaving_member_killed_at_random_moments_still_decommissions_safely() {
+    let _one = ONE_WORLD.lock().await;
+    for run in 0..crash_runs() {
+        let work = tempfile::tempdir().unwrap();
+        let mut ring = fast_ring();
+        ring.timing.decommission_ms = 1500;
+        let (world, controller, _log) = world(&["r"], work.path(), ring).await;
+        create(&world, &cluster("3.11.6", &[("r", 3)])).await;
+        wait_ready(&world, 3, Duration::from_secs(180), work.path()).await;
+        drop(controller);
+        world.sim.ring().with(|ring| {
+            ring.create_keyspace("ks", Replication::simple(2)).unwrap();
+            ring.write_keys("ks", "key", 300, Consistency::All).unwrap();
+        });
+        let last = member(2);
+        patch_service(
+            &world,
+            &last,
+            json!({"metadata": {"labels": {contract::DECOMMISSIONED: "false"}}}),
+        )
+        .await;
+        let kills = [random_ms(2500), random_ms(4000)];
+        for delay in kills {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+            // The container may be between restarts: no PID to kill then.
+            let pods: Api<Pod> = Api::namespaced(world.client.clone(), "db");
+            let pid = pods
+                .get(&last)
+                .await
+                .ok()
+                .and_then(|p| p.status?.container_statuses?.first()?.container_id.clone())
+                .and_then(|id| id.strip_prefix("kubesim://")?.parse::<i32>().ok());
+            if let Some(pid) = pid {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while label(&service(&world, &last).await, contract::DECOMMISSIONED).as_deref()
+            != Some("true")
+        {
+            assert!(
+                Instant::now() < deadline,
+                "run {run} (kills after {kills:?} ms): the decommission was not confirmed\n{}\n{}",
+                ring_status(&world.sim),
+                container_logs(work.path())
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while up_nodes(&world.sim) != 2 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_ring(
+            &world.sim,
+            2,
+            &format!("run {run} (kills after {kills:?} ms)"),
+        );
+        eprintln!("run {run}: kills after {kills:?} ms: confirmed, clean");
     }
 }

@@ -293,13 +293,24 @@ async fn guarded_patch(
     annotations: serde_json::Value,
 ) -> Result<Service, kube::Error> {
     let name = seen.metadata.name.clone().unwrap_or_default();
-    let patch = serde_json::json!({"metadata": {
-        "resourceVersion": seen.metadata.resource_version,
-        "annotations": annotations,
-    }});
+    let patch = guarded(seen.metadata.resource_version.as_deref(), annotations);
     services
         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
+}
+
+/// A merge patch of annotations that the API server applies only to the
+/// given resourceVersion (409 Conflict otherwise). Without a
+/// resourceVersion (never from the API server) it would be unguarded, so it
+/// carries an empty one that matches nothing.
+pub fn guarded(
+    resource_version: Option<&str>,
+    annotations: serde_json::Value,
+) -> serde_json::Value {
+    serde_json::json!({"metadata": {
+        "resourceVersion": resource_version.unwrap_or("0"),
+        "annotations": annotations,
+    }})
 }
 
 fn now_rfc3339() -> String {
@@ -314,4 +325,69 @@ pub async fn confirm(services: &Api<Service>, name: &str) -> Result<(), kube::Er
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Service {
+        let map = |kv: &[(&str, &str)]| {
+            Some(
+                kv.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
+        };
+        let mut s = Service::default();
+        s.metadata.labels = map(labels);
+        s.metadata.annotations = map(annotations);
+        s
+    }
+
+    #[test]
+    fn a_claim_is_guarded_by_the_version_it_was_decided_on() {
+        let patch = guarded(
+            Some("42"),
+            serde_json::json!({contract::DECOMMISSION_STARTED: "t", contract::DECOMMISSION_REFUSED: null}),
+        );
+        assert_eq!(
+            patch,
+            serde_json::json!({"metadata": {"resourceVersion": "42", "annotations": {
+                "cassandra.rook.io/decommission-started": "t",
+                "cassandra.rook.io/decommission-refused": null}}})
+        );
+        // Never unguarded.
+        assert_eq!(
+            guarded(None, serde_json::json!({}))["metadata"]["resourceVersion"],
+            "0"
+        );
+    }
+
+    #[test]
+    fn the_records_read_from_the_member_service() {
+        let s = service(
+            &[(contract::DECOMMISSIONED, "false")],
+            &[(contract::DECOMMISSION_STARTED, "t")],
+        );
+        assert_eq!(intent_of(&s), Intent::Requested);
+        assert_eq!(
+            claim_of(&s),
+            Claim {
+                started: true,
+                refused: false
+            }
+        );
+        assert!(claim_of(&s).stands());
+        let s = service(
+            &[],
+            &[
+                (contract::DECOMMISSION_STARTED, "t"),
+                (contract::DECOMMISSION_REFUSED, "Not enough live nodes"),
+            ],
+        );
+        assert_eq!(intent_of(&s), Intent::Serve);
+        assert!(!claim_of(&s).stands());
+        assert_eq!(claim_of(&Service::default()), Claim::default());
+    }
 }

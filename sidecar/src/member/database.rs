@@ -4,6 +4,7 @@
 //! stops. I/O.
 
 use std::path::Path;
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -15,6 +16,7 @@ use super::{MemberError, SidecarArgs};
 use crate::decommission;
 use crate::jolokia::{Jolokia, OperationMode, StorageService};
 use crate::render::{self, MemberConfig, Overrides, OverridesOrigin};
+use crate::supervise::Child;
 
 pub fn parse_limit(
     what: &'static str,
@@ -129,6 +131,42 @@ pub fn write_configuration(
     );
     render::write_all(out, &files)?;
     Ok(rendered)
+}
+
+/// Starts the database with the rendered configuration: `CASSANDRA_CONF` at
+/// the written directory, the rendered environment (the JVM options the
+/// container already passes kept), its standard error read for
+/// `refusals` on the way to ours.
+pub fn start(
+    args: &SidecarArgs,
+    mode: ClusterMode,
+    rendered: &render::Rendered,
+    data_dir: &Path,
+    refusals: Arc<StartRefusals>,
+) -> Result<Child, MemberError> {
+    let command = database_command(args, mode, &rendered.args, data_dir)?;
+    let mut process = std::process::Command::new(&command[0]);
+    process
+        .args(&command[1..])
+        .env("CASSANDRA_CONF", &args.config_dir)
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::piped());
+    for (key, value) in &rendered.env {
+        let mut value = value.clone();
+        if key == "JVM_EXTRA_OPTS" && mode == ClusterMode::Cassandra {
+            // Keep what the container already passes the JVM.
+            let existing = std::env::var(key).unwrap_or_default();
+            if !existing.trim().is_empty() {
+                value = format!("{value} {}", existing.trim());
+            }
+        }
+        process.env(key, value);
+    }
+    let mut child = Child::spawn(process)?;
+    if let Some(stderr) = child.take_stderr() {
+        std::thread::spawn(move || forward_stderr(stderr, &refusals));
+    }
+    Ok(child)
 }
 
 /// Why Cassandra refused to start, as its standard error says: the refusals

@@ -15,13 +15,12 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crds::contract;
-use crds::v1alpha1::{Cluster, ClusterMode};
+use crds::v1alpha1::Cluster;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::{Api, Client};
 use thiserror::Error;
@@ -31,7 +30,7 @@ use tracing::{info, warn};
 use crate::decommission::{self, Intent, act};
 use crate::jolokia::Jolokia;
 use crate::render::{self, MemberConfig};
-use crate::supervise::{self, Child};
+use crate::supervise;
 use crate::{markers, probes};
 use database::StartRefusals;
 use kube::api::{Patch, PatchParams};
@@ -255,30 +254,8 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
 
     // 7. The database, supervised until it ends, the Pod stops, or the
     //    decommission protocol asks for a restart.
-    let command = database::database_command(&args, mode, &rendered.args, &data_dir)?;
-    let mut process = std::process::Command::new(&command[0]);
-    process
-        .args(&command[1..])
-        .env("CASSANDRA_CONF", &args.config_dir)
-        .stdout(Stdio::inherit())
-        .stderr(Stdio::piped());
-    for (key, value) in &rendered.env {
-        let mut value = value.clone();
-        if key == "JVM_EXTRA_OPTS" && mode == ClusterMode::Cassandra {
-            // Keep what the container already passes the JVM.
-            let existing = std::env::var(key).unwrap_or_default();
-            if !existing.trim().is_empty() {
-                value = format!("{value} {}", existing.trim());
-            }
-        }
-        process.env(key, value);
-    }
-    let mut child = Child::spawn(process)?;
+    let child = database::start(&args, mode, &rendered, &data_dir, refusals.clone())?;
     child_alive.store(true, Ordering::Relaxed);
-    if let Some(stderr) = child.take_stderr() {
-        let refusals = refusals.clone();
-        std::thread::spawn(move || database::forward_stderr(stderr, &refusals));
-    }
 
     let drain_jolokia = jolokia.clone();
     let stop = async {
@@ -366,6 +343,7 @@ async fn request_replace(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crds::v1alpha1::ClusterMode;
     use database::database_command;
     use std::path::Path;
 
