@@ -178,8 +178,13 @@ pub enum Action {
     /// Add one member to a rack: set its StatefulSet's replicas.
     ScaleUp { rack: String, replicas: i32 },
     /// Ask the highest member of a rack to leave the ring: label its Service
-    /// `decommissioned=false`.
-    RequestDecommission { rack: String, member: i32 },
+    /// `decommissioned=false`, guarded by the resourceVersion the decision
+    /// read (a stale cache must never turn the sidecar's `true` back).
+    RequestDecommission {
+        rack: String,
+        member: i32,
+        resource_version: String,
+    },
     /// Remove a decommission request the sidecar has not claimed (or that
     /// Cassandra refused), guarded by the Service's resourceVersion.
     WithdrawDecommission {
@@ -472,9 +477,21 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
                 replicas: replicas + 1,
             };
         }
-        return Action::RequestDecommission {
-            rack: rack.name.clone(),
-            member: replicas - 1,
+        let highest = replicas - 1;
+        return match observed_rack
+            .members
+            .get(&highest)
+            .and_then(|m| m.service.as_ref()?.resource_version.clone())
+        {
+            Some(resource_version) => Action::RequestDecommission {
+                rack: rack.name.clone(),
+                member: highest,
+                resource_version,
+            },
+            None => Action::Wait(WaitReason::MemberNotReady {
+                rack: rack.name.clone(),
+                member: highest,
+            }),
         };
     }
     Action::Converged
@@ -760,6 +777,7 @@ mod tests {
                 RequestDecommission {
                     rack: b(),
                     member: 2,
+                    resource_version: "102".into(),
                 },
             ),
             (
@@ -898,6 +916,7 @@ mod tests {
                 RequestDecommission {
                     rack: b(),
                     member: 2,
+                    resource_version: "102".into(),
                 },
             ),
             (
@@ -964,6 +983,7 @@ mod tests {
                 RequestDecommission {
                     rack: b(),
                     member: 1,
+                    resource_version: "101".into(),
                 },
             ),
             (
