@@ -13,8 +13,9 @@
 //!   its sidecar (`decommissioned=true`), never inferred from anything else;
 //! - a StatefulSet shrinks only past a confirmed member;
 //! - a decommission request on a member the spec still wants is withdrawn
-//!   only while the sidecar has not claimed it (or Cassandra refused it);
-//!   one under way is finished first, and the scale-up waits;
+//!   only while the sidecar has not claimed it and the member is ready
+//!   (NORMAL), or when Cassandra refused it; one under way is finished
+//!   first, and the scale-up waits;
 //! - nothing starts while members run different major versions.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -347,9 +348,13 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
                     });
                 }
                 Decommission::Requested => {
-                    let claimed =
-                        service.decommission_started && service.decommission_refused.is_none();
-                    if wanted && !claimed {
+                    let refused = service.decommission_refused.is_some();
+                    let claimed = service.decommission_started && !refused;
+                    // Not ready means the member may be LEAVING already: a
+                    // sidecar that called decommission before it could
+                    // claim it (or one that never claims) must not see its
+                    // request vanish under a running decommission.
+                    if wanted && !claimed && (state.pod_ready || refused) {
                         return match service.resource_version.clone() {
                             Some(resource_version) => Action::WithdrawDecommission {
                                 rack: rack_name,
@@ -1032,6 +1037,18 @@ mod tests {
                     member: 2,
                     resource_version: "102".into(),
                 },
+            ),
+            (
+                "unclaimed but not ready (LEAVING already?): never withdrawn, finished first",
+                3,
+                racks(
+                    3,
+                    vec![member(0), member(1), unready(label(member(2), "false"))],
+                ),
+                Wait(WaitReason::DecommissionBeforeScaleUp {
+                    rack: b(),
+                    member: 2,
+                }),
             ),
             (
                 "raised back while the sidecar has claimed it: finished first",
