@@ -847,3 +847,34 @@ async fn a_decommission_under_way_finishes_before_the_scale_up() {
 async fn harness_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
     testworld::harness::until(what, secs, || f().then_some(())).await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the sidecar's bootstrapped marker (h-life-sidecar): after a full outage member 0 starts alone and must be its own seed"]
+async fn every_member_pod_deleted_at_once_comes_back() {
+    let _one = ONE_WORLD.lock().await;
+    let work = tempfile::tempdir().unwrap();
+    let (world, _controller, log) = world(&["a"], work.path(), fast_ring(), NS).await;
+    let clusters = one_rack(&world, "4.1.8", 3, &log).await;
+    let (sim, client) = (&world.sim, world.client.clone());
+    sim.ring().with(|ring| {
+        ring.create_keyspace("ks", Replication::network_topology([("dc", 3)]))
+            .unwrap();
+        ring.write_keys("ks", "k", 300, Consistency::Quorum)
+            .unwrap();
+    });
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    for ordinal in 0..3 {
+        pods.delete(&format!("{STS_R}-{ordinal}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    // The Pods go (graceful deletion), then come back one at a time.
+    harness_until("the members down", 60, || {
+        ring_rows(sim).iter().all(|(_, s)| *s != NodeStatus::UN)
+    })
+    .await;
+    wait_ready(&clusters, "cassandra", 3, Duration::from_secs(120), &log).await;
+    let (up, status, report) = ring_summary(sim);
+    assert_eq!(up, 3, "{status}");
+    assert!(report.is_clean(), "{report}");
+}
