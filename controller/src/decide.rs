@@ -13,8 +13,9 @@
 //!   its sidecar (`decommissioned=true`), never inferred from anything else;
 //! - a StatefulSet shrinks only past a confirmed member;
 //! - a decommission request on a member the spec still wants is withdrawn
-//!   only while the sidecar has not claimed it (or Cassandra refused it);
-//!   one under way is finished first, and the scale-up waits;
+//!   only while the sidecar has not claimed it and the member is ready
+//!   (NORMAL), or when Cassandra refused it; one under way is finished
+//!   first, and the scale-up waits;
 //! - nothing starts while members run different major versions.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -178,8 +179,13 @@ pub enum Action {
     /// Add one member to a rack: set its StatefulSet's replicas.
     ScaleUp { rack: String, replicas: i32 },
     /// Ask the highest member of a rack to leave the ring: label its Service
-    /// `decommissioned=false`.
-    RequestDecommission { rack: String, member: i32 },
+    /// `decommissioned=false`, guarded by the resourceVersion the decision
+    /// read (a stale cache must never turn the sidecar's `true` back).
+    RequestDecommission {
+        rack: String,
+        member: i32,
+        resource_version: String,
+    },
     /// Remove a decommission request the sidecar has not claimed (or that
     /// Cassandra refused), guarded by the Service's resourceVersion.
     WithdrawDecommission {
@@ -342,9 +348,13 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
                     });
                 }
                 Decommission::Requested => {
-                    let claimed =
-                        service.decommission_started && service.decommission_refused.is_none();
-                    if wanted && !claimed {
+                    let refused = service.decommission_refused.is_some();
+                    let claimed = service.decommission_started && !refused;
+                    // Not ready means the member may be LEAVING already: a
+                    // sidecar that called decommission before it could
+                    // claim it (or one that never claims) must not see its
+                    // request vanish under a running decommission.
+                    if wanted && !claimed && (state.pod_ready || refused) {
                         return match service.resource_version.clone() {
                             Some(resource_version) => Action::WithdrawDecommission {
                                 rack: rack_name,
@@ -472,9 +482,21 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
                 replicas: replicas + 1,
             };
         }
-        return Action::RequestDecommission {
-            rack: rack.name.clone(),
-            member: replicas - 1,
+        let highest = replicas - 1;
+        return match observed_rack
+            .members
+            .get(&highest)
+            .and_then(|m| m.service.as_ref()?.resource_version.clone())
+        {
+            Some(resource_version) => Action::RequestDecommission {
+                rack: rack.name.clone(),
+                member: highest,
+                resource_version,
+            },
+            None => Action::Wait(WaitReason::MemberNotReady {
+                rack: rack.name.clone(),
+                member: highest,
+            }),
         };
     }
     Action::Converged
@@ -760,6 +782,7 @@ mod tests {
                 RequestDecommission {
                     rack: b(),
                     member: 2,
+                    resource_version: "102".into(),
                 },
             ),
             (
@@ -898,6 +921,7 @@ mod tests {
                 RequestDecommission {
                     rack: b(),
                     member: 2,
+                    resource_version: "102".into(),
                 },
             ),
             (
@@ -964,6 +988,7 @@ mod tests {
                 RequestDecommission {
                     rack: b(),
                     member: 1,
+                    resource_version: "101".into(),
                 },
             ),
             (
@@ -1012,6 +1037,18 @@ mod tests {
                     member: 2,
                     resource_version: "102".into(),
                 },
+            ),
+            (
+                "unclaimed but not ready (LEAVING already?): never withdrawn, finished first",
+                3,
+                racks(
+                    3,
+                    vec![member(0), member(1), unready(label(member(2), "false"))],
+                ),
+                Wait(WaitReason::DecommissionBeforeScaleUp {
+                    rack: b(),
+                    member: 2,
+                }),
             ),
             (
                 "raised back while the sidecar has claimed it: finished first",

@@ -635,12 +635,31 @@ async fn act(
             )
             .await;
         }
-        Action::RequestDecommission { rack, member } => {
+        Action::RequestDecommission {
+            rack,
+            member,
+            resource_version,
+        } => {
             let service = member_name(cluster, rack, *member);
-            let patch = serde_json::json!({"metadata": {"labels": {
-                crds::contract::DECOMMISSIONED: crds::contract::DECOMMISSION_REQUESTED
-            }}});
-            patch_member_service(ctx, namespace, &service, &patch).await?;
+            let patch = serde_json::json!({"metadata": {
+                "resourceVersion": resource_version,
+                "labels": {
+                    crds::contract::DECOMMISSIONED: crds::contract::DECOMMISSION_REQUESTED
+                },
+            }});
+            match patch_member_service(ctx, namespace, &service, &patch).await {
+                Err(Error::PatchMemberService {
+                    source: kube::Error::Api(status),
+                    ..
+                }) if status.code == 409 => {
+                    info!(cluster = %cluster.name_any(), rack, member, "the member Service changed meanwhile; looking again");
+                    return Ok(Some(Action::Wait(WaitReason::MemberLeaving {
+                        rack: rack.clone(),
+                        member: *member,
+                    })));
+                }
+                other => other?,
+            }
             info!(cluster = %cluster.name_any(), rack, member, "decommission requested");
             publish(
                 ctx,

@@ -108,7 +108,7 @@ fn conditions(outcome: &Outcome) -> [(&'static str, Cond); 3] {
                             .join(", ")
                     ),
                 ),
-                Action::RequestDecommission { rack, member } => progressing(
+                Action::RequestDecommission { rack, member, .. } => progressing(
                     "MemberLeaving",
                     format!("asking member {member} of rack {rack} to decommission"),
                 ),
@@ -575,6 +575,7 @@ mod tests {
                 Action::RequestDecommission {
                     rack: "a".into(),
                     member: 1,
+                    resource_version: "7".into(),
                 },
                 "MemberLeaving",
                 "asking member 1 of rack a to decommission",

@@ -1,5 +1,6 @@
 //! The README's first command must keep working: the thesis scenario in the
-//! test world converges to 5 ready members in 2 racks with no data lost, and
+//! test world converges to 5 ready members in 2 racks with no data lost,
+//! scales down one member at a time, replaces the member of a lost Node, and
 //! leaves nothing running.
 
 #[test]
@@ -17,6 +18,9 @@ fn demo_runs_the_thesis_scenario_and_leaves_nothing_running() {
         "accepted by the schema, the CEL rules and validate()",
         "data check: clean",
         "converged: 5 members ready in 2 racks",
+        "rack europe-west1-b scaled down to 1 member",
+        "replace=",
+        "now runs on Node",
         "stopped the operator, the members and kubesim",
     ] {
         assert!(stdout.contains(expected), "{expected:?} missing:\n{stdout}");
@@ -27,6 +31,10 @@ fn demo_runs_the_thesis_scenario_and_leaves_nothing_running() {
         assert!(
             ring.matches("UJ").count() <= 1,
             "two members joined at once: {line}"
+        );
+        assert!(
+            ring.matches("UL").count() <= 1,
+            "two members left at once: {line}"
         );
     }
 

@@ -12,8 +12,12 @@
 //! manifest, and shows the Cluster's status, the Pods and the Cassandra ring
 //! as rack `europe-west1-b` comes up one member at a time to 3; it writes
 //! 1000 keys at replication factor 3, adds rack `europe-west1-c` with 2
-//! members, and checks that every key still has its 3 copies. Then it stops
-//! everything it started.
+//! members, and checks that every key still has its 3 copies. Then (thesis
+//! 5.2.2 and 5.2.3) it scales rack `europe-west1-b` down to 1 member (two
+//! decommissions, one after the other), deletes the Node of the remaining
+//! member of that rack (its local disk goes with it) and watches the member
+//! be replaced on another Node with the same address, with the ring and the
+//! data check at each step. Then it stops everything it started.
 //!
 //! Needs root (each container runs in its own mount and PID namespaces) and
 //! the Cassandra default configuration files of `shared/fixtures` beside
@@ -25,8 +29,8 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use crds::Cluster;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, CustomResourceExt};
 use serde_json::{Value, json};
 use testworld::harness::{self, World, WorldOptions};
@@ -244,14 +248,7 @@ async fn scenario(client: &Client, sim: &KubeSim, cluster: &mut Cluster) -> Resu
     println!("\n== rack europe-west1-c added with 2 members");
     watch_until(client, sim, 5, Duration::from_secs(300)).await?;
 
-    let (status, report) = sim
-        .ring()
-        .with(|ring| -> Result<_, Error> { Ok((ring.status(Some("thesis"))?, ring.check())) })?;
-    println!("\n== nodetool status thesis\n{status}");
-    if !report.is_clean() {
-        return Err(format!("data check failed:\n{report}").into());
-    }
-    println!("== data check: clean (every key has its 3 copies on live nodes)");
+    ring_and_data_check(sim)?;
     let c = clusters.get("cassandra").await?;
     let s = c.status.unwrap_or_default();
     println!(
@@ -269,6 +266,73 @@ async fn scenario(client: &Client, sim: &KubeSim, cluster: &mut Cluster) -> Resu
         s.ready_members,
         s.racks.len()
     );
+
+    // Thesis 5.2.2: scale down through decommission.
+    let mut racks = clusters.get("cassandra").await?.spec.datacenter.racks;
+    racks[0].members = 1;
+    let patch = json!({"spec": {"datacenter": {"racks": racks}}});
+    clusters
+        .patch("cassandra", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    println!(
+        "\n== rack europe-west1-b scaled down to 1 member: each member leaves through decommission, one at a time"
+    );
+    watch_until(client, sim, 3, Duration::from_secs(300)).await?;
+    ring_and_data_check(sim)?;
+
+    // Thesis 5.2.3: a Node (and its local SSD) lost.
+    let member = "cassandra-europe-west1-europe-west1-b-0";
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "cassandra");
+    let node = pods
+        .get(member)
+        .await?
+        .spec
+        .and_then(|s| s.node_name)
+        .ok_or("member b-0 has no Node")?;
+    Api::<Node>::all(client.clone())
+        .delete(&node, &DeleteParams::default())
+        .await?;
+    println!("\n== Node {node} deleted, with member b-0's local disk: the member is replaced");
+    let services: Api<Service> = Api::namespaced(client.clone(), "cassandra");
+    let started = Instant::now();
+    loop {
+        let labels = services
+            .get(member)
+            .await?
+            .metadata
+            .labels
+            .unwrap_or_default();
+        if let Some(address) = labels.get(crds::contract::REPLACE) {
+            println!("== {member}: replace={address} recorded on its Service");
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            return Err("the lost member was never marked for replacement".into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    watch_until(client, sim, 3, Duration::from_secs(300)).await?;
+    let new_node = pods
+        .get(member)
+        .await?
+        .spec
+        .and_then(|s| s.node_name)
+        .unwrap_or_default();
+    println!("== {member} now runs on Node {new_node}");
+    ring_and_data_check(sim)?;
+    Ok(())
+}
+
+/// Prints `nodetool status thesis` and fails unless the data check is clean.
+fn ring_and_data_check(sim: &KubeSim) -> Result<(), Error> {
+    let (status, report) = sim
+        .ring()
+        .with(|ring| -> Result<_, Error> { Ok((ring.status(Some("thesis"))?, ring.check())) })?;
+    println!("\n== nodetool status thesis\n{status}");
+    if !report.is_clean() {
+        return Err(format!("data check failed:\n{report}").into());
+    }
+    println!("== data check: clean (every key has its 3 copies on live nodes)");
     Ok(())
 }
 
@@ -287,12 +351,11 @@ async fn watch_until(
     loop {
         let c = clusters.get("cassandra").await?;
         let status = c.status.clone().unwrap_or_default();
-        let progressing = status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "Progressing")
+        let progressing_condition = status.conditions.iter().find(|c| c.type_ == "Progressing");
+        let progressing = progressing_condition
             .map(|c| c.message.clone())
             .unwrap_or_default();
+        let settled = progressing_condition.is_some_and(|c| c.status == "False");
         let mut pod_states = BTreeMap::new();
         for pod in pods.list(&ListParams::default()).await? {
             let name = pod.metadata.name.clone().unwrap_or_default();
@@ -353,6 +416,7 @@ async fn watch_until(
         if status.ready_members == members
             && status.members == members
             && all_up == members as usize
+            && settled
         {
             return Ok(());
         }
