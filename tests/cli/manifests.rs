@@ -255,6 +255,7 @@ fn the_gke_guides_scripts_pass_bash_n_and_shellcheck() {
         .current_dir(&dir)
         .args(scripts.iter().map(|s| s.file_name().unwrap()))
         .arg("../../scripts/test")
+        .arg("../../scripts/soak")
         .arg("../../scripts/render-manifests"));
 }
 
