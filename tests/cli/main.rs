@@ -6,5 +6,6 @@ mod help;
 mod nodes;
 mod reloader;
 mod render;
+mod rings;
 mod sidecar;
 mod world;
