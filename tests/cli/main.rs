@@ -4,6 +4,7 @@ mod common;
 mod controller;
 mod help;
 mod nodes;
+mod outage;
 mod reloader;
 mod render;
 mod rings;

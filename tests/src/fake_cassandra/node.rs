@@ -129,7 +129,7 @@ impl RingClient {
             RingCall::RemoveNode { host_id: target } => {
                 format!("nodes/{host_id}/remove?target={target}")
             }
-            RingCall::ForceRemoveCompletion => return Ok(()),
+            RingCall::ForceRemoveCompletion => format!("nodes/{host_id}/force-remove-completion"),
         };
         self.post(&path, None).await.map(drop)
     }

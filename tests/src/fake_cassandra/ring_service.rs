@@ -645,6 +645,12 @@ pub async fn handle(
                 Err(e) => refused(500, &e),
             }
         }
+        ("POST", ["nodes", host_id, "force-remove-completion"]) => {
+            match service.with_host(host_id, |r| r.force_remove_completion(host_id)) {
+                Ok(excised) => json_reply(200, &json!({"excised": excised})),
+                Err(e) => refused(500, &e),
+            }
+        }
         ("POST", ["nodes", host_id, "decommission"]) => {
             let force = q.get("force").is_some_and(|f| f == "true");
             decommission(service, host_id, force).await

@@ -1220,3 +1220,34 @@ fn scenarios_are_deterministic() {
         serde_json::to_string(&b).expect("b")
     );
 }
+
+/// `nodetool removenode force` excises a member left LEAVING by a
+/// decommission that died midway (StorageService.forceRemoveCompletion);
+/// with nothing pending it changes nothing.
+#[test]
+fn force_remove_completion_excises_a_member_stuck_leaving() {
+    let (mut ring, ids) = three_nodes(Version::V3_11);
+    load(&mut ring);
+    assert_eq!(ring.force_remove_completion(&ids[0]), Ok(vec![]));
+    assert_eq!(ring.nodes().count(), 3, "nothing pending: nothing changes");
+    ring.start_decommission(&ids[2], false)
+        .expect("3.11 decommissions without a replication check");
+    ring.kill(&ids[2]).expect("the leaving node dies midway");
+    assert_eq!(
+        ring.node(&ids[2]).map(|n| n.state.clone()),
+        Some(RingState::Leaving)
+    );
+    assert_eq!(
+        ring.force_remove_completion(&ids[0]),
+        Ok(vec![ids[2].clone()])
+    );
+    assert!(ring.node(&ids[2]).is_none(), "excised");
+    assert_eq!(ring.nodes().count(), 2);
+    // Nothing was streamed: the ranges it held lost that copy.
+    let report = ring.check();
+    assert!(!report.under_replicated.is_empty(), "{report}");
+    assert!(matches!(
+        ring.force_remove_completion(&ids[2]),
+        Err(RingError::UnknownNode { .. })
+    ));
+}
