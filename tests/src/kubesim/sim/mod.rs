@@ -81,7 +81,9 @@
 //! ports, and a probe reaches exactly the probed Pod (a host program on
 //! `0.0.0.0:8080`, such as the controller's metrics server, answers no
 //! probe). Per kubesim one bridge in the host's namespace with a random
-//! free /24 of 10.244.0.0/14; Pod IPs are `.2` up; the host (kubesim, the
+//! free /24 of 10.244.0.0/14; each node hands out Pod IPs from its own
+//! block of it, round robin as host-local IPAM does (a re-created Pod gets
+//! a new address; [`net::next_pod_ip`]); the host (kubesim, the
 //! tests, an operator run beside it) reaches every Pod IP through the
 //! bridge; Pods reach each other and the gateway `.1`, where kubesim also
 //! serves (its host address stays `127.0.0.1`, unreachable from a Pod);
