@@ -722,6 +722,23 @@ pub async fn handle(
                 },
             )
         }
+        // ALTER KEYSPACE: `{"replication": {...}}` as for a new keyspace.
+        ("PUT" | "PATCH", ["keyspaces", keyspace]) => {
+            let request: Value = match parse(body) {
+                Ok(p) => p,
+                Err(r) => return *r,
+            };
+            let replication = match replication_of(&request["replication"]) {
+                Ok(r) => r,
+                Err(e) => return bad_request(e),
+            };
+            on_cluster(
+                &mut |r| match r.alter_keyspace(keyspace, replication.clone()) {
+                    Ok(()) => json_reply(200, &json!({"name": keyspace})),
+                    Err(e) => refused(404, &e),
+                },
+            )
+        }
         ("POST", ["keyspaces", keyspace, "keys"]) => {
             let request: KeysRequest = match parse(body) {
                 Ok(p) => p,

@@ -351,6 +351,28 @@ impl Ring {
         Ok(())
     }
 
+    /// `ALTER KEYSPACE ... WITH replication = ...`: the new replication
+    /// applies at once and nothing streams (the schema change alone moves
+    /// no data: `nodetool repair` must copy the keys to their new
+    /// replicas, and `nodetool cleanup` drop the ones a node no longer
+    /// owns), so raising the factor leaves every key under-replicated
+    /// until a repair (cql3/statements/schema/AlterKeyspaceStatement.java).
+    pub fn alter_keyspace(
+        &mut self,
+        name: &str,
+        replication: Replication,
+    ) -> Result<(), RingError> {
+        match self.keyspaces.get_mut(name) {
+            Some(ks) => {
+                ks.replication = replication;
+                Ok(())
+            }
+            None => Err(RingError::UnknownKeyspace {
+                keyspace: name.to_string(),
+            }),
+        }
+    }
+
     /// Writes `key` at `consistency`, as a coordinator does: every live
     /// natural and pending replica gets a copy, a down natural replica gets
     /// a hint (within the hint window); refused, with nothing written, when

@@ -1251,3 +1251,31 @@ fn force_remove_completion_excises_a_member_stuck_leaving() {
         Err(RingError::UnknownNode { .. })
     ));
 }
+
+/// ALTER KEYSPACE moves no data: raising the replication factor leaves
+/// every key short of copies until `nodetool repair`; lowering it leaves
+/// extra copies until `nodetool cleanup`.
+#[test]
+fn alter_keyspace_moves_no_data_until_repair_and_cleanup() {
+    let (mut ring, ids) = three_nodes(Version::V4_1);
+    ring.create_keyspace("app", Replication::simple(1))
+        .expect("ks");
+    ring.write_keys("app", "k", 200, Consistency::One)
+        .expect("writes");
+    assert!(ring.check().is_clean());
+    ring.alter_keyspace("app", Replication::simple(3))
+        .expect("alter");
+    let report = ring.check();
+    assert_eq!(report.under_replicated.len(), 200, "{report}");
+    assert!(report.lost.is_empty());
+    for id in &ids {
+        ring.repair(id).expect("repair");
+    }
+    assert!(ring.check().is_clean(), "repair copied every key");
+    assert_eq!(
+        ring.alter_keyspace("nope", Replication::simple(1)),
+        Err(RingError::UnknownKeyspace {
+            keyspace: "nope".into()
+        })
+    );
+}
