@@ -1279,3 +1279,40 @@ fn alter_keyspace_moves_no_data_until_repair_and_cleanup() {
         })
     );
 }
+
+/// A seed with a wiped disk that starts while every other member is down
+/// hears nobody in its shadow round and starts anyway as a new node with
+/// new tokens (Gossiper.doShadowRound, isSafeForStartup on an empty map):
+/// a silent fork that loses the old member's copies.
+#[test]
+fn a_lone_seed_with_a_wiped_disk_starts_as_a_new_node() {
+    for version in [Version::V3_11, Version::V4_1, Version::V5_0] {
+        let (mut ring, ids) = three_nodes(version);
+        ring.create_keyspace("one", Replication::simple(1))
+            .expect("ks");
+        ring.write_keys("one", "k", 200, Consistency::One)
+            .expect("writes");
+        for id in &ids {
+            ring.kill(id).expect("kill");
+        }
+        ring.wipe_data_dir("pvc-1");
+        let seed = versioned(config(1, &["10.0.0.1"]), version);
+        let started = ring.start(&seed).expect("a lone seed starts");
+        assert_eq!(started.startup, Startup::JoinedWithoutBootstrap);
+        assert_ne!(started.host_id, ids[0], "{version:?}: a new host ID");
+        assert!(
+            ring.node(&ids[0]).is_none(),
+            "{version:?}: the old member is forgotten"
+        );
+        assert!(
+            started
+                .log
+                .iter()
+                .any(|l| l.starts_with("Unable to gossip with any peers"))
+        );
+        assert!(
+            !ring.check().lost.is_empty(),
+            "{version:?}: its old copies are gone"
+        );
+    }
+}
