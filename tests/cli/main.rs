@@ -2,6 +2,7 @@
 
 mod common;
 mod controller;
+mod decommission;
 mod help;
 mod nodes;
 mod outage;
@@ -10,3 +11,4 @@ mod render;
 mod rings;
 mod sidecar;
 mod world;
+mod writes;
