@@ -108,7 +108,10 @@
 //! the pod's volumes (`volumes/<name>`), each container's writable layer
 //! (`containers/<name>/`) and logs (`logs/<container>/<restartCount>.log`,
 //! stdout and stderr, the kubelet's layout); `pvs/<pv>` holds each
-//! PersistentVolume's data (as long as the PV lives).
+//! network PersistentVolume's data (as long as the PV lives);
+//! `nodes/<node>/mnt/disks/ssd<i>` are each Node's local SSDs, with
+//! `nodes/<node>/uid` (the Node incarnation they belong to) and
+//! `nodes/<node>/node.json` (to re-create a deleted Node) ([`disks`]).
 //!
 //! Pods are deleted gracefully, as the API server does it: a DELETE marks
 //! a scheduled Pod with `deletionTimestamp` and `deletionGracePeriodSeconds`
@@ -120,10 +123,18 @@
 //! [`SimOptions::max_grace`]) has passed, then removes the Pod with its
 //! own DELETE of grace 0. `kubectl logs` reads the log files (see
 //! [`crate::kubesim::logs`]). Deleting a Node kills
-//! its pods' processes at once (no preStop: the machine is gone) and the
-//! pod garbage collector removes those Pods.
+//! its pods' processes at once (no preStop: the machine is gone), the
+//! pod garbage collector removes those Pods, and its local SSDs are
+//! destroyed (the fake ring is told their data directories are gone);
+//! `POST /sim/nodes/NAME/recreate` (`kubesim node recreate`) brings it back
+//! under its name as a new machine with empty disks behind the unchanged
+//! PVs, and `POST /sim/nodes/NAME/disks/I/wipe` (`kubesim node wipe-disk`)
+//! empties one disk of a live Node ([`disks`]).
 //!
-//! Not simulated (yet): ControllerRevision objects (a pod below a
+//! Not simulated (yet): Nodes that become unreachable (NotReady after the
+//! node monitor's grace period, the `node.kubernetes.io/unreachable`
+//! taint, taint-based eviction, Pods stuck Terminating on a lost Node),
+//! ControllerRevision objects (a pod below a
 //! partition is recreated from the current template, with its old
 //! revision label), `shareProcessNamespace` (each container has its own PID
 //! namespace), Secret volumes, priorities and preemption in the scheduler
