@@ -34,7 +34,8 @@
 //! decommission, removenode, kill, disk wipe, drain, repair and cleanup;
 //! `murmur3.rs` and `placement.rs` tokens and replica placement; `view.rs`
 //! the status table, the data check and the snapshot; `tests.rs` the rules
-//! and scenarios at model level.
+//! and scenarios at model level, `tests_rules.rs` the startup and schema
+//! rules per Cassandra version.
 
 mod join;
 mod leave;
@@ -45,6 +46,8 @@ mod view;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_rules;
 
 use serde::{Serialize, Serializer};
 use std::collections::{BTreeMap, BTreeSet};
