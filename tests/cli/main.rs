@@ -2,13 +2,17 @@
 
 mod common;
 mod controller;
+mod decommission;
 mod help;
 mod install;
 mod lifecycle;
 mod lifecycle_sidecar;
 mod manifests;
 mod nodes;
+mod outage;
 mod reloader;
 mod render;
+mod rings;
 mod sidecar;
 mod world;
+mod writes;

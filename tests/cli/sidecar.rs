@@ -158,6 +158,23 @@ async fn sidecar_renders_starts_probes_and_stops_the_database() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // The sidecar's log as it comes: what it saw is read while it runs.
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let (log, mut stderr) = (log.clone(), sidecar.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stderr.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                log.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
+    let logged = |what: &str| log.lock().unwrap().contains(what);
 
     wait_for("the database to start", Duration::from_secs(60), || {
         env_file.is_file()
@@ -225,7 +242,13 @@ async fn sidecar_renders_starts_probes_and_stops_the_database() {
         )
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // It saw the request through its watch (it asks Jolokia for the
+    // operation mode only then), and it did not confirm it.
+    wait_for(
+        "the sidecar to see the request",
+        Duration::from_secs(10),
+        || logged("cassandra does not answer through jolokia yet"),
+    );
     let labels = services
         .get("c-dc-r-0")
         .await
@@ -250,13 +273,8 @@ async fn sidecar_renders_starts_probes_and_stops_the_database() {
         assert!(Instant::now() < deadline, "the sidecar did not stop");
         std::thread::sleep(Duration::from_millis(50));
     };
-    let mut stderr = String::new();
-    sidecar
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    reader.join().unwrap();
+    let stderr = log.lock().unwrap().clone();
     assert_eq!(status.code(), Some(143), "{stderr}");
     assert!(stderr.contains("configuration rendered"), "{stderr}");
 }

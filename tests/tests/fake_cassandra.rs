@@ -557,7 +557,11 @@ async fn fake_cassandra_ring_lifecycle() {
         .await;
     assert_eq!(status, 404, "no process runs at n5's address any more");
 
-    // Another cluster's node is refused at startup.
+    // Another cluster's node, pointed at this cluster's seed: the seed
+    // drops its gossip (GossipDigestSynVerbHandler's "ClusterName
+    // mismatch"), its shadow round hears nobody, and it is not its own
+    // seed: it fails to start; this cluster's ring never sees it.
+    let before = world.get("/sim/ring/status").await.1;
     let mut stranger = world.start("x", 9, &[1], "r1", None, "other-cluster");
     let code = stranger
         .child
@@ -568,10 +572,11 @@ async fn fake_cassandra_ring_lifecycle() {
         .code();
     assert_eq!(code, Some(3));
     assert!(
-        stranger.log().contains("ClusterName mismatch"),
+        stranger.log().contains("Unable to gossip with any peers"),
         "{}",
         stranger.log()
     );
+    assert_eq!(world.get("/sim/ring/status").await.1, before);
 
     // The text views.
     let (status, text) = world.get("/sim/ring?format=text").await;

@@ -304,6 +304,11 @@ async fn statefulset_on_local_disks_and_a_lost_node() {
     .await;
     assert!(!pid_alive(pid2));
     assert_eq!(s(&back, "/spec/nodeName"), s(&old2, "/spec/nodeName"));
+    assert_ne!(
+        s(&back, "/status/podIP"),
+        s(&old2, "/status/podIP"),
+        "the node's IPAM hands out the next address, not the old one"
+    );
     assert_eq!(pv_dir(work.path(), &store, "web-2"), dir2, "the same PV");
 
     // A lost machine: its processes die, the pod is replaced and cannot be

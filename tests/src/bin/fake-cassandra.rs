@@ -211,10 +211,17 @@ async fn main() -> ExitCode {
         ),
     );
 
+    // The StorageService MBean registers a moment after the agent answers
+    // (FAKE_CASSANDRA_STARTING_MS, 300 ms by default).
+    let starting = std::env::var("FAKE_CASSANDRA_STARTING_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
     let fake = Arc::new(FakeNode {
         ring: ring.clone(),
         host_id: host_id.clone(),
         identity,
+        storage_service_at: Instant::now() + Duration::from_millis(starting),
     });
     let server = match &config.jolokia {
         Some((host, port)) => match tokio::net::TcpListener::bind((host.as_str(), *port)).await {

@@ -6,8 +6,10 @@
 //! SIGTERM (or SIGINT). The simulated cluster runs too (its files under
 //! `DIR/sim`; its flags are `testworld::kubesim::sim::FLAGS`).
 //!
-//! `kubesim ring [--url SIM_URL | --dir DIR] [--check]`: prints the fake
-//! Cassandra ring of a running kubesim like `nodetool status`; with
+//! `kubesim ring [--url SIM_URL | --dir DIR] [--cluster NAME] [--check]`:
+//! prints the fake Cassandra ring of a running kubesim (of cluster NAME,
+//! each cluster has its own; the first by default) like `nodetool
+//! status`; with
 //! `--check`, also the data check, exiting 1 when any key has fewer live
 //! copies than its replication factor (the keys are named).
 //!
@@ -145,7 +147,7 @@ async fn main() -> std::process::ExitCode {
     std::process::ExitCode::SUCCESS
 }
 
-const RING_USAGE: &str = "usage: kubesim ring [--url URL | --dir DIR] [--check]";
+const RING_USAGE: &str = "usage: kubesim ring [--url URL | --dir DIR] [--cluster NAME] [--check]";
 
 /// The test world's URL that `serve` wrote to `DIR/sim-url`.
 fn url_of_dir(dir: &str) -> Result<String, String> {
@@ -157,8 +159,9 @@ fn url_of_dir(dir: &str) -> Result<String, String> {
         .ok_or_else(|| format!("{} names no URL", path.display()))
 }
 
-fn parse_ring_args(args: &[String]) -> Result<(String, bool), String> {
+fn parse_ring_args(args: &[String]) -> Result<(String, String, bool), String> {
     let mut url = None;
+    let mut cluster = String::new();
     let mut check = false;
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -176,11 +179,12 @@ fn parse_ring_args(args: &[String]) -> Result<(String, bool), String> {
             "--url" => url = Some(value()?),
             "--dir" => url = Some(url_of_dir(&value()?)?),
             "--check" => check = true,
+            "--cluster" => cluster = format!("cluster={}", value()?),
             other => return Err(format!("unknown flag {other}\n{RING_USAGE}")),
         }
     }
     let url = url.ok_or_else(|| format!("--url or --dir is required\n{RING_USAGE}"))?;
-    Ok((url.trim_end_matches('/').to_string(), check))
+    Ok((url.trim_end_matches('/').to_string(), cluster, check))
 }
 
 const NODE_USAGE: &str = "usage: kubesim node recreate NAME [--url URL | --dir DIR]\n       kubesim node wipe-disk NAME INDEX [--url URL | --dir DIR]";
@@ -268,7 +272,7 @@ async fn get_text(client: &reqwest::Client, url: &str) -> Result<(u16, String), 
 }
 
 async fn ring_command(args: &[String]) -> std::process::ExitCode {
-    let (url, check) = match parse_ring_args(args) {
+    let (url, cluster, check) = match parse_ring_args(args) {
         Ok(x) => x,
         Err(e) => {
             eprintln!("{e}");
@@ -282,7 +286,7 @@ async fn ring_command(args: &[String]) -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match get_text(&client, &format!("{url}/sim/ring/status")).await {
+    match get_text(&client, &format!("{url}/sim/ring/status?{cluster}")).await {
         Ok((200, text)) => print!("{text}"),
         Ok((status, text)) => {
             eprintln!("kubesim ring: {status}: {text}");
@@ -296,7 +300,12 @@ async fn ring_command(args: &[String]) -> std::process::ExitCode {
     if !check {
         return std::process::ExitCode::SUCCESS;
     }
-    match get_text(&client, &format!("{url}/sim/ring/check?format=text")).await {
+    match get_text(
+        &client,
+        &format!("{url}/sim/ring/check?format=text&{cluster}"),
+    )
+    .await
+    {
         Ok((status, text)) => {
             println!();
             print!("{text}");

@@ -79,7 +79,8 @@ impl JavaError {
         )
     }
 
-    fn no_instance(mbean: &str) -> Self {
+    /// What Jolokia answers for an MBean that is not registered (yet).
+    pub fn no_instance(mbean: &str) -> Self {
         JavaError::new(404, "javax.management.InstanceNotFoundException", mbean)
     }
 

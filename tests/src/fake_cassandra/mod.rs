@@ -10,6 +10,7 @@ pub mod jolokia;
 pub mod node;
 pub mod ring_service;
 pub mod view;
+pub mod writer;
 
 /// The file the fake writes in its data directory on the first start: a
 /// data directory without it is empty (new, or the disk was lost).

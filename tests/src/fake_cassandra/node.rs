@@ -129,7 +129,7 @@ impl RingClient {
             RingCall::RemoveNode { host_id: target } => {
                 format!("nodes/{host_id}/remove?target={target}")
             }
-            RingCall::ForceRemoveCompletion => return Ok(()),
+            RingCall::ForceRemoveCompletion => format!("nodes/{host_id}/force-remove-completion"),
         };
         self.post(&path, None).await.map(drop)
     }
@@ -141,7 +141,16 @@ pub struct FakeNode {
     pub ring: RingClient,
     pub host_id: String,
     pub identity: Identity,
+    /// When the StorageService MBean is registered. The Jolokia agent
+    /// starts with the JVM (premain) and answers at once; Cassandra
+    /// registers `org.apache.cassandra.db:type=StorageService` a moment
+    /// later, during CassandraDaemon.setup: until then a request for it
+    /// gets 404 InstanceNotFoundException (the STARTING window).
+    pub storage_service_at: std::time::Instant,
 }
+
+/// The StorageService MBean's name, whatever properties follow.
+const STORAGE_SERVICE: &str = "org.apache.cassandra.db:type=StorageService";
 
 fn java_error_of(e: NodeError) -> JavaError {
     match e {
@@ -152,6 +161,11 @@ fn java_error_of(e: NodeError) -> JavaError {
 
 impl FakeNode {
     async fn answer_one(&self, request: &Value) -> Value {
+        let mbean = request.get("mbean").and_then(Value::as_str).unwrap_or("");
+        if mbean.starts_with(STORAGE_SERVICE) && std::time::Instant::now() < self.storage_service_at
+        {
+            return jolokia::failure(Some(request), &JavaError::no_instance(mbean));
+        }
         let view = match self.ring.view(&self.host_id).await {
             Ok(v) => v,
             Err(e) => {
@@ -270,5 +284,33 @@ pub async fn serve_jolokia(listener: TcpListener, node: Arc<FakeNode>) {
                 .serve_connection(TokioIo::new(stream), svc)
                 .await;
         });
+    }
+}
+
+#[cfg(test)]
+mod starting_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn the_storage_service_mbean_is_missing_while_cassandra_starts() {
+        let node = FakeNode {
+            // Nothing listens there: a request that reaches the ring fails
+            // otherwise.
+            ring: RingClient::new("http://127.0.0.1:9"),
+            host_id: "h".into(),
+            identity: Identity::new("4.1.8", 7000).expect("an identity"),
+            storage_service_at: std::time::Instant::now() + Duration::from_secs(60),
+        };
+        let read = json!({"type": "read", "mbean": STORAGE_SERVICE, "attribute": "OperationMode"});
+        let answer = node.answer(&read).await;
+        assert_eq!(answer["status"], 404, "{answer}");
+        assert_eq!(
+            answer["error_type"],
+            "javax.management.InstanceNotFoundException"
+        );
+        let other =
+            json!({"type": "read", "mbean": "java.lang:type=Runtime", "attribute": "Uptime"});
+        assert_ne!(node.answer(&other).await["status"], 404);
     }
 }

@@ -1,5 +1,13 @@
-//! The ring service: the shared [`Ring`] of the fake Cassandra nodes, which
-//! kubesim serves under `/sim/ring` (DESIGN.md section 7). Inspection (`GET
+//! The ring service: the [`Ring`]s of the fake Cassandra nodes, one per
+//! Cassandra cluster, which kubesim serves under `/sim/ring` (DESIGN.md
+//! section 7). Cassandra keeps clusters apart by name: gossip drops a
+//! message whose cluster name is not its own (`GossipDigestSynVerbHandler`:
+//! "ClusterName mismatch"), so a node only ever meets the members of the
+//! cluster it is configured for, and each cluster has its own ring, data and
+//! data check. A node starts in the ring of its `cluster_name` (made on
+//! first use); everything about a node afterwards goes to the ring that
+//! knows its host ID; inspection takes `?cluster=NAME` (default: the first
+//! cluster of the world). Inspection (`GET
 //! /sim/ring`, `/sim/ring/status`, `/sim/ring/check`), the node-facing
 //! operations the fake processes call (start, stop, decommission, drain,
 //! their JMX view), data seeding (keyspaces and keys) and the timing of
@@ -125,7 +133,11 @@ impl Refusal {
 
 #[derive(Debug)]
 struct State {
-    ring: Option<Ring>,
+    /// One ring per cluster name, in the order they appeared; the first is
+    /// the world's default (it exists, unnamed, before any node starts).
+    rings: Vec<Ring>,
+    /// What a new ring starts from.
+    options: crate::ring::Options,
     /// The last failed completion of each node's operation.
     failures: BTreeMap<HostId, RingError>,
     /// The real time the model's clock stands at.
@@ -134,7 +146,54 @@ struct State {
     leases: BTreeMap<HostId, Instant>,
 }
 
+/// A ring's own random source: host IDs and tokens of two clusters never
+/// coincide.
+fn seed_for(base: u64, cluster: &str) -> u64 {
+    cluster.bytes().fold(base ^ 0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 impl State {
+    fn default_ring(&mut self) -> &mut Ring {
+        &mut self.rings[0]
+    }
+
+    /// The ring of the cluster `name`: its own, else the first ring while
+    /// no node has named it (data seeded before the first start belongs to
+    /// the first cluster), else a new one.
+    fn ring_for_cluster(&mut self, name: &str) -> &mut Ring {
+        if let Some(i) = self
+            .rings
+            .iter()
+            .position(|r| r.cluster_name() == Some(name))
+        {
+            return &mut self.rings[i];
+        }
+        if self.rings[0].cluster_name().is_none() {
+            return &mut self.rings[0];
+        }
+        let mut options = self.options.clone();
+        options.seed = seed_for(options.seed, name);
+        let mut ring = Ring::new(options);
+        ring.set_timing(self.rings[0].options().timing);
+        self.rings.push(ring);
+        self.rings.last_mut().expect("just pushed")
+    }
+
+    /// The ring whose members include `host_id`.
+    fn ring_of_host(&mut self, host_id: &str) -> Option<&mut Ring> {
+        self.rings.iter_mut().find(|r| r.node(host_id).is_some())
+    }
+
+    /// The ring `?cluster=NAME` designates (the default one without).
+    fn ring_named(&mut self, name: Option<&str>) -> Option<&mut Ring> {
+        match name {
+            None => Some(self.default_ring()),
+            Some(n) => self.rings.iter_mut().find(|r| r.cluster_name() == Some(n)),
+        }
+    }
+
     /// Moves the model's clock to the real time, completing what is due;
     /// whether anything completed.
     fn sync(&mut self) -> bool {
@@ -146,7 +205,9 @@ impl State {
             .collect();
         for host_id in &expired {
             self.leases.remove(host_id);
-            let _ = self.ring.as_mut().expect("a ring").kill(host_id);
+            if let Some(r) = self.ring_of_host(host_id) {
+                let _ = r.kill(host_id);
+            }
         }
         let ms = self.synced.elapsed().as_millis() as u64;
         if ms == 0 {
@@ -154,7 +215,7 @@ impl State {
         }
         // Keep the sub-millisecond rest for the next time.
         self.synced += Duration::from_millis(ms);
-        let completions = self.ring.as_mut().expect("a ring").advance(ms);
+        let completions: Vec<_> = self.rings.iter_mut().flat_map(|r| r.advance(ms)).collect();
         let any = !completions.is_empty();
         for c in completions {
             match c.result {
@@ -170,7 +231,7 @@ impl State {
     }
 }
 
-/// The ring and who waits on it.
+/// The rings and who waits on them.
 #[derive(Debug)]
 pub struct RingService {
     state: Mutex<State>,
@@ -181,7 +242,8 @@ impl RingService {
     pub fn new(options: crate::ring::Options) -> Self {
         RingService {
             state: Mutex::new(State {
-                ring: Some(Ring::new(options)),
+                rings: vec![Ring::new(options.clone())],
+                options,
                 failures: BTreeMap::new(),
                 synced: Instant::now(),
                 leases: BTreeMap::new(),
@@ -194,16 +256,56 @@ impl RingService {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Runs `f` on the ring (its clock brought to the real time first)
-    /// and wakes the waiters.
+    /// Runs `f` on the world's first ring (its clock brought to the real
+    /// time first) and wakes the waiters.
     pub fn with<T>(&self, f: impl FnOnce(&mut Ring) -> T) -> T {
+        self.with_state(|st| f(st.default_ring()))
+    }
+
+    /// Runs `f` on the ring of the cluster named `cluster`, if any node of
+    /// it ever started.
+    pub fn with_cluster<T>(&self, cluster: &str, f: impl FnOnce(&mut Ring) -> T) -> Option<T> {
+        self.with_state(|st| st.ring_named(Some(cluster)).map(f))
+    }
+
+    /// The names of the clusters whose nodes started, in order.
+    pub fn clusters(&self) -> Vec<String> {
+        self.with_state(|st| {
+            st.rings
+                .iter()
+                .filter_map(|r| r.cluster_name().map(str::to_string))
+                .collect()
+        })
+    }
+
+    fn with_state<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
         let out = {
             let mut state = self.lock();
             state.sync();
-            f(state.ring.as_mut().expect("a ring"))
+            f(&mut state)
         };
         self.changed.notify_waiters();
         out
+    }
+
+    /// Runs `f` on every ring.
+    fn with_all<T>(&self, mut f: impl FnMut(&mut Ring) -> Vec<T>) -> Vec<T> {
+        self.with_state(|st| st.rings.iter_mut().flat_map(&mut f).collect())
+    }
+
+    /// Runs `f` on the ring that knows `host_id`; the error of an unknown
+    /// node otherwise.
+    fn with_host<T>(
+        &self,
+        host_id: &str,
+        f: impl FnOnce(&mut Ring) -> Result<T, RingError>,
+    ) -> Result<T, RingError> {
+        self.with_state(|st| match st.ring_of_host(host_id) {
+            Some(r) => f(r),
+            None => Err(RingError::UnknownNode {
+                host_id: host_id.to_string(),
+            }),
+        })
     }
 
     /// A leased process read its view: it lives.
@@ -223,7 +325,7 @@ impl RingService {
     /// once (as gossip convicts a peer whose connection closed; its data
     /// stays). Their host ids.
     pub fn report_dead(&self, dead: impl Fn(&str, &str) -> bool) -> Vec<HostId> {
-        let killed: Vec<HostId> = self.with(|r| {
+        let killed: Vec<HostId> = self.with_all(|r| {
             let ids: Vec<HostId> = r
                 .nodes()
                 .filter(|n| n.process.is_some() && dead(&n.address, &n.data_dir))
@@ -241,7 +343,7 @@ impl RingService {
     /// swapped): every data directory `lost(data_dir id)` designates is
     /// forgotten, and a process running on it dies. The ids wiped.
     pub fn report_disk_lost(&self, lost: impl Fn(&str) -> bool) -> Vec<String> {
-        let (wiped, killed) = self.with(|r| {
+        let outcome = self.with_all(|r| {
             let ids: Vec<String> = r
                 .data_dirs()
                 .map(|d| d.id.clone())
@@ -255,8 +357,16 @@ impl RingService {
             for id in &ids {
                 r.wipe_data_dir(id);
             }
-            (ids, killed)
+            vec![(ids, killed)]
         });
+        let (wiped, killed): (Vec<String>, Vec<HostId>) =
+            outcome
+                .into_iter()
+                .fold((vec![], vec![]), |(mut w, mut k), (ids, ks)| {
+                    w.extend(ids);
+                    k.extend(ks);
+                    (w, k)
+                });
         for h in &killed {
             self.release(h);
         }
@@ -403,22 +513,34 @@ pub async fn handle(
     body: &[u8],
 ) -> Reply {
     let text = q.get("format").is_some_and(|f| f == "text");
+    let cluster = q.get("cluster").map(String::as_str);
+    // Inspection and data seeding of one cluster's ring.
+    let on_cluster = |f: &mut dyn FnMut(&mut Ring) -> Reply| -> Reply {
+        service
+            .with_state(|st| st.ring_named(cluster).map(f))
+            .unwrap_or_else(|| {
+                json_reply(
+                    404,
+                    &json!({"message": format!("no cluster {:?} in this world", cluster.unwrap_or_default())}),
+                )
+            })
+    };
     match (method, rest) {
-        ("GET", []) if text => status_text(service),
+        ("GET", []) if text => on_cluster(&mut status_text),
         ("GET", []) => {
-            let ring = service.with(|r| serde_json::to_value(&*r).unwrap_or_default());
-            json_reply(200, &ring)
+            on_cluster(&mut |r| json_reply(200, &serde_json::to_value(&*r).unwrap_or_default()))
         }
-        ("GET", ["status"]) => status_text(service),
-        ("GET", ["check"]) => {
-            let report = service.with(|r| r.check());
+        ("GET", ["clusters"]) => json_reply(200, &json!(service.clusters())),
+        ("GET", ["status"]) => on_cluster(&mut status_text),
+        ("GET", ["check"]) => on_cluster(&mut |r| {
+            let report = r.check();
             let code = if report.is_clean() { 200 } else { 409 };
             if text {
                 text_reply(code, report.to_string())
             } else {
                 json_reply(code, &serde_json::to_value(&report).unwrap_or_default())
             }
-        }
+        }),
         ("GET", ["timing"]) => json_reply(
             200,
             &service.with(|r| serde_json::to_value(r.options().timing).unwrap_or_default()),
@@ -428,13 +550,16 @@ pub async fn handle(
                 Ok(p) => p,
                 Err(r) => return *r,
             };
-            let timing = service.with(|r| {
-                let mut t = r.options().timing;
+            let timing = service.with_state(|st| {
+                let mut t = st.default_ring().options().timing;
                 t.bootstrap_ms = patch.bootstrap_ms.unwrap_or(t.bootstrap_ms);
                 t.replace_ms = patch.replace_ms.unwrap_or(t.replace_ms);
                 t.decommission_ms = patch.decommission_ms.unwrap_or(t.decommission_ms);
                 t.max_hint_window_ms = patch.max_hint_window_ms.unwrap_or(t.max_hint_window_ms);
-                r.set_timing(t);
+                st.options.timing = t;
+                for r in &mut st.rings {
+                    r.set_timing(t);
+                }
                 t
             });
             json_reply(200, &serde_json::to_value(timing).unwrap_or_default())
@@ -448,7 +573,26 @@ pub async fn handle(
                 Ok(c) => c,
                 Err(e) => return bad_request(e),
             };
-            let result = service.with(|r| {
+            let result = service.with_state(|st| {
+                for r in &mut st.rings {
+                    if r.cluster_name() == Some(config.cluster_name.as_str()) {
+                        continue;
+                    }
+                    if request.data_dir_empty {
+                        r.wipe_data_dir(&config.data_dir);
+                    } else if let Some(saved) = r
+                        .data_dir(&config.data_dir)
+                        .and_then(|d| d.cluster_name.clone())
+                    {
+                        // SystemKeyspace.checkHealth: the directory is
+                        // another cluster's.
+                        return Err(RingError::SavedClusterName {
+                            saved,
+                            configured: config.cluster_name.clone(),
+                        });
+                    }
+                }
+                let r = st.ring_for_cluster(&config.cluster_name);
                 if request.data_dir_empty && r.data_dir(&config.data_dir).is_some() {
                     r.wipe_data_dir(&config.data_dir);
                 }
@@ -467,7 +611,11 @@ pub async fn handle(
         }
         ("GET", ["nodes", host_id]) => {
             service.renew(host_id);
-            match service.with(|r| node_view(r, host_id)) {
+            match service
+                .with_host(host_id, |r| Ok(node_view(r, host_id)))
+                .ok()
+                .flatten()
+            {
                 Some(view) => json_reply(200, &serde_json::to_value(view).unwrap_or_default()),
                 None => refused(
                     404,
@@ -479,19 +627,27 @@ pub async fn handle(
         }
         ("POST", ["nodes", host_id, "stop" | "kill"]) => {
             service.release(host_id);
-            match service.with(|r| r.kill(host_id)) {
+            match service.with_host(host_id, |r| r.kill(host_id)) {
                 Ok(()) => json_reply(200, &json!({})),
                 Err(e) => refused(404, &e),
             }
         }
-        ("POST", ["nodes", host_id, "drain"]) => match service.with(|r| r.drain(host_id)) {
-            Ok(()) => json_reply(200, &json!({})),
-            Err(e) => refused(500, &e),
-        },
+        ("POST", ["nodes", host_id, "drain"]) => {
+            match service.with_host(host_id, |r| r.drain(host_id)) {
+                Ok(()) => json_reply(200, &json!({})),
+                Err(e) => refused(500, &e),
+            }
+        }
         ("POST", ["nodes", host_id, "remove"]) => {
             let target = q.get("target").cloned().unwrap_or_default();
-            match service.with(|r| r.remove_node(host_id, &target)) {
+            match service.with_host(host_id, |r| r.remove_node(host_id, &target)) {
                 Ok(()) => json_reply(200, &json!({})),
+                Err(e) => refused(500, &e),
+            }
+        }
+        ("POST", ["nodes", host_id, "force-remove-completion"]) => {
+            match service.with_host(host_id, |r| r.force_remove_completion(host_id)) {
+                Ok(excised) => json_reply(200, &json!({"excised": excised})),
                 Err(e) => refused(500, &e),
             }
         }
@@ -505,17 +661,20 @@ pub async fn handle(
             let address = q.get("address");
             let data_dir = q.get("data_dir").map(String::as_str);
             let inode = q.get("inode").map(String::as_str);
-            let killed = service.with(|r| {
-                let host_id = r
-                    .nodes()
-                    .find(|n| {
-                        n.process.is_some()
-                            && (address == Some(&n.address)
-                                || data_dir_matches(&n.data_dir, data_dir, inode))
-                    })
-                    .map(|n| n.host_id.clone())?;
-                r.kill(&host_id).ok().map(|()| host_id)
-            });
+            let killed = service
+                .with_all(|r| {
+                    let host_id = r
+                        .nodes()
+                        .find(|n| {
+                            n.process.is_some()
+                                && (address == Some(&n.address)
+                                    || data_dir_matches(&n.data_dir, data_dir, inode))
+                        })
+                        .map(|n| n.host_id.clone());
+                    host_id.filter(|h| r.kill(h).is_ok()).into_iter().collect()
+                })
+                .into_iter()
+                .next();
             match killed {
                 Some(host_id) => {
                     service.release(&host_id);
@@ -534,7 +693,7 @@ pub async fn handle(
             if path.is_none() && inode.is_none() {
                 return bad_request("path or inode is required".into());
             }
-            let wiped = service.with(|r| {
+            let wiped = service.with_all(|r| {
                 let ids: Vec<String> = r
                     .data_dirs()
                     .map(|d| d.id.clone())
@@ -556,10 +715,29 @@ pub async fn handle(
                 Ok(r) => r,
                 Err(e) => return bad_request(e),
             };
-            match service.with(|r| r.create_keyspace(&request.name, replication)) {
-                Ok(()) => json_reply(201, &json!({"name": request.name})),
-                Err(e) => refused(409, &e),
-            }
+            on_cluster(
+                &mut |r| match r.create_keyspace(&request.name, replication.clone()) {
+                    Ok(()) => json_reply(201, &json!({"name": request.name})),
+                    Err(e) => refused(409, &e),
+                },
+            )
+        }
+        // ALTER KEYSPACE: `{"replication": {...}}` as for a new keyspace.
+        ("PUT" | "PATCH", ["keyspaces", keyspace]) => {
+            let request: Value = match parse(body) {
+                Ok(p) => p,
+                Err(r) => return *r,
+            };
+            let replication = match replication_of(&request["replication"]) {
+                Ok(r) => r,
+                Err(e) => return bad_request(e),
+            };
+            on_cluster(
+                &mut |r| match r.alter_keyspace(keyspace, replication.clone()) {
+                    Ok(()) => json_reply(200, &json!({"name": keyspace})),
+                    Err(e) => refused(404, &e),
+                },
+            )
         }
         ("POST", ["keyspaces", keyspace, "keys"]) => {
             let request: KeysRequest = match parse(body) {
@@ -571,12 +749,15 @@ pub async fn handle(
                     Ok(c) => c,
                     Err(e) => return bad_request(e),
                 };
-            match service
-                .with(|r| r.write_keys(keyspace, &request.prefix, request.count, consistency))
-            {
+            on_cluster(&mut |r| match r.write_keys(
+                keyspace,
+                &request.prefix,
+                request.count,
+                consistency,
+            ) {
                 Ok(keys) => json_reply(200, &json!({"written": keys.len()})),
                 Err(e) => refused(503, &e),
-            }
+            })
         }
         _ => json_reply(
             404,
@@ -585,8 +766,8 @@ pub async fn handle(
     }
 }
 
-fn status_text(service: &Arc<RingService>) -> Reply {
-    match service.with(|r| r.status(None)) {
+fn status_text(ring: &mut Ring) -> Reply {
+    match ring.status(None) {
         Ok(table) => text_reply(200, table.to_string()),
         Err(e) => text_reply(500, e.to_string()),
     }
@@ -599,11 +780,12 @@ async fn decommission(service: &Arc<RingService>, host_id: &str, force: bool) ->
         let mut state = service.lock();
         state.sync();
         state.failures.remove(host_id);
-        state
-            .ring
-            .as_mut()
-            .expect("a ring")
-            .start_decommission(host_id, force)
+        match state.ring_of_host(host_id) {
+            Some(r) => r.start_decommission(host_id, force),
+            None => Err(RingError::UnknownNode {
+                host_id: host_id.to_string(),
+            }),
+        }
     };
     service.changed.notify_waiters();
     match started {
@@ -621,8 +803,10 @@ async fn decommission(service: &Arc<RingService>, host_id: &str, force: bool) ->
             if let Some(e) = state.failures.get(host_id) {
                 return refused(500, e);
             }
-            let ring = state.ring.as_ref().expect("a ring");
-            match ring.node(host_id).and_then(|n| n.mode()) {
+            let mode = state
+                .ring_of_host(host_id)
+                .and_then(|r| r.node(host_id).and_then(|n| n.mode()));
+            match mode {
                 Some(OperationMode::Decommissioned) => return json_reply(200, &json!({})),
                 Some(OperationMode::Leaving) => {}
                 _ => {

@@ -311,7 +311,19 @@ impl Ring {
         // and a wiped disk has a new one. Either way: "A node with address
         // ... already exists, cancelling join".
         let mut stale = None;
-        if let Some((other_id, other_state)) = other {
+        // A seed whose shadow round hears nobody goes on with what it knows
+        // (Gossiper.doShadowRound: "Unable to gossip with any peers but
+        // continuing anyway since node is in its own seed list"): an empty
+        // map of endpoint states, so isSafeForStartup has nothing to
+        // compare and lets it start, on 3.11 as on 4.x. With a wiped disk
+        // that is a new node with new tokens where the old member was: a
+        // silent fork, which only the operator can prevent.
+        let heard_nobody = config.is_seed() && !self.nodes.values().any(Node::is_up);
+        if let Some((other_id, _)) = &other
+            && heard_nobody
+        {
+            stale = Some(other_id.clone());
+        } else if let Some((other_id, other_state)) = other {
             let safe = should_bootstrap
                 && matches!(
                     other_state,

@@ -219,6 +219,27 @@ impl Ring {
         Ok(())
     }
 
+    /// `nodetool removenode force` (StorageService.java,
+    /// `forceRemoveCompletion`): every member still LEAVING (a decommission
+    /// or removal that never completed) is excised from the ring at once,
+    /// its tokens and hints dropped without streaming: the ranges it held
+    /// lose that copy. With none, Cassandra warns "No nodes to force removal
+    /// on, call 'removenode' first" and returns normally (the empty list).
+    pub fn force_remove_completion(&mut self, coordinator: &str) -> Result<Vec<HostId>, RingError> {
+        self.running(coordinator)?;
+        let leaving: Vec<HostId> = self
+            .nodes
+            .values()
+            .filter(|n| n.state == RingState::Leaving)
+            .map(|n| n.host_id.clone())
+            .collect();
+        for h in &leaving {
+            self.nodes.remove(h);
+            self.hints.remove(h);
+        }
+        Ok(leaving)
+    }
+
     /// The disk is lost (local SSD gone, PVC deleted): the process on it
     /// dies and every copy, the host ID and the bootstrap state go with it.
     pub fn wipe_data_dir(&mut self, data_dir: &str) {

@@ -34,7 +34,8 @@
 //! decommission, removenode, kill, disk wipe, drain, repair and cleanup;
 //! `murmur3.rs` and `placement.rs` tokens and replica placement; `view.rs`
 //! the status table, the data check and the snapshot; `tests.rs` the rules
-//! and scenarios at model level.
+//! and scenarios at model level, `tests_rules.rs` the startup and schema
+//! rules per Cassandra version.
 
 mod join;
 mod leave;
@@ -45,6 +46,8 @@ mod view;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_rules;
 
 use serde::{Serialize, Serializer};
 use std::collections::{BTreeMap, BTreeSet};
@@ -349,6 +352,28 @@ impl Ring {
             },
         );
         Ok(())
+    }
+
+    /// `ALTER KEYSPACE ... WITH replication = ...`: the new replication
+    /// applies at once and nothing streams (the schema change alone moves
+    /// no data: `nodetool repair` must copy the keys to their new
+    /// replicas, and `nodetool cleanup` drop the ones a node no longer
+    /// owns), so raising the factor leaves every key under-replicated
+    /// until a repair (cql3/statements/schema/AlterKeyspaceStatement.java).
+    pub fn alter_keyspace(
+        &mut self,
+        name: &str,
+        replication: Replication,
+    ) -> Result<(), RingError> {
+        match self.keyspaces.get_mut(name) {
+            Some(ks) => {
+                ks.replication = replication;
+                Ok(())
+            }
+            None => Err(RingError::UnknownKeyspace {
+                keyspace: name.to_string(),
+            }),
+        }
     }
 
     /// Writes `key` at `consistency`, as a coordinator does: every live

@@ -5,26 +5,26 @@ use super::*;
 
 const CLUSTER: &str = "Test Cluster";
 
-fn addr(i: usize) -> String {
+pub(super) fn addr(i: usize) -> String {
     format!("10.0.0.{i}")
 }
 
 /// Node `i` as the sidecar renders it: its own address, rack `r{i % 3}`
 /// (ordinals 1..3 spread over three racks), one data directory per
 /// ordinal.
-fn config(i: usize, seeds: &[&str]) -> NodeConfig {
+pub(super) fn config(i: usize, seeds: &[&str]) -> NodeConfig {
     let a = addr(i);
     let rack = format!("r{}", (i - 1) % 3 + 1);
     NodeConfig::new(CLUSTER, &a, "dc1", &rack, seeds, &format!("pvc-{i}"))
 }
 
-fn versioned(mut c: NodeConfig, v: Version) -> NodeConfig {
+pub(super) fn versioned(mut c: NodeConfig, v: Version) -> NodeConfig {
     c.version = v;
     c
 }
 
 /// Starts a node and completes its bootstrap or replacement, if any.
-fn join(ring: &mut Ring, c: &NodeConfig) -> HostId {
+pub(super) fn join(ring: &mut Ring, c: &NodeConfig) -> HostId {
     let started = ring
         .start(c)
         .unwrap_or_else(|e| panic!("{}: {e}", c.address));
@@ -36,7 +36,7 @@ fn join(ring: &mut Ring, c: &NodeConfig) -> HostId {
 
 /// The three-node ring of the scenario: node 1 seeds itself, 2 and 3
 /// have it as their seed and bootstrap.
-fn three_nodes(v: Version) -> (Ring, Vec<HostId>) {
+pub(super) fn three_nodes(v: Version) -> (Ring, Vec<HostId>) {
     let mut ring = Ring::new(Options::default());
     let seeds = ["10.0.0.1"];
     let ids = (1..=3)
@@ -47,7 +47,7 @@ fn three_nodes(v: Version) -> (Ring, Vec<HostId>) {
 
 /// Keyspaces `ks3` (SimpleStrategy 3) and `ks2` (NTS dc1: 2) with 1000
 /// keys each, written at QUORUM.
-fn load(ring: &mut Ring) {
+pub(super) fn load(ring: &mut Ring) {
     ring.create_keyspace("ks3", Replication::simple(3))
         .expect("ks3");
     ring.create_keyspace("ks2", Replication::network_topology([("dc1", 2)]))
@@ -850,41 +850,6 @@ fn process_and_address_clashes_are_refused() {
             host_id: ids[1].clone()
         })
     );
-}
-
-/// StorageService.prepareToJoin checks for an endpoint collision on every
-/// start that is not a replacement, since before 3.11: a seed (which does
-/// not bootstrap) with a wiped disk has a new host ID, and
-/// Gossiper.isSafeForStartup refuses it when gossip knows its address under
-/// another one, on 3.11 as on 4.x.
-#[test]
-fn a_seed_with_a_wiped_disk_collides_on_3_11_and_on_4_x() {
-    for version in [Version::V3_11, Version::V4_1, Version::V5_0] {
-        let mut ring = Ring::new(Options::default());
-        let seeds = ["10.0.0.1"];
-        let ids: Vec<HostId> = (1..=3)
-            .map(|i| join(&mut ring, &versioned(config(i, &seeds), version)))
-            .collect();
-        ring.create_keyspace("three", Replication::simple(3))
-            .expect("ks");
-        ring.write_keys("three", "k", 100, Consistency::Quorum)
-            .expect("writes");
-        ring.kill(&ids[0]).expect("kill");
-        ring.wipe_data_dir("pvc-1");
-        let seed = versioned(config(1, &["10.0.0.1", "10.0.0.2"]), version);
-        assert_eq!(
-            ring.start(&seed),
-            Err(RingError::EndpointCollision { address: addr(1) }),
-            "{version:?}"
-        );
-        // Nothing changed: the old member stays at its address, down; its
-        // copies are gone with its disk, the others' remain.
-        let old = ring.node(&ids[0]).expect("still in gossip");
-        assert!(old.process.is_none() && old.address == addr(1));
-        let report = ring.check();
-        assert!(report.lost.is_empty(), "{version:?}: {report}");
-        assert_eq!(report.under_replicated.len(), 100, "{version:?}");
-    }
 }
 
 #[test]

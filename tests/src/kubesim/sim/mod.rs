@@ -81,7 +81,9 @@
 //! ports, and a probe reaches exactly the probed Pod (a host program on
 //! `0.0.0.0:8080`, such as the controller's metrics server, answers no
 //! probe). Per kubesim one bridge in the host's namespace with a random
-//! free /24 of 10.244.0.0/14; Pod IPs are `.2` up; the host (kubesim, the
+//! free /24 of 10.244.0.0/14; each node hands out Pod IPs from its own
+//! block of it, round robin as host-local IPAM does (a re-created Pod gets
+//! a new address; [`net::next_pod_ip`]); the host (kubesim, the
 //! tests, an operator run beside it) reaches every Pod IP through the
 //! bridge; Pods reach each other and the gateway `.1`, where kubesim also
 //! serves (its host address stays `127.0.0.1`, unreachable from a Pod);
@@ -106,7 +108,10 @@
 //! the pod's volumes (`volumes/<name>`), each container's writable layer
 //! (`containers/<name>/`) and logs (`logs/<container>/<restartCount>.log`,
 //! stdout and stderr, the kubelet's layout); `pvs/<pv>` holds each
-//! PersistentVolume's data (as long as the PV lives).
+//! network PersistentVolume's data (as long as the PV lives);
+//! `nodes/<node>/mnt/disks/ssd<i>` are each Node's local SSDs, with
+//! `nodes/<node>/uid` (the Node incarnation they belong to) and
+//! `nodes/<node>/node.json` (to re-create a deleted Node) ([`disks`]).
 //!
 //! Pods are deleted gracefully, as the API server does it: a DELETE marks
 //! a scheduled Pod with `deletionTimestamp` and `deletionGracePeriodSeconds`
@@ -118,10 +123,18 @@
 //! [`SimOptions::max_grace`]) has passed, then removes the Pod with its
 //! own DELETE of grace 0. `kubectl logs` reads the log files (see
 //! [`crate::kubesim::logs`]). Deleting a Node kills
-//! its pods' processes at once (no preStop: the machine is gone) and the
-//! pod garbage collector removes those Pods.
+//! its pods' processes at once (no preStop: the machine is gone), the
+//! pod garbage collector removes those Pods, and its local SSDs are
+//! destroyed (the fake ring is told their data directories are gone);
+//! `POST /sim/nodes/NAME/recreate` (`kubesim node recreate`) brings it back
+//! under its name as a new machine with empty disks behind the unchanged
+//! PVs, and `POST /sim/nodes/NAME/disks/I/wipe` (`kubesim node wipe-disk`)
+//! empties one disk of a live Node ([`disks`]).
 //!
-//! Not simulated (yet): ControllerRevision objects (a pod below a
+//! Not simulated (yet): Nodes that become unreachable (NotReady after the
+//! node monitor's grace period, the `node.kubernetes.io/unreachable`
+//! taint, taint-based eviction, Pods stuck Terminating on a lost Node),
+//! ControllerRevision objects (a pod below a
 //! partition is recreated from the current template, with its old
 //! revision label), `shareProcessNamespace` (each container has its own PID
 //! namespace), Secret volumes, priorities and preemption in the scheduler

@@ -185,6 +185,39 @@ fn taken() -> std::io::Result<Vec<(u32, u32)>> {
     Ok(out)
 }
 
+/// [`Network::pod_ip`] on the /24 at `subnet`. Pure.
+pub fn next_pod_ip(
+    subnet: Ipv4Addr,
+    node: &str,
+    last: Option<Ipv4Addr>,
+    used: &BTreeSet<Ipv4Addr>,
+) -> Option<Ipv4Addr> {
+    let base = u32::from(subnet);
+    let (start, end) = node_block(node);
+    let after = last
+        .map(|l| u32::from(l).wrapping_sub(base))
+        .filter(|o| (start..end).contains(o))
+        .map_or(start, |o| o + 1);
+    let span = end - start;
+    (0..span)
+        .map(|i| start + (after - start + i) % span)
+        .chain(2..255)
+        .map(|o| Ipv4Addr::from(base + o))
+        .find(|ip| !used.contains(ip))
+}
+
+/// The offsets `[start, end)` of `node`'s block of Pod addresses in the
+/// /24: one of eight blocks of 32, chosen by the node's name (a re-created
+/// Node keeps its block), without the network, gateway and broadcast
+/// addresses.
+pub fn node_block(node: &str) -> (u32, u32) {
+    let h = node.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    let i = h % 8;
+    ((i * 32).max(2), (i * 32 + 32).min(255))
+}
+
 /// The first /24 of the block from `start` on (wrapping) that overlaps
 /// nothing `taken`.
 pub fn free_subnet(taken: &[(u32, u32)], start: u32) -> Option<Ipv4Addr> {
@@ -251,12 +284,18 @@ impl Network {
         &self.bridge
     }
 
-    /// The lowest Pod address (`.2` to `.254`) not `used`.
-    pub fn pod_ip(&self, used: &BTreeSet<Ipv4Addr>) -> Option<Ipv4Addr> {
-        let base = u32::from(self.subnet);
-        (2..255)
-            .map(|i| Ipv4Addr::from(base + i))
-            .find(|ip| !used.contains(ip))
+    /// A Pod address for a Pod of `node`, as the host-local IPAM of a node
+    /// hands them out from the node's `podCIDR`: the next free one after
+    /// the last it gave (round robin, not lowest-free: a re-created Pod
+    /// gets a new address). Each node has its own block of the /24
+    /// ([`node_block`]); when it is full, any free address of the /24.
+    pub fn pod_ip(
+        &self,
+        node: &str,
+        last: Option<Ipv4Addr>,
+        used: &BTreeSet<Ipv4Addr>,
+    ) -> Option<Ipv4Addr> {
+        next_pod_ip(self.subnet, node, last, used)
     }
 
     /// Creates a Pod's namespace with `ip` on its `eth0`.
@@ -338,6 +377,27 @@ impl Drop for PodNet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pod_ips_come_round_robin_from_the_nodes_block() {
+        let subnet = Ipv4Addr::new(10, 244, 7, 0);
+        let (start, end) = node_block("node-a-0");
+        assert!(start >= 2 && end <= 255 && end - start >= 30);
+        let mut used = BTreeSet::new();
+        let first = next_pod_ip(subnet, "node-a-0", None, &used).unwrap();
+        assert_eq!(u32::from(first) - u32::from(subnet), start);
+        used.insert(first);
+        let second = next_pod_ip(subnet, "node-a-0", Some(first), &used).unwrap();
+        assert_eq!(u32::from(second), u32::from(first) + 1);
+        // The first Pod goes; its address is not handed out again at once.
+        used.remove(&first);
+        let third = next_pod_ip(subnet, "node-a-0", Some(second), &used).unwrap();
+        assert_eq!(u32::from(third), u32::from(second) + 1);
+        // The block wraps around to the addresses freed.
+        let last = Ipv4Addr::from(u32::from(subnet) + end - 1);
+        let wrapped = next_pod_ip(subnet, "node-a-0", Some(last), &used).unwrap();
+        assert_eq!(wrapped, first);
+    }
 
     #[test]
     fn names_and_prefixes() {

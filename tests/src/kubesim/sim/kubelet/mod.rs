@@ -99,6 +99,8 @@ pub struct Kubelet {
     net: Arc<Network>,
     /// The fake ring, told of database containers' deaths.
     ring: Option<Arc<RingService>>,
+    /// The last Pod address each node's IPAM gave.
+    last_ip: Mutex<HashMap<String, Ipv4Addr>>,
 }
 
 /// The kubelet's final DELETE: grace 0 with the Pod's UID as
@@ -129,6 +131,7 @@ impl Kubelet {
             kubeconfig,
             pods: Mutex::new(HashMap::new()),
             net,
+            last_ip: Mutex::new(HashMap::new()),
         }
     }
 
@@ -238,10 +241,13 @@ impl Kubelet {
                         (host_ip.parse().unwrap_or(Ipv4Addr::LOCALHOST), None)
                     } else {
                         let used: BTreeSet<Ipv4Addr> = handles.values().map(|h| h.ip).collect();
-                        let Some(ip) = self.net.pod_ip(&used) else {
+                        let mut last = lock(&self.last_ip);
+                        let Some(ip) = self.net.pod_ip(node, last.get(node).copied(), &used) else {
                             eprintln!("kubesim: the pod IP range is full");
                             continue;
                         };
+                        last.insert(node.to_string(), ip);
+                        drop(last);
                         match self.net.add_pod(ip) {
                             Ok(n) => (ip, Some(n)),
                             Err(e) => {

@@ -1,0 +1,84 @@
+//! Two Cassandra clusters side by side in one test world: each Cluster's
+//! members gossip only with their own (Cassandra drops gossip of another
+//! cluster name), so each has its own ring and its own data check.
+
+use std::time::Duration;
+
+use crds::Cluster;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+use testworld::harness::fast_ring;
+use testworld::ring::{Consistency, NodeStatus, Replication};
+
+use crate::world::{ONE_WORLD, wait_ready, world};
+
+fn cluster(name: &str, version: &str) -> Cluster {
+    serde_json::from_value(json!({
+        "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": name, "namespace": "db"},
+        "spec": {"version": version, "datacenter": {"name": "dc", "racks": [{"name": "r", "members": 2,
+            "storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
+                "spec": {"storageClassName": "standard", "resources": {"requests": {"storage": "1Gi"}}}}]},
+            "resources": {"limits": {"cpu": "500m", "memory": "1Gi"}}}]}}
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clusters_side_by_side_each_with_its_own_ring() {
+    let _one = ONE_WORLD.lock().await;
+    let work = tempfile::tempdir().unwrap();
+    let (world, _controller, log) = world(&["a"], work.path(), fast_ring(), "db").await;
+    let clusters: Api<Cluster> = Api::namespaced(world.client.clone(), "db");
+    for (name, version) in [("alpha", "3.11.6"), ("beta", "4.1.8")] {
+        let mut created = false;
+        for _ in 0..50 {
+            if clusters
+                .create(&PostParams::default(), &cluster(name, version))
+                .await
+                .is_ok()
+            {
+                created = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(created, "{name} was not created");
+    }
+    wait_ready(&clusters, "alpha", 2, Duration::from_secs(180), &log).await;
+    wait_ready(&clusters, "beta", 2, Duration::from_secs(180), &log).await;
+
+    let ring = world.sim.ring();
+    let mut names = ring.clusters();
+    names.sort();
+    assert_eq!(names, ["alpha", "beta"]);
+    let mut addresses = Vec::new();
+    for name in ["alpha", "beta"] {
+        let (up, members, clean) = ring
+            .with_cluster(name, |r| {
+                r.create_keyspace("ks", Replication::simple(2)).unwrap();
+                r.write_keys("ks", name, 100, Consistency::All).unwrap();
+                let status = r.status(None).unwrap();
+                let up = status
+                    .rows
+                    .iter()
+                    .filter(|row| row.status == NodeStatus::UN)
+                    .count();
+                let members: Vec<String> = r.nodes().map(|n| n.address.clone()).collect();
+                (up, members, r.check())
+            })
+            .expect("a ring per cluster");
+        assert_eq!(up, 2, "{name}: its own two members, none of the other's");
+        assert_eq!(members.len(), 2, "{name}: {members:?}");
+        assert!(clean.is_clean() && clean.keys == 100, "{name}: {clean}");
+        addresses.extend(members);
+    }
+    addresses.sort();
+    addresses.dedup();
+    assert_eq!(addresses.len(), 4, "no member in both rings");
+    // Each ring's data check sees its own keys only.
+    let alpha_keys = ring
+        .with_cluster("alpha", |r| r.keyspace("ks").unwrap().keys.len())
+        .unwrap();
+    assert_eq!(alpha_keys, 100);
+}

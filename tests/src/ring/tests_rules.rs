@@ -1,0 +1,137 @@
+//! Startup and schema rules of the ring model as Cassandra's source has
+//! them, per version (the endpoint collision check, the lone seed's start,
+//! forceRemoveCompletion, ALTER KEYSPACE). Pure, like the model.
+
+use super::tests::{addr, config, join, load, three_nodes, versioned};
+use super::*;
+
+/// StorageService.prepareToJoin checks for an endpoint collision on every
+/// start that is not a replacement, since before 3.11: a seed (which does
+/// not bootstrap) with a wiped disk has a new host ID, and
+/// Gossiper.isSafeForStartup refuses it when gossip knows its address under
+/// another one, on 3.11 as on 4.x.
+#[test]
+fn a_seed_with_a_wiped_disk_collides_on_3_11_and_on_4_x() {
+    for version in [Version::V3_11, Version::V4_1, Version::V5_0] {
+        let mut ring = Ring::new(Options::default());
+        let seeds = ["10.0.0.1"];
+        let ids: Vec<HostId> = (1..=3)
+            .map(|i| join(&mut ring, &versioned(config(i, &seeds), version)))
+            .collect();
+        ring.create_keyspace("three", Replication::simple(3))
+            .expect("ks");
+        ring.write_keys("three", "k", 100, Consistency::Quorum)
+            .expect("writes");
+        ring.kill(&ids[0]).expect("kill");
+        ring.wipe_data_dir("pvc-1");
+        let seed = versioned(config(1, &["10.0.0.1", "10.0.0.2"]), version);
+        assert_eq!(
+            ring.start(&seed),
+            Err(RingError::EndpointCollision { address: addr(1) }),
+            "{version:?}"
+        );
+        // Nothing changed: the old member stays at its address, down; its
+        // copies are gone with its disk, the others' remain.
+        let old = ring.node(&ids[0]).expect("still in gossip");
+        assert!(old.process.is_none() && old.address == addr(1));
+        let report = ring.check();
+        assert!(report.lost.is_empty(), "{version:?}: {report}");
+        assert_eq!(report.under_replicated.len(), 100, "{version:?}");
+    }
+}
+
+/// `nodetool removenode force` excises a member left LEAVING by a
+/// decommission that died midway (StorageService.forceRemoveCompletion);
+/// with nothing pending it changes nothing.
+#[test]
+fn force_remove_completion_excises_a_member_stuck_leaving() {
+    let (mut ring, ids) = three_nodes(Version::V3_11);
+    load(&mut ring);
+    assert_eq!(ring.force_remove_completion(&ids[0]), Ok(vec![]));
+    assert_eq!(ring.nodes().count(), 3, "nothing pending: nothing changes");
+    ring.start_decommission(&ids[2], false)
+        .expect("3.11 decommissions without a replication check");
+    ring.kill(&ids[2]).expect("the leaving node dies midway");
+    assert_eq!(
+        ring.node(&ids[2]).map(|n| n.state.clone()),
+        Some(RingState::Leaving)
+    );
+    assert_eq!(
+        ring.force_remove_completion(&ids[0]),
+        Ok(vec![ids[2].clone()])
+    );
+    assert!(ring.node(&ids[2]).is_none(), "excised");
+    assert_eq!(ring.nodes().count(), 2);
+    // Nothing was streamed: the ranges it held lost that copy.
+    let report = ring.check();
+    assert!(!report.under_replicated.is_empty(), "{report}");
+    assert!(matches!(
+        ring.force_remove_completion(&ids[2]),
+        Err(RingError::UnknownNode { .. })
+    ));
+}
+
+/// ALTER KEYSPACE moves no data: raising the replication factor leaves
+/// every key short of copies until `nodetool repair`; lowering it leaves
+/// extra copies until `nodetool cleanup`.
+#[test]
+fn alter_keyspace_moves_no_data_until_repair_and_cleanup() {
+    let (mut ring, ids) = three_nodes(Version::V4_1);
+    ring.create_keyspace("app", Replication::simple(1))
+        .expect("ks");
+    ring.write_keys("app", "k", 200, Consistency::One)
+        .expect("writes");
+    assert!(ring.check().is_clean());
+    ring.alter_keyspace("app", Replication::simple(3))
+        .expect("alter");
+    let report = ring.check();
+    assert_eq!(report.under_replicated.len(), 200, "{report}");
+    assert!(report.lost.is_empty());
+    for id in &ids {
+        ring.repair(id).expect("repair");
+    }
+    assert!(ring.check().is_clean(), "repair copied every key");
+    assert_eq!(
+        ring.alter_keyspace("nope", Replication::simple(1)),
+        Err(RingError::UnknownKeyspace {
+            keyspace: "nope".into()
+        })
+    );
+}
+
+/// A seed with a wiped disk that starts while every other member is down
+/// hears nobody in its shadow round and starts anyway as a new node with
+/// new tokens (Gossiper.doShadowRound, isSafeForStartup on an empty map):
+/// a silent fork that loses the old member's copies.
+#[test]
+fn a_lone_seed_with_a_wiped_disk_starts_as_a_new_node() {
+    for version in [Version::V3_11, Version::V4_1, Version::V5_0] {
+        let (mut ring, ids) = three_nodes(version);
+        ring.create_keyspace("one", Replication::simple(1))
+            .expect("ks");
+        ring.write_keys("one", "k", 200, Consistency::One)
+            .expect("writes");
+        for id in &ids {
+            ring.kill(id).expect("kill");
+        }
+        ring.wipe_data_dir("pvc-1");
+        let seed = versioned(config(1, &["10.0.0.1"]), version);
+        let started = ring.start(&seed).expect("a lone seed starts");
+        assert_eq!(started.startup, Startup::JoinedWithoutBootstrap);
+        assert_ne!(started.host_id, ids[0], "{version:?}: a new host ID");
+        assert!(
+            ring.node(&ids[0]).is_none(),
+            "{version:?}: the old member is forgotten"
+        );
+        assert!(
+            started
+                .log
+                .iter()
+                .any(|l| l.starts_with("Unable to gossip with any peers"))
+        );
+        assert!(
+            !ring.check().lost.is_empty(),
+            "{version:?}: its old copies are gone"
+        );
+    }
+}
