@@ -16,7 +16,8 @@ use serde_json::json;
 use testworld::harness::{container_logs, fast_ring, until};
 use testworld::ring::{Consistency, Replication};
 
-use crate::world::{ONE_WORLD, ring_summary, wait_ready, world};
+use crate::common::ONE_WORLD;
+use crate::world::{ring_summary, wait_ready, world};
 
 fn cluster(version: &str, members: i32) -> Cluster {
     serde_json::from_value(json!({
@@ -101,14 +102,12 @@ async fn scale_down_on(version: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the controller refuses a scale-down (ScaleDownUnsupported) until the lifecycle issue (13) lands"]
 async fn a_rack_scales_down_on_4_1() {
     let _one = ONE_WORLD.lock().await;
     scale_down_on("4.1.8").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the controller refuses a scale-down (ScaleDownUnsupported) until the lifecycle issue (13) lands"]
 async fn a_rack_scales_down_on_5_0() {
     let _one = ONE_WORLD.lock().await;
     scale_down_on("5.0.2").await;

@@ -1,8 +1,9 @@
 //! Nodes and their local SSDs as GKE has them, with the whole operator in
 //! the test world: a Node that GKE auto-repair re-creates under its name
-//! comes back with empty local SSDs behind the unchanged PV and claim, and
-//! the member on it refuses to start exactly as Cassandra does (its
-//! address is still in gossip with another host ID).
+//! comes back with empty local SSDs behind the unchanged PV and claim; the
+//! member on it is refused exactly as Cassandra refuses it (its address is
+//! still in gossip with another host ID), and the operator then replaces it
+//! with its own address.
 
 use std::path::Path;
 use std::process::Command;
@@ -47,7 +48,7 @@ fn pod_logs(work: &Path, pod: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_recreated_under_its_name_has_empty_disks_and_its_member_refuses_to_start() {
+async fn a_node_recreated_under_its_name_has_empty_disks_and_its_member_is_replaced() {
     let _one = ONE_WORLD.lock().await;
     let work = tempfile::tempdir().unwrap();
     let (world, _controller, log) =
@@ -117,7 +118,7 @@ async fn a_node_recreated_under_its_name_has_empty_disks_and_its_member_refuses_
     )
     .unwrap();
     let out = Command::new(&kubesim)
-        .args(["node", "recreate", &node_name, "--url", &sim.url()])
+        .args(["node", "recreate", &node_name, "--url", &sim.sim_url()])
         .output()
         .unwrap();
     assert!(
@@ -145,15 +146,6 @@ async fn a_node_recreated_under_its_name_has_empty_disks_and_its_member_refuses_
     .await;
     let pod = pods.get(member).await.unwrap();
     assert_eq!(pod.spec.unwrap().node_name.unwrap(), node_name);
-    assert!(
-        !pod.status
-            .unwrap()
-            .container_statuses
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.ready),
-        "the member never becomes ready"
-    );
     // The claim and the PV are the same objects: nothing says the disk
     // was lost but the disk itself.
     let claim = claims.get(&format!("data-{member}")).await.unwrap();
@@ -164,18 +156,40 @@ async fn a_node_recreated_under_its_name_has_empty_disks_and_its_member_refuses_
         !marker.exists(),
         "the old data is gone from the re-created Node's disk"
     );
-    // The ring still has the old member at that address, down, with its
-    // host ID; no key is lost (two copies remain of each) but every key it
-    // held is under-replicated.
-    let (down, report) = sim.ring().with(|r| {
-        let n = r
-            .node(&old_host_id)
-            .expect("the old member stays in gossip");
-        (n.process.is_none() && n.address == address, r.check())
-    });
-    assert!(down, "the old host ID is down at {address}");
-    assert!(report.lost.is_empty(), "{report}");
-    assert!(!report.under_replicated.is_empty(), "{report}");
-    let (up, status, _) = ring_summary(sim);
-    assert_eq!(up, 2, "{status}");
+    // The operator answers the refusal: the sidecar asks for a replace,
+    // the controller grants it with the member's own address, and the
+    // member takes over its old tokens on the empty disk, streaming its
+    // data back: a new host ID at the same address, 3 UN, nothing lost.
+    until("the member replaced on its emptied disk", 180, || {
+        sim.ring()
+            .with(|r| {
+                r.node_by_address(&address)
+                    .map(|n| n.host_id != old_host_id && n.process.is_some())
+            })
+            .unwrap_or(false)
+            .then_some(())
+    })
+    .await;
+    wait_ready(&clusters, "cassandra", 3, Duration::from_secs(180), &log).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let labels = services
+            .get(member)
+            .await
+            .unwrap()
+            .metadata
+            .labels
+            .unwrap_or_default();
+        if !labels.contains_key(crds::contract::REPLACE) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replace intent was not cleared: {labels:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (up, status, report) = ring_summary(sim);
+    assert_eq!(up, 3, "{status}");
+    assert!(report.is_clean(), "{report}\n{status}");
 }

@@ -14,10 +14,10 @@ use serde_json::json;
 use testworld::harness::fast_ring;
 use testworld::ring::{Consistency, Replication};
 
-use crate::world::{ONE_WORLD, ring_summary, wait_ready, world};
+use crate::common::ONE_WORLD;
+use crate::world::{ring_summary, wait_ready, world};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the operator deadlocks after a full outage until the lifecycle issue (13) lands"]
 async fn every_member_deleted_at_once_comes_back_as_itself() {
     let _one = ONE_WORLD.lock().await;
     let work = tempfile::tempdir().unwrap();

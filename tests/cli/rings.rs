@@ -10,7 +10,8 @@ use serde_json::json;
 use testworld::harness::fast_ring;
 use testworld::ring::{Consistency, NodeStatus, Replication};
 
-use crate::world::{ONE_WORLD, wait_ready, world};
+use crate::common::ONE_WORLD;
+use crate::world::{wait_ready, world};
 
 fn cluster(name: &str, version: &str) -> Cluster {
     serde_json::from_value(json!({

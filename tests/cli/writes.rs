@@ -11,7 +11,8 @@ use testworld::fake_cassandra::writer::Writer;
 use testworld::harness::fast_ring;
 use testworld::ring::{Consistency, Replication};
 
-use crate::world::{ONE_WORLD, ring_summary, wait_ready, world};
+use crate::common::ONE_WORLD;
+use crate::world::{ring_summary, wait_ready, world};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quorum_writer_sees_no_failure_through_a_scale_up() {

@@ -139,7 +139,7 @@ async fn local_ssds_as_the_static_provisioner_publishes_them() {
     let dir = disks::host_dir_of_pv(work.path(), &bound);
     assert!(dir.join("file").is_file());
     let node = disks::node_of_pv(&bound).unwrap().to_string();
-    let url = format!("{}/sim/nodes/{node}/disks/0/wipe", sim.url());
+    let url = format!("{}/sim/nodes/{node}/disks/0/wipe", sim.sim_url());
     let resp = reqwest::Client::new().post(&url).send().await.unwrap();
     assert_eq!(
         resp.status().as_u16(),
@@ -152,7 +152,7 @@ async fn local_ssds_as_the_static_provisioner_publishes_them() {
     assert_eq!(after["metadata"]["uid"], c["metadata"]["uid"]);
     assert_eq!(after["spec"]["volumeName"], c["spec"]["volumeName"]);
     let missing = reqwest::Client::new()
-        .post(format!("{}/sim/nodes/node-z-9/disks/0/wipe", sim.url()))
+        .post(format!("{}/sim/nodes/node-z-9/disks/0/wipe", sim.sim_url()))
         .send()
         .await
         .unwrap();
