@@ -289,8 +289,15 @@ impl KubeSim {
         service_account: &str,
         seconds: i64,
     ) -> Result<String, super::store::ApiError> {
-        super::http::tokens::issue(&self.shared, namespace, service_account, seconds, None)
-            .map(|(token, _)| token)
+        super::http::tokens::issue(
+            &self.shared.store,
+            &self.shared.authority,
+            namespace,
+            service_account,
+            seconds,
+            None,
+        )
+        .map(|(token, _)| token)
     }
 
     /// Writes `dir/kubeconfig` (and `dir/sim-url`, the test world's

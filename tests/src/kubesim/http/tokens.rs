@@ -144,14 +144,15 @@ pub fn identify(shared: &Shared, headers: &hyper::HeaderMap) -> Result<UserInfo,
 /// uid) when given, valid for `seconds` (negative: already expired, for
 /// tests of expiry). Returns the token and its expiry (seconds).
 pub fn issue(
-    shared: &Shared,
+    store: &crate::kubesim::store::Store,
+    authority: &crate::kubesim::auth::Authority,
     namespace: &str,
     service_account: &str,
     seconds: i64,
     pod: Option<&Value>,
 ) -> Result<(String, u64), ApiError> {
     let sa_t = Target::new("", "v1", "serviceaccounts", Some(namespace));
-    let sa = shared.store.get(&sa_t, service_account)?;
+    let sa = store.get(&sa_t, service_account)?;
     let now = now();
     let expires_at = now.saturating_add_signed(seconds);
     let text = |v: &Value, p: &str| {
@@ -162,8 +163,7 @@ pub fn issue(
     };
     let node = pod.and_then(|p| {
         let name = text(p, "/spec/nodeName");
-        let n = shared
-            .store
+        let n = store
             .get(&Target::new("", "v1", "nodes", None), &name)
             .ok()?;
         Some((name, text(&n, "/metadata/uid")))
@@ -179,8 +179,7 @@ pub fn issue(
         expires_at,
         id: crate::kubesim::new_uid(),
     };
-    let token = shared
-        .authority
+    let token = authority
         .signer()
         .issue(&claims)
         .map_err(|e| ApiError::internal(format!("signing a token: {e}")))?;
@@ -239,7 +238,14 @@ pub fn token_request(
         }
         None => None,
     };
-    let (token, expires_at) = issue(shared, namespace, service_account, seconds, pod.as_ref())?;
+    let (token, expires_at) = issue(
+        &shared.store,
+        &shared.authority,
+        namespace,
+        service_account,
+        seconds,
+        pod.as_ref(),
+    )?;
     let mut spec = body.get("spec").cloned().unwrap_or(json!({}));
     spec["audiences"] = json!([ISSUER]);
     spec["expirationSeconds"] = json!(seconds);

@@ -404,6 +404,33 @@ impl State {
         obj: &mut Value,
     ) -> Result<(), ApiError> {
         match (rt.group.as_str(), rt.plural.as_str()) {
+            ("", "pods") => {
+                let ns = meta(obj)
+                    .get("namespace")
+                    .and_then(Value::as_str)
+                    .unwrap_or("default")
+                    .to_string();
+                let account = obj
+                    .pointer("/spec/serviceAccountName")
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or("default")
+                    .to_string();
+                let sa = self
+                    .tables
+                    .get(&(String::new(), "serviceaccounts".to_string()))
+                    .and_then(|t| t.objects.get(&(ns, account)))
+                    .map(|o| (**o).clone());
+                crate::kubesim::auth::service_accounts::admit_pod(
+                    obj,
+                    sa.as_ref(),
+                    &random_suffix(),
+                )
+                .map_err(|why| ApiError {
+                    details: Some(json!({"name": name_of(obj), "kind": "pods"})),
+                    ..ApiError::forbidden(format!("pods \"{}\" is forbidden: {why}", name_of(obj)))
+                })?;
+            }
             ("", "namespaces") => {
                 obj["spec"] = json!({"finalizers": ["kubernetes"]});
                 let name = name_of(obj).to_string();

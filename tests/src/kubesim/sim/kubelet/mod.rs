@@ -91,8 +91,7 @@ fn signal(pid: u32, sig: Signal) {
 pub struct Kubelet {
     store: Store,
     opts: SimOptions,
-    url: String,
-    kubeconfig: PathBuf,
+    access: crate::kubesim::sim::PodAccess,
     pods: Mutex<HashMap<String, PodHandle>>,
     net: Arc<Network>,
     /// The fake ring, told of database containers' deaths.
@@ -114,8 +113,7 @@ impl Kubelet {
     pub(super) fn new(
         store: Store,
         opts: SimOptions,
-        url: String,
-        kubeconfig: PathBuf,
+        access: crate::kubesim::sim::PodAccess,
         net: Arc<Network>,
         ring: Option<Arc<RingService>>,
     ) -> Self {
@@ -123,11 +121,16 @@ impl Kubelet {
             ring,
             store,
             opts,
-            url,
-            kubeconfig,
+            access,
             pods: Mutex::new(HashMap::new()),
             net,
         }
+    }
+
+    /// The cluster's CA (PEM), which the root CA publisher gives every
+    /// namespace.
+    pub(crate) fn ca_pem(&self) -> &str {
+        self.access.authority.ca_pem()
     }
 
     /// Kills every container (no grace).
@@ -224,8 +227,8 @@ impl Kubelet {
                     let ctx = Arc::new(PodCtx {
                         store: self.store.clone(),
                         opts: self.opts.clone(),
-                        url: self.url.clone(),
-                        kubeconfig: self.kubeconfig.clone(),
+                        access: self.access.clone(),
+                        tokens: Mutex::default(),
                         ip: ip.to_string(),
                         host_ip,
                         netns: net.as_ref().map(PodNet::path),
@@ -392,8 +395,10 @@ impl PodRun {
 struct PodCtx {
     store: Store,
     opts: SimOptions,
-    url: String,
-    kubeconfig: PathBuf,
+    access: crate::kubesim::sim::PodAccess,
+    /// The projected ServiceAccount tokens by volume and path: token,
+    /// issued at, expires at (seconds).
+    tokens: Mutex<HashMap<String, (String, u64, u64)>>,
     ip: String,
     host_ip: String,
     /// The Pod's network namespace (None: the host's).
