@@ -352,7 +352,10 @@ async fn setup() -> (KubeSim, Client, tempfile::TempDir, std::path::PathBuf) {
     let sim = KubeSim::start(Options::default()).await.unwrap();
     let client = client(&sim).await;
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = sim.write_kubeconfig(dir.path()).unwrap();
+    sim.write_kubeconfig(dir.path()).unwrap();
+    // The controller runs as the operator's ServiceAccount, authorized by
+    // manifests/operator.yaml alone.
+    let kubeconfig = testworld::harness::install_operator_rbac(&sim, dir.path()).unwrap();
     let _ = Api::<Namespace>::all(client.clone())
         .create(
             &PostParams::default(),

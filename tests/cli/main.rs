@@ -3,6 +3,7 @@
 mod common;
 mod controller;
 mod help;
+mod rbac;
 mod reloader;
 mod render;
 mod sidecar;

@@ -39,6 +39,8 @@ pub enum HarnessError {
         #[source]
         source: kube::Error,
     },
+    #[error("installing the operator's RBAC from manifests/operator.yaml: {0}")]
+    OperatorRbac(String),
     #[error("starting the controller {binary}: {source}")]
     StartController {
         binary: PathBuf,
@@ -133,7 +135,10 @@ impl WorldOptions {
 pub struct World {
     pub sim: KubeSim,
     pub client: Client,
+    /// The admin's kubeconfig (the tests' own).
     pub kubeconfig: PathBuf,
+    /// The operator's ServiceAccount's kubeconfig (the controller's).
+    pub operator_kubeconfig: PathBuf,
     operator: PathBuf,
 }
 
@@ -165,11 +170,13 @@ impl World {
         let kubeconfig = sim
             .write_kubeconfig(work)
             .map_err(HarnessError::StartKubesim)?;
+        let operator_kubeconfig = install_operator_rbac(&sim, work)?;
         let client = client(&sim).await?;
         Ok(World {
             sim,
             client,
             kubeconfig,
+            operator_kubeconfig,
             operator: opts.operator,
         })
     }
@@ -205,8 +212,10 @@ impl World {
     }
 
     /// The real binary as the controller, a host process beside kubesim,
-    /// on its production metrics address unless `metrics` names one; its
-    /// log (stderr) in `log`.
+    /// authenticated as the operator's ServiceAccount (and so authorized
+    /// by manifests/operator.yaml's ClusterRole alone), on its production
+    /// metrics address unless `metrics` names one; its log (stderr) in
+    /// `log`.
     pub fn start_controller(
         &self,
         log: &Path,
@@ -218,7 +227,7 @@ impl World {
         };
         let mut cmd = Command::new(&self.operator);
         cmd.arg("controller")
-            .env("KUBECONFIG", &self.kubeconfig)
+            .env("KUBECONFIG", &self.operator_kubeconfig)
             .env_remove("METRICS_ADDR")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(log).map_err(failed)?);
@@ -227,6 +236,71 @@ impl World {
         }
         cmd.spawn().map(Process).map_err(failed)
     }
+}
+
+/// The operator's install manifest.
+pub const OPERATOR_MANIFEST: &str = include_str!("../../manifests/operator.yaml");
+
+/// The ServiceAccount the operator runs as: (namespace, name).
+pub const OPERATOR_ACCOUNT: (&str, &str) = ("cassandra-operator", "cassandra-operator");
+
+/// The objects of a multi-document YAML manifest.
+pub fn manifest_objects(text: &str) -> Result<Vec<serde_json::Value>, String> {
+    use serde::Deserialize;
+    let mut out = Vec::new();
+    for doc in serde_norway::Deserializer::from_str(text) {
+        let v = serde_json::Value::deserialize(doc).map_err(|e| e.to_string())?;
+        if !v.is_null() {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+/// Installs what manifests/operator.yaml installs but the Deployment (the
+/// tests run the controller as a host process beside kubesim): its
+/// Namespace, ServiceAccount, ClusterRole and ClusterRoleBinding, as an
+/// admin's `kubectl apply` would; then writes `dir/operator-kubeconfig`,
+/// whose user is that ServiceAccount (a day's token from the TokenRequest
+/// API), and returns its path.
+pub fn install_operator_rbac(sim: &KubeSim, dir: &Path) -> Result<PathBuf, HarnessError> {
+    let failed = |e: String| HarnessError::OperatorRbac(e);
+    for obj in manifest_objects(OPERATOR_MANIFEST).map_err(failed)? {
+        let (group, version) = match obj["apiVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .split_once('/')
+        {
+            Some((g, v)) => (g.to_string(), v.to_string()),
+            None => (
+                String::new(),
+                obj["apiVersion"].as_str().unwrap_or_default().to_string(),
+            ),
+        };
+        let plural = match obj["kind"].as_str().unwrap_or_default() {
+            "Namespace" => "namespaces",
+            "ServiceAccount" => "serviceaccounts",
+            "ClusterRole" => "clusterroles",
+            "ClusterRoleBinding" => "clusterrolebindings",
+            "Role" => "roles",
+            "RoleBinding" => "rolebindings",
+            _ => continue,
+        };
+        let ns = obj.pointer("/metadata/namespace").and_then(|n| n.as_str());
+        let t = crate::kubesim::store::Target::new(&group, &version, plural, ns);
+        match sim.store().create(&t, obj.clone(), &Default::default()) {
+            Ok(_) => {}
+            Err(e) if e.code == 409 => {}
+            Err(e) => return Err(failed(e.to_string())),
+        }
+    }
+    let (ns, sa) = OPERATOR_ACCOUNT;
+    let token = sim
+        .create_token(ns, sa, 24 * 3600)
+        .map_err(|e| failed(e.to_string()))?;
+    let path = dir.join("operator-kubeconfig");
+    std::fs::write(&path, sim.kubeconfig_with_token(&token)).map_err(|e| failed(e.to_string()))?;
+    Ok(path)
 }
 
 /// A kube client through kubesim's kubeconfig.
