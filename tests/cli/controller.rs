@@ -227,10 +227,11 @@ async fn controller_scales_the_thesis_cluster_up_one_member_at_a_time() {
     );
 
     // what a person sees: kubectl get and describe
+    let admin_kubeconfig = dir.path().join("kubeconfig");
     let kubectl = |args: &[&str]| {
         let out = Command::new("kubectl")
             .arg("--kubeconfig")
-            .arg(&kubeconfig)
+            .arg(&admin_kubeconfig)
             .args(args)
             .output()
             .expect("kubectl is on the machine");

@@ -21,9 +21,140 @@ use testworld::kubesim::auth::rbac::{Attributes, rule_allows};
 use testworld::kubesim::faults::RequestRecord;
 use testworld::kubesim::store::Target;
 
+/// A create that finds its name taken reads the object to refuse a foreign
+/// one (controller.rs: a_foreign_object_is_never_adopted).
+const FOREIGN: &str = "a name taken by a foreign object: the create's 409 is followed by a get";
+
 /// Rules of the operator's ClusterRole that this scenario does not use,
 /// each with the feature that needs it: (API group, resource, verb, why).
-const NEEDED_ELSEWHERE: &[(&str, &str, &str, &str)] = &[];
+const NEEDED_ELSEWHERE: &[(&str, &str, &str, &str)] = &[
+    ("apps", "statefulsets", "get", FOREIGN),
+    ("", "services", "get", FOREIGN),
+    ("", "serviceaccounts", "get", FOREIGN),
+    ("rbac.authorization.k8s.io", "roles", "get", FOREIGN),
+    ("rbac.authorization.k8s.io", "rolebindings", "get", FOREIGN),
+    ("policy", "poddisruptionbudgets", "get", FOREIGN),
+    (
+        "",
+        "services",
+        "patch",
+        "intent labels on member Services: seed, decommission on scale-down, replace (DESIGN 4, 5)",
+    ),
+    (
+        "",
+        "services",
+        "delete",
+        "scale-down: the member Service of a decommissioned member (DESIGN 5)",
+    ),
+    (
+        "",
+        "pods",
+        "delete",
+        "local disk loss: the replaced member's Pod (DESIGN 5)",
+    ),
+    (
+        "",
+        "persistentvolumeclaims",
+        "list",
+        "scale-down and disk loss: the members' PVCs (DESIGN 5)",
+    ),
+    (
+        "",
+        "persistentvolumeclaims",
+        "watch",
+        "scale-down and disk loss: the members' PVCs (DESIGN 5)",
+    ),
+    (
+        "",
+        "persistentvolumeclaims",
+        "delete",
+        "scale-down and disk loss: a member's PVC (DESIGN 5)",
+    ),
+    (
+        "",
+        "persistentvolumes",
+        "list",
+        "disk loss: a member PV whose Node is gone (DESIGN 5)",
+    ),
+    (
+        "",
+        "persistentvolumes",
+        "watch",
+        "disk loss: a member PV whose Node is gone (DESIGN 5)",
+    ),
+    (
+        "",
+        "nodes",
+        "list",
+        "disk loss: the Node a member PV names no longer exists (DESIGN 5)",
+    ),
+    (
+        "",
+        "nodes",
+        "watch",
+        "disk loss: the Node a member PV names no longer exists (DESIGN 5)",
+    ),
+    (
+        "",
+        "configmaps",
+        "list",
+        "rolling restart on a change of a rack's overrides ConfigMap (DESIGN 5)",
+    ),
+    (
+        "",
+        "configmaps",
+        "watch",
+        "rolling restart on a change of a rack's overrides ConfigMap (DESIGN 5)",
+    ),
+    (
+        "",
+        "serviceaccounts",
+        "patch",
+        "the apply step that writes what differs (STYLE: one apply step)",
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "roles",
+        "patch",
+        "the apply step that writes what differs (STYLE: one apply step)",
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "rolebindings",
+        "patch",
+        "the apply step that writes what differs (STYLE: one apply step)",
+    ),
+    (
+        "policy",
+        "poddisruptionbudgets",
+        "patch",
+        "the apply step that writes what differs (STYLE: one apply step)",
+    ),
+    (
+        "events.k8s.io",
+        "events",
+        "patch",
+        "a repeated Event is patched as a series (kube's Recorder)",
+    ),
+    (
+        "coordination.k8s.io",
+        "leases",
+        "get",
+        "leader election, when the operator runs more than one replica (DESIGN 1)",
+    ),
+    (
+        "coordination.k8s.io",
+        "leases",
+        "create",
+        "leader election, when the operator runs more than one replica (DESIGN 1)",
+    ),
+    (
+        "coordination.k8s.io",
+        "leases",
+        "update",
+        "leader election, when the operator runs more than one replica (DESIGN 1)",
+    ),
+];
 
 /// Rules of the member Role that this scenario does not use.
 const MEMBER_NEEDED_ELSEWHERE: &[(&str, &str, &str, &str)] = &[];
@@ -161,6 +292,15 @@ async fn each_roles_calls_match_its_rules_both_ways() {
         if s.members == 2 && s.ready_members == 2 {
             break;
         }
+        // A call the rules refuse fails the test at once, not at the deadline.
+        let denied: Vec<String> = world
+            .sim
+            .requests()
+            .iter()
+            .filter(|r| r.code == 403)
+            .map(|r| format!("{} {} {} {}", r.user, r.verb, r.method, r.path))
+            .collect();
+        assert!(denied.is_empty(), "calls refused:\n{}", denied.join("\n"));
         assert!(
             Instant::now() < deadline,
             "not ready: {s:?}\n{}\n{}",

@@ -17,6 +17,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config, CustomResourceExt};
 use serde_json::json;
 
+use crate::kubesim::faults::{ProcessAction, WriteHook};
 use crate::kubesim::sim::SimOptions;
 use crate::kubesim::{KubeSim, Options};
 
@@ -303,6 +304,83 @@ pub fn install_operator_rbac(sim: &KubeSim, dir: &Path) -> Result<PathBuf, Harne
     Ok(path)
 }
 
+/// The user the controller's requests are made as (its ServiceAccount).
+pub fn operator_user() -> String {
+    let (ns, sa) = OPERATOR_ACCOUNT;
+    format!("system:serviceaccount:{ns}:{sa}")
+}
+
+impl World {
+    /// Crashes `process` (SIGKILL) right after the `nth` (from 1) write by
+    /// `user` (None: anyone; [`operator_user`] for the controller) with
+    /// `verb` on `resource` (plural) named `name` (None: any) has
+    /// committed, before the writer sees the response: for tests that crash
+    /// the controller after each write of a scenario in turn. Fires once.
+    pub fn crash_on_write(
+        &self,
+        process: &Process,
+        user: Option<&str>,
+        verb: &str,
+        resource: &str,
+        name: Option<&str>,
+        nth: u32,
+    ) {
+        self.hook(
+            process,
+            user,
+            verb,
+            resource,
+            name,
+            nth,
+            ProcessAction::Kill,
+        );
+    }
+
+    /// As [`World::crash_on_write`], but freezes the process (SIGSTOP);
+    /// [`Process::resume`] thaws it.
+    pub fn freeze_on_write(
+        &self,
+        process: &Process,
+        user: Option<&str>,
+        verb: &str,
+        resource: &str,
+        name: Option<&str>,
+        nth: u32,
+    ) {
+        self.hook(
+            process,
+            user,
+            verb,
+            resource,
+            name,
+            nth,
+            ProcessAction::Freeze,
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn hook(
+        &self,
+        process: &Process,
+        user: Option<&str>,
+        verb: &str,
+        resource: &str,
+        name: Option<&str>,
+        nth: u32,
+        action: ProcessAction,
+    ) {
+        self.sim.on_write(WriteHook {
+            pid: process.0.id(),
+            verb: verb.into(),
+            resource: resource.into(),
+            name: name.map(str::to_string),
+            user: user.map(str::to_string),
+            nth,
+            action,
+        });
+    }
+}
+
 /// A kube client through kubesim's kubeconfig.
 pub async fn client(sim: &KubeSim) -> Result<Client, HarnessError> {
     let kc = Kubeconfig::from_yaml(&sim.kubeconfig())
@@ -316,6 +394,21 @@ pub async fn client(sim: &KubeSim) -> Result<Client, HarnessError> {
 /// A child process killed (and reaped) when dropped.
 #[derive(Debug)]
 pub struct Process(pub Child);
+
+impl Process {
+    /// Whether the process has exited (and how).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.0.try_wait().ok().flatten()
+    }
+
+    /// Thaws a frozen process (SIGCONT).
+    pub fn resume(&self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0.id() as i32),
+            nix::sys::signal::Signal::SIGCONT,
+        );
+    }
+}
 
 impl Drop for Process {
     fn drop(&mut self) {

@@ -319,6 +319,12 @@ impl KubeSim {
         self.shared.log.clear();
     }
 
+    /// Kills or freezes a process right after its Nth matching write
+    /// commits (see [`super::faults::WriteHook`]).
+    pub fn on_write(&self, hook: super::faults::WriteHook) {
+        self.shared.faults.add_hook(hook);
+    }
+
     /// Sets the faults to inject.
     pub fn set_faults(&self, cfg: FaultConfig) {
         self.shared.faults.set(cfg);

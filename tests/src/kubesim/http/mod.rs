@@ -258,6 +258,36 @@ pub async fn handle(shared: Arc<Shared>, kind: Listener, req: Request<Incoming>)
             .await
         }
     };
+    let mut resp = resp;
+    if user.is_some() && rec.is_write() && resp.status().is_success() {
+        // A create names its object in the body, not the URL.
+        let name = match resp.body() {
+            Body::Full(Some(b)) if rec.name.is_empty() => serde_json::from_slice::<Value>(b)
+                .ok()
+                .and_then(|v| v["metadata"]["name"].as_str().map(str::to_string))
+                .unwrap_or_default(),
+            _ => rec.name.clone(),
+        };
+        for hook in shared
+            .faults
+            .fire_hooks(&rec.user, &rec.verb, &rec.resource, &name)
+        {
+            let signal = match hook.action {
+                super::faults::ProcessAction::Kill => nix::sys::signal::Signal::SIGKILL,
+                super::faults::ProcessAction::Freeze => nix::sys::signal::Signal::SIGSTOP,
+            };
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(hook.pid as i32), signal);
+        }
+        if shared.faults.lose_response(&rec.verb, &rec.resource) {
+            // Committed, but the client hears of a timeout.
+            resp = error_response(&ApiError {
+                code: 504,
+                reason: "Timeout",
+                message: "Timeout: request did not complete within requested timeout - context deadline exceeded".into(),
+                details: Some(json!({})),
+            });
+        }
+    }
     rec.code = resp.status().as_u16();
     if !is_sim {
         shared.log.push(rec);
