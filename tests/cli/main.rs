@@ -2,6 +2,7 @@
 
 mod common;
 mod controller;
+mod crash;
 mod help;
 mod rbac;
 mod reloader;
