@@ -453,6 +453,15 @@ async fn route(
             crate::fake_cassandra::ring_service::handle(&shared.ring, method, rest, q, body).await,
         ),
         (_, ["sim", rest @ ..]) => admin(shared, method, rest, q, body),
+        ("POST", ["api", "v1", "namespaces", ns, "pods", name, "eviction"]) => {
+            rec.verb = "create".into();
+            match parse_body(body, content_type)
+                .and_then(|b| super::sim::disruption::evict(store, ns, name, &b))
+            {
+                Ok((code, v)) => json_response(code, &v),
+                Err(e) => error_response(&e),
+            }
+        }
         ("GET", ["api", "v1", "namespaces", ns, "pods", name, "log"]) => {
             match super::logs::handle(store, shared.sim_dir.as_deref(), ns, name, q) {
                 Ok(r) => r,

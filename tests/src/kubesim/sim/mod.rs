@@ -143,6 +143,7 @@
 //! Pod), and NetworkPolicies.
 
 pub mod deaths;
+pub mod disruption;
 pub mod images;
 pub mod kubelet;
 pub mod net;
@@ -347,6 +348,7 @@ fn pass(store: &Store, kubelet: &kubelet::Kubelet) {
     storage::protect_claims(store);
     storage::reclaim(store);
     statefulset::sync_all(store);
+    disruption::sync_budgets(store);
     kubelet.collect_orphans();
     scheduler::schedule_all(store);
     kubelet.sync();
