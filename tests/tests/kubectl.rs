@@ -71,6 +71,27 @@ async fn suite(version: &str) {
         "{v}"
     );
     k.ok(&["create", "namespace", "databases"]);
+    // a generator that sends protobuf: create service clusterip
+    assert!(
+        k.ok(&["create", "service", "clusterip", "web", "--tcp=5678:8080"])
+            .contains("service/web created"),
+        "{v}"
+    );
+    let web: serde_json::Value =
+        serde_json::from_str(&k.ok(&["get", "service", "web", "-o", "json"])).unwrap();
+    assert_eq!(
+        web["spec"]["ports"],
+        json!([{"name": "5678-8080", "protocol": "TCP", "port": 5678, "targetPort": 8080}]),
+        "{v}"
+    );
+    assert_eq!(web["spec"]["selector"], json!({"app": "web"}), "{v}");
+    assert_eq!(web["spec"]["type"], "ClusterIP", "{v}");
+    assert!(
+        web["spec"]["clusterIP"]
+            .as_str()
+            .is_some_and(|ip| !ip.is_empty()),
+        "{v}"
+    );
     let example = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../manifests/examples/multi-rack.yaml"
