@@ -25,9 +25,15 @@ use testworld::kubesim::store::Target;
 /// one (controller.rs: a_foreign_object_is_never_adopted).
 const FOREIGN: &str = "a name taken by a foreign object: the create's 409 is followed by a get";
 
+/// The member Role grants it, and the API server refuses a Role that grants
+/// what its creator does not hold (RBAC escalation prevention).
+const GRANT: &str = "the member Role grants it: its creator must hold it";
+
 /// Rules of the operator's ClusterRole that this scenario does not use,
 /// each with the feature that needs it: (API group, resource, verb, why).
 const NEEDED_ELSEWHERE: &[(&str, &str, &str, &str)] = &[
+    ("", "pods", "get", GRANT),
+    ("cassandra.rook.io", "clusters", "get", GRANT),
     ("apps", "statefulsets", "get", FOREIGN),
     ("", "services", "get", FOREIGN),
     ("", "serviceaccounts", "get", FOREIGN),

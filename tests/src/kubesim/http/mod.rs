@@ -227,6 +227,17 @@ pub async fn handle(shared: Arc<Shared>, kind: Listener, req: Request<Incoming>)
         Ok(b) => b.to_bytes(),
         Err(e) => return error_response(&ApiError::bad_request(format!("reading the body: {e}"))),
     };
+    if let Some(user) = &user {
+        let a = tokens::attributes(&shared, &method, &path, &q);
+        if a.api_group == "rbac.authorization.k8s.io"
+            && let Ok(obj) = parse_body(&body, &content_type)
+            && let Err(e) = tokens::check_escalation(&shared, user, &a, &obj)
+        {
+            rec.code = e.code;
+            shared.log.push(rec);
+            return error_response(&e);
+        }
+    }
     let resp = match (method.as_str(), user.as_ref()) {
         ("POST", Some(user)) => match auth_api(&shared, user, &path, &body, &content_type) {
             Some(r) => r,
