@@ -547,6 +547,21 @@ impl State {
                 )],
             ));
         }
+        if sub == Subresource::Main
+            && rt.group == "apps"
+            && rt.plural == "statefulsets"
+            && immutable_statefulset_spec(&old) != immutable_statefulset_spec(&obj)
+        {
+            return Err(ApiError::invalid(
+                rt,
+                name,
+                &[(
+                    "spec".into(),
+                    "FieldValueForbidden",
+                    "spec: Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden".into(),
+                )],
+            ));
+        }
         if let Some(uid) = meta_str(&obj, "uid").filter(|u| !u.is_empty())
             && Some(uid) != meta_str(&old, "uid")
         {
@@ -853,6 +868,26 @@ impl State {
             }
         }
     }
+}
+
+/// The part of a StatefulSet's spec the API server never lets change
+/// (volumeClaimTemplates, selector, serviceName, podManagementPolicy, ...).
+fn immutable_statefulset_spec(sts: &Value) -> Value {
+    let mut spec = sts.get("spec").cloned().unwrap_or(json!({}));
+    if let Some(m) = spec.as_object_mut() {
+        for k in [
+            "replicas",
+            "ordinals",
+            "template",
+            "updateStrategy",
+            "revisionHistoryLimit",
+            "persistentVolumeClaimRetentionPolicy",
+            "minReadySeconds",
+        ] {
+            m.remove(k);
+        }
+    }
+    spec
 }
 
 pub(super) fn crd_status(crd: &Value, ct: &ResourceType) -> Value {
