@@ -239,22 +239,24 @@ pub async fn handle(shared: Arc<Shared>, kind: Listener, req: Request<Incoming>)
         }
     }
     let resp = match (method.as_str(), user.as_ref()) {
-        ("POST", Some(user)) => match auth_api(&shared, user, &path, &body, &content_type) {
-            Some(r) => r,
-            None => {
-                route(
-                    &shared,
-                    &method,
-                    &path,
-                    &q,
-                    &body,
-                    &content_type,
-                    &accept,
-                    &mut rec,
-                )
-                .await
+        ("POST", Some(user)) => {
+            match tokens::auth_api(&shared, user, &path, &body, &content_type) {
+                Some(r) => r,
+                None => {
+                    route(
+                        &shared,
+                        &method,
+                        &path,
+                        &q,
+                        &body,
+                        &content_type,
+                        &accept,
+                        &mut rec,
+                    )
+                    .await
+                }
             }
-        },
+        }
         _ => {
             route(
                 &shared,
@@ -304,47 +306,6 @@ pub async fn handle(shared: Arc<Shared>, kind: Listener, req: Request<Incoming>)
         shared.log.push(rec);
     }
     resp
-}
-
-/// The APIs of authentication and authorization (TokenRequest and the
-/// self reviews), None for any other path.
-fn auth_api(
-    shared: &Shared,
-    user: &crate::kubesim::auth::authn::UserInfo,
-    path: &str,
-    body: &[u8],
-    content_type: &str,
-) -> Option<Response<Body>> {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let parsed = || parse_body(body, content_type);
-    let result = match segs.as_slice() {
-        [
-            "api",
-            "v1",
-            "namespaces",
-            ns,
-            "serviceaccounts",
-            sa,
-            "token",
-        ] => parsed().and_then(|b| tokens::token_request(shared, ns, sa, &b)),
-        [
-            "apis",
-            "authorization.k8s.io",
-            "v1",
-            "selfsubjectaccessreviews",
-        ] => parsed().map(|b| tokens::self_subject_access_review(shared, user, &b)),
-        [
-            "apis",
-            "authentication.k8s.io",
-            "v1" | "v1beta1",
-            "selfsubjectreviews",
-        ] => Ok(tokens::self_subject_review(user)),
-        _ => return None,
-    };
-    Some(match result {
-        Ok((code, v)) => json_response(code, &v),
-        Err(e) => error_response(&e),
-    })
 }
 
 #[allow(clippy::too_many_arguments)]

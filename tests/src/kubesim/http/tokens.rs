@@ -5,11 +5,12 @@
 //! SelfSubjectAccessReview (`kubectl auth can-i`) and SelfSubjectReview
 //! (`kubectl auth whoami`). Reads and writes nothing but the request log.
 
-use super::{Shared, parse_resource_path};
+use super::{Body, Shared, error_response, json_response, parse_body, parse_resource_path};
 use crate::kubesim::auth::authn::{self, Impersonation, UserInfo};
 use crate::kubesim::auth::rbac::{self, Attributes, Policy};
 use crate::kubesim::auth::tokens::{Claims, ISSUER};
 use crate::kubesim::store::{ApiError, Target};
+use hyper::Response;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 
@@ -379,4 +380,45 @@ pub fn self_subject_review(user: &UserInfo) -> (u16, Value) {
             "status": {"userInfo": user.to_json()},
         }),
     )
+}
+
+/// The APIs of authentication and authorization (TokenRequest and the
+/// self reviews), None for any other path.
+pub(super) fn auth_api(
+    shared: &Shared,
+    user: &crate::kubesim::auth::authn::UserInfo,
+    path: &str,
+    body: &[u8],
+    content_type: &str,
+) -> Option<Response<Body>> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let parsed = || parse_body(body, content_type);
+    let result = match segs.as_slice() {
+        [
+            "api",
+            "v1",
+            "namespaces",
+            ns,
+            "serviceaccounts",
+            sa,
+            "token",
+        ] => parsed().and_then(|b| token_request(shared, ns, sa, &b)),
+        [
+            "apis",
+            "authorization.k8s.io",
+            "v1",
+            "selfsubjectaccessreviews",
+        ] => parsed().map(|b| self_subject_access_review(shared, user, &b)),
+        [
+            "apis",
+            "authentication.k8s.io",
+            "v1" | "v1beta1",
+            "selfsubjectreviews",
+        ] => Ok(self_subject_review(user)),
+        _ => return None,
+    };
+    Some(match result {
+        Ok((code, v)) => json_response(code, &v),
+        Err(e) => error_response(&e),
+    })
 }
