@@ -228,10 +228,11 @@ async fn controller_scales_the_thesis_cluster_up_one_member_at_a_time() {
     );
 
     // what a person sees: kubectl get and describe
+    let admin_kubeconfig = dir.path().join("kubeconfig");
     let kubectl = |args: &[&str]| {
         let out = Command::new("kubectl")
             .arg("--kubeconfig")
-            .arg(&kubeconfig)
+            .arg(&admin_kubeconfig)
             .args(args)
             .output()
             .expect("kubectl is on the machine");
@@ -353,7 +354,10 @@ async fn setup() -> (KubeSim, Client, tempfile::TempDir, std::path::PathBuf) {
     let sim = KubeSim::start(Options::default()).await.unwrap();
     let client = client(&sim).await;
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = sim.write_kubeconfig(dir.path()).unwrap();
+    sim.write_kubeconfig(dir.path()).unwrap();
+    // The controller runs as the operator's ServiceAccount, authorized by
+    // manifests/operator.yaml alone.
+    let kubeconfig = testworld::harness::install_operator_rbac(&sim, dir.path()).unwrap();
     let _ = Api::<Namespace>::all(client.clone())
         .create(
             &PostParams::default(),

@@ -2,6 +2,7 @@
 
 mod common;
 mod controller;
+mod crash;
 mod decommission;
 mod help;
 mod install;
@@ -10,6 +11,7 @@ mod lifecycle_sidecar;
 mod manifests;
 mod nodes;
 mod outage;
+mod rbac;
 mod reloader;
 mod render;
 mod rings;

@@ -17,6 +17,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config, CustomResourceExt};
 use serde_json::json;
 
+use crate::kubesim::faults::{ProcessAction, WriteHook};
 use crate::kubesim::sim::SimOptions;
 use crate::kubesim::{KubeSim, Options};
 
@@ -39,6 +40,8 @@ pub enum HarnessError {
         #[source]
         source: kube::Error,
     },
+    #[error("installing the operator's RBAC from manifests/operator.yaml: {0}")]
+    OperatorRbac(String),
     #[error("starting the controller {binary}: {source}")]
     StartController {
         binary: PathBuf,
@@ -133,7 +136,10 @@ impl WorldOptions {
 pub struct World {
     pub sim: KubeSim,
     pub client: Client,
+    /// The admin's kubeconfig (the tests' own).
     pub kubeconfig: PathBuf,
+    /// The operator's ServiceAccount's kubeconfig (the controller's).
+    pub operator_kubeconfig: PathBuf,
     operator: PathBuf,
 }
 
@@ -165,11 +171,13 @@ impl World {
         let kubeconfig = sim
             .write_kubeconfig(work)
             .map_err(HarnessError::StartKubesim)?;
+        let operator_kubeconfig = install_operator_rbac(&sim, work)?;
         let client = client(&sim).await?;
         Ok(World {
             sim,
             client,
             kubeconfig,
+            operator_kubeconfig,
             operator: opts.operator,
         })
     }
@@ -205,8 +213,10 @@ impl World {
     }
 
     /// The real binary as the controller, a host process beside kubesim,
-    /// on its production metrics address unless `metrics` names one; its
-    /// log (stderr) in `log`.
+    /// authenticated as the operator's ServiceAccount (and so authorized
+    /// by manifests/operator.yaml's ClusterRole alone), on its production
+    /// metrics address unless `metrics` names one; its log (stderr) in
+    /// `log`.
     pub fn start_controller(
         &self,
         log: &Path,
@@ -218,7 +228,7 @@ impl World {
         };
         let mut cmd = Command::new(&self.operator);
         cmd.arg("controller")
-            .env("KUBECONFIG", &self.kubeconfig)
+            .env("KUBECONFIG", &self.operator_kubeconfig)
             .env_remove("METRICS_ADDR")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(log).map_err(failed)?);
@@ -226,6 +236,148 @@ impl World {
             cmd.env("METRICS_ADDR", addr);
         }
         cmd.spawn().map(Process).map_err(failed)
+    }
+}
+
+/// The operator's install manifest.
+pub const OPERATOR_MANIFEST: &str = include_str!("../../manifests/operator.yaml");
+
+/// The ServiceAccount the operator runs as: (namespace, name).
+pub const OPERATOR_ACCOUNT: (&str, &str) = ("cassandra-operator", "cassandra-operator");
+
+/// The objects of a multi-document YAML manifest.
+pub fn manifest_objects(text: &str) -> Result<Vec<serde_json::Value>, String> {
+    use serde::Deserialize;
+    let mut out = Vec::new();
+    for doc in serde_norway::Deserializer::from_str(text) {
+        let v = serde_json::Value::deserialize(doc).map_err(|e| e.to_string())?;
+        if !v.is_null() {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+/// Installs what manifests/operator.yaml installs but the Deployment (the
+/// tests run the controller as a host process beside kubesim): its
+/// Namespace, ServiceAccount, ClusterRole and ClusterRoleBinding, as an
+/// admin's `kubectl apply` would; then writes `dir/operator-kubeconfig`,
+/// whose user is that ServiceAccount (a day's token from the TokenRequest
+/// API), and returns its path.
+pub fn install_operator_rbac(sim: &KubeSim, dir: &Path) -> Result<PathBuf, HarnessError> {
+    let failed = |e: String| HarnessError::OperatorRbac(e);
+    for obj in manifest_objects(OPERATOR_MANIFEST).map_err(failed)? {
+        let (group, version) = match obj["apiVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .split_once('/')
+        {
+            Some((g, v)) => (g.to_string(), v.to_string()),
+            None => (
+                String::new(),
+                obj["apiVersion"].as_str().unwrap_or_default().to_string(),
+            ),
+        };
+        let plural = match obj["kind"].as_str().unwrap_or_default() {
+            "Namespace" => "namespaces",
+            "ServiceAccount" => "serviceaccounts",
+            "ClusterRole" => "clusterroles",
+            "ClusterRoleBinding" => "clusterrolebindings",
+            "Role" => "roles",
+            "RoleBinding" => "rolebindings",
+            _ => continue,
+        };
+        let ns = obj.pointer("/metadata/namespace").and_then(|n| n.as_str());
+        let t = crate::kubesim::store::Target::new(&group, &version, plural, ns);
+        match sim.store().create(&t, obj.clone(), &Default::default()) {
+            Ok(_) => {}
+            Err(e) if e.code == 409 => {}
+            Err(e) => return Err(failed(e.to_string())),
+        }
+    }
+    let (ns, sa) = OPERATOR_ACCOUNT;
+    let token = sim
+        .create_token(ns, sa, 24 * 3600)
+        .map_err(|e| failed(e.to_string()))?;
+    let path = dir.join("operator-kubeconfig");
+    std::fs::write(&path, sim.kubeconfig_with_token(&token)).map_err(|e| failed(e.to_string()))?;
+    Ok(path)
+}
+
+/// The user the controller's requests are made as (its ServiceAccount).
+pub fn operator_user() -> String {
+    let (ns, sa) = OPERATOR_ACCOUNT;
+    format!("system:serviceaccount:{ns}:{sa}")
+}
+
+impl World {
+    /// Crashes `process` (SIGKILL) right after the `nth` (from 1) write by
+    /// `user` (None: anyone; [`operator_user`] for the controller) with
+    /// `verb` on `resource` (plural) named `name` (None: any) has
+    /// committed, before the writer sees the response: for tests that crash
+    /// the controller after each write of a scenario in turn. Fires once.
+    pub fn crash_on_write(
+        &self,
+        process: &Process,
+        user: Option<&str>,
+        verb: &str,
+        resource: &str,
+        name: Option<&str>,
+        nth: u32,
+    ) {
+        self.hook(
+            process,
+            user,
+            verb,
+            resource,
+            name,
+            nth,
+            ProcessAction::Kill,
+        );
+    }
+
+    /// As [`World::crash_on_write`], but freezes the process (SIGSTOP);
+    /// [`Process::resume`] thaws it.
+    pub fn freeze_on_write(
+        &self,
+        process: &Process,
+        user: Option<&str>,
+        verb: &str,
+        resource: &str,
+        name: Option<&str>,
+        nth: u32,
+    ) {
+        self.hook(
+            process,
+            user,
+            verb,
+            resource,
+            name,
+            nth,
+            ProcessAction::Freeze,
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn hook(
+        &self,
+        process: &Process,
+        user: Option<&str>,
+        verb: &str,
+        resource: &str,
+        name: Option<&str>,
+        nth: u32,
+        action: ProcessAction,
+    ) {
+        self.sim.on_write(WriteHook {
+            pid: process.0.id(),
+            verb: verb.into(),
+            resource: resource.into(),
+            name: name.map(str::to_string),
+            user: user.map(str::to_string),
+            nth,
+            action,
+        });
     }
 }
 
@@ -242,6 +394,21 @@ pub async fn client(sim: &KubeSim) -> Result<Client, HarnessError> {
 /// A child process killed (and reaped) when dropped.
 #[derive(Debug)]
 pub struct Process(pub Child);
+
+impl Process {
+    /// Whether the process has exited (and how).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.0.try_wait().ok().flatten()
+    }
+
+    /// Thaws a frozen process (SIGCONT).
+    pub fn resume(&self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0.id() as i32),
+            nix::sys::signal::Signal::SIGCONT,
+        );
+    }
+}
 
 impl Drop for Process {
     fn drop(&mut self) {

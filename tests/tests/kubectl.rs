@@ -71,6 +71,70 @@ async fn suite(version: &str) {
         "{v}"
     );
     k.ok(&["create", "namespace", "databases"]);
+    // a generator that sends protobuf: create service clusterip
+    assert!(
+        k.ok(&["create", "service", "clusterip", "web", "--tcp=5678:8080"])
+            .contains("service/web created"),
+        "{v}"
+    );
+    let web: serde_json::Value =
+        serde_json::from_str(&k.ok(&["get", "service", "web", "-o", "json"])).unwrap();
+    assert_eq!(
+        web["spec"]["ports"],
+        json!([{"name": "5678-8080", "protocol": "TCP", "port": 5678, "targetPort": 8080}]),
+        "{v}"
+    );
+    assert_eq!(web["spec"]["selector"], json!({"app": "web"}), "{v}");
+    assert_eq!(web["spec"]["type"], "ClusterIP", "{v}");
+    assert!(
+        web["spec"]["clusterIP"]
+            .as_str()
+            .is_some_and(|ip| !ip.is_empty()),
+        "{v}"
+    );
+    // get events: the API server's columns, in both APIs
+    sim.store()
+        .create(
+            &Target::new("", "v1", "events", Some("default")),
+            json!({"metadata": {"name": "db-0.1"},
+                "involvedObject": {"kind": "Pod", "name": "db-0", "namespace": "default"},
+                "reason": "MemberReplacing", "message": "replacing db-0 ", "type": "Warning",
+                "source": {"component": "cassandra-operator"},
+                "firstTimestamp": "2024-01-01T00:00:00Z", "lastTimestamp": "2024-01-01T00:00:00Z", "count": 2}),
+            &WriteOptions::default(),
+        )
+        .unwrap();
+    for resource in ["events", "events.v1.events.k8s.io"] {
+        let out = k.ok(&["get", resource]);
+        let header: Vec<&str> = out
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        assert_eq!(
+            header,
+            ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
+            "{v} {resource}:\n{out}"
+        );
+        let row: Vec<&str> = out
+            .lines()
+            .nth(1)
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        assert_eq!(
+            row[1..],
+            [
+                "Warning",
+                "MemberReplacing",
+                "pod/db-0",
+                "replacing",
+                "db-0"
+            ],
+            "{v} {resource}:\n{out}"
+        );
+    }
     let example = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../manifests/examples/multi-rack.yaml"

@@ -400,3 +400,91 @@ async fn kubectl_1_27_and_1_33_tokens_can_i_and_impersonation() {
         tokio::task::block_in_place(|| kubectl_suite(v, sim, &dir));
     }
 }
+
+#[tokio::test]
+async fn a_role_may_grant_only_what_its_writer_holds() {
+    let sim = KubeSim::start(Options::default()).await.unwrap();
+    create(
+        &sim,
+        "",
+        "serviceaccounts",
+        Some("default"),
+        json!({"metadata": {"name": "op"}}),
+    );
+    create(
+        &sim,
+        "rbac.authorization.k8s.io",
+        "roles",
+        Some("default"),
+        json!({"metadata": {"name": "op"}, "rules": [
+            {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["create"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+        ]}),
+    );
+    create(
+        &sim,
+        "rbac.authorization.k8s.io",
+        "rolebindings",
+        Some("default"),
+        json!({"metadata": {"name": "op"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "op"},
+            "subjects": [{"kind": "ServiceAccount", "name": "op", "namespace": "default"}]}),
+    );
+    let token = sim.create_token("default", "op", 600).unwrap();
+    let op = client_for(&sim.kubeconfig_with_token(&token))
+        .await
+        .unwrap();
+    let roles: Api<k8s_openapi::api::rbac::v1::Role> = Api::default_namespaced(op.clone());
+    let role = |name: &str, verb: &str| -> k8s_openapi::api::rbac::v1::Role {
+        serde_json::from_value(json!({"metadata": {"name": name},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": [verb]}]}))
+        .unwrap()
+    };
+    roles
+        .create(&Default::default(), &role("reader", "get"))
+        .await
+        .expect("it holds pods get");
+    let e = match roles
+        .create(&Default::default(), &role("deleter", "delete"))
+        .await
+        .unwrap_err()
+    {
+        kube::Error::Api(s) => s,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(e.code, 403);
+    assert!(
+        e.message.starts_with(r#"roles.rbac.authorization.k8s.io "deleter" is forbidden: user "system:serviceaccount:default:op" (groups=["system:serviceaccounts" "system:serviceaccounts:default" "system:authenticated"]) is attempting to grant RBAC permissions not currently held:"#)
+            && e.message.ends_with(r#"{APIGroups:[""], Resources:["pods"], Verbs:["delete"]}"#),
+        "{}",
+        e.message
+    );
+    // A binding to a role whose permissions it lacks (and no `bind`): refused.
+    create(
+        &sim,
+        "rbac.authorization.k8s.io",
+        "roles",
+        Some("default"),
+        json!({"metadata": {"name": "admin-ish"}, "rules": [
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]}),
+    );
+    let bindings: Api<k8s_openapi::api::rbac::v1::RoleBinding> = Api::default_namespaced(op);
+    let binding = |role: &str| -> k8s_openapi::api::rbac::v1::RoleBinding {
+        serde_json::from_value(json!({"metadata": {"name": format!("to-{role}")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": "op", "namespace": "default"}]}))
+        .unwrap()
+    };
+    let e = bindings
+        .create(&Default::default(), &binding("admin-ish"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, kube::Error::Api(ref s) if s.code == 403),
+        "{e:?}"
+    );
+    bindings
+        .create(&Default::default(), &binding("reader"))
+        .await
+        .expect("it holds everything the reader role grants");
+}

@@ -268,23 +268,46 @@ async fn pods_have_their_own_network_namespaces() {
         curl_from(pid_c, &format!("http://{ip_b}:8080/b.txt")).as_deref(),
         Some("b\n")
     );
-    let pod_url = sim.pod_url().expect("the sim runs").to_string();
-    assert!(pod_url.contains(&net.gateway().to_string()), "{pod_url}");
-    let got = curl_from(
-        pid_c,
-        &format!("{pod_url}/api/v1/namespaces/default/pods/a"),
-    )
-    .expect("a Pod reaches kubesim");
+    // A Pod reaches kubesim's API at the gateway, over TLS with the
+    // cluster's CA (as in-cluster clients do), and the test world's
+    // endpoints beside it; not kubesim's host address.
+    let api = sim.pod_api().expect("the sim runs");
+    assert_eq!(api.ip(), std::net::IpAddr::from(net.gateway()));
+    let ca = work.path().join("ca.crt");
+    std::fs::write(&ca, sim.authority().ca_pem()).unwrap();
+    let out = Command::new("nsenter")
+        .arg(format!("--target={pid_c}"))
+        .args([
+            "--net",
+            "--",
+            "curl",
+            "-sf",
+            "--noproxy",
+            "*",
+            "-m",
+            "3",
+            "--cacert",
+        ])
+        .arg(&ca)
+        .arg("-H")
+        .arg(format!(
+            "Authorization: Bearer {}",
+            sim.authority().admin_token()
+        ))
+        .arg(format!("https://{api}/api/v1/namespaces/default/pods/a"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "a Pod reaches kubesim's API: {out:?}");
     assert_eq!(
-        serde_json::from_str::<Value>(&got).unwrap()["status"]["podIP"],
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["status"]["podIP"],
         ip_a
     );
-    assert_eq!(curl_from(pid_c, &format!("{}/api", sim.url())), None);
-    // The containers' kubeconfig names the address they can reach.
-    let kubeconfig = std::fs::read_to_string(work.path().join("pod-kubeconfig")).unwrap();
-    assert!(
-        kubeconfig.contains(&format!("server: {pod_url}")),
-        "{kubeconfig}"
+    let pod_url = sim.pod_url().expect("the sim runs").to_string();
+    assert!(pod_url.contains(&net.gateway().to_string()), "{pod_url}");
+    assert!(curl_from(pid_c, &format!("{pod_url}/sim/faults")).is_some());
+    assert_eq!(
+        curl_from(pid_c, &format!("{}/sim/faults", sim.sim_url())),
+        None
     );
 
     // Each Pod in a namespace of its own, each with a port on the bridge.
@@ -434,22 +457,16 @@ async fn serve_with_a_pod(dir: &std::path::Path) -> std::process::Child {
     let mut line = String::new();
     BufReader::new(stdout).read_line(&mut line).unwrap();
     assert_eq!(line, "ready\n");
-    let kubeconfig = std::fs::read_to_string(dir.join("kubeconfig")).unwrap();
-    let url = kubeconfig
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("server:"))
-        .unwrap()
-        .trim()
-        .to_string();
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
-    let resp = http
-        .post(format!("{url}/api/v1/namespaces/default/pods"))
-        .json(&json!({"metadata": {"name": "p"}, "spec": {"containers": [
-            {"name": "c", "image": "busybox", "command": ["sleep", "600"]}]}}))
-        .send()
+    let kc = kube::config::Kubeconfig::read_from(dir.join("kubeconfig")).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
         .unwrap();
-    assert!(resp.status().is_success(), "{}", resp.status());
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::default_namespaced(kube::Client::try_from(cfg).unwrap());
+    let pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"containers": [
+            {"name": "c", "image": "busybox", "command": ["sleep", "600"]}]}}))
+    .unwrap();
+    pods.create(&Default::default(), &pod).await.unwrap();
     let pid = child.id();
     until("the pod's namespace", 20, || {
         let made = made_by(pid);

@@ -1,7 +1,11 @@
 //! Fault injection for chaos tests (rates of 409s, 500s, 429s, dropped
-//! watches and slow responses) and the request log tests read to count the
-//! writes an operator makes. Both are set and read in process or through
-//! the admin endpoints `/sim/faults` and `/sim/requests`. No I/O.
+//! watches, slow responses, writes committed whose response is lost, and
+//! watches that deliver their events late), hooks that kill or freeze a
+//! registered process right after its Nth matching write commits, and the
+//! request log tests read to count the writes an operator makes. Rates and
+//! the log are set and read in process or through the admin endpoints
+//! `/sim/faults` and `/sim/requests`; hooks in process. No I/O (the HTTP
+//! layer sends the signals).
 
 use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
@@ -25,6 +29,15 @@ pub struct FaultConfig {
     pub slow_rate: f64,
     /// Delay of a slow response.
     pub slow_ms: u64,
+    /// A write that succeeded is answered 504 Timeout, as when the API
+    /// server's response is lost after the store changed: the client must
+    /// not take the write for undone.
+    pub lost_response_rate: f64,
+    /// A watch delivers every event (and bookmark) `late_watch_ms` after it
+    /// happened: a stale cache the client acts on.
+    pub late_watch_rate: f64,
+    /// The delay of a late watch.
+    pub late_watch_ms: u64,
     /// Only requests with these verbs (get, list, watch, create, update,
     /// patch, delete, deletecollection) are affected; empty: all.
     pub verbs: Vec<String>,
@@ -43,10 +56,42 @@ pub enum Fault {
     Throttle,
 }
 
+/// What a [`WriteHook`] does to its process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessAction {
+    /// SIGKILL: a crash.
+    Kill,
+    /// SIGSTOP: a frozen process (a long GC pause, a stalled node); the
+    /// test resumes it with SIGCONT.
+    Freeze,
+}
+
+/// Kill or freeze a process right after the `nth` (from 1) write that
+/// matches `verb`, `resource` and (when given) `name` has committed, before
+/// its response is sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteHook {
+    /// The host pid of the process.
+    pub pid: u32,
+    /// create, update, patch, delete or deletecollection.
+    pub verb: String,
+    /// The resource (plural), e.g. `statefulsets`.
+    pub resource: String,
+    /// The object's name; None: any.
+    pub name: Option<String>,
+    /// Only writes by this user (e.g. the operator's ServiceAccount,
+    /// `system:serviceaccount:<ns>:<name>`); None: anyone's.
+    pub user: Option<String>,
+    pub nth: u32,
+    pub action: ProcessAction,
+}
+
 /// The faults in force, with a deterministic random source.
 #[derive(Debug, Default)]
 pub struct Faults {
     inner: Mutex<(FaultConfig, u64)>,
+    /// Hooks, with the matching writes seen so far.
+    hooks: Mutex<Vec<(WriteHook, u32)>>,
 }
 
 const WRITES: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
@@ -56,7 +101,58 @@ impl Faults {
     pub fn new(cfg: FaultConfig) -> Faults {
         Faults {
             inner: Mutex::new((cfg, 0x2545_F491_4F6C_DD1D)),
+            hooks: Mutex::default(),
         }
+    }
+
+    /// Registers a hook.
+    pub fn add_hook(&self, hook: WriteHook) {
+        self.hooks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((hook, 0));
+    }
+
+    /// Counts a committed write; the hooks it fires (removed: each fires
+    /// once).
+    pub fn fire_hooks(&self, user: &str, verb: &str, resource: &str, name: &str) -> Vec<WriteHook> {
+        let mut hooks = self.hooks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut fired = Vec::new();
+        hooks.retain_mut(|(h, seen)| {
+            if h.verb == verb
+                && h.resource == resource
+                && h.name.as_deref().is_none_or(|n| n == name)
+                && h.user.as_deref().is_none_or(|u| u == user)
+            {
+                *seen += 1;
+                if *seen >= h.nth {
+                    fired.push(h.clone());
+                    return false;
+                }
+            }
+            true
+        });
+        fired
+    }
+
+    /// Whether the response to a successful write is to be lost.
+    pub fn lose_response(&self, verb: &str, resource: &str) -> bool {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let (cfg, state) = &mut *g;
+        WRITES.contains(&verb)
+            && Self::applies(cfg, verb, resource)
+            && cfg.lost_response_rate > 0.0
+            && Self::roll(state) < cfg.lost_response_rate
+    }
+
+    /// How late a new watch delivers its events, if it is to be late.
+    pub fn late_watch(&self, resource: &str) -> Option<std::time::Duration> {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let (cfg, state) = &mut *g;
+        (Self::applies(cfg, "watch", resource)
+            && cfg.late_watch_rate > 0.0
+            && Self::roll(state) < cfg.late_watch_rate)
+            .then(|| std::time::Duration::from_millis(cfg.late_watch_ms))
     }
 
     /// Replaces the configuration.

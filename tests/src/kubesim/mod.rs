@@ -7,26 +7,47 @@
 //! # Starting it
 //!
 //! In process (a tokio test): `KubeSim::start(Options::default()).await?`
-//! binds 127.0.0.1 on a free port; [`KubeSim::kubeconfig`] (or
-//! [`KubeSim::write_kubeconfig`]) gives the kubeconfig for kube-rs
+//! serves the API over HTTPS only, on 127.0.0.1 at a free port, with its
+//! own CA and serving certificate ([`auth`]); [`KubeSim::kubeconfig`] (or
+//! [`KubeSim::write_kubeconfig`]) gives an admin's kubeconfig (the CA's
+//! `certificate-authority-data`, a `system:masters` token) for kube-rs
 //! (`Kubeconfig::from_yaml` + `Config::from_custom_kubeconfig`) or kubectl;
-//! [`KubeSim::store`] is the in-process API; dropping the value stops it.
+//! [`KubeSim::create_token`] and [`KubeSim::kubeconfig_with_token`] give a
+//! ServiceAccount's; [`KubeSim::store`] is the in-process API (no
+//! authorization: it is the cluster's own controllers' path); dropping the
+//! value stops it. The test world's own endpoints (`/sim/...`) are plain
+//! HTTP on another port, [`KubeSim::sim_url`].
+//!
+//! # Who may do what
+//!
+//! Every API request is authenticated (the admin token; ServiceAccount
+//! JWTs from the TokenRequest API or the kubelet's projected volume,
+//! checked against the live ServiceAccount and Pod; anonymous without
+//! credentials; 401 with the API server's body otherwise), impersonation
+//! headers are authorized (`impersonate` on users, groups,
+//! serviceaccounts), and the request is authorized by RBAC (default roles:
+//! `cluster-admin`, `system:discovery`, `system:basic-user`,
+//! `system:public-info-viewer`, `view`), 403 with the API server's message.
+//! SelfSubjectAccessReview and SelfSubjectReview serve `kubectl auth can-i`
+//! and `kubectl auth whoami`. The request log records each request's user.
 //!
 //! As a process: `kubesim serve --dir DIR [--zones a,b] [--nodes-per-zone N]
 //! [--port P] [--watch-window N] [--bookmark-interval-ms MS] [--conflict-rate
 //! R] [--error-rate R] [--throttle-rate R] [--drop-watch-rate R] [--slow-rate
-//! R] [--slow-ms MS]` writes `DIR/kubeconfig`, prints `ready` on stdout once
+//! R] [--slow-ms MS]` writes `DIR/kubeconfig` and `DIR/sim-url`, prints `ready` on stdout once
 //! it accepts requests, and runs until SIGTERM.
 //!
 //! kubectl caches discovery per host and port: tests that run kubectl
 //! against several kubesims should give it `--cache-dir` in their temp dir.
 //!
-//! # Admin endpoints (not logged)
+//! # Admin endpoints (plain HTTP at [`KubeSim::sim_url`], not logged)
 //!
 //! - `GET|PUT|POST|DELETE /sim/faults`: the [`faults::FaultConfig`] in force
 //!   (JSON, camelCase: `conflictRate`, `errorRate`, `throttleRate`,
-//!   `dropWatchRate`, `dropWatchAfterMs`, `slowRate`, `slowMs`, `verbs`,
-//!   `resources`); DELETE clears it.
+//!   `dropWatchRate`, `dropWatchAfterMs`, `slowRate`, `slowMs`,
+//!   `lostResponseRate`, `lateWatchRate`, `lateWatchMs`, `verbs`,
+//!   `resources`); DELETE clears it. In process, [`KubeSim::on_write`]
+//!   kills or freezes a process right after its Nth matching write.
 //! - `GET /sim/requests[?since=SEQ]`: `{"items": [RequestRecord...]}` (seq,
 //!   method, path, query, verb, group, resource, subresource, namespace,
 //!   name, userAgent, contentType, code); `DELETE` forgets them.

@@ -1,7 +1,8 @@
-//! Decoding of the Kubernetes protobuf envelope for the few kinds kubectl's
+//! Decoding of the Kubernetes protobuf envelope for the kinds kubectl's
 //! generators send as protobuf (`kubectl create namespace|configmap|secret|
-//! serviceaccount`): `k8s\0` + `runtime.Unknown` wrapping the object's
-//! message, turned into the JSON the store takes. Pure: no I/O.
+//! serviceaccount|service|token`, `kubectl auth can-i`): `k8s\0` +
+//! `runtime.Unknown` wrapping the object's message, turned into the JSON
+//! the store takes. Pure: no I/O.
 
 use serde_json::{Map, Value, json};
 
@@ -194,6 +195,87 @@ fn flat_message(b: &[u8], strings: &[(u64, &str)], ints: &[(u64, &str)]) -> Resu
     Ok(Value::Object(m))
 }
 
+/// An IntOrString (`targetPort`).
+fn int_or_string(b: &[u8]) -> Result<Value, String> {
+    let (mut kind, mut int, mut text) = (0, 0i64, String::new());
+    for (n, f) in fields(b)? {
+        match (n, f) {
+            (1, Field::Varint(v)) => kind = v,
+            (2, Field::Varint(v)) => int = v as i32 as i64,
+            (3, Field::Bytes(x)) => text = string(x)?,
+            _ => {}
+        }
+    }
+    Ok(if kind == 1 { json!(text) } else { json!(int) })
+}
+
+/// v1 Service (`kubectl create service clusterip|headless|nodeport`).
+fn service(raw: &[u8]) -> Result<Value, String> {
+    let mut out = json!({"apiVersion": "v1", "kind": "Service", "spec": {}});
+    for (n, f) in fields(raw)? {
+        match (n, f) {
+            (1, Field::Bytes(x)) => out["metadata"] = object_meta(x)?,
+            (2, Field::Bytes(x)) => {
+                let mut spec = Map::new();
+                for (sn, sf) in fields(x)? {
+                    match (sn, sf) {
+                        (1, Field::Bytes(p)) => {
+                            let mut port = Map::new();
+                            for (pn, pf) in fields(p)? {
+                                match (pn, pf) {
+                                    (1, Field::Bytes(y)) => {
+                                        port.insert("name".into(), json!(string(y)?));
+                                    }
+                                    (2, Field::Bytes(y)) => {
+                                        port.insert("protocol".into(), json!(string(y)?));
+                                    }
+                                    (3, Field::Varint(v)) => {
+                                        port.insert("port".into(), json!(v as i32));
+                                    }
+                                    (4, Field::Bytes(y)) => {
+                                        port.insert("targetPort".into(), int_or_string(y)?);
+                                    }
+                                    // Go writes zero values; JSON omits them.
+                                    (5, Field::Varint(v)) if v != 0 => {
+                                        port.insert("nodePort".into(), json!(v as i32));
+                                    }
+                                    _ => {}
+                                }
+                            }
+                            push(&mut spec, "ports", Value::Object(port));
+                        }
+                        (2, Field::Bytes(y)) => insert_entry(&mut spec, "selector", y, false)?,
+                        (3, Field::Bytes(y)) => {
+                            spec.insert("clusterIP".into(), json!(string(y)?));
+                        }
+                        (4, Field::Bytes(y)) => {
+                            spec.insert("type".into(), json!(string(y)?));
+                        }
+                        (5, Field::Bytes(y)) => push(&mut spec, "externalIPs", json!(string(y)?)),
+                        (7, Field::Bytes(y)) => {
+                            spec.insert("sessionAffinity".into(), json!(string(y)?));
+                        }
+                        (11, Field::Bytes(y)) => {
+                            spec.insert("externalName".into(), json!(string(y)?));
+                        }
+                        (13, Field::Varint(v)) if v != 0 => {
+                            spec.insert("publishNotReadyAddresses".into(), json!(true));
+                        }
+                        (18, Field::Bytes(y)) => push(&mut spec, "clusterIPs", json!(string(y)?)),
+                        _ => {}
+                    }
+                }
+                // Go writes empty strings; JSON omits them (and the
+                // API server then defaults them).
+                spec.retain(|_, v| v != "");
+                out["spec"] = Value::Object(spec);
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
 /// authentication.k8s.io/v1 TokenRequest (`kubectl create token` 1.33).
 fn token_request(raw: &[u8]) -> Result<Value, String> {
     let mut out =
@@ -335,6 +417,7 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
             object(&api_version, &kind, raw)
         }
         ("authentication.k8s.io/v1", "TokenRequest") => token_request(raw),
+        ("v1", "Service") => service(raw),
         ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => self_subject_access_review(raw),
         _ => Err(format!(
             "protobuf bodies of {api_version} {kind} are not supported"

@@ -289,8 +289,15 @@ impl KubeSim {
         service_account: &str,
         seconds: i64,
     ) -> Result<String, super::store::ApiError> {
-        super::http::tokens::issue(&self.shared, namespace, service_account, seconds, None)
-            .map(|(token, _)| token)
+        super::http::tokens::issue(
+            &self.shared.store,
+            &self.shared.authority,
+            namespace,
+            service_account,
+            seconds,
+            None,
+        )
+        .map(|(token, _)| token)
     }
 
     /// Writes `dir/kubeconfig` (and `dir/sim-url`, the test world's
@@ -310,6 +317,12 @@ impl KubeSim {
     /// Forgets the request log.
     pub fn clear_requests(&self) {
         self.shared.log.clear();
+    }
+
+    /// Kills or freezes a process right after its Nth matching write
+    /// commits (see [`super::faults::WriteHook`]).
+    pub fn on_write(&self, hook: super::faults::WriteHook) {
+        self.shared.faults.add_hook(hook);
     }
 
     /// Sets the faults to inject.

@@ -205,6 +205,68 @@ fn columns(rt: &ResourceType, version: &str) -> Vec<Value> {
         return out;
     }
     match (rt.group.as_str(), rt.plural.as_str()) {
+        ("", "events") | ("events.k8s.io", "events") => vec![
+            column(
+                "Last Seen",
+                "string",
+                "The time at which the most recent occurrence of this event was recorded.",
+                0,
+            ),
+            column(
+                "Type",
+                "string",
+                "Type of this event (Normal, Warning), new types could be added in the future",
+                0,
+            ),
+            column(
+                "Reason",
+                "string",
+                "This should be a short, machine understandable string that gives the reason for the transition into the object's current status.",
+                0,
+            ),
+            column(
+                "Object",
+                "string",
+                "The object that this event is about.",
+                0,
+            ),
+            column(
+                "Subobject",
+                "string",
+                "If referring to a piece of an object instead of an entire object, this string should contain a valid JSON/Go field access statement, such as desiredState.manifest.containers[2].",
+                1,
+            ),
+            column(
+                "Source",
+                "string",
+                "The component reporting this event. Should be a short machine understandable string.",
+                1,
+            ),
+            column(
+                "Message",
+                "string",
+                "A human-readable description of the status of this operation.",
+                0,
+            ),
+            column(
+                "First Seen",
+                "string",
+                "The time at which the event was first recorded. (Time of server receipt is in TypeMeta.)",
+                1,
+            ),
+            column(
+                "Count",
+                "string",
+                "The number of times this event has occurred.",
+                1,
+            ),
+            column(
+                "Name",
+                "string",
+                "Name must be unique within a namespace.",
+                1,
+            ),
+        ],
         ("", "pods") => vec![
             name,
             column(
@@ -298,6 +360,7 @@ fn cells(rt: &ResourceType, version: &str, o: &Value, now: i64) -> Vec<Value> {
         return out;
     }
     match (rt.group.as_str(), rt.plural.as_str()) {
+        ("", "events") | ("events.k8s.io", "events") => event_cells(o, now),
         ("", "pods") => {
             let specs = o
                 .pointer("/spec/containers")
@@ -386,6 +449,73 @@ fn cells(rt: &ResourceType, version: &str, o: &Value, now: i64) -> Vec<Value> {
         ],
         _ => vec![name, age(o, now)],
     }
+}
+
+/// An Event's cells, as the API server prints it (wide: kubectl hides the
+/// priority-1 columns), from either API's shape.
+fn event_cells(o: &Value, now: i64) -> Vec<Value> {
+    let text = |paths: &[&str]| {
+        paths
+            .iter()
+            .filter_map(|p| o.pointer(p).and_then(Value::as_str))
+            .find(|v| !v.is_empty())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let since = |t: &str| match parse_rfc3339(t) {
+        Some(t) => human_duration(now - t),
+        None => "<unknown>".to_string(),
+    };
+    let first = match text(&["/firstTimestamp", "/deprecatedFirstTimestamp"]).as_str() {
+        "" => since(&text(&["/eventTime"])),
+        t => since(t),
+    };
+    let mut last = match text(&["/lastTimestamp", "/deprecatedLastTimestamp"]).as_str() {
+        "" => first.clone(),
+        t => since(t),
+    };
+    let mut count = ["/count", "/deprecatedCount"]
+        .iter()
+        .find_map(|p| o.pointer(p).and_then(Value::as_i64))
+        .unwrap_or(0);
+    if let Some(series) = o.get("series").filter(|s| s.is_object()) {
+        last = since(series["lastObservedTime"].as_str().unwrap_or_default());
+        count = series["count"].as_i64().unwrap_or(count);
+    } else if count == 0 {
+        count = 1;
+    }
+    let kind = text(&["/involvedObject/kind", "/regarding/kind"]).to_lowercase();
+    let target = match text(&["/involvedObject/name", "/regarding/name"]).as_str() {
+        "" => kind,
+        n => format!("{kind}/{n}"),
+    };
+    let component = text(&[
+        "/source/component",
+        "/reportingController",
+        "/deprecatedSource/component",
+    ]);
+    let instance = text(&[
+        "/source/host",
+        "/reportingInstance",
+        "/deprecatedSource/host",
+    ]);
+    let source = if instance.is_empty() {
+        component
+    } else {
+        format!("{component}, {instance}")
+    };
+    vec![
+        json!(last),
+        json!(text(&["/type"])),
+        json!(text(&["/reason"])),
+        json!(target),
+        json!(text(&["/involvedObject/fieldPath", "/regarding/fieldPath"])),
+        json!(source),
+        json!(text(&["/message", "/note"]).trim()),
+        json!(first),
+        json!(count),
+        o["metadata"]["name"].clone(),
+    ]
 }
 
 /// The Table of a list (or of one object) as served at `version`.

@@ -131,6 +131,38 @@ pub fn cluster_role_bindings() -> Vec<Value> {
     ]
 }
 
+/// The root CA publisher: every live namespace has the `kube-root-ca.crt`
+/// ConfigMap with the cluster's CA (what the projected ServiceAccount
+/// volume's `ca.crt` comes from).
+pub fn publish_root_ca(store: &Store, ca_pem: &str) {
+    let namespaces = store
+        .list(
+            &Target::new("", "v1", "namespaces", None),
+            &Default::default(),
+        )
+        .ok()
+        .and_then(|l| l.get("items").and_then(Value::as_array).cloned())
+        .unwrap_or_default();
+    let name = super::service_accounts::ROOT_CA_CONFIGMAP;
+    for ns in namespaces {
+        if ns.pointer("/metadata/deletionTimestamp").is_some() {
+            continue;
+        }
+        let ns = ns["metadata"]["name"].as_str().unwrap_or_default();
+        let t = Target::new("", "v1", "configmaps", Some(ns));
+        if store.get(&t, name).is_err() {
+            let _ = store.create(
+                &t,
+                json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": name, "annotations": {"kubernetes.io/description":
+                        "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}},
+                    "data": {"ca.crt": ca_pem}}),
+                &WriteOptions::default(),
+            );
+        }
+    }
+}
+
 /// Stores the defaults (at start).
 pub fn install(store: &Store) -> Result<(), ApiError> {
     let roles = Target::new("rbac.authorization.k8s.io", "v1", "clusterroles", None);

@@ -9,6 +9,7 @@
 pub mod authn;
 pub mod defaults;
 pub mod rbac;
+pub mod service_accounts;
 pub mod tokens;
 
 use base64::Engine;

@@ -237,6 +237,69 @@ pub fn rule_allows(rule: &Value, a: &Attributes) -> bool {
     groups && resources && names
 }
 
+/// The permissions of `rules` that `holds` does not allow, as the API
+/// server's escalation check lists them (each rule's group, resource,
+/// verb and resource name in turn, in `namespace`).
+pub fn not_held(
+    rules: &[Value],
+    namespace: &str,
+    holds: impl Fn(&Attributes) -> bool,
+) -> Vec<String> {
+    let mut missing = Vec::new();
+    for rule in rules {
+        let names: Vec<&str> = strs(&rule["resourceNames"]).collect();
+        let names = if names.is_empty() { vec![""] } else { names };
+        if let Some(urls) = rule["nonResourceURLs"].as_array().filter(|u| !u.is_empty()) {
+            for u in urls.iter().filter_map(Value::as_str) {
+                for v in strs(&rule["verbs"]) {
+                    if !holds(&Attributes::non_resource(v, u)) {
+                        missing.push(format!("{{NonResourceURLs:[{u:?}], Verbs:[{v:?}]}}"));
+                    }
+                }
+            }
+            continue;
+        }
+        for g in strs(&rule["apiGroups"]) {
+            for r in strs(&rule["resources"]) {
+                for v in strs(&rule["verbs"]) {
+                    for n in &names {
+                        if !holds(&Attributes::resource(v, g, r, namespace).named(n)) {
+                            let name = if n.is_empty() {
+                                String::new()
+                            } else {
+                                format!(", ResourceNames:[{n:?}]")
+                            };
+                            missing.push(format!(
+                                "{{APIGroups:[{g:?}], Resources:[{r:?}]{name}, Verbs:[{v:?}]}}"
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    missing
+}
+
+/// The API server's 403 for a Role (or binding) that would grant what its
+/// writer does not hold.
+pub fn escalation(user: &UserInfo, resource: &str, name: &str, missing: &[String]) -> ApiError {
+    let groups: Vec<String> = user.groups.iter().map(|g| format!("{g:?}")).collect();
+    ApiError {
+        code: 403,
+        reason: "Forbidden",
+        message: format!(
+            "{resource}.rbac.authorization.k8s.io {name:?} is forbidden: user {:?} (groups=[{}]) is attempting to grant RBAC permissions not currently held:\n{}",
+            user.name,
+            groups.join(" "),
+            missing.join("\n")
+        ),
+        details: Some(
+            json!({"name": name, "group": "rbac.authorization.k8s.io", "kind": resource}),
+        ),
+    }
+}
+
 /// The API server's 403 for a request no rule allows.
 pub fn forbidden(user: &UserInfo, a: &Attributes) -> ApiError {
     let why = if !a.resource_request {

@@ -227,23 +227,36 @@ pub async fn handle(shared: Arc<Shared>, kind: Listener, req: Request<Incoming>)
         Ok(b) => b.to_bytes(),
         Err(e) => return error_response(&ApiError::bad_request(format!("reading the body: {e}"))),
     };
+    if let Some(user) = &user {
+        let a = tokens::attributes(&shared, &method, &path, &q);
+        if a.api_group == "rbac.authorization.k8s.io"
+            && let Ok(obj) = parse_body(&body, &content_type)
+            && let Err(e) = tokens::check_escalation(&shared, user, &a, &obj)
+        {
+            rec.code = e.code;
+            shared.log.push(rec);
+            return error_response(&e);
+        }
+    }
     let resp = match (method.as_str(), user.as_ref()) {
-        ("POST", Some(user)) => match auth_api(&shared, user, &path, &body, &content_type) {
-            Some(r) => r,
-            None => {
-                route(
-                    &shared,
-                    &method,
-                    &path,
-                    &q,
-                    &body,
-                    &content_type,
-                    &accept,
-                    &mut rec,
-                )
-                .await
+        ("POST", Some(user)) => {
+            match tokens::auth_api(&shared, user, &path, &body, &content_type) {
+                Some(r) => r,
+                None => {
+                    route(
+                        &shared,
+                        &method,
+                        &path,
+                        &q,
+                        &body,
+                        &content_type,
+                        &accept,
+                        &mut rec,
+                    )
+                    .await
+                }
             }
-        },
+        }
         _ => {
             route(
                 &shared,
@@ -258,52 +271,41 @@ pub async fn handle(shared: Arc<Shared>, kind: Listener, req: Request<Incoming>)
             .await
         }
     };
+    let mut resp = resp;
+    if user.is_some() && rec.is_write() && resp.status().is_success() {
+        // A create names its object in the body, not the URL.
+        let name = match resp.body() {
+            Body::Full(Some(b)) if rec.name.is_empty() => serde_json::from_slice::<Value>(b)
+                .ok()
+                .and_then(|v| v["metadata"]["name"].as_str().map(str::to_string))
+                .unwrap_or_default(),
+            _ => rec.name.clone(),
+        };
+        for hook in shared
+            .faults
+            .fire_hooks(&rec.user, &rec.verb, &rec.resource, &name)
+        {
+            let signal = match hook.action {
+                super::faults::ProcessAction::Kill => nix::sys::signal::Signal::SIGKILL,
+                super::faults::ProcessAction::Freeze => nix::sys::signal::Signal::SIGSTOP,
+            };
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(hook.pid as i32), signal);
+        }
+        if shared.faults.lose_response(&rec.verb, &rec.resource) {
+            // Committed, but the client hears of a timeout.
+            resp = error_response(&ApiError {
+                code: 504,
+                reason: "Timeout",
+                message: "Timeout: request did not complete within requested timeout - context deadline exceeded".into(),
+                details: Some(json!({})),
+            });
+        }
+    }
     rec.code = resp.status().as_u16();
     if !is_sim {
         shared.log.push(rec);
     }
     resp
-}
-
-/// The APIs of authentication and authorization (TokenRequest and the
-/// self reviews), None for any other path.
-fn auth_api(
-    shared: &Shared,
-    user: &crate::kubesim::auth::authn::UserInfo,
-    path: &str,
-    body: &[u8],
-    content_type: &str,
-) -> Option<Response<Body>> {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let parsed = || parse_body(body, content_type);
-    let result = match segs.as_slice() {
-        [
-            "api",
-            "v1",
-            "namespaces",
-            ns,
-            "serviceaccounts",
-            sa,
-            "token",
-        ] => parsed().and_then(|b| tokens::token_request(shared, ns, sa, &b)),
-        [
-            "apis",
-            "authorization.k8s.io",
-            "v1",
-            "selfsubjectaccessreviews",
-        ] => parsed().map(|b| tokens::self_subject_access_review(shared, user, &b)),
-        [
-            "apis",
-            "authentication.k8s.io",
-            "v1" | "v1beta1",
-            "selfsubjectreviews",
-        ] => Ok(tokens::self_subject_review(user)),
-        _ => return None,
-    };
-    Some(match result {
-        Ok((code, v)) => json_response(code, &v),
-        Err(e) => error_response(&e),
-    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -423,6 +425,15 @@ async fn route(
             crate::fake_cassandra::ring_service::handle(&shared.ring, method, rest, q, body).await,
         ),
         (_, ["sim", rest @ ..]) => admin(shared, method, rest, q, body),
+        ("POST", ["api", "v1", "namespaces", ns, "pods", name, "eviction"]) => {
+            rec.verb = "create".into();
+            match parse_body(body, content_type)
+                .and_then(|b| super::sim::disruption::evict(store, ns, name, &b))
+            {
+                Ok((code, v)) => json_response(code, &v),
+                Err(e) => error_response(&e),
+            }
+        }
         ("GET", ["api", "v1", "namespaces", ns, "pods", name, "log"]) => {
             match super::logs::handle(store, shared.sim_dir.as_deref(), ns, name, q) {
                 Ok(r) => r,

@@ -5,11 +5,12 @@
 //! SelfSubjectAccessReview (`kubectl auth can-i`) and SelfSubjectReview
 //! (`kubectl auth whoami`). Reads and writes nothing but the request log.
 
-use super::{Shared, parse_resource_path};
+use super::{Body, Shared, error_response, json_response, parse_body, parse_resource_path};
 use crate::kubesim::auth::authn::{self, Impersonation, UserInfo};
 use crate::kubesim::auth::rbac::{self, Attributes, Policy};
 use crate::kubesim::auth::tokens::{Claims, ISSUER};
 use crate::kubesim::store::{ApiError, Target};
+use hyper::Response;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 
@@ -140,18 +141,90 @@ pub fn identify(shared: &Shared, headers: &hyper::HeaderMap) -> Result<UserInfo,
     Ok(imp.user())
 }
 
+/// RBAC's escalation prevention on a Role, ClusterRole or binding that
+/// is created or replaced: its writer must hold every permission it
+/// grants, or have `escalate` on the role (`bind` on the role a binding
+/// names). Patches are not checked (kubesim would have to apply them
+/// first).
+pub fn check_escalation(
+    shared: &Shared,
+    user: &UserInfo,
+    a: &Attributes,
+    body: &Value,
+) -> Result<(), ApiError> {
+    if user.is_master()
+        || a.api_group != "rbac.authorization.k8s.io"
+        || !a.subresource.is_empty()
+        || !matches!(a.verb.as_str(), "create" | "update")
+    {
+        return Ok(());
+    }
+    let name = body["metadata"]["name"]
+        .as_str()
+        .unwrap_or(&a.name)
+        .to_string();
+    let policy = Policy::from_store(&shared.store);
+    let holds = |x: &Attributes| policy.allows(user, x);
+    let rules: Vec<Value> = match a.resource.as_str() {
+        "roles" | "clusterroles" => {
+            let escalate =
+                Attributes::resource("escalate", &a.api_group, &a.resource, &a.namespace)
+                    .named(&name);
+            if holds(&escalate) {
+                return Ok(());
+            }
+            body["rules"].as_array().cloned().unwrap_or_default()
+        }
+        "rolebindings" | "clusterrolebindings" => {
+            let r = &body["roleRef"];
+            let (kind, role) = (
+                r["kind"].as_str().unwrap_or_default(),
+                r["name"].as_str().unwrap_or_default(),
+            );
+            let (plural, ns) = if kind == "Role" {
+                ("roles", a.namespace.as_str())
+            } else {
+                ("clusterroles", "")
+            };
+            let bind = Attributes::resource("bind", &a.api_group, plural, ns).named(role);
+            if holds(&bind) {
+                return Ok(());
+            }
+            let t = Target::new(
+                "rbac.authorization.k8s.io",
+                "v1",
+                plural,
+                (!ns.is_empty()).then_some(ns),
+            );
+            match shared.store.get(&t, role) {
+                Ok(r) => r["rules"].as_array().cloned().unwrap_or_default(),
+                // The API server checks the role as it is: none, nothing granted.
+                Err(_) => vec![],
+            }
+        }
+        _ => return Ok(()),
+    };
+    let missing = rbac::not_held(&rules, &a.namespace, holds);
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(rbac::escalation(user, &a.resource, &name, &missing))
+    }
+}
+
 /// Issues a token for `namespace/service_account`, bound to `pod` (name,
 /// uid) when given, valid for `seconds` (negative: already expired, for
 /// tests of expiry). Returns the token and its expiry (seconds).
 pub fn issue(
-    shared: &Shared,
+    store: &crate::kubesim::store::Store,
+    authority: &crate::kubesim::auth::Authority,
     namespace: &str,
     service_account: &str,
     seconds: i64,
     pod: Option<&Value>,
 ) -> Result<(String, u64), ApiError> {
     let sa_t = Target::new("", "v1", "serviceaccounts", Some(namespace));
-    let sa = shared.store.get(&sa_t, service_account)?;
+    let sa = store.get(&sa_t, service_account)?;
     let now = now();
     let expires_at = now.saturating_add_signed(seconds);
     let text = |v: &Value, p: &str| {
@@ -162,8 +235,7 @@ pub fn issue(
     };
     let node = pod.and_then(|p| {
         let name = text(p, "/spec/nodeName");
-        let n = shared
-            .store
+        let n = store
             .get(&Target::new("", "v1", "nodes", None), &name)
             .ok()?;
         Some((name, text(&n, "/metadata/uid")))
@@ -179,8 +251,7 @@ pub fn issue(
         expires_at,
         id: crate::kubesim::new_uid(),
     };
-    let token = shared
-        .authority
+    let token = authority
         .signer()
         .issue(&claims)
         .map_err(|e| ApiError::internal(format!("signing a token: {e}")))?;
@@ -239,7 +310,14 @@ pub fn token_request(
         }
         None => None,
     };
-    let (token, expires_at) = issue(shared, namespace, service_account, seconds, pod.as_ref())?;
+    let (token, expires_at) = issue(
+        &shared.store,
+        &shared.authority,
+        namespace,
+        service_account,
+        seconds,
+        pod.as_ref(),
+    )?;
     let mut spec = body.get("spec").cloned().unwrap_or(json!({}));
     spec["audiences"] = json!([ISSUER]);
     spec["expirationSeconds"] = json!(seconds);
@@ -302,4 +380,45 @@ pub fn self_subject_review(user: &UserInfo) -> (u16, Value) {
             "status": {"userInfo": user.to_json()},
         }),
     )
+}
+
+/// The APIs of authentication and authorization (TokenRequest and the
+/// self reviews), None for any other path.
+pub(super) fn auth_api(
+    shared: &Shared,
+    user: &crate::kubesim::auth::authn::UserInfo,
+    path: &str,
+    body: &[u8],
+    content_type: &str,
+) -> Option<Response<Body>> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let parsed = || parse_body(body, content_type);
+    let result = match segs.as_slice() {
+        [
+            "api",
+            "v1",
+            "namespaces",
+            ns,
+            "serviceaccounts",
+            sa,
+            "token",
+        ] => parsed().and_then(|b| token_request(shared, ns, sa, &b)),
+        [
+            "apis",
+            "authorization.k8s.io",
+            "v1",
+            "selfsubjectaccessreviews",
+        ] => parsed().map(|b| self_subject_access_review(shared, user, &b)),
+        [
+            "apis",
+            "authentication.k8s.io",
+            "v1" | "v1beta1",
+            "selfsubjectreviews",
+        ] => Ok(self_subject_review(user)),
+        _ => return None,
+    };
+    Some(match result {
+        Ok((code, v)) => json_response(code, &v),
+        Err(e) => error_response(&e),
+    })
 }

@@ -148,6 +148,10 @@ pub(super) async fn start_watch(
         .unwrap_or(Duration::from_secs(1800));
     let drop_after = shared.faults.drop_watch_after(&rt.plural);
     let (tx, rx) = mpsc::channel::<Bytes>(1024);
+    let tx = match shared.faults.late_watch(&rt.plural) {
+        Some(delay) => delayed(tx, delay),
+        None => tx,
+    };
     let mut resp = Response::new(Body::Stream(rx));
     resp.headers_mut().insert(
         "content-type",
@@ -221,6 +225,29 @@ pub(super) async fn start_watch(
         .await;
     });
     resp
+}
+
+/// A sender whose chunks reach `tx` `delay` after they were sent, in
+/// order: a watch that is late (a stale watch cache).
+fn delayed(tx: mpsc::Sender<Bytes>, delay: Duration) -> mpsc::Sender<Bytes> {
+    let (in_tx, mut in_rx) = mpsc::channel::<Bytes>(1024);
+    let (mid_tx, mut mid_rx) = mpsc::unbounded_channel::<(tokio::time::Instant, Bytes)>();
+    tokio::spawn(async move {
+        while let Some(b) = in_rx.recv().await {
+            if mid_tx.send((tokio::time::Instant::now(), b)).is_err() {
+                return;
+            }
+        }
+    });
+    tokio::spawn(async move {
+        while let Some((at, b)) = mid_rx.recv().await {
+            tokio::time::sleep_until(at + delay).await;
+            if tx.send(b).await.is_err() {
+                return;
+            }
+        }
+    });
+    in_tx
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -67,9 +67,14 @@
 //!
 //! Every container's environment: the pod spec's `env` (values, downward
 //! API `fieldRef` and `resourceFieldRef`, ConfigMap keys) on top of
-//! `PATH`, `HOSTNAME` (the pod name), `KUBECONFIG` (a kubeconfig for this
-//! kubesim as Pods reach it), `KUBESIM_URL` (the same address: the fake
-//! Cassandra image's ring) (`POD_IP` only when the spec asks for it) and
+//! `PATH`, `HOSTNAME` (the pod name), the in-cluster configuration
+//! (`KUBERNETES_SERVICE_HOST`/`_PORT`/`_PORT_HTTPS` and `KUBERNETES_PORT`:
+//! kubesim's API on the Pod network's gateway; with the projected
+//! ServiceAccount volume at `/var/run/secrets/kubernetes.io/serviceaccount`
+//! that the API server's admission added, its token bound to the Pod and
+//! refreshed before it expires; no kubeconfig), `KUBESIM_URL` (the test
+//! world's endpoints: the fake Cassandra image's ring) (`POD_IP` only when
+//! the spec asks for it) and
 //! `CASSANDRA_VERSION=<image tag>`; the spec's env wins. Nothing else: the
 //! programs run with their production defaults (the sidecar's Jolokia
 //! client on `127.0.0.1:8778`, its probe server on `0.0.0.0:8080`, the
@@ -103,8 +108,7 @@
 //!
 //! Files: under [`SimOptions::work_dir`] (which, with its parents, every
 //! user may traverse, so that a container of any user reaches them):
-//! `pod-kubeconfig` (the one in every container's `KUBECONFIG`, readable
-//! by all); `pods/<ns>_<pod>_<uid>/` holds
+//! `pods/<ns>_<pod>_<uid>/` holds
 //! the pod's volumes (`volumes/<name>`), each container's writable layer
 //! (`containers/<name>/`) and logs (`logs/<container>/<restartCount>.log`,
 //! stdout and stderr, the kubelet's layout); `pvs/<pv>` holds each
@@ -153,6 +157,7 @@
 
 pub mod deaths;
 pub mod disks;
+pub mod disruption;
 pub mod images;
 pub mod kubelet;
 pub mod net;
@@ -168,7 +173,6 @@ pub mod storage;
 use super::patch::PatchType;
 use super::store::{ApiError, ListOptions, Store, Subresource, Target, WriteOptions};
 use serde_json::Value;
-use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -205,6 +209,10 @@ pub struct SimOptions {
     /// `--local-nvme-ssd-block`/`--ephemeral-storage-local-ssd count`):
     /// each is one PV of the `local-disks` class ([`disks`]).
     pub local_ssds: usize,
+    /// A cap on the lifetime of the ServiceAccount tokens the kubelet
+    /// projects (the API server's `--service-account-max-token-expiration`),
+    /// so that a test sees a token refreshed within seconds.
+    pub max_token_lifetime: Option<Duration>,
 }
 
 /// The repository of the controller's default operator image.
@@ -239,6 +247,7 @@ impl SimOptions {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(1),
+            max_token_lifetime: None,
         }
     }
 }
@@ -275,19 +284,8 @@ impl Sim {
         ring: Option<Arc<crate::fake_cassandra::ring_service::RingService>>,
     ) -> std::io::Result<Sim> {
         std::fs::create_dir_all(&opts.work_dir)?;
-        // Not `kubeconfig`: tests write the host's own there.
-        let kubeconfig = opts.work_dir.join("pod-kubeconfig");
-        std::fs::write(
-            &kubeconfig,
-            crate::kubesim::server::kubeconfig_for(
-                &format!("https://{}", access.api),
-                &access.authority.ca_data(),
-                access.authority.admin_token(),
-            ),
-        )?;
-        // Containers run as any user: they must reach the kubeconfig and
-        // the programs kubesim gives them.
-        std::fs::set_permissions(&kubeconfig, std::fs::Permissions::from_mode(0o644))?;
+        // Containers run as any user: they must reach the programs kubesim
+        // gives them.
         security::open_for_containers(&opts.work_dir)?;
         for program in [&opts.operator_binary, &opts.fake_cassandra]
             .into_iter()
@@ -302,8 +300,7 @@ impl Sim {
         let kubelet = Arc::new(kubelet::Kubelet::new(
             store.clone(),
             opts,
-            access.sim_url.clone(),
-            kubeconfig,
+            access.clone(),
             net.clone(),
             ring,
         ));
@@ -367,12 +364,14 @@ async fn run(store: Store, kubelet: Arc<kubelet::Kubelet>) {
 
 /// One pass of every controller.
 fn pass(store: &Store, kubelet: &kubelet::Kubelet) {
+    crate::kubesim::auth::defaults::publish_root_ca(store, kubelet.ca_pem());
     services::allocate_cluster_ips(store);
     kubelet.sync_disks();
     storage::bind_immediate(store);
     storage::protect_claims(store);
     storage::reclaim(store);
     statefulset::sync_all(store);
+    disruption::sync_budgets(store);
     kubelet.collect_orphans();
     scheduler::schedule_all(store);
     kubelet.sync();

@@ -404,6 +404,33 @@ impl State {
         obj: &mut Value,
     ) -> Result<(), ApiError> {
         match (rt.group.as_str(), rt.plural.as_str()) {
+            ("", "pods") => {
+                let ns = meta(obj)
+                    .get("namespace")
+                    .and_then(Value::as_str)
+                    .unwrap_or("default")
+                    .to_string();
+                let account = obj
+                    .pointer("/spec/serviceAccountName")
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or("default")
+                    .to_string();
+                let sa = self
+                    .tables
+                    .get(&(String::new(), "serviceaccounts".to_string()))
+                    .and_then(|t| t.objects.get(&(ns, account)))
+                    .map(|o| (**o).clone());
+                crate::kubesim::auth::service_accounts::admit_pod(
+                    obj,
+                    sa.as_ref(),
+                    &random_suffix(),
+                )
+                .map_err(|why| ApiError {
+                    details: Some(json!({"name": name_of(obj), "kind": "pods"})),
+                    ..ApiError::forbidden(format!("pods \"{}\" is forbidden: {why}", name_of(obj)))
+                })?;
+            }
             ("", "namespaces") => {
                 obj["spec"] = json!({"finalizers": ["kubernetes"]});
                 let name = name_of(obj).to_string();
@@ -517,6 +544,21 @@ impl State {
                     "FieldValueInvalid",
                     "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
                         .into(),
+                )],
+            ));
+        }
+        if sub == Subresource::Main
+            && rt.group == "apps"
+            && rt.plural == "statefulsets"
+            && immutable_statefulset_spec(&old) != immutable_statefulset_spec(&obj)
+        {
+            return Err(ApiError::invalid(
+                rt,
+                name,
+                &[(
+                    "spec".into(),
+                    "FieldValueForbidden",
+                    "spec: Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden".into(),
                 )],
             ));
         }
@@ -826,6 +868,26 @@ impl State {
             }
         }
     }
+}
+
+/// The part of a StatefulSet's spec the API server never lets change
+/// (volumeClaimTemplates, selector, serviceName, podManagementPolicy, ...).
+fn immutable_statefulset_spec(sts: &Value) -> Value {
+    let mut spec = sts.get("spec").cloned().unwrap_or(json!({}));
+    if let Some(m) = spec.as_object_mut() {
+        for k in [
+            "replicas",
+            "ordinals",
+            "template",
+            "updateStrategy",
+            "revisionHistoryLimit",
+            "persistentVolumeClaimRetentionPolicy",
+            "minReadySeconds",
+        ] {
+            m.remove(k);
+        }
+    }
+    spec
 }
 
 pub(super) fn crd_status(crd: &Value, ct: &ResourceType) -> Value {

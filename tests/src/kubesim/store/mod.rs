@@ -314,7 +314,21 @@ impl Store {
     pub fn create(&self, t: &Target, obj: Value, opts: &WriteOptions) -> Result<Value, ApiError> {
         let mut st = self.lock();
         let rt = st.resolve(&t.group, &t.version, &t.plural)?;
-        st.create(&rt, t, obj, opts)
+        let created = st.create(&rt, t, obj, opts)?;
+        if rt.group.is_empty() && rt.plural == "namespaces" && !opts.dry_run {
+            // The ServiceAccount controller's `default` account (at once
+            // here, where the real one follows within a moment): Pods
+            // without an account of their own run as it.
+            let sa_t = Target::new("", "v1", "serviceaccounts", Some(name_of(&created)));
+            let sa_rt = st.resolve("", "v1", "serviceaccounts")?;
+            st.create(
+                &sa_rt,
+                &sa_t,
+                json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}),
+                &WriteOptions::default(),
+            )?;
+        }
+        Ok(created)
     }
 
     /// Get one object.

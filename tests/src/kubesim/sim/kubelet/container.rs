@@ -193,8 +193,15 @@ impl PodCtx {
             h => h,
         };
         put("HOSTNAME", hostname.to_string());
-        put("KUBECONFIG", self.kubeconfig.display().to_string());
-        put("KUBESIM_URL", self.url.clone());
+        // The `kubernetes` Service as the kubelet gives it to every
+        // container (in-cluster configuration: these and the projected
+        // ServiceAccount volume; no kubeconfig).
+        let (host, port) = (self.access.api.ip(), self.access.api.port());
+        put("KUBERNETES_SERVICE_HOST", host.to_string());
+        put("KUBERNETES_SERVICE_PORT", port.to_string());
+        put("KUBERNETES_SERVICE_PORT_HTTPS", port.to_string());
+        put("KUBERNETES_PORT", format!("tcp://{host}:{port}"));
+        put("KUBESIM_URL", self.access.sim_url.clone());
         let tag = s(c, "/image")
             .rsplit_once(':')
             .map(|(_, t)| t.to_string())

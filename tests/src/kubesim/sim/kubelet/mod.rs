@@ -93,8 +93,7 @@ fn signal(pid: u32, sig: Signal) {
 pub struct Kubelet {
     store: Store,
     opts: SimOptions,
-    url: String,
-    kubeconfig: PathBuf,
+    access: crate::kubesim::sim::PodAccess,
     pods: Mutex<HashMap<String, PodHandle>>,
     net: Arc<Network>,
     /// The fake ring, told of database containers' deaths.
@@ -118,8 +117,7 @@ impl Kubelet {
     pub(super) fn new(
         store: Store,
         opts: SimOptions,
-        url: String,
-        kubeconfig: PathBuf,
+        access: crate::kubesim::sim::PodAccess,
         net: Arc<Network>,
         ring: Option<Arc<RingService>>,
     ) -> Self {
@@ -127,12 +125,17 @@ impl Kubelet {
             ring,
             store,
             opts,
-            url,
-            kubeconfig,
+            access,
             pods: Mutex::new(HashMap::new()),
             net,
             last_ip: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The cluster's CA (PEM), which the root CA publisher gives every
+    /// namespace.
+    pub(crate) fn ca_pem(&self) -> &str {
+        self.access.authority.ca_pem()
     }
 
     /// Kills every container (no grace).
@@ -261,8 +264,8 @@ impl Kubelet {
                     let ctx = Arc::new(PodCtx {
                         store: self.store.clone(),
                         opts: self.opts.clone(),
-                        url: self.url.clone(),
-                        kubeconfig: self.kubeconfig.clone(),
+                        access: self.access.clone(),
+                        tokens: Mutex::default(),
                         ip: ip.to_string(),
                         host_ip,
                         netns: net.as_ref().map(PodNet::path),
@@ -430,8 +433,10 @@ impl PodRun {
 struct PodCtx {
     store: Store,
     opts: SimOptions,
-    url: String,
-    kubeconfig: PathBuf,
+    access: crate::kubesim::sim::PodAccess,
+    /// The projected ServiceAccount tokens by volume and path: token,
+    /// issued at, expires at (seconds).
+    tokens: Mutex<HashMap<String, (String, u64, u64)>>,
     ip: String,
     host_ip: String,
     /// The Pod's network namespace (None: the host's).

@@ -1,6 +1,7 @@
 //! A Pod's volumes: emptyDirs, PersistentVolumes, hostPaths, and the
-//! projected ConfigMap and downward API volumes written as the kubelet's
-//! atomic writer does (and kept current), with `fsGroup` ownership. I/O.
+//! projected ConfigMap, downward API and ServiceAccount token volumes
+//! written as the kubelet's atomic writer does (and kept current: tokens
+//! are refreshed before they expire), with `fsGroup` ownership. I/O.
 
 use super::*;
 
@@ -144,7 +145,66 @@ impl PodCtx {
             }
             return Ok(Some(files));
         }
+        if let Some(src) = v.get("projected") {
+            let mut files = BTreeMap::new();
+            for source in src
+                .get("sources")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(t) = source.get("serviceAccountToken") {
+                    let path = s(t, "/path").to_string();
+                    let seconds = t
+                        .get("expirationSeconds")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(3600);
+                    let key = format!("{}/{path}", s(v, "/name"));
+                    files.insert(path, self.projected_token(&key, seconds)?.into_bytes());
+                } else if let Some(sub) = self.projection(source)? {
+                    files.extend(sub);
+                }
+            }
+            return Ok(Some(files));
+        }
         Ok(None)
+    }
+
+    /// The Pod's bound ServiceAccount token for one projected path: the
+    /// one it has until 80% of its lifetime has passed (or a day), as the
+    /// kubelet's token manager refreshes it, then a new one.
+    fn projected_token(&self, key: &str, seconds: i64) -> Result<String, String> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let mut tokens = lock(&self.tokens);
+        if let Some((token, iat, exp)) = tokens.get(key)
+            && now < iat + (exp - iat) * 8 / 10
+            && now < iat + 86_400
+        {
+            return Ok(token.clone());
+        }
+        let seconds = match self.opts.max_token_lifetime {
+            Some(max) => seconds.min(max.as_secs() as i64),
+            None => seconds,
+        };
+        let pod = self.pod();
+        let account = match s(&pod, "/spec/serviceAccountName") {
+            "" => "default",
+            a => a,
+        };
+        let (token, exp) = crate::kubesim::http::tokens::issue(
+            &self.store,
+            &self.access.authority,
+            ns_of(&pod).unwrap_or("default"),
+            account,
+            seconds,
+            Some(&pod),
+        )
+        .map_err(|e| format!("failed to fetch token: {}", e.message))?;
+        tokens.insert(key.to_string(), (token.clone(), now, exp));
+        Ok(token)
     }
 }
 
