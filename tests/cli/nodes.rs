@@ -158,16 +158,16 @@ async fn a_node_recreated_under_its_name_has_empty_disks_and_its_member_is_repla
     );
     // The operator answers the refusal: the sidecar asks for a replace,
     // the controller grants it with the member's own address, and the
-    // member takes over its old tokens on the empty disk, streaming its
-    // data back: a new host ID at the same address, 3 UN, nothing lost.
+    // member takes over its old tokens on the empty disk (Cassandra keeps
+    // the host ID of a same-address replacement), streaming its data back
+    // onto the Node's new disk: 3 UN again, nothing lost.
     until("the member replaced on its emptied disk", 180, || {
-        sim.ring()
-            .with(|r| {
-                r.node_by_address(&address)
-                    .map(|n| n.host_id != old_host_id && n.process.is_some())
-            })
-            .unwrap_or(false)
-            .then_some(())
+        let (up, _, _) = ring_summary(sim);
+        let back = sim.ring().with(|r| {
+            r.node_by_address(&address)
+                .is_some_and(|n| n.host_id == old_host_id && n.process.is_some())
+        });
+        (up == 3 && back && disk.join("data").is_dir()).then_some(())
     })
     .await;
     wait_ready(&clusters, "cassandra", 3, Duration::from_secs(180), &log).await;
