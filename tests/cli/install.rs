@@ -110,7 +110,9 @@ async fn installed_world(zones: &[&str]) -> (tempfile::TempDir, World) {
     let work = tempfile::tempdir().unwrap();
     let operator = PathBuf::from(env!("CARGO_BIN_EXE_cassandra-operator"));
     let fake = harness::beside(&operator, "fake-cassandra").unwrap();
-    let opts = WorldOptions::new(operator, fake, harness::fixtures().unwrap(), zones);
+    let mut opts = WorldOptions::new(operator, fake, harness::fixtures().unwrap(), zones);
+    // The install is the test's: nothing of the operator's exists before it.
+    opts.operator_rbac = false;
     let world = World::start(opts, work.path()).await.unwrap();
 
     let out = kubectl(&world, &["apply", "-k", path(&manifests())]);

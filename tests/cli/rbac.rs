@@ -2,8 +2,8 @@
 //! ServiceAccount of manifests/operator.yaml, the members as the
 //! ServiceAccount the controller gives them, both through kubesim's
 //! authentication and RBAC; from kubesim's request log of an end-to-end
-//! scenario (scale-up, then a member's decommission through its intent
-//! label), each role's API calls are checked against its rules both ways:
+//! scenario (scale-up to two members, then a scale-down to one through
+//! decommission), each role's API calls are checked against its rules both ways:
 //! every call was allowed, and every rule (verb by verb) was used, or
 //! [`NEEDED_ELSEWHERE`] names the feature that needs it. The rules are read
 //! from the manifest and from the Role the controller wrote, so that a
@@ -333,38 +333,39 @@ async fn each_roles_calls_match_its_rules_both_ways() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // A member's decommission through its intent label (the admin sets it
-    // as the controller does on a scale-down); the sidecar confirms it.
-    let services: Api<Service> = Api::namespaced(client.clone(), "db");
-    services
+    // A scale-down: the controller asks member 1 to decommission (its
+    // intent label), the sidecar claims and confirms it, the controller
+    // shrinks the StatefulSet and deletes the member's claim and Service.
+    let mut racks = clusters.get("c").await.unwrap().spec.datacenter.racks;
+    racks[0].members = 1;
+    clusters
         .patch(
-            "c-dc-r-1",
+            "c",
             &PatchParams::default(),
-            &Patch::Merge(
-                json!({"metadata": {"labels": {crds::contract::DECOMMISSIONED: "false"}}}),
-            ),
+            &Patch::Merge(json!({"spec": {"datacenter": {"name": "dc", "racks": racks}}})),
         )
         .await
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let services: Api<Service> = Api::namespaced(client.clone(), "db");
+    let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let labels = services
-            .get("c-dc-r-1")
-            .await
-            .unwrap()
-            .metadata
-            .labels
-            .unwrap_or_default();
-        if labels
-            .get(crds::contract::DECOMMISSIONED)
-            .map(String::as_str)
-            == Some("true")
-        {
+        let gone = services.get_opt("c-dc-r-1").await.unwrap().is_none();
+        let s = clusters.get("c").await.unwrap().status.unwrap_or_default();
+        if gone && s.members == 1 && s.ready_members == 1 {
             break;
         }
+        let denied: Vec<String> = world
+            .sim
+            .requests()
+            .iter()
+            .filter(|r| r.code == 403)
+            .map(|r| format!("{} {} {} {}", r.user, r.verb, r.method, r.path))
+            .collect();
+        assert!(denied.is_empty(), "calls refused:\n{}", denied.join("\n"));
         assert!(
             Instant::now() < deadline,
-            "no decommission: {labels:?}\n{}",
+            "no scale-down: {s:?}\n{}\n{}",
+            tail(&log),
             container_logs(work.path())
         );
         tokio::time::sleep(Duration::from_millis(200)).await;

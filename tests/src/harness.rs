@@ -109,6 +109,11 @@ pub struct WorldOptions {
     pub zones: Vec<String>,
     pub nodes_per_zone: usize,
     pub ring: crate::ring::Options,
+    /// Install the operator's ServiceAccount and RBAC from
+    /// manifests/operator.yaml at start, so that the controller runs as it
+    /// (default). Off for a test that installs the operator itself, as a
+    /// user does; the controller then runs with the admin's kubeconfig.
+    pub operator_rbac: bool,
 }
 
 impl WorldOptions {
@@ -126,6 +131,7 @@ impl WorldOptions {
             zones: zones.iter().map(|z| z.to_string()).collect(),
             nodes_per_zone: 3,
             ring: fast_ring(),
+            operator_rbac: true,
         }
     }
 }
@@ -171,7 +177,11 @@ impl World {
         let kubeconfig = sim
             .write_kubeconfig(work)
             .map_err(HarnessError::StartKubesim)?;
-        let operator_kubeconfig = install_operator_rbac(&sim, work)?;
+        let operator_kubeconfig = if opts.operator_rbac {
+            install_operator_rbac(&sim, work)?
+        } else {
+            kubeconfig.clone()
+        };
         let client = client(&sim).await?;
         Ok(World {
             sim,
