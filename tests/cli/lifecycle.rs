@@ -762,6 +762,93 @@ async fn the_scale_down_survives_the_controller_killed_at_random_moments() {
     drop(controller);
 }
 
+/// The scale-down with the controller SIGKILLed right after each of its
+/// writes in turn (kubesim's crash-on-write hook: the write is committed,
+/// the controller never sees the answer), then restarted: every run
+/// converges to the spec, the member's claim and Service exist as long as
+/// its address is in the ring, and no key is lost. The writes are those
+/// that carry the protocol: the request, the shrink, the deletions (the
+/// Events and the status patch are not in the list yet).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scale_down_survives_the_controller_killed_after_each_write() {
+    let _one = ONE_WORLD.lock().await;
+    let work = tempfile::tempdir().unwrap();
+    let (world, controller, log) = world(&["a"], work.path(), fast_ring(), NS).await;
+    let clusters = one_rack(&world, "3.11.6", 3, &log).await;
+    let (sim, client) = (&world.sim, world.client.clone());
+    sim.ring().with(|ring| {
+        ring.create_keyspace("ks", Replication::network_topology([("dc", 2)]))
+            .unwrap();
+        ring.write_keys("ks", "k", 300, Consistency::Quorum)
+            .unwrap();
+    });
+    let member = format!("{STS_R}-2");
+    let claim = format!("data-{member}");
+    let user = testworld::harness::operator_user();
+    let writes: Vec<(&str, &str, Option<String>)> = vec![
+        ("patch", "services", Some(member.clone())),
+        ("patch", "statefulsets", Some(STS_R.to_string())),
+        ("delete", "persistentvolumeclaims", Some(claim.clone())),
+        ("delete", "services", Some(member.clone())),
+    ];
+    let mut controller = controller;
+    for (verb, resource, name) in &writes {
+        let write = format!("{verb} {resource} {}", name.as_deref().unwrap_or("*"));
+        world.crash_on_write(&controller, Some(&user), verb, resource, name.as_deref(), 1);
+        let ip = loop {
+            if let Some(ip) = cluster_ips(&client).await.get(&member) {
+                break ip.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        set_rack_r(&clusters, 2).await;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut crashed = false;
+        loop {
+            if !crashed && controller.exited().is_some() {
+                crashed = true;
+                controller = world.start_controller(&log, None).unwrap();
+            }
+            let in_ring = ring_rows(sim).iter().any(|(a, _)| a == &ip);
+            let claims = names::<PersistentVolumeClaim>(&client).await;
+            let services = names::<Service>(&client).await;
+            if in_ring {
+                assert!(
+                    claims.contains(&claim) && services.contains(&member),
+                    "crash after {write}: {member}'s claim or Service deleted while it is in the ring"
+                );
+            }
+            let converged = crashed
+                && !in_ring
+                && !claims.contains(&claim)
+                && !services.contains(&member)
+                && clusters.get("cassandra").await.ok().is_some_and(|c| {
+                    condition(&c, "Ready").is_some_and(|(s, _, _)| s == "True")
+                        && c.status.is_some_and(|s| s.members == 2)
+                });
+            if converged {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "crash after {write} (crashed: {crashed}; a write the controller never made means this list is stale): did not converge\n{}\n{}",
+                ring_text(sim),
+                tail(&log)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (up, status, report) = ring_summary(sim);
+        assert_eq!(up, 2, "crash after {write}: {status}");
+        assert!(
+            report.is_clean(),
+            "crash after {write} lost data:\n{report}\n{status}"
+        );
+        set_rack_r(&clusters, 3).await;
+        wait_ready(&clusters, "cassandra", 3, Duration::from_secs(120), &log).await;
+    }
+    drop(controller);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decommission_under_way_finishes_before_the_scale_up() {
     let _one = ONE_WORLD.lock().await;
