@@ -694,6 +694,12 @@ async fn the_scale_down_survives_the_controller_killed_at_random_moments() {
                 error_rate: 0.05,
                 drop_watch_rate: 0.05,
                 drop_watch_after_ms: 2000,
+                // Committed writes whose answer is lost (a 504), and
+                // watch events delivered late: a controller acting on a
+                // stale cache.
+                lost_response_rate: 0.05,
+                late_watch_rate: 0.05,
+                late_watch_ms: 500,
                 ..Default::default()
             });
         }
