@@ -145,6 +145,12 @@ async fn a_process_is_killed_or_frozen_after_its_nth_matching_write() {
     assert!(cms.get("b").await.is_ok(), "the write committed first");
     assert_eq!(state(frozen.id()), Some('S'), "only the write of c freezes");
     cms.create(&PostParams::default(), &cm("c")).await.unwrap();
+    // SIGSTOP is delivered asynchronously: the sleeper wakes ('R') to take
+    // it, then stops ('T'); on a loaded machine the first look can see 'R'.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while state(frozen.id()) != Some('T') && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     assert_eq!(state(frozen.id()), Some('T'), "stopped");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(frozen.id() as i32),
