@@ -1,7 +1,11 @@
 //! Helpers shared by the end-to-end tests of the binary (the world's set-up
 //! itself is `testworld::harness`).
 
+use std::time::Duration;
+
+use crds::Cluster;
 use kube::Client;
+use kube::api::{Api, PostParams};
 use testworld::kubesim::KubeSim;
 
 /// One world at a time in this test binary: each runs its controller on
@@ -20,4 +24,21 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// Creates a Cluster, retrying while the API server does not serve the
+/// freshly installed CRD yet (a few hundred milliseconds); panics if it
+/// never does.
+pub async fn create_cluster(clusters: &Api<Cluster>, cluster: &Cluster) {
+    for _ in 0..50 {
+        if clusters
+            .create(&PostParams::default(), cluster)
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the Cluster was not created");
 }

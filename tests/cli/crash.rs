@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crds::Cluster;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use serde_json::json;
 use testworld::harness::{self, World, WorldOptions, container_logs, operator_user, tail};
 
@@ -36,16 +36,7 @@ async fn a_controller_crashed_after_a_write_is_taken_over_by_the_next() {
             "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}
     }))
     .unwrap();
-    for _ in 0..50 {
-        if clusters
-            .create(&PostParams::default(), &cluster)
-            .await
-            .is_ok()
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    crate::common::create_cluster(&clusters, &cluster).await;
     let status = harness::until("the first controller's crash", 30, || first.exited()).await;
     assert_eq!(status.signal(), Some(9), "{}", tail(&log));
     let sts: Api<StatefulSet> = Api::namespaced(world.client.clone(), "db");

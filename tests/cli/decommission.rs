@@ -11,12 +11,12 @@ use std::time::Duration;
 use crds::Cluster;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use testworld::harness::{container_logs, fast_ring, until};
 use testworld::ring::{Consistency, Replication};
 
-use crate::common::ONE_WORLD;
+use crate::common::{ONE_WORLD, create_cluster as create};
 use crate::world::{ring_summary, wait_ready, world};
 
 fn cluster(version: &str, members: i32) -> Cluster {
@@ -29,20 +29,6 @@ fn cluster(version: &str, members: i32) -> Cluster {
             "resources": {"limits": {"cpu": "500m", "memory": "1Gi"}}}]}}
     }))
     .unwrap()
-}
-
-async fn create(clusters: &Api<Cluster>, cluster: &Cluster) {
-    for _ in 0..50 {
-        if clusters
-            .create(&PostParams::default(), cluster)
-            .await
-            .is_ok()
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the Cluster was not created");
 }
 
 /// Four members with RF 3: the controller scales to three, member 3

@@ -20,13 +20,13 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 use testworld::harness::{World, container_logs, fast_ring, tail};
 use testworld::kubesim::KubeSim;
 use testworld::ring::{Consistency, NodeStatus, Replication};
 
-use crate::common::ONE_WORLD;
+use crate::common::{ONE_WORLD, create_cluster as create};
 use crate::world::{ring_summary, thesis_cluster, wait_ready, world};
 
 const NS: &str = "cassandra";
@@ -56,20 +56,6 @@ fn pod_ready(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-async fn create(clusters: &Api<Cluster>, cluster: &Cluster) {
-    for _ in 0..50 {
-        if clusters
-            .create(&PostParams::default(), cluster)
-            .await
-            .is_ok()
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the Cluster was not created");
 }
 
 /// The thesis cluster at `version` with small disks: rack b with 3 members,

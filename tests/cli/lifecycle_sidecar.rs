@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crds::Cluster;
 use crds::contract;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use testworld::harness::{self, World, WorldOptions, container_logs, fast_ring, tail};
 use testworld::kubesim::KubeSim;
@@ -64,17 +64,7 @@ fn cluster(version: &str, racks: &[(&str, i32)]) -> Cluster {
 
 async fn create(world: &World, cluster: &Cluster) {
     let clusters: Api<Cluster> = Api::namespaced(world.client.clone(), "db");
-    for _ in 0..50 {
-        if clusters
-            .create(&PostParams::default(), cluster)
-            .await
-            .is_ok()
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the Cluster was not created");
+    crate::common::create_cluster(&clusters, cluster).await;
 }
 
 /// Waits until the Cluster's status shows `members` members, all ready.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crds::Cluster;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, Service};
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use testworld::harness::{self, fast_ring, until};
 use testworld::ring::{Consistency, Replication};
 
@@ -57,19 +57,7 @@ async fn a_node_recreated_under_its_name_has_empty_disks_and_its_member_is_repla
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), "cassandra");
     // The thesis's Cluster as it is: 375Gi claims, one member per Node,
     // each on the one local SSD of its Node.
-    let mut created = false;
-    for _ in 0..50 {
-        if clusters
-            .create(&PostParams::default(), &thesis_cluster())
-            .await
-            .is_ok()
-        {
-            created = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(created, "the Cluster was not created");
+    crate::common::create_cluster(&clusters, &thesis_cluster()).await;
     wait_ready(&clusters, "cassandra", 3, Duration::from_secs(180), &log).await;
     sim.ring().with(|r| {
         r.create_keyspace("ks", Replication::simple(3)).unwrap();

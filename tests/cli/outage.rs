@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crds::Cluster;
 use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::json;
 use testworld::harness::fast_ring;
 use testworld::ring::{Consistency, Replication};
@@ -33,16 +33,7 @@ async fn every_member_deleted_at_once_comes_back_as_itself() {
     }))
     .unwrap();
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
-    for _ in 0..50 {
-        if clusters
-            .create(&PostParams::default(), &cluster)
-            .await
-            .is_ok()
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    crate::common::create_cluster(&clusters, &cluster).await;
     wait_ready(&clusters, "c", 3, Duration::from_secs(180), &log).await;
     let sim = &world.sim;
     sim.ring().with(|r| {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crds::Cluster;
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 use testworld::harness::{self, World, WorldOptions, container_logs, tail};
 use testworld::kubesim::auth::rbac::{Attributes, rule_allows};
@@ -300,16 +300,7 @@ async fn each_roles_calls_match_its_rules_both_ways() {
     }))
     .unwrap();
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
-    for _ in 0..50 {
-        if clusters
-            .create(&PostParams::default(), &cluster)
-            .await
-            .is_ok()
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    crate::common::create_cluster(&clusters, &cluster).await;
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let s = clusters.get("c").await.unwrap().status.unwrap_or_default();

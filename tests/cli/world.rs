@@ -169,19 +169,7 @@ async fn the_thesis_scenario_in_the_test_world() {
         }
     }
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), "cassandra");
-    let mut created = false;
-    for _ in 0..50 {
-        if clusters
-            .create(&PostParams::default(), &cluster)
-            .await
-            .is_ok()
-        {
-            created = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(created, "the Cluster was not created");
+    crate::common::create_cluster(&clusters, &cluster).await;
 
     wait_ready(&clusters, "cassandra", 3, Duration::from_secs(180), &log).await;
     assert_members_run_as_the_database_user(&client, "cassandra").await;
@@ -256,16 +244,7 @@ async fn three_members(ring: testworld::ring::Options) -> (tempfile::TempDir, Wo
     }))
     .unwrap();
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
-    for _ in 0..50 {
-        if clusters
-            .create(&PostParams::default(), &cluster)
-            .await
-            .is_ok()
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    crate::common::create_cluster(&clusters, &cluster).await;
     wait_ready(&clusters, "c", 3, Duration::from_secs(180), &log).await;
     drop(controller);
     (work, world)
@@ -453,16 +432,7 @@ async fn an_override_that_defeats_safety_never_reaches_a_member() {
     }))
     .unwrap();
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
-    for _ in 0..50 {
-        if clusters
-            .create(&PostParams::default(), &cluster)
-            .await
-            .is_ok()
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    crate::common::create_cluster(&clusters, &cluster).await;
     wait_ready(&clusters, "c", 1, Duration::from_secs(120), &log).await;
     sim.ring().with(|ring| {
         ring.create_keyspace("k", Replication::network_topology([("dc", 1)]))

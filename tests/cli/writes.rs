@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crds::Cluster;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use testworld::fake_cassandra::writer::Writer;
 use testworld::harness::fast_ring;
@@ -29,16 +29,7 @@ async fn a_quorum_writer_sees_no_failure_through_a_scale_up() {
             "resources": {"limits": {"cpu": "500m", "memory": "1Gi"}}}]}}
     }))
     .unwrap();
-    for _ in 0..50 {
-        if clusters
-            .create(&PostParams::default(), &cluster)
-            .await
-            .is_ok()
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    crate::common::create_cluster(&clusters, &cluster).await;
     wait_ready(&clusters, "c", 3, Duration::from_secs(180), &log).await;
     let ring = world.sim.ring().clone();
     ring.with(|r| r.create_keyspace("app", Replication::simple(3)))
