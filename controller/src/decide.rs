@@ -140,6 +140,14 @@ pub enum WaitReason {
 pub enum Refusal {
     /// An object the controller must create exists and belongs to someone else.
     ForeignObject(ForeignObject),
+    /// The members' Role or RoleBinding exists, made by the user (as Rook's
+    /// example does), and does not give members what they need: `missing`
+    /// says what.
+    MemberRbacInsufficient {
+        kind: String,
+        name: String,
+        missing: String,
+    },
     /// The cluster runs members of another datacenter name than the spec's:
     /// Cassandra cannot rename a datacenter.
     DatacenterChanged { running: String, spec: String },

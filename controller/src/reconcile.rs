@@ -448,16 +448,51 @@ async fn ensure_supporting_objects(
         };
     }
     ensure_or_refuse!(&ctx.services, resources::client_service(cluster), "Service");
-    ensure_or_refuse!(
+    // The members' RBAC may be the user's own (Rook's example brings it):
+    // used as it is when it gives members what they need.
+    macro_rules! ensure_member_rbac_or_refuse {
+        ($store:expr, $desired:expr, $kind:literal, $unfit:expr) => {
+            if let Some(refusal) =
+                ensure_member_rbac(client, namespace, cluster, $store, $desired, $kind, $unfit)
+                    .await?
+            {
+                return Ok(Some(refusal));
+            }
+        };
+    }
+    ensure_member_rbac_or_refuse!(
         &ctx.service_accounts,
         resources::member_service_account(cluster),
-        "ServiceAccount"
+        "ServiceAccount",
+        // a ServiceAccount grants nothing by itself
+        |_: &ServiceAccount| None
     );
-    ensure_or_refuse!(&ctx.roles, resources::member_role(cluster), "Role");
-    ensure_or_refuse!(
+    let role = resources::member_role(cluster);
+    ensure_member_rbac_or_refuse!(&ctx.roles, role.clone(), "Role", |provided: &Role| {
+        let missing = resources::missing_grants(provided, &role);
+        (!missing.is_empty()).then(|| Refusal::MemberRbacInsufficient {
+            kind: "Role".to_string(),
+            name: provided.name_any(),
+            missing: missing.join(", "),
+        })
+    });
+    let binding = resources::member_role_binding(cluster);
+    ensure_member_rbac_or_refuse!(
         &ctx.role_bindings,
-        resources::member_role_binding(cluster),
-        "RoleBinding"
+        binding.clone(),
+        "RoleBinding",
+        |provided: &RoleBinding| {
+            (!resources::binds_the_same(provided, &binding)).then(|| {
+                Refusal::MemberRbacInsufficient {
+                    kind: "RoleBinding".to_string(),
+                    name: provided.name_any(),
+                    missing: format!(
+                        "a binding of Role {} to ServiceAccount {}",
+                        binding.role_ref.name, binding.role_ref.name
+                    ),
+                }
+            })
+        }
     );
     ensure_or_refuse!(
         &ctx.pdbs,
@@ -505,6 +540,49 @@ where
         return Ok((!owned_by(existing.meta(), cluster)).then(|| foreign(kind, &name)));
     }
     create(client, namespace, cluster, desired, kind).await
+}
+
+/// [`ensure`] for the members' ServiceAccount, Role and RoleBinding, which a
+/// user may provide under the same names (Rook's example does): one the
+/// Cluster does not own is used as it is, never changed, unless `unfit`
+/// says why members cannot work with it. A provided object lacks the
+/// cluster's labels, so the caches never hold it: it is read before
+/// anything is created (reads only; an unchanged cluster still writes
+/// nothing).
+async fn ensure_member_rbac<K>(
+    client: &Client,
+    namespace: &str,
+    cluster: &Cluster,
+    store: &Store<K>,
+    desired: K,
+    kind: &'static str,
+    unfit: impl Fn(&K) -> Option<Refusal>,
+) -> Result<Option<Refusal>, Error>
+where
+    K: NamespacedObject,
+{
+    let name = desired.name_any();
+    let reference = ObjectRef::<K>::new(&name).within(namespace);
+    if let Some(existing) = store.get(&reference) {
+        return Ok((!owned_by(existing.meta(), cluster))
+            .then(|| unfit(&existing))
+            .flatten());
+    }
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let existing = api
+        .get_opt(&name)
+        .await
+        .map_err(|source| Error::GetObject {
+            kind,
+            name: name.clone(),
+            source,
+        })?;
+    match existing {
+        // ours, and the cache is behind
+        Some(existing) if owned_by(existing.meta(), cluster) => Ok(None),
+        Some(provided) => Ok(unfit(&provided)),
+        None => create(client, namespace, cluster, desired, kind).await,
+    }
 }
 
 fn foreign(kind: &str, name: &str) -> Refusal {

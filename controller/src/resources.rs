@@ -473,6 +473,84 @@ pub fn member_role(cluster: &Cluster) -> Role {
     }
 }
 
+/// What a member Role the user provided (one the Cluster does not own, such
+/// as the `rook-cassandra-member` Role of Rook's example) lacks of what
+/// `needed` grants, as "verb resource" phrases: empty when members can work
+/// with it. A rule covers a need when its groups, resources and verbs
+/// include the need's (or `*`) and it is not narrowed to other names.
+/// Pure.
+pub fn missing_grants(provided: &Role, needed: &Role) -> Vec<String> {
+    let has = |list: &Option<Vec<String>>, item: &str| {
+        list.as_deref()
+            .unwrap_or_default()
+            .iter()
+            .any(|x| x == item || x == "*")
+    };
+    let mut missing = Vec::new();
+    for need in needed.rules.as_deref().unwrap_or_default() {
+        let groups = need.api_groups.as_deref().unwrap_or_default();
+        let resources = need.resources.as_deref().unwrap_or_default();
+        let names = need.resource_names.as_deref().unwrap_or_default();
+        for group in groups {
+            for resource in resources {
+                for verb in &need.verbs {
+                    let covered = provided
+                        .rules
+                        .as_deref()
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|r| {
+                            let allowed_names = r.resource_names.as_deref().unwrap_or_default();
+                            has(&r.api_groups, group)
+                                && has(&r.resources, resource)
+                                && (r.verbs.iter().any(|v| v == verb || v == "*"))
+                                && (allowed_names.is_empty()
+                                    || (!names.is_empty()
+                                        && names.iter().all(|n| allowed_names.contains(n))))
+                        });
+                    if !covered {
+                        let qualified = if group.is_empty() {
+                            resource.clone()
+                        } else {
+                            format!("{resource}.{group}")
+                        };
+                        missing.push(format!("{verb} {qualified}"));
+                    }
+                }
+            }
+        }
+    }
+    missing
+}
+
+/// Whether a RoleBinding the user provided binds what `needed` binds: the
+/// same Role to the members' ServiceAccount in the Cluster's namespace.
+/// Pure.
+pub fn binds_the_same(provided: &RoleBinding, needed: &RoleBinding) -> bool {
+    let same_subject = |a: &Subject, b: &Subject| {
+        a.kind == b.kind
+            && a.name == b.name
+            && a.namespace
+                .as_deref()
+                .or(provided.metadata.namespace.as_deref())
+                == b.namespace.as_deref()
+    };
+    provided.role_ref == needed.role_ref
+        && needed
+            .subjects
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .all(|want| {
+                provided
+                    .subjects
+                    .as_deref()
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|have| same_subject(have, want))
+            })
+}
+
 /// Binds [`member_role`] to [`member_service_account`].
 pub fn member_role_binding(cluster: &Cluster) -> RoleBinding {
     let name = cluster_name(cluster);

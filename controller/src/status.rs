@@ -213,6 +213,16 @@ pub fn refusal_reason(refusal: &Refusal) -> (&'static str, String) {
                 o.kind, o.name
             ),
         ),
+        Refusal::MemberRbacInsufficient {
+            kind,
+            name,
+            missing,
+        } => (
+            "MemberRbacInsufficient",
+            format!(
+                "{kind} {name} was not created by the operator and is used as it is, but it lacks {missing}, which members need; add it, or delete the {kind} so that the operator creates its own (nothing was changed)"
+            ),
+        ),
         Refusal::DatacenterChanged { running, spec } => (
             "DatacenterChanged",
             format!(

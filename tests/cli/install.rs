@@ -400,7 +400,6 @@ async fn the_scylla_example_converges() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "Rook's example brings its own rook-cassandra-member ServiceAccount, Role and RoleBinding, which the controller refuses as foreign objects (ForeignObject) instead of using them"]
 async fn rooks_own_example_converges_unchanged() {
     example_converges("rook", "rook-cassandra", "rook-cassandra", 3).await;
 }

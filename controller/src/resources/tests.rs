@@ -345,3 +345,80 @@ fn member_rbac_is_least_privilege() {
         })
     );
 }
+
+fn role(rules: Value) -> Role {
+    serde_json::from_value(
+        json!({"metadata": {"name": "cassandra-member", "namespace": "db"}, "rules": rules}),
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_provided_member_role_is_used_when_it_grants_what_members_need() {
+    let needed = member_role(&thesis());
+    // Rook's example Role: broader (any Cluster's name), and so enough.
+    let rook = role(json!([
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "patch", "watch"]},
+        {"apiGroups": ["cassandra.rook.io"], "resources": ["clusters"], "verbs": ["get"]}
+    ]));
+    assert_eq!(missing_grants(&rook, &needed), Vec::<String>::new());
+    let wildcard = role(json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]));
+    assert_eq!(missing_grants(&wildcard, &needed), Vec::<String>::new());
+}
+
+#[test]
+fn a_provided_member_role_that_lacks_a_grant_is_named() {
+    let needed = member_role(&thesis());
+    let short = role(json!([
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch"]},
+        // narrowed to another Cluster's name: does not cover this one
+        {"apiGroups": ["cassandra.rook.io"], "resources": ["clusters"], "resourceNames": ["other"], "verbs": ["get"]}
+    ]));
+    assert_eq!(
+        missing_grants(&short, &needed),
+        vec!["patch services", "get clusters.cassandra.rook.io"]
+    );
+    // a rule narrowed to names cannot cover a need for any name
+    let named = role(json!([
+        {"apiGroups": [""], "resources": ["pods"], "resourceNames": ["cassandra-a-0"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["services"], "verbs": ["*"]},
+        {"apiGroups": ["cassandra.rook.io"], "resources": ["clusters"], "resourceNames": ["cassandra"], "verbs": ["get"]}
+    ]));
+    assert_eq!(missing_grants(&named, &needed), vec!["get pods"]);
+}
+
+#[test]
+fn a_provided_member_role_binding_must_bind_the_members_account_to_the_role() {
+    let needed = member_role_binding(&thesis());
+    let binding = |role: &str, account: &str, namespace: Option<&str>| -> RoleBinding {
+        serde_json::from_value(json!({
+            "metadata": {"name": "cassandra-member", "namespace": "db"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]
+        }))
+        .unwrap()
+    };
+    assert!(binds_the_same(
+        &binding("cassandra-member", "cassandra-member", Some("db")),
+        &needed
+    ));
+    // a subject without a namespace is in the binding's own
+    assert!(binds_the_same(
+        &binding("cassandra-member", "cassandra-member", None),
+        &needed
+    ));
+    assert!(!binds_the_same(
+        &binding("edit", "cassandra-member", Some("db")),
+        &needed
+    ));
+    assert!(!binds_the_same(
+        &binding("cassandra-member", "default", Some("db")),
+        &needed
+    ));
+    assert!(!binds_the_same(
+        &binding("cassandra-member", "cassandra-member", Some("other")),
+        &needed
+    ));
+}
