@@ -21,7 +21,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crds::contract::{Decommission, is_seed};
-use crds::v1alpha1::ClusterSpec;
+use crds::v1alpha1::{ClusterMode, ClusterSpec};
+use crds::versions::{Version, cassandra_upgrade};
 
 /// What the caches show of one member (one ordinal of a rack).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -34,6 +35,9 @@ pub struct MemberObserved {
     pub pod_ready: bool,
     /// The major version of the database image its Pod runs, when known.
     pub pod_major: Option<u32>,
+    /// The database version its Pod runs (major and minor), when its image
+    /// tag names one.
+    pub pod_version: Option<Version>,
     /// Its PersistentVolumeClaims that exist (`<template>-<pod>`).
     pub claims: Vec<String>,
     /// One of its claims is bound to a local PersistentVolume whose node
@@ -72,6 +76,9 @@ impl ServiceObserved {
 pub struct RackObserved {
     /// `spec.replicas` of its StatefulSet, if the StatefulSet exists.
     pub replicas: Option<i32>,
+    /// The database version of its StatefulSet's Pod template, when the
+    /// image tag names one: what its next Pods will run.
+    pub template_version: Option<Version>,
     /// Its members by ordinal (Pods, member Services and claims found).
     pub members: BTreeMap<i32, MemberObserved>,
 }
@@ -140,6 +147,13 @@ pub enum WaitReason {
 pub enum Refusal {
     /// An object the controller must create exists and belongs to someone else.
     ForeignObject(ForeignObject),
+    /// `spec.version` asks for a change Cassandra does not support from a
+    /// version the cluster runs (a downgrade across minors, a skipped major).
+    VersionChangeRefused {
+        running: String,
+        spec: String,
+        reason: String,
+    },
     /// The members' Role or RoleBinding exists, made by the user (as Rook's
     /// example does), and does not give members what they need: `missing`
     /// says what.
@@ -247,6 +261,9 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
             running: running.clone(),
             spec: spec.datacenter.name.clone(),
         });
+    }
+    if let Some(refusal) = unsupported_version_change(spec, observed) {
+        return Action::Refuse(refusal);
     }
     let in_spec = |name: &str| spec.datacenter.racks.iter().any(|r| r.name == name);
     for (name, rack) in &observed.racks {
@@ -538,6 +555,37 @@ fn not_ready_besides(
     None
 }
 
+/// A change of `spec.version` that Cassandra does not support from a version
+/// that a member runs or that a rack's template holds (the CRD's transition
+/// rule sees only the previous spec, not what runs: two quick edits 3.11 →
+/// 4.1 → 5.0 pass it). ScyllaDB's rules are not judged.
+fn unsupported_version_change(spec: &ClusterSpec, observed: &Observed) -> Option<Refusal> {
+    if spec.mode != ClusterMode::Cassandra {
+        return None;
+    }
+    let wanted = Version::of_tag(&spec.version)?;
+    let running: BTreeSet<Version> = observed
+        .racks
+        .values()
+        .flat_map(|r| {
+            r.members
+                .values()
+                .filter(|m| m.pod_exists)
+                .filter_map(|m| m.pod_version)
+                .chain(r.template_version)
+        })
+        .collect();
+    running.into_iter().find_map(|from| {
+        cassandra_upgrade(from, wanted)
+            .err()
+            .map(|why| Refusal::VersionChangeRefused {
+                running: from.to_string(),
+                spec: spec.version.clone(),
+                reason: why.to_string(),
+            })
+    })
+}
+
 /// Members running different major versions, if they do.
 fn mixed_majors(observed: &Observed) -> Option<WaitReason> {
     let majors: BTreeSet<u32> = observed
@@ -600,6 +648,7 @@ mod tests {
     ) -> RackObserved {
         RackObserved {
             replicas,
+            template_version: None,
             members: members
                 .iter()
                 .enumerate()
@@ -866,6 +915,7 @@ mod tests {
             pod_exists: true,
             pod_ready: true,
             pod_major: Some(4),
+            pod_version: None,
             claims: vec![format!("data-c-dc-b-{i}")],
             disk_lost: false,
         }
@@ -908,6 +958,7 @@ mod tests {
     fn racks(replicas: i32, members: Vec<MemberObserved>) -> Observed {
         let rack = RackObserved {
             replicas: Some(replicas),
+            template_version: None,
             members: members
                 .into_iter()
                 .enumerate()
@@ -1382,5 +1433,49 @@ mod tests {
         assert_eq!(image_major("cassandra:latest"), None);
         assert_eq!(image_major("cassandra"), None);
         assert_eq!(image_major("my.reg:5000/cassandra@sha256:abc"), None);
+    }
+
+    #[test]
+    fn a_version_cassandra_cannot_upgrade_to_is_refused_and_nothing_moves() {
+        let running = |tag: &str| {
+            let mut observed = racks(3, (0..3).map(member).collect());
+            for m in observed.racks.get_mut("b").unwrap().members.values_mut() {
+                m.pod_version = Version::of_tag(tag);
+            }
+            observed
+        };
+        let with_version = |version: &str| {
+            let mut s = spec(&[("b", 2)]);
+            s.version = version.into();
+            s
+        };
+        // a scale-down is due, but the version change comes first
+        let refused = |from: &str, to: &str| match decide(&with_version(to), &running(from)) {
+            Action::Refuse(Refusal::VersionChangeRefused { running, spec, .. }) => (running, spec),
+            other => panic!("{from} -> {to}: {other:?}"),
+        };
+        assert_eq!(refused("3.11.6", "5.0.3"), ("3.11".into(), "5.0.3".into()));
+        assert_eq!(refused("5.0.3", "4.1.8"), ("5.0".into(), "4.1.8".into()));
+        assert_eq!(refused("4.1.8", "4.0.13"), ("4.1".into(), "4.0.13".into()));
+        for (from, to) in [("4.1.3", "4.1.8"), ("4.1.8", "5.0.3"), ("3.11.6", "4.1.8")] {
+            assert!(
+                !matches!(decide(&with_version(to), &running(from)), Action::Refuse(_)),
+                "{from} -> {to}"
+            );
+        }
+        // the template counts as running: two quick edits cannot skip 4.x
+        let mut observed = running("4.1.8");
+        observed.racks.get_mut("b").unwrap().template_version = Version::of_tag("3.11.6");
+        assert!(matches!(
+            decide(&with_version("5.0.3"), &observed),
+            Action::Refuse(Refusal::VersionChangeRefused { .. })
+        ));
+        // ScyllaDB's versions are not judged by Cassandra's rules
+        let mut scylla = with_version("5.0.3");
+        scylla.mode = ClusterMode::Scylla;
+        assert!(!matches!(
+            decide(&scylla, &running("2025.1.0")),
+            Action::Refuse(_)
+        ));
     }
 }

@@ -16,6 +16,7 @@ use crds::contract;
 use crds::labels;
 use crds::names;
 use crds::v1alpha1::Cluster;
+use crds::versions::Version;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -131,6 +132,17 @@ pub fn observe<'a>(
             }
             let entry = observed.racks.entry(rack.to_string()).or_default();
             entry.replicas = Some(sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1));
+            entry.template_version = sts
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .and_then(|p| {
+                    p.containers
+                        .iter()
+                        .find(|c| c.name == cluster.spec.mode.as_str())
+                })
+                .and_then(|c| c.image.as_deref())
+                .and_then(Version::of_image);
             sts_of_rack.insert(rack.to_string(), sts_name);
         } else if wanted.contains_key(&sts_name) {
             observed.foreign.push(ForeignObject {
@@ -210,16 +222,16 @@ pub fn observe<'a>(
         }
         let ready = pod_ready(pod) && pod.metadata.deletion_timestamp.is_none();
         let database = cluster.spec.mode.as_str();
-        let major = pod
+        let image = pod
             .spec
             .as_ref()
             .and_then(|s| s.containers.iter().find(|c| c.name == database))
-            .and_then(|c| c.image.as_deref())
-            .and_then(image_major);
+            .and_then(|c| c.image.as_deref());
         let member = member_entry(&mut observed, &rack, ordinal);
         member.pod_exists = true;
         member.pod_ready = ready;
-        member.pod_major = major;
+        member.pod_major = image.and_then(image_major);
+        member.pod_version = image.and_then(Version::of_image);
     }
 
     // Claims: `<template>-<pod>` for the rack's templates.

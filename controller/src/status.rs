@@ -223,6 +223,16 @@ pub fn refusal_reason(refusal: &Refusal) -> (&'static str, String) {
                 "{kind} {name} was not created by the operator and is used as it is, but it lacks {missing}, which members need; add it, or delete the {kind} so that the operator creates its own (nothing was changed)"
             ),
         ),
+        Refusal::VersionChangeRefused {
+            running,
+            spec,
+            reason,
+        } => (
+            "VersionChangeRefused",
+            format!(
+                "spec.version: {spec:?} is refused: {reason} (the cluster runs {running}); nothing was changed"
+            ),
+        ),
         Refusal::DatacenterChanged { running, spec } => (
             "DatacenterChanged",
             format!(

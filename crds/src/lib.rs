@@ -10,6 +10,7 @@ pub mod overrides;
 pub mod quantity;
 pub mod v1alpha1;
 pub mod validate;
+pub mod versions;
 
 pub use v1alpha1::{Cluster, ClusterSpec, ClusterStatus};
 pub use validate::{FieldError, ValidationErrors, validate, validate_update};

@@ -81,6 +81,14 @@ pub const QUALIFIED_NAME: &str = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-
     validation = Rule::new("self.spec.datacenter.racks.all(r, size(self.metadata.name) + size(self.spec.datacenter.name) + size(r.name) + 2 <= 52)")
         .message("the StatefulSet name <cluster>-<datacenter>-<rack> must be at most 52 characters, so that pod names and the controller-revision-hash label stay within 63: shorten the cluster, datacenter or rack name")
         .field_path(".spec.datacenter.racks"),
+    // Cassandra's upgrade rules as far as CEL can say them (the controller
+    // also judges against what runs: crds::versions).
+    validation = Rule::new("self.spec.mode != 'cassandra' || oldSelf.spec.mode != 'cassandra' || !self.spec.version.matches('^[0-9]+[.][0-9]+') || !oldSelf.spec.version.matches('^[0-9]+[.][0-9]+') || int(self.spec.version.find('^[0-9]+')) * 1000 + int(self.spec.version.find('^[0-9]+[.][0-9]+').split('.')[1]) >= int(oldSelf.spec.version.find('^[0-9]+')) * 1000 + int(oldSelf.spec.version.find('^[0-9]+[.][0-9]+').split('.')[1])")
+        .message("a downgrade across minor versions is not supported by Cassandra (a node cannot read data written by a newer version)")
+        .field_path(".spec.version"),
+    validation = Rule::new("self.spec.mode != 'cassandra' || oldSelf.spec.mode != 'cassandra' || !self.spec.version.matches('^[0-9]+[.][0-9]+') || !oldSelf.spec.version.matches('^[0-9]+[.][0-9]+') || int(self.spec.version.find('^[0-9]+')) - int(oldSelf.spec.version.find('^[0-9]+')) <= 1")
+        .message("an upgrade may not skip a major version (e.g. 3.11 goes to 4.0 or 4.1 before 5.0)")
+        .field_path(".spec.version"),
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterSpec {

@@ -11,7 +11,10 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
 use crate::names;
 use crate::quantity::Quantity;
-use crate::v1alpha1::{Cluster, ClusterSpec, ImageSpec, MAX_RACKS, MAX_STATEFULSET_NAME, RackSpec};
+use crate::v1alpha1::{
+    Cluster, ClusterMode, ClusterSpec, ImageSpec, MAX_RACKS, MAX_STATEFULSET_NAME, RackSpec,
+};
+use crate::versions::{Version, cassandra_upgrade};
 
 /// One thing wrong with a Cluster, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -240,8 +243,10 @@ fn validate_rack(cluster: &str, dc: &str, field: &str, rack: &RackSpec, errors: 
 }
 
 /// Checks what may not change between the stored Cluster and an update (the
-/// CRD's transition rules): the mode, the datacenter name, and racks removed
-/// while they still had members.
+/// CRD's transition rules): the mode, the datacenter name, racks removed
+/// while they still had members, and version changes Cassandra does not
+/// support (stricter than the CRD's CEL, which cannot list the lines each
+/// major upgrades from).
 pub fn validate_update(old: &Cluster, new: &Cluster) -> Result<(), ValidationErrors> {
     let mut errors = Errors::default();
     if old.spec.mode != new.spec.mode {
@@ -261,6 +266,16 @@ pub fn validate_update(old: &Cluster, new: &Cluster) -> Result<(), ValidationErr
                 old.spec.datacenter.name, new.spec.datacenter.name
             ),
         );
+    }
+    if old.spec.mode == ClusterMode::Cassandra && new.spec.mode == ClusterMode::Cassandra {
+        if let (Some(from), Some(to)) = (
+            Version::of_tag(&old.spec.version),
+            Version::of_tag(&new.spec.version),
+        ) {
+            if let Err(why) = cassandra_upgrade(from, to) {
+                errors.add("spec.version", why.to_string());
+            }
+        }
     }
     for rack in &old.spec.datacenter.racks {
         if rack.members != 0

@@ -416,7 +416,9 @@ fn type_errors_are_rejected_by_the_schema_and_by_deserialisation() {
         mutate(&mut object);
         let (_, _, errors) = api_server_errors(&object, None);
         assert!(
-            errors.iter().any(|e| e.starts_with(&format!("{field}:"))),
+            errors.iter().any(
+                |e| e.starts_with(&format!("{field}:")) || e.starts_with(&format!(".{field}:"))
+            ),
             "must name {field}: {errors:#?}"
         );
         assert!(serde_json::from_value::<Cluster>(object).is_err());
@@ -474,6 +476,10 @@ fn transitions_that_cassandra_cannot_follow_are_rejected() {
             |v| v["spec"]["datacenter"]["name"] = json!("europe-west2"),
             "spec.datacenter.name",
         ),
+        // 4.1.8 → 4.0.13: a downgrade across minor versions
+        (|v| v["spec"]["version"] = json!("4.0.13"), "spec.version"),
+        // 4.1.8 → 6.0.0: over a major
+        (|v| v["spec"]["version"] = json!("6.0.0"), "spec.version"),
         (
             |v| {
                 v["spec"]["datacenter"]["racks"] = json!([{"name": "other", "members": 1}]);
@@ -489,7 +495,9 @@ fn transitions_that_cassandra_cannot_follow_are_rejected() {
         assert!(create_errors.is_empty(), "{create_errors:?}");
         let (_, _, errors) = api_server_errors(&new, Some(&old));
         assert!(
-            errors.iter().any(|e| e.starts_with(&format!("{field}:"))),
+            errors.iter().any(
+                |e| e.starts_with(&format!("{field}:")) || e.starts_with(&format!(".{field}:"))
+            ),
             "must name {field}: {errors:#?}"
         );
         let old_cluster: Cluster = serde_json::from_value(old.clone()).unwrap();
@@ -515,4 +523,57 @@ fn scaling_a_rack_to_zero_then_removing_it_is_allowed() {
     let old: Cluster = serde_json::from_value(old).unwrap();
     let new: Cluster = serde_json::from_value(new).unwrap();
     crds::validate_update(&old, &new).unwrap();
+}
+
+/// The version rules of Cassandra's upgrade notes, in the CRD's CEL where
+/// it can say them and in `validate_update` (crds::versions): patch
+/// releases in any order, the next minor or major line; neither a
+/// downgrade across minors nor 3.11 → 5.0. ScyllaDB's versions and tags
+/// that name no version are not judged.
+#[test]
+fn version_changes_follow_cassandras_upgrade_rules() {
+    let with = |mode: &str, version: &str| {
+        let mut v = base();
+        v["spec"]["mode"] = json!(mode);
+        v["spec"]["version"] = json!(version);
+        v
+    };
+    let judge = |mode: &str, from: &str, to: &str| {
+        let (old, new) = (with(mode, from), with(mode, to));
+        let (_, _, errors) = api_server_errors(&new, Some(&old));
+        let old: Cluster = serde_json::from_value(old).unwrap();
+        let new: Cluster = serde_json::from_value(new).unwrap();
+        let rust = crds::validate_update(&old, &new);
+        (errors, rust)
+    };
+    for (from, to) in [
+        ("4.1.8", "4.1.3"),
+        ("4.1.3", "4.1.8"),
+        ("3.11.6", "4.0.13"),
+        ("3.11.6", "4.1.8"),
+        ("4.0.13", "4.1.8"),
+        ("4.1.8", "5.0.3"),
+        ("4.1.8", "latest"),
+    ] {
+        let (errors, rust) = judge("cassandra", from, to);
+        assert!(errors.is_empty(), "{from} -> {to}: {errors:?}");
+        rust.unwrap_or_else(|e| panic!("{from} -> {to}: {e}"));
+    }
+    for (from, to) in [("3.11.6", "5.0.3"), ("5.0.3", "4.1.8"), ("4.1.8", "3.11.6")] {
+        let (errors, rust) = judge("cassandra", from, to);
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.starts_with("spec.version:") || e.starts_with(".spec.version:")),
+            "{from} -> {to} must be refused by the CRD: {errors:?}"
+        );
+        let err = rust.unwrap_err();
+        assert!(
+            err.fields().contains(&"spec.version"),
+            "{from} -> {to}: {err}"
+        );
+    }
+    let (errors, rust) = judge("scylla", "6.2.3", "2025.1.0");
+    assert!(errors.is_empty(), "{errors:?}");
+    rust.unwrap();
 }
