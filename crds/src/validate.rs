@@ -267,15 +267,15 @@ pub fn validate_update(old: &Cluster, new: &Cluster) -> Result<(), ValidationErr
             ),
         );
     }
-    if old.spec.mode == ClusterMode::Cassandra && new.spec.mode == ClusterMode::Cassandra {
-        if let (Some(from), Some(to)) = (
+    if old.spec.mode == ClusterMode::Cassandra
+        && new.spec.mode == ClusterMode::Cassandra
+        && let (Some(from), Some(to)) = (
             Version::of_tag(&old.spec.version),
             Version::of_tag(&new.spec.version),
-        ) {
-            if let Err(why) = cassandra_upgrade(from, to) {
-                errors.add("spec.version", why.to_string());
-            }
-        }
+        )
+        && let Err(why) = cassandra_upgrade(from, to)
+    {
+        errors.add("spec.version", why.to_string());
     }
     for rack in &old.spec.datacenter.racks {
         if rack.members != 0
