@@ -79,6 +79,9 @@ pub struct RackObserved {
     /// The database version of its StatefulSet's Pod template, when the
     /// image tag names one: what its next Pods will run.
     pub template_version: Option<Version>,
+    /// What its StatefulSet's volumeClaimTemplates ask for (immutable in a
+    /// StatefulSet), when the StatefulSet exists.
+    pub claim_templates: Option<Vec<ClaimTemplate>>,
     /// Its members by ordinal (Pods, member Services and claims found).
     pub members: BTreeMap<i32, MemberObserved>,
 }
@@ -101,6 +104,39 @@ impl RackObserved {
             .map(|(&ordinal, _)| ordinal + 1)
             .max()
             .unwrap_or(0)
+    }
+}
+
+/// What a volumeClaimTemplate asks for, as far as the spec can say it: the
+/// fields a user sets, so that the API server's defaults do not count as
+/// changes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClaimTemplate {
+    pub name: String,
+    pub storage_class: Option<String>,
+    /// Sorted.
+    pub access_modes: Vec<String>,
+    /// The storage request in bytes, when it parses.
+    pub storage_bytes: Option<u64>,
+}
+
+impl ClaimTemplate {
+    /// The shape of a claim template (from the spec or a StatefulSet).
+    pub fn of(claim: &k8s_openapi::api::core::v1::PersistentVolumeClaim) -> ClaimTemplate {
+        let spec = claim.spec.clone().unwrap_or_default();
+        let mut access_modes = spec.access_modes.unwrap_or_default();
+        access_modes.sort();
+        ClaimTemplate {
+            name: claim.metadata.name.clone().unwrap_or_default(),
+            storage_class: spec.storage_class_name,
+            access_modes,
+            storage_bytes: spec
+                .resources
+                .and_then(|r| r.requests)
+                .and_then(|r| r.get("storage").cloned())
+                .and_then(|q| crds::quantity::Quantity::parse(&q.0).ok())
+                .map(|q| q.ceil_units()),
+        }
     }
 }
 
@@ -165,6 +201,9 @@ pub enum Refusal {
     /// The cluster runs members of another datacenter name than the spec's:
     /// Cassandra cannot rename a datacenter.
     DatacenterChanged { running: String, spec: String },
+    /// The spec changes what a running StatefulSet cannot change (its
+    /// volumeClaimTemplates): `field` names it, `detail` says how.
+    SpecChangeUnsupported { field: String, detail: String },
     /// A rack was removed from the spec while its StatefulSet still runs members.
     RackRemovedWithMembers { rack: String, members: i32 },
     /// Cassandra refused (or failed) the decommission of a member: nothing
@@ -263,6 +302,9 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
         });
     }
     if let Some(refusal) = unsupported_version_change(spec, observed) {
+        return Action::Refuse(refusal);
+    }
+    if let Some(refusal) = unsupported_storage_change(spec, observed) {
         return Action::Refuse(refusal);
     }
     let in_spec = |name: &str| spec.datacenter.racks.iter().any(|r| r.name == name);
@@ -586,6 +628,71 @@ fn unsupported_version_change(spec: &ClusterSpec, observed: &Observed) -> Option
     })
 }
 
+/// A rack whose storage in the spec differs from what its StatefulSet's
+/// volumeClaimTemplates hold: a StatefulSet cannot change them, and a
+/// StatefulSet re-created with others would give new members other disks
+/// than the running ones.
+fn unsupported_storage_change(spec: &ClusterSpec, observed: &Observed) -> Option<Refusal> {
+    spec.datacenter
+        .racks
+        .iter()
+        .enumerate()
+        .find_map(|(index, rack)| {
+            let running = observed.racks.get(&rack.name)?.claim_templates.as_ref()?;
+            let wanted: Vec<ClaimTemplate> = rack
+                .storage
+                .volume_claim_templates
+                .iter()
+                .map(ClaimTemplate::of)
+                .collect();
+            let differs = |w: &ClaimTemplate, r: &ClaimTemplate| {
+                (w.storage_class.is_some() && w.storage_class != r.storage_class)
+                    || (!w.access_modes.is_empty() && w.access_modes != r.access_modes)
+                    || (w.storage_bytes.is_some() && w.storage_bytes != r.storage_bytes)
+            };
+            let detail = if wanted.len() != running.len()
+                || wanted.iter().zip(running).any(|(w, r)| w.name != r.name)
+            {
+                Some(format!(
+                    "the claims are {:?}, the spec asks for {:?}",
+                    running.iter().map(|r| &r.name).collect::<Vec<_>>(),
+                    wanted.iter().map(|w| &w.name).collect::<Vec<_>>()
+                ))
+            } else {
+                wanted
+                    .iter()
+                    .zip(running)
+                    .find(|(w, r)| differs(w, r))
+                    .map(|(w, r)| {
+                        format!(
+                            "claim template {:?} is {}, the spec asks for {}",
+                            w.name,
+                            describe(r),
+                            describe(w)
+                        )
+                    })
+            };
+            detail.map(|detail| Refusal::SpecChangeUnsupported {
+                field: format!("spec.datacenter.racks[{index}].storage.volumeClaimTemplates"),
+                detail: format!("rack {}: {detail}", rack.name),
+            })
+        })
+}
+
+fn describe(claim: &ClaimTemplate) -> String {
+    format!(
+        "{} bytes of {} ({})",
+        claim
+            .storage_bytes
+            .map_or_else(|| "?".to_string(), |b| b.to_string()),
+        claim
+            .storage_class
+            .as_deref()
+            .unwrap_or("the default class"),
+        claim.access_modes.join(", ")
+    )
+}
+
 /// Members running different major versions, if they do.
 fn mixed_majors(observed: &Observed) -> Option<WaitReason> {
     let majors: BTreeSet<u32> = observed
@@ -649,6 +756,7 @@ mod tests {
         RackObserved {
             replicas,
             template_version: None,
+            claim_templates: None,
             members: members
                 .iter()
                 .enumerate()
@@ -959,6 +1067,7 @@ mod tests {
         let rack = RackObserved {
             replicas: Some(replicas),
             template_version: None,
+            claim_templates: None,
             members: members
                 .into_iter()
                 .enumerate()
@@ -1477,5 +1586,51 @@ mod tests {
             decide(&scylla, &running("2025.1.0")),
             Action::Refuse(_)
         ));
+    }
+
+    #[test]
+    fn a_storage_change_on_a_running_rack_is_refused_and_names_the_field() {
+        let claim = |size: &str, class: Option<&str>| {
+            serde_json::from_value::<k8s_openapi::api::core::v1::PersistentVolumeClaim>(
+                serde_json::json!({
+                    "metadata": {"name": "data"},
+                    "spec": {
+                        "storageClassName": class,
+                        "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": size}}
+                    }
+                }),
+            )
+            .unwrap()
+        };
+        let mut observed = racks(3, (0..3).map(member).collect());
+        observed.racks.get_mut("b").unwrap().claim_templates =
+            Some(vec![ClaimTemplate::of(&claim("10Gi", Some("local-disks")))]);
+        let with_storage = |claims: Vec<k8s_openapi::api::core::v1::PersistentVolumeClaim>| {
+            let mut s = spec(&[("b", 3)]);
+            s.datacenter.racks[0].storage.volume_claim_templates = claims;
+            s
+        };
+        let refused = |claims| match decide(&with_storage(claims), &observed) {
+            Action::Refuse(Refusal::SpecChangeUnsupported { field, detail }) => (field, detail),
+            other => panic!("{other:?}"),
+        };
+        let (field, detail) = refused(vec![claim("20Gi", Some("local-disks"))]);
+        assert_eq!(
+            field,
+            "spec.datacenter.racks[0].storage.volumeClaimTemplates"
+        );
+        assert!(detail.contains("10737418240 bytes"), "{detail}");
+        assert!(detail.contains("21474836480 bytes"), "{detail}");
+        refused(vec![claim("10Gi", Some("standard-rwo"))]);
+        refused(vec![]);
+        // the same size written otherwise, and the class left to the
+        // default, are no change
+        for same in [
+            vec![claim("10240Mi", Some("local-disks"))],
+            vec![claim("10Gi", None)],
+        ] {
+            assert_eq!(decide(&with_storage(same), &observed), Action::Converged);
+        }
     }
 }

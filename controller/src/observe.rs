@@ -22,7 +22,8 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::decide::{
-    ForeignObject, MemberObserved, Observed, RackObserved, ServiceObserved, image_major,
+    ClaimTemplate, ForeignObject, MemberObserved, Observed, RackObserved, ServiceObserved,
+    image_major,
 };
 
 /// What the caches show of storage and Nodes, for the members' claims and
@@ -132,6 +133,13 @@ pub fn observe<'a>(
             }
             let entry = observed.racks.entry(rack.to_string()).or_default();
             entry.replicas = Some(sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1));
+            entry.claim_templates = sts.spec.as_ref().map(|s| {
+                s.volume_claim_templates
+                    .iter()
+                    .flatten()
+                    .map(ClaimTemplate::of)
+                    .collect()
+            });
             entry.template_version = sts
                 .spec
                 .as_ref()

@@ -233,6 +233,12 @@ pub fn refusal_reason(refusal: &Refusal) -> (&'static str, String) {
                 "spec.version: {spec:?} is refused: {reason} (the cluster runs {running}); nothing was changed"
             ),
         ),
+        Refusal::SpecChangeUnsupported { field, detail } => (
+            "SpecChangeUnsupported",
+            format!(
+                "{field}: a StatefulSet cannot change its volumeClaimTemplates, so this change is not supported on a running rack ({detail}); put the spec back (nothing was changed)"
+            ),
+        ),
         Refusal::DatacenterChanged { running, spec } => (
             "DatacenterChanged",
             format!(
