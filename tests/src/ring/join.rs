@@ -58,6 +58,19 @@ impl Ring {
                 configured: config.cluster_name.clone(),
             });
         }
+        // StartupChecks.checkSSTablesFormat (Descriptor.isCompatible): a
+        // node reads sstables of its own major and of the one before; data
+        // of a newer major (a downgrade) or of an older one (3.11 data under
+        // 5.0) stops the start.
+        if let Some(written) = disk.written_by
+            && (written.major > config.version.major || config.version.major > written.major + 1)
+        {
+            return Err(RingError::UnreadableSstables {
+                data_dir: config.data_dir.clone(),
+                written,
+                running: config.version,
+            });
+        }
         if disk.bootstrap == BootstrapState::Decommissioned {
             if !config.override_decommission {
                 return Err(RingError::Decommissioned);
@@ -120,6 +133,7 @@ impl Ring {
             None => self.start_joining(config, &mut disk, should_bootstrap, &mut log),
         }?;
         disk.cluster_name = Some(config.cluster_name.clone());
+        disk.written_by = Some(config.version);
         self.data_dirs.insert(disk.id.clone(), disk);
         if self.cluster_name.is_none() || !live_members {
             self.cluster_name = Some(config.cluster_name.clone());

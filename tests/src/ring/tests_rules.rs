@@ -135,3 +135,60 @@ fn a_lone_seed_with_a_wiped_disk_starts_as_a_new_node() {
         );
     }
 }
+
+/// StartupChecks.checkSSTablesFormat: a node reads the data of its own
+/// major and of the one before. A rolling upgrade 4.1 → 5.0 restarts each
+/// node on its data, a downgrade 5.0 → 4.1 or a skipped major 3.11 → 5.0
+/// does not start, and the data stays as it was.
+#[test]
+fn a_node_starts_only_on_data_its_version_can_read() {
+    let mut ring = Ring::new(Options::default());
+    let seeds = ["10.0.0.1"];
+    let ids: Vec<HostId> = (1..=3)
+        .map(|i| join(&mut ring, &versioned(config(i, &seeds), Version::V4_1)))
+        .collect();
+    ring.create_keyspace("three", Replication::simple(3))
+        .expect("ks");
+    ring.write_keys("three", "k", 100, Consistency::Quorum)
+        .expect("writes");
+    // node 1 upgraded: 4.1 → 5.0 reads 4.x data
+    ring.kill(&ids[0]).expect("kill");
+    let upgraded = versioned(config(1, &seeds), Version::V5_0);
+    assert!(ring.start(&upgraded).is_ok());
+    // and back is a downgrade over a major: refused, node left down
+    ring.kill(&ids[0]).expect("kill");
+    let downgraded = versioned(config(1, &seeds), Version::V4_1);
+    let refused = ring.start(&downgraded).unwrap_err();
+    assert_eq!(
+        refused,
+        RingError::UnreadableSstables {
+            data_dir: downgraded.data_dir.clone(),
+            written: Version::V5_0,
+            running: Version::V4_1,
+        }
+    );
+    assert!(
+        refused
+            .to_string()
+            .starts_with("Detected unreadable sstables in"),
+        "{refused}"
+    );
+    assert!(ring.node(&ids[0]).unwrap().process.is_none());
+    // a patch or minor step on the same data starts
+    ring.start(&upgraded).expect("5.0 again");
+
+    // 3.11 data under 5.0: a skipped major
+    let mut old = Ring::new(Options::default());
+    let id = join(&mut old, &versioned(config(1, &seeds), Version::V3_11));
+    old.kill(&id).expect("kill");
+    assert!(matches!(
+        old.start(&versioned(config(1, &seeds), Version::V5_0)),
+        Err(RingError::UnreadableSstables { .. })
+    ));
+    assert!(
+        old.start(&versioned(config(1, &seeds), Version::V4_0))
+            .is_ok()
+    );
+    let report = ring.check();
+    assert!(report.lost.is_empty(), "{report}");
+}

@@ -232,6 +232,9 @@ pub struct DataDir {
     pub bootstrap: BootstrapState,
     /// keyspace -> keys this directory holds a copy of.
     pub copies: BTreeMap<String, BTreeSet<String>>,
+    /// The release line of the last node that ran on it: what its system
+    /// tables and newest sstables were written by.
+    pub written_by: Option<Version>,
 }
 
 impl DataDir {
@@ -243,6 +246,7 @@ impl DataDir {
             tokens: Vec::new(),
             bootstrap: BootstrapState::NeedsBootstrap,
             copies: BTreeMap::new(),
+            written_by: None,
         }
     }
 
@@ -479,6 +483,16 @@ pub enum RingError {
         "Unable to gossip with any peers: ClusterName mismatch (the ring is {ring}, this node is configured with {configured})"
     )]
     ClusterNameMismatch { ring: String, configured: String },
+    /// StartupChecks.checkSSTablesFormat: a data directory written by a
+    /// newer major, or by one the running version no longer reads.
+    #[error(
+        "Detected unreadable sstables in {data_dir} (written by Cassandra {written}, this is {running}), please check NEWS.txt and ensure that you have upgraded through all required intermediate versions, running upgradesstables"
+    )]
+    UnreadableSstables {
+        data_dir: String,
+        written: Version,
+        running: Version,
+    },
     #[error("Unable to gossip with any peers")]
     NoSeedReachable,
     #[error(
