@@ -289,6 +289,10 @@ fn regex_lite(pattern: &str) -> impl Fn(&str) -> Vec<String> {
         let bytes = text.as_bytes();
         let mut i = 0;
         while i < text.len() {
+            if !text.is_char_boundary(i) {
+                i += 1;
+                continue;
+            }
             let at_word_start = i == 0
                 || !(bytes[i - 1].is_ascii_alphanumeric()
                     || bytes[i - 1] == b'/'
