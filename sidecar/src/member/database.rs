@@ -130,6 +130,18 @@ pub fn write_configuration(
             .map(|f| (f.name.clone(), f.content.clone())),
     );
     render::write_all(out, &files)?;
+    if config.mode == ClusterMode::Cassandra {
+        // The agent refuses everything the sidecar and nodetool do not use;
+        // without the file it would refuse every MBean access.
+        let policy = crate::jolokia_access::policy_path(&config.jolokia_agent_jar);
+        std::fs::write(&policy, crate::jolokia_access::policy_xml()).map_err(|source| {
+            MemberError::File {
+                action: "writing",
+                path: policy.into(),
+                source,
+            }
+        })?;
+    }
     Ok(rendered)
 }
 
