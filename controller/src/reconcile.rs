@@ -1234,6 +1234,17 @@ async fn patch_status(
     {
         body["status"]["racks"][rack] = serde_json::Value::Null;
     }
+    // An empty list of rack conditions is left out of the status, which a
+    // merge patch reads as "unchanged": clear the last ones explicitly.
+    for (rack, now) in &status.racks {
+        let had = previous
+            .racks
+            .get(rack)
+            .is_some_and(|r| !r.conditions.is_empty());
+        if had && now.conditions.is_empty() {
+            body["status"]["racks"][rack]["conditions"] = serde_json::json!([]);
+        }
+    }
     let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), namespace);
     api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
         .await

@@ -133,13 +133,19 @@ pub fn write_configuration(
     if config.mode == ClusterMode::Cassandra {
         // The agent refuses everything the sidecar and nodetool do not use;
         // without the file it would refuse every MBean access.
-        let policy = crate::jolokia_access::policy_path(&config.jolokia_agent_jar);
-        std::fs::write(&policy, crate::jolokia_access::policy_xml()).map_err(|source| {
-            MemberError::File {
-                action: "writing",
-                path: policy.into(),
-                source,
+        let policy = std::path::PathBuf::from(crate::jolokia_access::policy_path(
+            &config.jolokia_agent_jar,
+        ));
+        let write = |path: &Path| -> std::io::Result<()> {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
             }
+            std::fs::write(path, crate::jolokia_access::policy_xml())
+        };
+        write(&policy).map_err(|source| MemberError::File {
+            action: "writing",
+            path: policy.clone(),
+            source,
         })?;
     }
     Ok(rendered)
