@@ -159,6 +159,20 @@ pub struct Observed {
     /// Datacenter names on the cluster's StatefulSets that differ from the
     /// spec's (a renamed datacenter).
     pub other_datacenters: Vec<String>,
+    /// Racks whose overrides ConfigMap sets keys the operator refuses.
+    pub refused_overrides: BTreeMap<String, RefusedOverrides>,
+}
+
+/// The keys a rack's overrides ConfigMap sets that the operator refuses
+/// (`crds::overrides::REFUSED_KEYS`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedOverrides {
+    /// The ConfigMap's name.
+    pub config_map: String,
+    /// Its key the sidecar reads (`cassandra.yaml` or `scylla.yaml`).
+    pub file: &'static str,
+    /// The refused keys it sets, in the fragment's order (never empty).
+    pub keys: Vec<&'static crds::overrides::RefusedKey>,
 }
 
 /// Why the controller waits.
@@ -221,6 +235,13 @@ pub enum Refusal {
         rack: String,
         member: i32,
         value: String,
+    },
+    /// A rack's overrides ConfigMap sets a key that would defeat the safety
+    /// rules or the member's identity: no member may start with it, so no
+    /// topology change starts (members already running keep running).
+    OverridesRefused {
+        rack: String,
+        overrides: RefusedOverrides,
     },
 }
 
@@ -316,6 +337,16 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
                 members,
             });
         }
+    }
+
+    // Before anything that would start a member: it would start with the
+    // refused overrides (the sidecar refuses them too, and the member would
+    // never become ready).
+    if let Some((rack, overrides)) = observed.refused_overrides.iter().next() {
+        return Action::Refuse(Refusal::OverridesRefused {
+            rack: rack.clone(),
+            overrides: overrides.clone(),
+        });
     }
 
     let missing: Vec<(String, i32)> = spec
@@ -1631,6 +1662,50 @@ mod tests {
             vec![claim("10Gi", None)],
         ] {
             assert_eq!(decide(&with_storage(same), &observed), Action::Converged);
+        }
+    }
+
+    /// A rack whose overrides set a refused key: nothing that would start a
+    /// member happens (no StatefulSet, no Service, no scale-up), in any rack.
+    #[test]
+    fn refused_overrides_hold_every_topology_change() {
+        let refused = || {
+            BTreeMap::from([(
+                "b".to_string(),
+                RefusedOverrides {
+                    config_map: "tuning".into(),
+                    file: "cassandra.yaml",
+                    keys: vec![crds::overrides::refused("auto_bootstrap").unwrap()],
+                },
+            )])
+        };
+        let expected = Action::Refuse(Refusal::OverridesRefused {
+            rack: "b".into(),
+            overrides: refused().remove("b").unwrap(),
+        });
+        for (what, spec, mut observed) in [
+            ("new cluster", spec(&[("b", 3)]), observed(vec![])),
+            (
+                "scale-up of a running rack",
+                spec(&[("b", 3)]),
+                observed(vec![("b", rack(Some(1), &[READY]))]),
+            ),
+            (
+                "another rack's scale-up",
+                spec(&[("b", 1), ("c", 2)]),
+                observed(vec![
+                    ("b", rack(Some(1), &[READY])),
+                    ("c", rack(Some(1), &[READY])),
+                ]),
+            ),
+        ] {
+            observed.refused_overrides = refused();
+            assert_eq!(decide(&spec, &observed), expected, "{what}");
+            observed.refused_overrides.clear();
+            assert!(
+                !matches!(decide(&spec, &observed), Action::Refuse(_)),
+                "{what}: fixed overrides go on"
+            );
         }
     }
 }

@@ -18,12 +18,14 @@ use crds::names;
 use crds::v1alpha1::Cluster;
 use crds::versions::Version;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod, Service,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::decide::{
-    ClaimTemplate, ForeignObject, MemberObserved, Observed, RackObserved, ServiceObserved,
-    image_major,
+    ClaimTemplate, ForeignObject, MemberObserved, Observed, RackObserved, RefusedOverrides,
+    ServiceObserved, image_major,
 };
 
 /// What the caches show of storage and Nodes, for the members' claims and
@@ -312,6 +314,57 @@ fn member_entry<'a>(
         .or_default()
 }
 
+/// The racks whose overrides ConfigMap (`configMapName`) sets keys the
+/// operator refuses ([`crds::overrides`], the list the sidecar refuses too).
+/// A ConfigMap that is missing refuses nothing here: the member's Pod waits
+/// for its volume.
+pub fn refused_overrides<'a>(
+    cluster: &Cluster,
+    config_maps: impl IntoIterator<Item = &'a ConfigMap>,
+) -> BTreeMap<String, RefusedOverrides> {
+    let config_maps: Vec<&ConfigMap> = config_maps
+        .into_iter()
+        .filter(|c| in_namespace(&c.metadata, cluster))
+        .collect();
+    let file = crds::overrides::config_map_key(cluster.spec.mode);
+    let mut refused = BTreeMap::new();
+    for rack in &cluster.spec.datacenter.racks {
+        let Some(name) = rack.config_map_name.as_deref() else {
+            continue;
+        };
+        let Some(config_map) = config_maps
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(name))
+        else {
+            continue;
+        };
+        let keys =
+            crds::overrides::refused_in_config_map(config_map.data.as_ref(), cluster.spec.mode);
+        if !keys.is_empty() {
+            refused.insert(
+                rack.name.clone(),
+                RefusedOverrides {
+                    config_map: name.to_string(),
+                    file,
+                    keys,
+                },
+            );
+        }
+    }
+    refused
+}
+
+/// Whether a Cluster names a ConfigMap as a rack's overrides.
+pub fn references_config_map(cluster: &Cluster, config_map: &ConfigMap) -> bool {
+    in_namespace(&config_map.metadata, cluster)
+        && cluster
+            .spec
+            .datacenter
+            .racks
+            .iter()
+            .any(|r| r.config_map_name.is_some() && r.config_map_name == config_map.metadata.name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -579,5 +632,131 @@ spec:
             })
         );
         assert_eq!(m.pod_major, Some(4));
+    }
+
+    fn config_map(namespace: &str, name: &str, key: &str, text: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(namespace.into()),
+                ..ObjectMeta::default()
+            },
+            data: Some(BTreeMap::from([(key.to_string(), text.to_string())])),
+            ..ConfigMap::default()
+        }
+    }
+
+    /// From a rack's overrides ConfigMap to the decision and the status,
+    /// once per refused family: the decision refuses (no member starts with
+    /// it), the rack's `OverridesRefused` condition and the Degraded
+    /// condition (whose message becomes the Warning Event) name the key, the
+    /// ConfigMap and why; the same ConfigMap without the key refuses nothing.
+    #[test]
+    fn each_refused_family_is_reported_naming_key_and_config_map() {
+        use crate::decide::{Action, Refusal, decide};
+        use crate::status::{Outcome, compute_status};
+        let mut cluster = cluster();
+        cluster.spec.datacenter.racks[0].config_map_name = Some("tuning".into());
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_second(10).unwrap(),
+        );
+        for (family, key, value) in [
+            ("bootstrap", "auto_bootstrap", "false"),
+            ("ports", "storage_port", "7001"),
+            ("ports", "ssl_storage_port", "7002"),
+            ("ports", "native_transport_port", "9043"),
+            ("directories", "data_file_directories", "[/tmp/data]"),
+            ("directories", "commitlog_directory", "/tmp/commitlog"),
+            ("directories", "hints_directory", "/tmp/hints"),
+            ("directories", "saved_caches_directory", "/tmp/caches"),
+            ("directories", "cdc_raw_directory", "/tmp/cdc"),
+            ("addresses", "listen_address", "10.0.0.1"),
+            ("addresses", "broadcast_address", "10.0.0.1"),
+            ("addresses", "rpc_address", "0.0.0.0"),
+            ("addresses", "broadcast_rpc_address", "10.0.0.1"),
+            (
+                "seed_provider",
+                "seed_provider",
+                "[{class_name: org.apache.cassandra.locator.SimpleSeedProvider, parameters: [{seeds: 10.0.0.9}]}]",
+            ),
+            ("endpoint_snitch", "endpoint_snitch", "SimpleSnitch"),
+            ("cluster_name", "cluster_name", "other"),
+        ] {
+            let fragment = format!("concurrent_reads: 16\n{key}: {value}\n");
+            let maps = [
+                config_map("db", "tuning", "cassandra.yaml", &fragment),
+                // Same name, another namespace: not this cluster's.
+                config_map(
+                    "other",
+                    "tuning",
+                    "cassandra.yaml",
+                    "auto_bootstrap: true\n",
+                ),
+            ];
+            let mut observed = observe(&cluster, [], [], [], &Storage::default());
+            observed.refused_overrides = refused_overrides(&cluster, &maps);
+            let action = decide(&cluster.spec, &observed);
+            assert!(
+                matches!(&action, Action::Refuse(Refusal::OverridesRefused { rack, .. }) if rack == "a"),
+                "{family} {key}: {action:?}"
+            );
+            let status = compute_status(&cluster, &observed, &Outcome::Decided(action), &now);
+            let reason = crds::overrides::refused(key).unwrap().reason;
+            let named = format!(
+                "ConfigMap \"tuning\": key cassandra.yaml sets {key}, which the operator refuses: {reason}"
+            );
+            let rack = &status.racks["a"];
+            let condition = rack
+                .conditions
+                .iter()
+                .find(|c| c.type_ == crds::v1alpha1::RACK_CONDITION_OVERRIDES_REFUSED)
+                .unwrap_or_else(|| panic!("{family} {key}: no condition in {rack:?}"));
+            assert_eq!(condition.message.as_deref(), Some(named.as_str()));
+            let degraded = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == crds::v1alpha1::CONDITION_DEGRADED)
+                .unwrap();
+            assert_eq!(
+                (degraded.status.as_str(), degraded.reason.as_str()),
+                ("True", "OverridesRefused"),
+                "{family} {key}"
+            );
+            assert!(degraded.message.contains(&named), "{}", degraded.message);
+            assert!(!status.racks.contains_key("b"), "rack b was not refused");
+
+            // The ConfigMap without the key: nothing refused, the rack goes on.
+            let fixed = [config_map(
+                "db",
+                "tuning",
+                "cassandra.yaml",
+                "concurrent_reads: 16\n",
+            )];
+            observed.refused_overrides = refused_overrides(&cluster, &fixed);
+            assert!(observed.refused_overrides.is_empty());
+            assert!(!matches!(
+                decide(&cluster.spec, &observed),
+                Action::Refuse(_)
+            ));
+        }
+    }
+
+    #[test]
+    fn only_the_key_of_the_mode_and_the_named_config_map_count() {
+        let mut cluster = cluster();
+        cluster.spec.datacenter.racks[1].config_map_name = Some("tuning-b".into());
+        let maps = [
+            // Rack a names none: its ConfigMap is not read.
+            config_map("db", "tuning", "cassandra.yaml", "auto_bootstrap: false\n"),
+            // Rack b's, at a key the sidecar does not read in cassandra mode.
+            config_map("db", "tuning-b", "scylla.yaml", "auto_bootstrap: false\n"),
+        ];
+        assert!(refused_overrides(&cluster, &maps).is_empty());
+        assert!(!references_config_map(&cluster, &maps[0]));
+        assert!(references_config_map(&cluster, &maps[1]));
+        cluster.spec.mode = crds::v1alpha1::ClusterMode::Scylla;
+        let refused = refused_overrides(&cluster, &maps);
+        assert_eq!(refused["b"].file, "scylla.yaml");
+        assert_eq!(refused["b"].keys[0].key, "auto_bootstrap");
     }
 }

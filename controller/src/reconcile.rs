@@ -19,7 +19,8 @@ use crds::v1alpha1::{CONDITION_DEGRADED, Cluster, ClusterStatus};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{
-    Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, Service, ServiceAccount,
+    ConfigMap, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, Service,
+    ServiceAccount,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -38,7 +39,9 @@ use tracing::{info, warn};
 use crate::ControllerArgs;
 use crate::decide::{Action, Observed, Refusal, WaitReason, decide};
 use crate::metrics::{ClusterLabels, ErrorLabels, MemberOperationLabels, Metrics};
-use crate::observe::{Storage, observe, owned_by, volume_hostnames};
+use crate::observe::{
+    Storage, observe, owned_by, references_config_map, refused_overrides, volume_hostnames,
+};
 use crate::resources::{self, BuildContext};
 use crate::status::{Outcome, compute_status, refusal_reason};
 
@@ -119,6 +122,7 @@ pub struct Context {
     claims: Store<PersistentVolumeClaim>,
     volumes: Store<PersistentVolume>,
     nodes: Store<Node>,
+    config_maps: Store<ConfigMap>,
     recorder: Recorder,
     metrics: Arc<Metrics>,
     build: BuildContext,
@@ -173,6 +177,20 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
     let (role_bindings, rb_stream) = cache!(RoleBinding);
     // The StatefulSet controller gives claims the selector's labels.
     let (claims, claim_stream) = cache!(PersistentVolumeClaim);
+    // The racks' overrides ConfigMaps are the user's, without our label:
+    // every ConfigMap of the watched namespace(s), to refuse a key that
+    // would defeat the safety rules as soon as it is written.
+    let (config_maps, config_map_stream) = {
+        let (reader, writer) = reflector::store::<ConfigMap>();
+        let stream = watcher(
+            api::<ConfigMap>(&client, &args.namespace),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+        (reader, stream)
+    };
     // Volumes and Nodes carry none of ours: a lost local disk is a volume
     // whose Node is gone (DESIGN.md section 5).
     macro_rules! cluster_cache {
@@ -210,6 +228,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
         claims: claims.clone(),
         volumes: volumes.clone(),
         nodes: nodes.clone(),
+        config_maps: config_maps.clone(),
         metrics,
         build: BuildContext {
             operator_image: args.operator_image.clone(),
@@ -230,7 +249,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
             roles,
             role_bindings,
         );
-        let (pvc, pv, node) = (claims, volumes, nodes);
+        let (pvc, pv, node, cm) = (claims, volumes, nodes, config_maps);
         async move {
             // Every cache must hold a first full list before the reconciles'
             // reads mean anything.
@@ -254,6 +273,8 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
             synced(&pv).await;
             synced(&node).await;
             tracing::debug!("claims, volumes and nodes caches synced");
+            synced(&cm).await;
+            tracing::debug!("config maps cache synced");
         }
     };
     tokio::spawn(async move {
@@ -285,6 +306,18 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
             .collect::<Vec<_>>()
     };
     let every_cluster_too = every_cluster.clone();
+    // A ConfigMap change concerns the Clusters that name it as overrides.
+    let clusters_of_config_map = {
+        let clusters = controller.store();
+        move |config_map: ConfigMap| {
+            clusters
+                .state()
+                .iter()
+                .filter(|c| references_config_map(c, &config_map))
+                .map(|c| ObjectRef::from_obj(c.as_ref()))
+                .collect::<Vec<_>>()
+        }
+    };
     info!(
         namespace = args.namespace.as_deref().unwrap_or("*"),
         "controller starting"
@@ -300,6 +333,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
         .watches_stream(claim_stream, claim_to_cluster)
         .watches_stream(volume_stream, move |_| every_cluster())
         .watches_stream(node_stream, move |_| every_cluster_too())
+        .watches_stream(config_map_stream, clusters_of_config_map)
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -379,13 +413,15 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Requeue, Er
         volumes: volumes.iter().map(|v| v.as_ref()).collect(),
         nodes: Some(nodes.iter().map(|n| n.as_ref()).collect()),
     };
-    let observed = observe(
+    let mut observed = observe(
         cluster,
         statefulsets.iter().map(|s| s.as_ref()),
         services.iter().map(|s| s.as_ref()),
         pods.iter().map(|p| p.as_ref()),
         &storage,
     );
+    observed.refused_overrides =
+        refused_overrides(cluster, ctx.config_maps.state().iter().map(|c| c.as_ref()));
 
     // validate, decide, act
     let outcome = match crds::validate(cluster) {
@@ -1275,6 +1311,17 @@ async fn patch_status(
         .filter(|r| !status.racks.contains_key(*r))
     {
         body["status"]["racks"][rack] = serde_json::Value::Null;
+    }
+    // An empty list of rack conditions is left out of the status, which a
+    // merge patch reads as "unchanged": clear the last ones explicitly.
+    for (rack, now) in &status.racks {
+        let had = previous
+            .racks
+            .get(rack)
+            .is_some_and(|r| !r.conditions.is_empty());
+        if had && now.conditions.is_empty() {
+            body["status"]["racks"][rack]["conditions"] = serde_json::json!([]);
+        }
     }
     let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), namespace);
     api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))

@@ -150,6 +150,23 @@ fn pod_template(
         mount_path: SHARED_DIR.to_string(),
         ..VolumeMount::default()
     }];
+    // Under readOnlyRootFilesystem the only writable paths are volumes:
+    // Cassandra's logs (`$CASSANDRA_HOME/logs` links there; the JVM of 4.0+
+    // refuses to start when it cannot open its GC log) and /tmp (the JVM's
+    // perf data, JNA's native library). The configuration is rendered into
+    // the shared volume, the data goes to the data volume.
+    for (volume, dir) in scratch_dirs(mode) {
+        volumes.push(Volume {
+            name: volume.to_string(),
+            empty_dir: Some(Default::default()),
+            ..Volume::default()
+        });
+        mounts.push(VolumeMount {
+            name: volume.to_string(),
+            mount_path: dir.to_string(),
+            ..VolumeMount::default()
+        });
+    }
     if let Some(template) = rack.storage.volume_claim_templates.first() {
         mounts.push(VolumeMount {
             name: template.metadata.name.clone().unwrap_or_default(),
@@ -300,8 +317,20 @@ fn pod_security_context(mode: ClusterMode) -> Option<PodSecurityContext> {
     }
 }
 
-/// Each container's: no privilege escalation and no capabilities (the
-/// sidecar and Cassandra need none of them).
+/// The writable scratch directories (emptyDir volumes) of the database
+/// container besides the shared and data volumes: (volume, path).
+/// Scylla's image writes under /etc/scylla and runs as root: left to it.
+pub fn scratch_dirs(mode: ClusterMode) -> &'static [(&'static str, &'static str)] {
+    match mode {
+        ClusterMode::Cassandra => &[("logs", "/var/log/cassandra"), ("tmp", "/tmp")],
+        ClusterMode::Scylla => &[],
+    }
+}
+
+/// Each container's: no privilege escalation, no capabilities (the sidecar
+/// and Cassandra need none of them) and a read-only root filesystem (what
+/// they write goes to volumes: [`scratch_dirs`], the shared and data
+/// volumes).
 fn container_security_context(mode: ClusterMode) -> Option<SecurityContext> {
     match mode {
         ClusterMode::Cassandra => Some(SecurityContext {
@@ -310,6 +339,7 @@ fn container_security_context(mode: ClusterMode) -> Option<SecurityContext> {
                 drop: Some(vec!["ALL".to_string()]),
                 ..Capabilities::default()
             }),
+            read_only_root_filesystem: Some(true),
             ..SecurityContext::default()
         }),
         ClusterMode::Scylla => None,

@@ -9,11 +9,11 @@ use crds::ValidationErrors;
 use crds::v1alpha1::{
     CONDITION_DEGRADED, CONDITION_PROGRESSING, CONDITION_READY, Cluster, ClusterStatus,
     ConditionStatus, RACK_CONDITION_DECOMMISSION_REFUSED, RACK_CONDITION_MEMBER_LEAVING,
-    RACK_CONDITION_MEMBER_REPLACING, RackCondition, RackStatus,
+    RACK_CONDITION_MEMBER_REPLACING, RACK_CONDITION_OVERRIDES_REFUSED, RackCondition, RackStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use crate::decide::{Action, Observed, Refusal, WaitReason};
+use crate::decide::{Action, Observed, Refusal, RefusedOverrides, WaitReason};
 
 /// What the reconcile concluded.
 #[derive(Debug, Clone, PartialEq)]
@@ -278,7 +278,29 @@ pub fn refusal_reason(refusal: &Refusal) -> (&'static str, String) {
                 crds::contract::DECOMMISSIONED
             ),
         ),
+        Refusal::OverridesRefused { rack, overrides } => (
+            "OverridesRefused",
+            format!(
+                "rack {rack}: {}; no member starts with it and nothing was changed (members already running keep running): remove the key",
+                overrides_message(overrides)
+            ),
+        ),
     }
+}
+
+/// Names each refused key, the ConfigMap and why, as the sidecar does.
+pub fn overrides_message(overrides: &RefusedOverrides) -> String {
+    overrides
+        .keys
+        .iter()
+        .map(|r| {
+            format!(
+                "ConfigMap {:?}: key {} sets {}, which the operator refuses: {}",
+                overrides.config_map, overrides.file, r.key, r.reason
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Computes the status. Conditions keep their `lastTransitionTime` when their
@@ -293,7 +315,9 @@ pub fn compute_status(
     let previous = cluster.status.clone().unwrap_or_default();
     let mut racks = BTreeMap::new();
     for (name, rack) in &observed.racks {
-        let Some(replicas) = rack.replicas else {
+        let refused_overrides = observed.refused_overrides.get(name);
+        // A rack refused before its StatefulSet exists still shows why.
+        let Some(replicas) = rack.replicas.or(refused_overrides.map(|_| 0)) else {
             continue;
         };
         let ready = (0..replicas)
@@ -327,6 +351,11 @@ pub fn compute_status(
                 RACK_CONDITION_DECOMMISSION_REFUSED,
                 refused.is_some(),
                 refused.clone(),
+            ),
+            (
+                RACK_CONDITION_OVERRIDES_REFUSED,
+                refused_overrides.is_some(),
+                refused_overrides.map(overrides_message),
             ),
         ] {
             if !present {

@@ -6,7 +6,11 @@
 //! to render a configuration that sets one (the member does not start), and
 //! the controller reports it as a condition and a Warning Event. Pure.
 
+use std::collections::BTreeMap;
+
 use serde_norway::Value;
+
+use crate::v1alpha1::ClusterMode;
 
 /// A setting the overrides may not change, and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,6 +181,26 @@ pub fn refused_in(fragment: &str) -> Vec<&'static RefusedKey> {
     }
 }
 
+/// The key of the overrides ConfigMap the sidecar merges over the image's
+/// main configuration file (and the name of that file).
+pub fn config_map_key(mode: ClusterMode) -> &'static str {
+    match mode {
+        ClusterMode::Cassandra => "cassandra.yaml",
+        ClusterMode::Scylla => "scylla.yaml",
+    }
+}
+
+/// The refused keys an overrides ConfigMap's data sets for a mode: those of
+/// its [`config_map_key`] fragment (the only one the sidecar reads).
+pub fn refused_in_config_map(
+    data: Option<&BTreeMap<String, String>>,
+    mode: ClusterMode,
+) -> Vec<&'static RefusedKey> {
+    data.and_then(|d| d.get(config_map_key(mode)))
+        .map(|fragment| refused_in(fragment))
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,6 +260,27 @@ mod tests {
         for not_a_mapping in ["", "# only a comment\n", "[1, 2]", "a: [", "just text"] {
             assert_eq!(keys(not_a_mapping), Vec::<&str>::new(), "{not_a_mapping:?}");
         }
+    }
+
+    #[test]
+    fn a_config_map_is_read_at_the_key_of_its_mode() {
+        let data = BTreeMap::from([
+            (
+                "cassandra.yaml".to_string(),
+                "auto_bootstrap: false\n".to_string(),
+            ),
+            ("scylla.yaml".to_string(), "api_port: 1\n".to_string()),
+            ("notes.yaml".to_string(), "cluster_name: x\n".to_string()),
+        ]);
+        let keys = |mode| -> Vec<&str> {
+            refused_in_config_map(Some(&data), mode)
+                .iter()
+                .map(|r| r.key)
+                .collect()
+        };
+        assert_eq!(keys(ClusterMode::Cassandra), ["auto_bootstrap"]);
+        assert_eq!(keys(ClusterMode::Scylla), ["api_port"]);
+        assert!(refused_in_config_map(None, ClusterMode::Cassandra).is_empty());
     }
 
     /// Every refused key that the real default files of Cassandra 3.11,

@@ -340,8 +340,10 @@ pub struct RackStatus {
 #[serde(rename_all = "camelCase")]
 pub struct RackCondition {
     /// Type of the condition: `MemberLeaving` (a member is being
-    /// decommissioned) or `MemberReplacing` (a member whose disk was lost is
-    /// being replaced).
+    /// decommissioned), `MemberReplacing` (a member whose disk was lost is
+    /// being replaced), `DecommissionRefused` (Cassandra refused a requested
+    /// decommission) or `OverridesRefused` (the rack's overrides ConfigMap
+    /// sets a key the operator refuses; nothing changes until it is removed).
     #[serde(rename = "type")]
     pub type_: String,
     /// `True`, `False` or `Unknown`.
@@ -375,6 +377,10 @@ pub const RACK_CONDITION_MEMBER_REPLACING: &str = "MemberReplacing";
 /// Rack condition type: Cassandra refused (or failed) a requested
 /// decommission; its message quotes Cassandra's reason.
 pub const RACK_CONDITION_DECOMMISSION_REFUSED: &str = "DecommissionRefused";
+/// Rack condition type: the rack's overrides ConfigMap sets a key the
+/// operator refuses (`crds::overrides::REFUSED_KEYS`); its message names the
+/// key, the ConfigMap and why. Nothing changes until the key is removed.
+pub const RACK_CONDITION_OVERRIDES_REFUSED: &str = "OverridesRefused";
 /// Cluster condition type: every member of every rack is ready.
 pub const CONDITION_READY: &str = "Ready";
 /// Cluster condition type: the controller is changing the topology.

@@ -14,6 +14,7 @@
 
 pub mod decommission;
 pub mod jolokia;
+pub mod jolokia_access;
 pub mod markers;
 pub mod member;
 pub mod nodetool;

@@ -193,7 +193,7 @@ async fn sidecar_renders_starts_probes_and_stops_the_database() {
         .expect("JVM_EXTRA_OPTS");
     assert!(
         jvm.contains(
-            "-javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1"
+            "-javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1,policyLocation=file:///mnt/shared/plugins/jolokia-access.xml"
         ),
         "{jvm}"
     );

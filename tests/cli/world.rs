@@ -399,9 +399,11 @@ async fn a_decommission_survives_the_sidecar_being_killed_midway() {
 }
 
 /// An overrides ConfigMap that would make a new member skip its bootstrap
-/// (`auto_bootstrap: false`) is refused: the member does not start with
-/// it, its container says which key of which ConfigMap and why, nobody
-/// joins the ring, and no data is lost.
+/// (`auto_bootstrap: false`) is refused by the controller as soon as it is
+/// written: the rack's `OverridesRefused` condition and a Warning Event name
+/// the key and the ConfigMap, the scale-up waits (no member starts with
+/// it), the running member keeps running and no data is lost; removing the
+/// key clears the condition and the scale-up proceeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_override_that_defeats_safety_never_reaches_a_member() {
     let _one = ONE_WORLD.lock().await;
@@ -460,31 +462,61 @@ async fn an_override_that_defeats_safety_never_reaches_a_member() {
         )
         .await
         .unwrap();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "db");
-    let refusal = "sets auto_bootstrap, which the operator refuses: a member that does not \
-                   bootstrap owns token ranges whose data it never streamed";
+    let named = "ConfigMap \"tuning\": key cassandra.yaml sets auto_bootstrap, which the \
+                 operator refuses: a member that does not bootstrap owns token ranges whose \
+                 data it never streamed";
+    let rack_condition = |c: &Cluster| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.racks.get("r"))
+            .and_then(|r| {
+                r.conditions
+                    .iter()
+                    .find(|c| c.type_ == crds::v1alpha1::RACK_CONDITION_OVERRIDES_REFUSED)
+            })
+            .and_then(|c| c.message.clone())
+    };
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), "db");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let restarted = pods.get_opt("c-dc-r-1").await.unwrap().is_some_and(|p| {
-            p.status
-                .and_then(|s| s.container_statuses)
-                .is_some_and(|cs| cs.iter().any(|c| c.restart_count >= 1))
-        });
-        let logs = container_logs(work.path());
-        if restarted && logs.contains(refusal) {
-            assert!(
-                logs.contains("ConfigMap \"tuning\": key cassandra.yaml sets auto_bootstrap"),
-                "the refusal does not name the ConfigMap and its key:\n{logs}"
-            );
+        let condition = rack_condition(&clusters.get("c").await.unwrap());
+        let warned = events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .any(|e| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.reason.as_deref() == Some("OverridesRefused")
+                    && e.note.as_deref().is_some_and(|n| n.contains(named))
+            });
+        if condition.as_deref().is_some_and(|m| m.contains(named)) && warned {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "member 1 was not refused (restarted: {restarted}):\n{logs}"
+            "no OverridesRefused condition and Warning Event (condition: {condition:?}, \
+             warned: {warned})\n{}",
+            tail(&log)
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // Nobody joined with it, and nothing was lost.
+    // The controller changes nothing: no scale-up, no Pod for member 1, and
+    // the running member keeps running. A few resyncs' worth of time for a
+    // wrong scale-up to show.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "db");
+    let statefulsets: Api<k8s_openapi::api::apps::v1::StatefulSet> =
+        Api::namespaced(client.clone(), "db");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let replicas = statefulsets
+        .get("c-dc-r")
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.replicas);
+    assert_eq!(replicas, Some(1), "the refused rack was scaled up");
+    assert!(pods.get_opt("c-dc-r-1").await.unwrap().is_none());
     let (up, status, report) = ring_summary(sim);
     assert_eq!(up, 1, "{status}");
     assert_eq!(
@@ -495,4 +527,20 @@ async fn an_override_that_defeats_safety_never_reaches_a_member() {
     assert!(report.is_clean(), "{report}\n{status}");
     let status = clusters.get("c").await.unwrap().status.unwrap();
     assert_eq!(status.ready_members, 1);
+
+    // Fixing the ConfigMap clears the condition, and the scale-up proceeds
+    // with a member that bootstraps.
+    configmaps
+        .replace(
+            "tuning",
+            &PostParams::default(),
+            &overrides("concurrent_reads: 16\n"),
+        )
+        .await
+        .unwrap();
+    wait_ready(&clusters, "c", 2, Duration::from_secs(120), &log).await;
+    assert_eq!(rack_condition(&clusters.get("c").await.unwrap()), None);
+    let (up, status, report) = ring_summary(sim);
+    assert_eq!(up, 2, "{status}");
+    assert!(report.is_clean(), "{report}\n{status}");
 }

@@ -46,7 +46,8 @@ import org.jolokia.backend.BackendManager;
 import org.jolokia.config.ConfigKey;
 import org.jolokia.config.Configuration;
 import org.jolokia.http.HttpRequestHandler;
-import org.jolokia.restrictor.AllowAllRestrictor;
+import org.jolokia.restrictor.Restrictor;
+import org.jolokia.restrictor.RestrictorFactory;
 import org.jolokia.util.LogHandler;
 import org.json.simple.JSONAware;
 
@@ -546,7 +547,7 @@ public class FakeCassandraJolokia {
 
     public static void main(String[] args) throws Exception {
         if (args.length < 1) {
-            System.err.println("usage: FakeCassandraJolokia <3.11|4.1|5.0> [--port P] [--rf N] [--peers SPEC] [--decommission-ms MS] [--drain-ms MS]");
+            System.err.println("usage: FakeCassandraJolokia <3.11|4.1|5.0> [--port P] [--rf N] [--peers SPEC] [--decommission-ms MS] [--drain-ms MS] [--policy-location URL]");
             System.exit(2);
         }
         String version = args[0];
@@ -555,6 +556,9 @@ public class FakeCassandraJolokia {
         long decommissionMs = 1500;
         long drainMs = 300;
         String peers = "10.0.0.2:UN:rack2,10.0.0.3:UN:rack3";
+        // The agent option policyLocation (e.g. file:///path/jolokia-access.xml);
+        // without it, Jolokia's default classpath location (none here: allow all).
+        String policyLocation = null;
         for (int i = 1; i + 1 < args.length; i += 2) {
             switch (args[i]) {
                 case "--port": port = Integer.parseInt(args[i + 1]); break;
@@ -562,6 +566,7 @@ public class FakeCassandraJolokia {
                 case "--peers": peers = args[i + 1]; break;
                 case "--decommission-ms": decommissionMs = Long.parseLong(args[i + 1]); break;
                 case "--drain-ms": drainMs = Long.parseLong(args[i + 1]); break;
+                case "--policy-location": policyLocation = args[i + 1]; break;
                 default:
                     System.err.println("unknown option " + args[i]);
                     System.exit(2);
@@ -587,11 +592,20 @@ public class FakeCassandraJolokia {
             public void error(String m, Throwable t) { System.err.println("jolokia: " + m); }
         };
         String context = "/jolokia";
-        Configuration config = new Configuration(
-                ConfigKey.AGENT_CONTEXT, context,
-                ConfigKey.AGENT_ID, "fake-cassandra-" + version,
-                ConfigKey.DISCOVERY_ENABLED, "false");
-        BackendManager backend = new BackendManager(config, quiet, new AllowAllRestrictor());
+        Configuration config = policyLocation == null
+                ? new Configuration(
+                        ConfigKey.AGENT_CONTEXT, context,
+                        ConfigKey.AGENT_ID, "fake-cassandra-" + version,
+                        ConfigKey.DISCOVERY_ENABLED, "false")
+                : new Configuration(
+                        ConfigKey.AGENT_CONTEXT, context,
+                        ConfigKey.AGENT_ID, "fake-cassandra-" + version,
+                        ConfigKey.DISCOVERY_ENABLED, "false",
+                        ConfigKey.POLICY_LOCATION, policyLocation);
+        // As the JVM agent does: the policy at policyLocation, allow-all
+        // when there is none, deny-all when it cannot be read.
+        Restrictor restrictor = RestrictorFactory.createRestrictor(config, quiet);
+        BackendManager backend = new BackendManager(config, quiet, restrictor);
         HttpRequestHandler handler = new HttpRequestHandler(config, backend, quiet);
 
         HttpServer server = HttpServer.create(new InetSocketAddress(InetAddress.getLoopbackAddress(), port), 16);

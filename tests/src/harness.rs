@@ -192,10 +192,13 @@ impl World {
         })
     }
 
-    /// Creates `namespace` (if missing) and the Cluster CRD.
+    /// Creates `namespace` (if missing) and the Cluster CRD. The namespace
+    /// enforces Pod Security "restricted", as the examples' do: the
+    /// members must meet it.
     pub async fn install(&self, namespace: &str) -> Result<(), HarnessError> {
-        let ns: Namespace =
-            serde_json::from_value(json!({"metadata": {"name": namespace}})).expect("a namespace");
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace,
+            "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}))
+        .expect("a namespace");
         match Api::<Namespace>::all(self.client.clone())
             .create(&PostParams::default(), &ns)
             .await

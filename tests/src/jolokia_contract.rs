@@ -910,3 +910,82 @@ pub async fn check_facade_decommission(url: &str, blocking_for: Duration) {
         OperationMode::Decommissioned
     );
 }
+
+/// The Jolokia access policy the sidecar ships: its committed file
+/// (`sidecar::jolokia_access` checks it is the rendering of its list).
+pub fn shipped_policy() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../sidecar/jolokia-access.xml")
+}
+
+/// Requests nothing in the operator makes, each with the `error` the real
+/// Jolokia answers (status 403, `java.lang.Exception`) under the shipped
+/// policy.
+pub fn refused_by_policy() -> Vec<(Value, &'static str)> {
+    let ss = STORAGE_SERVICE;
+    vec![
+        (
+            json!({"type": "exec", "mbean": ss, "operation": "forceRemoveCompletion"}),
+            "java.lang.Exception : Operation forceRemoveCompletion forbidden for MBean org.apache.cassandra.db:type=StorageService",
+        ),
+        (
+            json!({"type": "exec", "mbean": ss, "operation": "removeNode", "arguments": ["x"]}),
+            "java.lang.Exception : Operation removeNode forbidden for MBean org.apache.cassandra.db:type=StorageService",
+        ),
+        (
+            json!({"type": "exec", "mbean": "java.lang:type=Threading", "operation": "dumpAllThreads(boolean,boolean)", "arguments": [true, true]}),
+            "java.lang.Exception : Operation dumpAllThreads(boolean,boolean) forbidden for MBean java.lang:type=Threading",
+        ),
+        (
+            json!({"type": "exec", "mbean": "java.lang:type=Runtime", "operation": "getSystemProperties"}),
+            "java.lang.Exception : Operation getSystemProperties forbidden for MBean java.lang:type=Runtime",
+        ),
+        (
+            json!({"type": "read", "mbean": "java.lang:type=Runtime", "attribute": "SystemProperties"}),
+            "java.lang.Exception : Reading attribute SystemProperties is forbidden for MBean java.lang:type=Runtime",
+        ),
+        (
+            json!({"type": "write", "mbean": ss, "attribute": "OperationMode", "value": "NORMAL"}),
+            "java.lang.Exception : Writing attribute OperationMode forbidden for MBean org.apache.cassandra.db:type=StorageService",
+        ),
+        (
+            json!({"type": "search", "mbean": "*:*"}),
+            "java.lang.Exception : Command type SEARCH not allowed due to policy used",
+        ),
+        (
+            json!({"type": "list"}),
+            "java.lang.Exception : Command type LIST not allowed due to policy used",
+        ),
+    ]
+}
+
+/// Under the shipped policy: every read of the sidecar and of nodetool
+/// works, and each of [`refused_by_policy`] is refused with Jolokia's
+/// answer, also through the client (a failed request with status 403).
+pub async fn check_policy(url: &str, ring: &RingSpec) {
+    check_nodetool_reads(url, ring).await;
+    let storage = StorageService::new(Jolokia::new(url).expect("a client"));
+    storage.ring().await.expect("the sidecar's ring read");
+    storage.operation_mode().await.expect("the operation mode");
+    for (request, error) in refused_by_policy() {
+        let answer = post_json(url, &request).await;
+        assert_eq!(
+            (&answer["status"], &answer["error_type"], &answer["error"]),
+            (&json!(403), &json!("java.lang.Exception"), &json!(error)),
+            "{}: {request}",
+            ring.line.arg()
+        );
+    }
+    let err = Jolokia::new(url)
+        .expect("a client")
+        .request(&jolokia::Request::exec(
+            STORAGE_SERVICE,
+            "forceRemoveCompletion",
+            vec![],
+        ))
+        .await
+        .expect_err("refused by the policy");
+    assert!(
+        matches!(&err, Error::Jolokia { status: 403, .. }),
+        "{err:?}"
+    );
+}

@@ -222,6 +222,9 @@ pub struct NodeConfig {
     pub decommission: Duration,
     /// How long drain blocks (DRAINING) before DRAINED.
     pub drain: Duration,
+    /// The agent option `policyLocation` (a Jolokia access policy, e.g.
+    /// `file:///…/jolokia-access.xml`); `None`: no policy (allow all).
+    pub policy_location: Option<String>,
 }
 
 impl NodeConfig {
@@ -232,7 +235,14 @@ impl NodeConfig {
             rf: 1,
             decommission: Duration::from_millis(1500),
             drain: Duration::from_millis(300),
+            policy_location: None,
         }
+    }
+
+    /// Start the agent with this access policy file.
+    pub fn policy(mut self, path: &Path) -> Self {
+        self.policy_location = Some(format!("file://{}", path.display()));
+        self
     }
 
     pub fn peer(mut self, ip: &str, state: &str, rack: &str) -> Self {
@@ -295,6 +305,12 @@ impl RealJolokia {
                 &config.decommission.as_millis().to_string(),
             ])
             .args(["--drain-ms", &config.drain.as_millis().to_string()])
+            .args(
+                config
+                    .policy_location
+                    .iter()
+                    .flat_map(|p| ["--policy-location", p.as_str()]),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -157,8 +157,14 @@ impl World {
             node_cpu_cores: 2,
             replace_address: replace.map(ip),
             overrides: None,
-            jolokia_agent_jar: "/opt/jolokia/jolokia-jvm-agent.jar".to_string(),
+            // Where the sidecar would write the access policy beside it.
+            jolokia_agent_jar: dir.join("jolokia-jvm-agent.jar").display().to_string(),
         };
+        std::fs::write(
+            sidecar::jolokia_access::policy_path(&member.jolokia_agent_jar),
+            sidecar::jolokia_access::policy_xml(),
+        )
+        .expect("the access policy");
         let rendered = render(&member, &defaults()).expect("renders");
         for f in &rendered.files {
             std::fs::write(conf.join(&f.name), &f.content).expect("write a rendered file");

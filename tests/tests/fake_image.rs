@@ -191,3 +191,48 @@ fn the_storagedir_in_jvm_extra_opts_is_overridden_by_the_launchers() {
     );
     assert!(!wanted.exists());
 }
+
+/// The JVM of Cassandra 4.0+ opens its GC log in `$CASSANDRA_HOME/logs`
+/// before anything else and refuses to start when it cannot (a read-only
+/// root filesystem without a logs volume); 3.11's Java 8 only warns.
+#[test]
+fn an_unwritable_log_directory_stops_the_jvm_of_4_x_only() {
+    let work = tempfile::tempdir().unwrap();
+    let conf = image_dirs(work.path());
+    let home = work.path().join("home");
+    std::fs::create_dir_all(home.join("logs")).unwrap();
+    for dir in [home.as_path(), home.join("logs").as_path()] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o555)).unwrap();
+    }
+    let gc_log = format!("{}/logs/gc.log", home.display());
+    let home_env = ("CASSANDRA_HOME", home.display().to_string());
+    let out = run(
+        Some((999, 999)),
+        &conf,
+        &["-f"],
+        std::slice::from_ref(&home_env),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!(
+            "Error opening log file '{gc_log}': Permission denied"
+        )) && text(&out).contains("Error: Could not create the Java Virtual Machine."),
+        "{}",
+        text(&out)
+    );
+    let out = run(
+        Some((999, 999)),
+        &conf,
+        &["-f"],
+        &[home_env, ("CASSANDRA_VERSION", "3.11.6".to_string())],
+    );
+    assert!(
+        text(&out).contains(&format!(
+            "warning: Cannot open file {gc_log} due to Permission denied"
+        )),
+        "{}",
+        text(&out)
+    );
+    // It went on to its directory checks (home/data cannot be made).
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+}

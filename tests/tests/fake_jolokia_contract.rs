@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use testworld::fake_cassandra::jolokia::Identity;
 use testworld::fake_cassandra::node::{FakeNode, RingClient, serve_jolokia};
+use testworld::fake_cassandra::policy::Policy;
 use testworld::fake_cassandra::ring_service::StartRequest;
 use testworld::jolokia_contract::{self as contract, RingSpec};
 use testworld::jolokia_real::CassandraLine;
@@ -55,7 +56,13 @@ async fn post(url: &str, body: Value) -> Value {
 
 /// Builds `ring` (this node 10.0.0.1, UN, rack1) with a keyspace of `rf`
 /// and serves the fake Jolokia of 10.0.0.1.
-async fn peer(line: CassandraLine, ring: &RingSpec, rf: usize, decommission: Duration) -> Peer {
+async fn peer(
+    line: CassandraLine,
+    ring: &RingSpec,
+    rf: usize,
+    decommission: Duration,
+    policy: Policy,
+) -> Peer {
     let mut opts = Options::default();
     opts.ring.system_keyspaces = false;
     opts.ring.timing.decommission_ms = decommission.as_millis() as u64;
@@ -125,6 +132,7 @@ async fn peer(line: CassandraLine, ring: &RingSpec, rf: usize, decommission: Dur
         host_id: self_id,
         identity: Identity::new(release, 7000).expect("an identity"),
         storage_service_at: std::time::Instant::now(),
+        policy,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -153,9 +161,9 @@ async fn contract_for(line: CassandraLine) {
         line,
         &peers(&[("10.0.0.2", "UN", "rack2"), ("10.0.0.3", "UN", "rack3")]),
     );
-    let first = peer(line, &ring, 3, BLOCKING).await;
-    let staged = peer(line, &healthy, 1, BLOCKING).await;
-    let direct = peer(line, &healthy, 1, BLOCKING).await;
+    let first = peer(line, &ring, 3, BLOCKING, Policy::AllowAll).await;
+    let staged = peer(line, &healthy, 1, BLOCKING, Policy::AllowAll).await;
+    let direct = peer(line, &healthy, 1, BLOCKING, Policy::AllowAll).await;
 
     contract::check_protocol(&first.url, &ring).await;
     contract::check_client(&first.url, &ring).await;
@@ -183,4 +191,40 @@ async fn fake_cassandra_4_1() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fake_cassandra_5_0() {
     contract_for(CassandraLine::V5_0).await;
+}
+
+/// Under the sidecar's shipped Jolokia access policy the fake answers as the
+/// real agent does (`jolokia_policy.rs`): what the operator uses works, the
+/// rest is refused with Jolokia's 403s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fake_cassandra_policy() {
+    let policy = || {
+        Policy::load(Some(&format!(
+            "file://{}",
+            contract::shipped_policy().display()
+        )))
+    };
+    assert!(matches!(policy(), Policy::Rules { .. }));
+    for line in [CassandraLine::V3_11, CassandraLine::V4_1] {
+        let ring = RingSpec::of(
+            line,
+            &peers(&[("10.0.0.2", "UN", "rack2"), ("10.0.0.3", "DN", "rack1")]),
+        );
+        let node = peer(line, &ring, 3, BLOCKING, policy()).await;
+        contract::check_policy(&node.url, &ring).await;
+        contract::check_drain(&node.url).await;
+    }
+    let healthy = RingSpec::of(
+        CassandraLine::V4_1,
+        &peers(&[("10.0.0.2", "UN", "rack2"), ("10.0.0.3", "UN", "rack3")]),
+    );
+    let node = peer(
+        CassandraLine::V4_1,
+        &healthy,
+        1,
+        Duration::from_millis(500),
+        policy(),
+    )
+    .await;
+    contract::check_facade_decommission(&node.url, Duration::from_millis(500)).await;
 }

@@ -319,3 +319,103 @@ async fn exec_probes_run_as_the_container_user() {
         "the probe ran as the container's user"
     );
 }
+
+/// Pod Security Admission: a namespace labelled
+/// `pod-security.kubernetes.io/enforce: restricted` refuses a Pod that
+/// violates the level with the plugin's message (403), admits one that
+/// meets it (the members' securityContext), and a StatefulSet whose Pods
+/// are refused gets the StatefulSet controller's `FailedCreate` Warning
+/// Event; `baseline` admits the plain Pod but not a privileged one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_security_admission_enforces_the_namespace_level() {
+    let work = tempfile::tempdir().unwrap();
+    let sim = start(work.path()).await;
+    let store = sim.store();
+    for (name, level) in [("strict", "restricted"), ("base", "baseline")] {
+        store
+            .create(
+                &t("", "namespaces", None),
+                json!({"metadata": {"name": name,
+                    "labels": {"pod-security.kubernetes.io/enforce": level}}}),
+                &WriteOptions::default(),
+            )
+            .unwrap();
+    }
+    let plain = |name: &str| {
+        json!({"metadata": {"name": name},
+               "spec": {"containers": [{"name": "nginx", "image": "busybox", "command": ["sleep", "1"]}]}})
+    };
+    let pods_in = |ns: &str| t("", "pods", Some(ns));
+    let err = store
+        .create(&pods_in("strict"), plain("nginx"), &WriteOptions::default())
+        .expect_err("refused");
+    assert_eq!((err.code, err.reason), (403, "Forbidden"));
+    assert_eq!(
+        err.message,
+        "pods \"nginx\" is forbidden: violates PodSecurity \"restricted:latest\": \
+         allowPrivilegeEscalation != false (container \"nginx\" must set securityContext.allowPrivilegeEscalation=false), \
+         unrestricted capabilities (container \"nginx\" must set securityContext.capabilities.drop=[\"ALL\"]), \
+         runAsNonRoot != true (pod or container \"nginx\" must set securityContext.runAsNonRoot=true), \
+         seccompProfile (pod or container \"nginx\" must set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\")"
+    );
+    // What the operator gives its members is admitted.
+    let member = json!({"metadata": {"name": "member"}, "spec": {
+        "securityContext": {"runAsUser": 999, "runAsGroup": 999, "runAsNonRoot": true,
+            "fsGroup": 999, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{"name": "cassandra", "image": "busybox", "command": ["sleep", "1"],
+            "securityContext": {"allowPrivilegeEscalation": false,
+                "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": true}}],
+        "volumes": [{"name": "shared", "emptyDir": {}}]}});
+    store
+        .create(&pods_in("strict"), member, &WriteOptions::default())
+        .expect("a restricted Pod is admitted");
+    // Baseline: the plain Pod is fine, a privileged one is not.
+    store
+        .create(&pods_in("base"), plain("plain"), &WriteOptions::default())
+        .expect("baseline admits it");
+    let mut privileged = plain("priv");
+    privileged["spec"]["containers"][0]["securityContext"] = json!({"privileged": true});
+    let err = store
+        .create(&pods_in("base"), privileged, &WriteOptions::default())
+        .expect_err("refused");
+    assert_eq!(
+        err.message,
+        "pods \"priv\" is forbidden: violates PodSecurity \"baseline:latest\": \
+         privileged (container \"nginx\" must not set securityContext.privileged=true)"
+    );
+
+    // A StatefulSet whose template violates the level: no Pod, a FailedCreate.
+    store
+        .create(
+            &Target::new("apps", "v1", "statefulsets", Some("strict")),
+            json!({"metadata": {"name": "web"}, "spec": {
+                "replicas": 1, "serviceName": "web",
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "nginx", "image": "busybox", "command": ["sleep", "60"]}]}}}}),
+            &WriteOptions::default(),
+        )
+        .unwrap();
+    let event = until("a FailedCreate Event", 30, || {
+        let list = store
+            .list(&t("", "events", Some("strict")), &Default::default())
+            .ok()?;
+        list["items"]
+            .as_array()?
+            .iter()
+            .find(|e| s(e, "/reason") == "FailedCreate")
+            .cloned()
+    })
+    .await;
+    assert_eq!(s(&event, "/type"), "Warning");
+    assert_eq!(s(&event, "/involvedObject/kind"), "StatefulSet");
+    assert_eq!(s(&event, "/involvedObject/name"), "web");
+    assert!(
+        s(&event, "/message").starts_with(
+            "create Pod web-0 in StatefulSet web failed error: pods \"web-0\" is forbidden: \
+             violates PodSecurity \"restricted:latest\": allowPrivilegeEscalation != false"
+        ),
+        "{event:#}"
+    );
+    assert!(store.get(&pods_in("strict"), "web-0").is_err());
+}

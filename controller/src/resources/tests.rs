@@ -82,9 +82,11 @@ fn member_ports() -> Value {
     ])
 }
 
-/// A container's part of Pod Security "restricted".
+/// A container's part of Pod Security "restricted", and a read-only root
+/// filesystem (what is written goes to volumes).
 fn restricted() -> Value {
-    json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}})
+    json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]},
+           "readOnlyRootFilesystem": true})
 }
 
 #[test]
@@ -155,6 +157,8 @@ fn statefulset_of_the_thesis_rack() {
                         },
                         "volumeMounts": [
                             {"name": "shared", "mountPath": "/mnt/shared"},
+                            {"name": "logs", "mountPath": "/var/log/cassandra"},
+                            {"name": "tmp", "mountPath": "/tmp"},
                             {"name": "data", "mountPath": "/var/lib/cassandra"},
                             {"name": "overrides", "mountPath": "/mnt/overrides", "readOnly": true}
                         ],
@@ -171,6 +175,8 @@ fn statefulset_of_the_thesis_rack() {
                     }],
                     "volumes": [
                         {"name": "shared", "emptyDir": {}},
+                        {"name": "logs", "emptyDir": {}},
+                        {"name": "tmp", "emptyDir": {}},
                         {"name": "overrides", "configMap": {"name": "overrides", "optional": false}}
                     ],
                     "affinity": {

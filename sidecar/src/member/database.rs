@@ -130,6 +130,24 @@ pub fn write_configuration(
             .map(|f| (f.name.clone(), f.content.clone())),
     );
     render::write_all(out, &files)?;
+    if config.mode == ClusterMode::Cassandra {
+        // The agent refuses everything the sidecar and nodetool do not use;
+        // without the file it would refuse every MBean access.
+        let policy = std::path::PathBuf::from(crate::jolokia_access::policy_path(
+            &config.jolokia_agent_jar,
+        ));
+        let write = |path: &Path| -> std::io::Result<()> {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            std::fs::write(path, crate::jolokia_access::policy_xml())
+        };
+        write(&policy).map_err(|source| MemberError::File {
+            action: "writing",
+            path: policy.clone(),
+            source,
+        })?;
+    }
     Ok(rendered)
 }
 

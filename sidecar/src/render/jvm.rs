@@ -21,13 +21,15 @@ pub const JOLOKIA_PORT: u16 = 8778;
 /// reach it.
 pub const JOLOKIA_HOST: &str = "127.0.0.1";
 
-/// The flags of `JVM_EXTRA_OPTS`: the Jolokia agent, and
+/// The flags of `JVM_EXTRA_OPTS`: the Jolokia agent (on loopback, with the
+/// access policy the sidecar writes beside it: `crate::jolokia_access`), and
 /// `-Dcassandra.replace_address_first_boot` when the member replaces a lost
 /// node (`_first_boot`: ignored once the node has bootstrapped, so a
 /// restart of the replacement is harmless).
 pub fn jvm_extra_opts(jolokia_agent_jar: &str, replace_address: Option<IpAddr>) -> Vec<String> {
+    let policy = crate::jolokia_access::policy_path(jolokia_agent_jar);
     let mut opts = vec![format!(
-        "-javaagent:{jolokia_agent_jar}=port={JOLOKIA_PORT},host={JOLOKIA_HOST}"
+        "-javaagent:{jolokia_agent_jar}=port={JOLOKIA_PORT},host={JOLOKIA_HOST},policyLocation=file://{policy}"
     )];
     if let Some(address) = replace_address {
         opts.push(format!("-Dcassandra.replace_address_first_boot={address}"));
@@ -40,10 +42,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn jolokia_is_bound_to_loopback_only() {
+    fn jolokia_is_bound_to_loopback_only_with_the_access_policy() {
         assert_eq!(
             jvm_extra_opts(DEFAULT_JOLOKIA_AGENT_JAR, None),
-            ["-javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1"]
+            [
+                "-javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1,policyLocation=file:///mnt/shared/plugins/jolokia-access.xml"
+            ]
         );
     }
 
@@ -53,7 +57,7 @@ mod tests {
         assert_eq!(
             opts,
             [
-                "-javaagent:/x/agent.jar=port=8778,host=127.0.0.1",
+                "-javaagent:/x/agent.jar=port=8778,host=127.0.0.1,policyLocation=file:///x/jolokia-access.xml",
                 "-Dcassandra.replace_address_first_boot=10.96.0.12",
             ]
         );

@@ -294,10 +294,8 @@ pub enum RenderError {
 /// The main file of a mode (`cassandra.yaml`, `scylla.yaml`): the image's
 /// default to render from, and the ConfigMap key of the overrides.
 pub fn main_file_name(mode: ClusterMode) -> &'static str {
-    match mode {
-        ClusterMode::Cassandra => cassandra::CASSANDRA_YAML,
-        ClusterMode::Scylla => scylla::SCYLLA_YAML,
-    }
+    // One name for both sides: the controller reads the same key.
+    crds::overrides::config_map_key(mode)
 }
 
 /// Parses a mode as the Cluster spec names it.

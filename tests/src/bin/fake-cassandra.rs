@@ -88,6 +88,51 @@ fn check_directories(dirs: &[&str]) -> Result<(), String> {
     Ok(())
 }
 
+/// The JVM's GC log in `cassandra.logdir`, as cassandra-env.sh sets it:
+/// Java 11+ (Cassandra 4.0+: `-Xlog:gc…:file=$CASSANDRA_LOG_DIR/gc.log`)
+/// refuses to start when it cannot open the file (a read-only root
+/// filesystem without a logs volume); Java 8 (3.11: `-Xloggc`) warns and
+/// goes on. A directory that does not exist at all is left alone: outside
+/// an image (the fake run on the host) there is none. False: the JVM exits.
+fn open_logs(dir: &str, release: &str) -> bool {
+    let dir = std::path::Path::new(dir);
+    if !dir.exists() {
+        return true;
+    }
+    let gc_log = dir.join("gc.log");
+    let Err(e) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&gc_log)
+    else {
+        return true;
+    };
+    let reason = e
+        .raw_os_error()
+        .map(|code| nix::errno::Errno::from_raw(code).desc().to_string())
+        .unwrap_or_else(|| e.to_string());
+    let gc_log = gc_log.display();
+    if release
+        .split('.')
+        .next()
+        .and_then(|m| m.parse::<u32>().ok())
+        < Some(4)
+    {
+        eprintln!("OpenJDK 64-Bit Server VM warning: Cannot open file {gc_log} due to {reason}\n");
+        return true;
+    }
+    eprintln!("[0.004s][error][logging] Error opening log file '{gc_log}': {reason}");
+    eprintln!(
+        "[0.004s][error][logging] Initialization of output 'file={gc_log}' using options 'filecount=10,filesize=10485760' failed."
+    );
+    eprintln!(
+        "Invalid -Xlog option '-Xlog:gc=info,heap*=trace,age*=debug,safepoint=info,promotion*=trace:file={gc_log}:time,uptime,pid,tid,level:filecount=10,filesize=10485760', see error log for details."
+    );
+    eprintln!("Error: Could not create the Java Virtual Machine.");
+    eprintln!("Error: A fatal exception has occurred. Program will exit.");
+    false
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -148,6 +193,11 @@ async fn main() -> ExitCode {
         ),
     );
 
+    if let Some(dir) = &config.log_dir
+        && !open_logs(dir, &config.release)
+    {
+        return ExitCode::from(1);
+    }
     if let Err(e) = check_directories(&config.directories.all()) {
         eprintln!("ERROR [main] {e}");
         return ExitCode::from(3);
@@ -222,6 +272,7 @@ async fn main() -> ExitCode {
         host_id: host_id.clone(),
         identity,
         storage_service_at: Instant::now() + Duration::from_millis(starting),
+        policy: testworld::fake_cassandra::policy::Policy::load(config.jolokia_policy.as_deref()),
     });
     let server = match &config.jolokia {
         Some((host, port)) => match tokio::net::TcpListener::bind((host.as_str(), *port)).await {

@@ -138,6 +138,11 @@ pub struct FakeConfig {
     pub snitch: String,
     /// The Jolokia agent's address, when `-javaagent:` is given.
     pub jolokia: Option<(String, u16)>,
+    /// The agent's `policyLocation` option (a Jolokia access policy).
+    pub jolokia_policy: Option<String>,
+    /// `-Dcassandra.logdir` (`$CASSANDRA_HOME/logs`): where the JVM's GC
+    /// log and logback's files go.
+    pub log_dir: Option<String>,
     pub max_heap_size: Option<String>,
     pub heap_newsize: Option<String>,
     /// Where the files go; `node.data_dir` is the first data directory.
@@ -204,6 +209,8 @@ pub fn parse_rackdc(text: &str) -> (Option<String>, Option<String>) {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct JvmOptions {
     pub agent: Option<(String, u16)>,
+    /// The agent's `policyLocation`.
+    pub agent_policy: Option<String>,
     pub properties: Vec<(String, String)>,
 }
 
@@ -222,8 +229,8 @@ impl JvmOptions {
     }
 }
 
-/// Parses `-javaagent:<jar>=port=P,host=H` (the agent's defaults: 8778 on
-/// the loopback) and `-Dname=value`.
+/// Parses `-javaagent:<jar>=port=P,host=H,policyLocation=URL` (the agent's
+/// defaults: 8778 on the loopback, no policy) and `-Dname=value`.
 pub fn parse_jvm_opts(text: &str) -> Result<JvmOptions, ConfigError> {
     let mut out = JvmOptions::default();
     for word in text.split_whitespace() {
@@ -239,6 +246,7 @@ pub fn parse_jvm_opts(text: &str) -> Result<JvmOptions, ConfigError> {
                             .map_err(|_| ConfigError::AgentPort(options.to_string()))?
                     }
                     Some(("host", h)) => host = h.to_string(),
+                    Some(("policyLocation", p)) => out.agent_policy = Some(p.to_string()),
                     _ => {}
                 }
             }
@@ -337,6 +345,11 @@ pub fn parse(
         storage_port,
         snitch,
         jolokia,
+        jolokia_policy: jvm.agent_policy.clone(),
+        log_dir: jvm
+            .property("cassandra.logdir")
+            .filter(|d| !d.is_empty())
+            .map(str::to_string),
         max_heap_size,
         heap_newsize,
         directories,

@@ -533,6 +533,14 @@ fn detector_attribute(id: &Identity, view: &NodeView, name: &str) -> Value {
     }
 }
 
+/// The attributes of an MBean as a request names it (none when it is not
+/// registered): what a read without `attribute` reads.
+pub fn mbean_attributes(id: &Identity, name: &str) -> Vec<&'static str> {
+    mbean_of(name)
+        .map(|mbean| attribute_names(id, mbean))
+        .unwrap_or_default()
+}
+
 fn attribute_names(id: &Identity, mbean: &str) -> Vec<&'static str> {
     match mbean {
         STORAGE_SERVICE => storage_attributes(id),

@@ -8,6 +8,7 @@
 pub mod config;
 pub mod jolokia;
 pub mod node;
+pub mod policy;
 pub mod ring_service;
 pub mod view;
 pub mod writer;

@@ -147,6 +147,9 @@ pub struct FakeNode {
     /// later, during CassandraDaemon.setup: until then a request for it
     /// gets 404 InstanceNotFoundException (the STARTING window).
     pub storage_service_at: std::time::Instant,
+    /// The agent's access policy (`policyLocation`), checked before
+    /// anything else: Jolokia refuses before it looks the MBean up.
+    pub policy: super::policy::Policy,
 }
 
 /// The StorageService MBean's name, whatever properties follow.
@@ -162,6 +165,13 @@ fn java_error_of(e: NodeError) -> JavaError {
 impl FakeNode {
     async fn answer_one(&self, request: &Value) -> Value {
         let mbean = request.get("mbean").and_then(Value::as_str).unwrap_or("");
+        let identity = &self.identity;
+        if let Err(e) = self
+            .policy
+            .check(request, &|name| jolokia::mbean_attributes(identity, name))
+        {
+            return jolokia::failure(Some(request), &e);
+        }
         if mbean.starts_with(STORAGE_SERVICE) && std::time::Instant::now() < self.storage_service_at
         {
             return jolokia::failure(Some(request), &JavaError::no_instance(mbean));
@@ -301,6 +311,7 @@ mod starting_tests {
             host_id: "h".into(),
             identity: Identity::new("4.1.8", 7000).expect("an identity"),
             storage_service_at: std::time::Instant::now() + Duration::from_secs(60),
+            policy: crate::fake_cassandra::policy::Policy::AllowAll,
         };
         let read = json!({"type": "read", "mbean": STORAGE_SERVICE, "attribute": "OperationMode"});
         let answer = node.answer(&read).await;

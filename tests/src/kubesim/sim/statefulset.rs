@@ -270,6 +270,7 @@ fn sync(store: &Store, sts: &Value, all_pods: &[Value]) {
                 // but keeps its old revision label.
                 if let Err(e) = create_pod(store, sts, ns, ord, &template, &rev) {
                     eprintln!("kubesim: statefulset {ns}/{name}: create pod {ord}: {e}");
+                    failed_create_event(store, sts, ns, &format!("{name}-{ord}"), &e);
                 }
             }
             Step::Delete(ord) => {
@@ -499,7 +500,59 @@ fn create_pod(
     store
         .create(&t("", "pods", Some(ns)), pod, &WriteOptions::default())
         .map(|_| ())
-        .map_err(|e| e.to_string())
+        // The API server's message, as the Go error reads.
+        .map_err(|e| e.message)
+}
+
+/// The Warning Event the StatefulSet controller records when it cannot
+/// create a Pod (stateful_pod_control.go, `recordPodEvent`): reason
+/// `FailedCreate`, "create Pod <pod> in StatefulSet <set> failed error:
+/// <error>". The recorder's aggregation is modelled by counting the same
+/// message on one Event.
+fn failed_create_event(store: &Store, sts: &Value, ns: &str, pod: &str, error: &str) {
+    let name = s(sts, "/metadata/name");
+    let message = format!("create Pod {pod} in StatefulSet {name} failed error: {error}");
+    let hash = message.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let event_name = format!("{name}.{hash:016x}");
+    let events = t("", "events", Some(ns));
+    let now = crate::kubesim::now_rfc3339();
+    if let Ok(mut existing) = store.get(&events, &event_name) {
+        let count = existing.get("count").and_then(Value::as_i64).unwrap_or(1);
+        existing["count"] = json!(count + 1);
+        existing["lastTimestamp"] = json!(now);
+        let _ = store.update(
+            &events,
+            &event_name,
+            existing,
+            crate::kubesim::store::Subresource::Main,
+            &WriteOptions::default(),
+        );
+        return;
+    }
+    let event = json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": event_name, "namespace": ns},
+        "involvedObject": {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "name": name,
+            "namespace": ns,
+            "uid": s(sts, "/metadata/uid"),
+            "resourceVersion": s(sts, "/metadata/resourceVersion"),
+        },
+        "reason": "FailedCreate",
+        "message": message,
+        "type": "Warning",
+        "source": {"component": "statefulset-controller"},
+        "reportingComponent": "statefulset-controller",
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    });
+    let _ = store.create(&events, event, &WriteOptions::default());
 }
 
 #[cfg(test)]

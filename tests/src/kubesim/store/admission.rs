@@ -160,6 +160,24 @@ impl State {
         }
     }
 
+    /// Pod Security Admission: the level the Pod's namespace enforces.
+    fn admit_pod_security(&self, ns: &str, pod: &Value) -> Result<(), ApiError> {
+        let nsrt = self.resolve("", "v1", "namespaces")?;
+        let Some(namespace) = self.tables[&key(&nsrt)]
+            .objects
+            .get(&(String::new(), ns.to_string()))
+        else {
+            return Ok(());
+        };
+        match super::pod_security::refusal(namespace, pod) {
+            None => Ok(()),
+            Some(message) => Err(ApiError {
+                details: Some(json!({"name": name_of(pod), "kind": "pods"})),
+                ..ApiError::forbidden(message)
+            }),
+        }
+    }
+
     /// Checks a custom resource against its schema (pruning unknown fields
     /// and defaulting as the API server does).
     pub(super) fn admit_custom(
@@ -336,6 +354,9 @@ impl State {
             ));
         }
         self.check_namespace(rt, &ns, true)?;
+        if rt.group.is_empty() && rt.plural == "pods" {
+            self.admit_pod_security(&ns, &obj)?;
+        }
         if self.tables[&key(rt)]
             .objects
             .contains_key(&(ns.clone(), name.clone()))

@@ -22,6 +22,7 @@ use tokio::sync::broadcast;
 
 mod admission;
 mod bookkeeping;
+pub mod pod_security;
 mod types;
 use bookkeeping::*;
 pub use bookkeeping::{decode_continue, encode_continue, present, storage_key};

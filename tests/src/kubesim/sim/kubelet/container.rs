@@ -398,13 +398,32 @@ pub(super) async fn start_container(
     let argv: Vec<String> = argv.iter().map(|a| expand(a, &env)).collect();
     let info = images::info(image);
     let mut script = String::from("set -e\n");
+    // runc resolves every mount's source on the host before the container
+    // sees any of them; here the container shares the host's filesystem and
+    // the mounts are made one by one, so a volume mounted over a directory
+    // that holds the sim's own files (an emptyDir on /tmp while the work
+    // dir is under /tmp) comes last, and the sim's directory (the image's
+    // files, the binaries on PATH) is put back, read-only, through a file
+    // descriptor opened before it was covered.
+    let sim_dir = ctx.dir.clone();
+    mounts.sort_by_key(|(_, path, _)| sim_dir.starts_with(path));
+    let sim = quote(&sim_dir.display().to_string());
     for (host, path, ro) in &mounts {
         let (h, p) = (quote(&host.display().to_string()), quote(path));
+        let covers_sim = sim_dir.starts_with(path);
+        if covers_sim {
+            script.push_str(&format!("exec 9< {sim}\n"));
+        }
         script.push_str(&format!(
             "if [ -d {h} ]; then mkdir -p {p}; else mkdir -p \"$(dirname {p})\"; [ -e {p} ] || touch {p}; fi\nmount --bind {h} {p}\n"
         ));
         if *ro {
             script.push_str(&format!("mount -o remount,bind,ro {p}\n"));
+        }
+        if covers_sim {
+            script.push_str(&format!(
+                "mkdir -p {sim}\nmount --bind /proc/self/fd/9 {sim}\nmount -o remount,bind,ro {sim}\nexec 9<&-\n"
+            ));
         }
     }
     if let Some(wd) = c.get("workingDir").and_then(Value::as_str) {
