@@ -413,6 +413,24 @@ async fn the_replace_survives_the_controller_killed_after_each_write() {
     replace_killed_after_writes(&all).await;
 }
 
+/// Whether the lost member's container runs on another Node while its
+/// Service records the replace intent: the replacement is under way.
+fn running_elsewhere(sim: &KubeSim, lost: &Lost) -> bool {
+    let intent = stored(sim, "", "services", Some(NS), &lost.member).is_some_and(|s| {
+        s.pointer(&format!(
+            "/metadata/labels/{}",
+            contract::REPLACE.replace('/', "~1")
+        ))
+        .is_some()
+    });
+    let running = stored(sim, "", "pods", Some(NS), &lost.member).is_some_and(|p| {
+        text(&p, "/spec/nodeName") != lost.node
+            && p.pointer("/status/containerStatuses/0/state/running")
+                .is_some()
+    });
+    intent && running
+}
+
 /// SIGKILLs a Pod's container (its PID 1, the sidecar, and Cassandra
 /// under it), if it runs. Whether it did.
 fn kill_container(sim: &KubeSim, pod: &str) -> bool {
@@ -432,15 +450,20 @@ fn kill_container(sim: &KubeSim, pod: &str) -> bool {
 }
 
 /// The replace with the controller SIGKILLed at random moments (up to 6
-/// times a run), and the replacing member's container once: with the API
-/// server's faults at 5 % in every other run, every run converges.
+/// times a run), and the replacing member's container once while it
+/// streams the lost member's data (the sidecar, and Cassandra under it):
+/// with the API server's faults at 5 % in every other run, every run
+/// converges.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_replace_survives_the_controller_and_the_member_killed_at_random_moments() {
     let seed = seed();
     let mut random = Lcg(seed);
     let _one = ONE_WORLD.lock().await;
     let work = tempfile::tempdir().unwrap();
-    let (world, controller, log) = world(&["europe-west1-b"], work.path(), fast_ring(), NS).await;
+    let mut ring = fast_ring();
+    // Long enough to kill the replacing member while it streams.
+    ring.timing.replace_ms = 2500;
+    let (world, controller, log) = world(&["europe-west1-b"], work.path(), ring, NS).await;
     let _clusters = two_members_on_local_ssds(&world, &log).await;
     let sim = &world.sim;
     let safety = SafetyWatch::start(sim, NS);
@@ -458,7 +481,10 @@ async fn the_replace_survives_the_controller_and_the_member_killed_at_random_mom
         let deadline = started + Duration::from_secs(180);
         let mut next_kill = Instant::now() + Duration::from_millis(100 + random.below(1500));
         let mut run_kills = 0;
-        let member_kill_at = Instant::now() + Duration::from_millis(2000 + random.below(8000));
+        // The replacing member is killed this long after its container
+        // first runs on its new Node.
+        let member_kill_after = Duration::from_millis(random.below(2500));
+        let mut member_running_since: Option<Instant> = None;
         let mut member_killed = false;
         loop {
             if run_kills < 6 && Instant::now() >= next_kill {
@@ -469,9 +495,22 @@ async fn the_replace_survives_the_controller_and_the_member_killed_at_random_mom
                 controller = Some(world.start_controller(&log, None).unwrap());
                 next_kill = Instant::now() + Duration::from_millis(300 + random.below(2000));
             }
-            if !member_killed && Instant::now() >= member_kill_at {
+            if member_running_since.is_none() && running_elsewhere(sim, &lost) {
+                member_running_since = Some(Instant::now());
+            }
+            if !member_killed
+                && member_running_since.is_some_and(|t| t.elapsed() >= member_kill_after)
+            {
                 member_killed = true;
-                member_kills += usize::from(kill_container(sim, &member));
+                let state = sim.ring().with(|r| {
+                    r.node_by_address(&lost.address)
+                        .map(|n| format!("{:?}, {:?}", n.state, n.process.as_ref().map(|p| p.mode)))
+                        .unwrap_or_default()
+                });
+                if kill_container(sim, &member) {
+                    member_kills += 1;
+                    eprintln!("{what}: the replacing member killed (in the ring: {state})");
+                }
             }
             safety.assert_safe(&what);
             if member_killed && replaced(sim, &lost, 2) {
@@ -516,7 +555,7 @@ async fn the_scale_down_survives_the_leaving_member_killed_at_random_moments() {
     let work = tempfile::tempdir().unwrap();
     let mut ring = fast_ring();
     // Long enough for kills while the member streams.
-    ring.timing.decommission_ms = 1500;
+    ring.timing.decommission_ms = 3000;
     let (world, controller, log) = world(&["a"], work.path(), ring, NS).await;
     let clusters = one_rack(&world, "3.11.6", 3, &log).await;
     let (sim, client) = (&world.sim, world.client.clone());
@@ -538,23 +577,37 @@ async fn the_scale_down_survives_the_leaving_member_killed_at_random_moments() {
         .to_string();
         set_rack_r(&clusters, 2).await;
         let started = Instant::now();
-        let kill_at: Vec<Instant> = (0..2)
-            .map(|_| started + Duration::from_millis(random.below(5000)))
+        let mut kill_at: Vec<Instant> = (0..2)
+            .map(|_| started + Duration::from_millis(random.below(4000)))
             .collect();
-        let mut done = 0;
+        kill_at.sort();
+        kill_at.reverse();
         let deadline = started + Duration::from_secs(150);
         loop {
-            for at in &kill_at[done..] {
-                if Instant::now() >= *at {
-                    kills += usize::from(kill_container(sim, &member));
-                    done += 1;
+            // A kill waits for the container to run again (it may be
+            // between restarts), as long as the member has a Pod.
+            if kill_at.last().is_some_and(|at| Instant::now() >= *at) {
+                let state = sim.ring().with(|r| {
+                    r.node_by_address(&address)
+                        .map(|n| format!("{:?}, {:?}", n.state, n.process.as_ref().map(|p| p.mode)))
+                        .unwrap_or_else(|| "gone".into())
+                });
+                if kill_container(sim, &member) {
+                    kills += 1;
+                    kill_at.pop();
+                    eprintln!(
+                        "{what}: the leaving member killed after {:.1} s (in the ring: {state})",
+                        started.elapsed().as_secs_f64()
+                    );
+                } else if stored(sim, "", "pods", Some(NS), &member).is_none() {
+                    kill_at.clear();
                 }
             }
             safety.assert_safe(&what);
             let in_ring = ring_rows(sim).iter().any(|(a, _)| a == &address);
             let claims = names::<PersistentVolumeClaim>(&client).await;
             let services = names::<Service>(&client).await;
-            let converged = done == kill_at.len()
+            let converged = kill_at.is_empty()
                 && !in_ring
                 && !claims.contains(&format!("data-{member}"))
                 && !services.contains(&member)
