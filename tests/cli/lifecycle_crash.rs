@@ -196,6 +196,73 @@ fn replaced(sim: &KubeSim, lost: &Lost, members: usize) -> bool {
         })
 }
 
+/// The objects a replace involves, one line each, for a failure message.
+fn world_state(sim: &KubeSim) -> String {
+    let list = |plural: &str, namespace: Option<&str>| -> Vec<Value> {
+        sim.store()
+            .list(
+                &Target::new("", "v1", plural, namespace),
+                &Default::default(),
+            )
+            .ok()
+            .and_then(|l| l["items"].as_array().cloned())
+            .unwrap_or_default()
+    };
+    let mut out = Vec::new();
+    for n in list("nodes", None) {
+        out.push(format!(
+            "node {} uid {}",
+            text(&n, "/metadata/name"),
+            text(&n, "/metadata/uid")
+        ));
+    }
+    for pv in list("persistentvolumes", None) {
+        out.push(format!(
+            "pv {} phase {} claim {} ({}) deleting {}",
+            text(&pv, "/metadata/name"),
+            text(&pv, "/status/phase"),
+            text(&pv, "/spec/claimRef/name"),
+            text(&pv, "/spec/claimRef/uid"),
+            pv.pointer("/metadata/deletionTimestamp").is_some()
+        ));
+    }
+    for c in list("persistentvolumeclaims", Some(NS)) {
+        out.push(format!(
+            "claim {} uid {} phase {} volume {} deleting {} finalizers {}",
+            text(&c, "/metadata/name"),
+            text(&c, "/metadata/uid"),
+            text(&c, "/status/phase"),
+            text(&c, "/spec/volumeName"),
+            c.pointer("/metadata/deletionTimestamp").is_some(),
+            c.pointer("/metadata/finalizers")
+                .cloned()
+                .unwrap_or_default()
+        ));
+    }
+    for p in list("pods", Some(NS)) {
+        out.push(format!(
+            "pod {} uid {} node {} phase {} deleting {} conditions {}",
+            text(&p, "/metadata/name"),
+            text(&p, "/metadata/uid"),
+            text(&p, "/spec/nodeName"),
+            text(&p, "/status/phase"),
+            p.pointer("/metadata/deletionTimestamp").is_some(),
+            p.pointer("/status/conditions").cloned().unwrap_or_default()
+        ));
+    }
+    for s in list("services", Some(NS)) {
+        out.push(format!(
+            "service {} labels {} annotations {}",
+            text(&s, "/metadata/name"),
+            s.pointer("/metadata/labels").cloned().unwrap_or_default(),
+            s.pointer("/metadata/annotations")
+                .cloned()
+                .unwrap_or_default()
+        ));
+    }
+    out.join("\n")
+}
+
 /// GKE brings the lost machine back (`kubesim node recreate`), empty: a
 /// spare Node for the next run.
 fn recreate_node(sim: &KubeSim, node: &str) {
@@ -381,8 +448,9 @@ async fn replace_killed_after_writes(which: &[usize]) {
             }
             assert!(
                 Instant::now() < deadline,
-                "crash after {write} (crashed: {crashed}; a write the controller never made means this list is stale): {} not replaced\n{}\ncontroller:\n{}\n{}",
+                "crash after {write} (crashed: {crashed}; a write the controller never made means this list is stale): {} not replaced\n{}\n{}\ncontroller:\n{}\n{}",
                 lost.member,
+                world_state(sim),
                 ring_text(sim),
                 tail(&log),
                 container_logs(work.path())
@@ -518,7 +586,8 @@ async fn the_replace_survives_the_controller_and_the_member_killed_at_random_mom
             }
             assert!(
                 Instant::now() < deadline,
-                "{what}: {member} not replaced\n{}\ncontroller:\n{}\n{}",
+                "{what}: {member} not replaced\n{}\n{}\ncontroller:\n{}\n{}",
+                world_state(sim),
                 ring_text(sim),
                 tail(&log),
                 container_logs(work.path())
