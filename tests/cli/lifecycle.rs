@@ -29,11 +29,11 @@ use testworld::ring::{Consistency, NodeStatus, Replication};
 use crate::common::{ONE_WORLD, create_cluster as create};
 use crate::world::{ring_summary, thesis_cluster, wait_ready, world};
 
-const NS: &str = "cassandra";
-const STS_B: &str = "cassandra-europe-west1-europe-west1-b";
+pub(crate) const NS: &str = "cassandra";
+pub(crate) const STS_B: &str = "cassandra-europe-west1-europe-west1-b";
 
 /// The ring's rows: (address, status).
-fn ring_rows(sim: &KubeSim) -> Vec<(String, NodeStatus)> {
+pub(crate) fn ring_rows(sim: &KubeSim) -> Vec<(String, NodeStatus)> {
     sim.ring().with(|ring| {
         ring.status(None)
             .map(|s| {
@@ -46,12 +46,12 @@ fn ring_rows(sim: &KubeSim) -> Vec<(String, NodeStatus)> {
     })
 }
 
-fn ring_text(sim: &KubeSim) -> String {
+pub(crate) fn ring_text(sim: &KubeSim) -> String {
     sim.ring()
         .with(|r| r.status(None).map(|s| s.to_string()).unwrap_or_default())
 }
 
-fn pod_ready(pod: &Pod) -> bool {
+pub(crate) fn pod_ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -125,7 +125,7 @@ async fn set_members(clusters: &Api<Cluster>, members: &[(&str, i32)]) {
         .unwrap();
 }
 
-fn condition(cluster: &Cluster, type_: &str) -> Option<(String, String, String)> {
+pub(crate) fn condition(cluster: &Cluster, type_: &str) -> Option<(String, String, String)> {
     cluster
         .status
         .as_ref()?
@@ -136,7 +136,7 @@ fn condition(cluster: &Cluster, type_: &str) -> Option<(String, String, String)>
 }
 
 /// Reasons and notes of the Events about the Cluster.
-async fn events(client: &Client) -> Vec<(String, String)> {
+pub(crate) async fn events(client: &Client) -> Vec<(String, String)> {
     let events: Api<Event> = Api::namespaced(client.clone(), NS);
     events
         .list(&ListParams::default())
@@ -150,7 +150,7 @@ async fn events(client: &Client) -> Vec<(String, String)> {
 
 /// Retries a call of the test's own that kubesim's fault injection may
 /// fail (the faults hit every client, the test's too).
-async fn retried<T, F, Fut>(mut call: F) -> T
+pub(crate) async fn retried<T, F, Fut>(mut call: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, kube::Error>>,
@@ -166,7 +166,7 @@ where
     panic!("the test's own call kept failing: {last:?}");
 }
 
-async fn cluster_ips(client: &Client) -> BTreeMap<String, String> {
+pub(crate) async fn cluster_ips(client: &Client) -> BTreeMap<String, String> {
     let services: Api<Service> = Api::namespaced(client.clone(), NS);
     let all = ListParams::default();
     retried(|| services.list(&all))
@@ -177,7 +177,7 @@ async fn cluster_ips(client: &Client) -> BTreeMap<String, String> {
         .collect()
 }
 
-async fn names<K>(client: &Client) -> BTreeSet<String>
+pub(crate) async fn names<K>(client: &Client) -> BTreeSet<String>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -426,7 +426,12 @@ async fn scale_down_and_node_loss_on_cassandra_4_1_and_5_0() {
 /// A cluster `cassandra` of one rack `r` with `members` members of
 /// `version` on network disks, in a world with one zone; returns when all
 /// are ready.
-async fn one_rack(world: &World, version: &str, members: i32, log: &Path) -> Api<Cluster> {
+pub(crate) async fn one_rack(
+    world: &World,
+    version: &str,
+    members: i32,
+    log: &Path,
+) -> Api<Cluster> {
     let cluster: Cluster = serde_json::from_value(json!({
         "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
         "metadata": {"name": "cassandra", "namespace": NS},
@@ -449,7 +454,7 @@ async fn one_rack(world: &World, version: &str, members: i32, log: &Path) -> Api
     clusters
 }
 
-async fn set_rack_r(clusters: &Api<Cluster>, members: i32) {
+pub(crate) async fn set_rack_r(clusters: &Api<Cluster>, members: i32) {
     let mut racks = retried(|| clusters.get("cassandra"))
         .await
         .spec
@@ -461,7 +466,7 @@ async fn set_rack_r(clusters: &Api<Cluster>, members: i32) {
     retried(|| clusters.patch("cassandra", &params, &patch)).await;
 }
 
-const STS_R: &str = "cassandra-dc-r";
+pub(crate) const STS_R: &str = "cassandra-dc-r";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statefulset_deleted_with_orphan_is_recreated_with_its_members() {
@@ -628,10 +633,10 @@ async fn a_refused_decommission_removes_nothing_and_is_cancelled_by_raising_memb
 
 /// A small deterministic generator (no dependency): the seed is printed so
 /// that a failing run can be repeated with `LIFECYCLE_SEED`.
-struct Lcg(u64);
+pub(crate) struct Lcg(pub(crate) u64);
 
 impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.0 = self
             .0
             .wrapping_mul(6364136223846793005)
@@ -668,6 +673,7 @@ async fn the_scale_down_survives_the_controller_killed_at_random_moments() {
         ring.write_keys("ks", "k", 300, Consistency::Quorum)
             .unwrap();
     });
+    let safety = crate::safety::SafetyWatch::start(sim, NS);
     let mut controller = Some(controller);
     let member = format!("{STS_R}-2");
     let mut kills = 0;
@@ -706,6 +712,7 @@ async fn the_scale_down_survives_the_controller_killed_at_random_moments() {
                 controller = Some(world.start_controller(&log, None).unwrap());
                 next_kill = Instant::now() + Duration::from_millis(300 + random.below(2000));
             }
+            safety.assert_safe(&format!("run {run} (faults: {faults}, seed {seed})"));
             let in_ring = ring_rows(sim).iter().any(|(a, _)| a == &ip);
             let claims = names::<PersistentVolumeClaim>(&client).await;
             let services = names::<Service>(&client).await;
@@ -759,8 +766,10 @@ async fn the_scale_down_survives_the_controller_killed_at_random_moments() {
 /// the controller never sees the answer), then restarted: every run
 /// converges to the spec, the member's claim and Service exist as long as
 /// its address is in the ring, and no key is lost. The writes are those
-/// that carry the protocol: the request, the shrink, the deletions (the
-/// Events and the status patch are not in the list yet).
+/// that carry the protocol (the request, the shrink, the deletions), the
+/// Event after each step and the status patch that first says a member
+/// leaves. Each run starts with a fresh controller, whose Event recorder
+/// creates Events (one that saw an Event patches its series instead).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scale_down_survives_the_controller_killed_after_each_write() {
     let _one = ONE_WORLD.lock().await;
@@ -774,19 +783,56 @@ async fn the_scale_down_survives_the_controller_killed_after_each_write() {
         ring.write_keys("ks", "k", 300, Consistency::Quorum)
             .unwrap();
     });
+    let safety = crate::safety::SafetyWatch::start(sim, NS);
     let member = format!("{STS_R}-2");
     let claim = format!("data-{member}");
     let user = testworld::harness::operator_user();
-    let writes: Vec<(&str, &str, Option<String>)> = vec![
-        ("patch", "services", Some(member.clone())),
-        ("patch", "statefulsets", Some(STS_R.to_string())),
-        ("delete", "persistentvolumeclaims", Some(claim.clone())),
-        ("delete", "services", Some(member.clone())),
+    let event = |reason: &str| Some(format!("\"reason\":\"{reason}\""));
+    let writes: Vec<(&str, &str, Option<String>, Option<String>)> = vec![
+        ("patch", "services", Some(member.clone()), None),
+        ("create", "events", None, event("MemberDecommissioning")),
+        (
+            "patch",
+            "clusters/status",
+            Some("cassandra".into()),
+            event("MemberLeaving"),
+        ),
+        ("patch", "statefulsets", Some(STS_R.to_string()), None),
+        ("create", "events", None, event("RackScaledDown")),
+        (
+            "delete",
+            "persistentvolumeclaims",
+            Some(claim.clone()),
+            None,
+        ),
+        ("delete", "services", Some(member.clone()), None),
+        ("create", "events", None, event("MemberRemoved")),
     ];
     let mut controller = controller;
-    for (verb, resource, name) in &writes {
-        let write = format!("{verb} {resource} {}", name.as_deref().unwrap_or("*"));
-        world.crash_on_write(&controller, Some(&user), verb, resource, name.as_deref(), 1);
+    for (verb, resource, name, contains) in &writes {
+        let write = format!(
+            "{verb} {resource} {}{}",
+            name.as_deref().unwrap_or("*"),
+            contains
+                .as_deref()
+                .map(|c| format!(" containing {c}"))
+                .unwrap_or_default()
+        );
+        drop(controller);
+        controller = world.start_controller(&log, None).unwrap();
+        let name = name.as_deref();
+        match contains {
+            Some(c) => world.crash_on_write_containing(
+                &controller,
+                Some(&user),
+                verb,
+                resource,
+                name,
+                c,
+                1,
+            ),
+            None => world.crash_on_write(&controller, Some(&user), verb, resource, name, 1),
+        }
         let ip = loop {
             if let Some(ip) = cluster_ips(&client).await.get(&member) {
                 break ip.clone();
@@ -801,6 +847,7 @@ async fn the_scale_down_survives_the_controller_killed_after_each_write() {
                 crashed = true;
                 controller = world.start_controller(&log, None).unwrap();
             }
+            safety.assert_safe(&format!("crash after {write}"));
             let in_ring = ring_rows(sim).iter().any(|(a, _)| a == &ip);
             let claims = names::<PersistentVolumeClaim>(&client).await;
             let services = names::<Service>(&client).await;

@@ -326,9 +326,11 @@ pub fn operator_user() -> String {
 impl World {
     /// Crashes `process` (SIGKILL) right after the `nth` (from 1) write by
     /// `user` (None: anyone; [`operator_user`] for the controller) with
-    /// `verb` on `resource` (plural) named `name` (None: any) has
-    /// committed, before the writer sees the response: for tests that crash
-    /// the controller after each write of a scenario in turn. Fires once.
+    /// `verb` on `resource` (the plural; `plural/subresource` for a
+    /// subresource's writes, e.g. `clusters/status`) named `name` (None:
+    /// any) has committed, before the writer sees the response: for tests
+    /// that crash the controller after each write of a scenario in turn.
+    /// Fires once.
     pub fn crash_on_write(
         &self,
         process: &Process,
@@ -344,6 +346,33 @@ impl World {
             verb,
             resource,
             name,
+            None,
+            nth,
+            ProcessAction::Kill,
+        );
+    }
+
+    /// As [`World::crash_on_write`], counting only writes whose committed
+    /// object, as JSON text, contains `contains` (e.g.
+    /// `"reason":"MemberReplaced"` for one Event among the writer's many).
+    #[allow(clippy::too_many_arguments)]
+    pub fn crash_on_write_containing(
+        &self,
+        process: &Process,
+        user: Option<&str>,
+        verb: &str,
+        resource: &str,
+        name: Option<&str>,
+        contains: &str,
+        nth: u32,
+    ) {
+        self.hook(
+            process,
+            user,
+            verb,
+            resource,
+            name,
+            Some(contains),
             nth,
             ProcessAction::Kill,
         );
@@ -366,6 +395,7 @@ impl World {
             verb,
             resource,
             name,
+            None,
             nth,
             ProcessAction::Freeze,
         );
@@ -379,6 +409,7 @@ impl World {
         verb: &str,
         resource: &str,
         name: Option<&str>,
+        contains: Option<&str>,
         nth: u32,
         action: ProcessAction,
     ) {
@@ -388,6 +419,7 @@ impl World {
             resource: resource.into(),
             name: name.map(str::to_string),
             user: user.map(str::to_string),
+            contains: contains.map(str::to_string),
             nth,
             action,
         });

@@ -121,6 +121,7 @@ async fn a_process_is_killed_or_frozen_after_its_nth_matching_write() {
         resource: "configmaps".into(),
         name: None,
         user: None,
+        contains: None,
         nth: 2,
         action: ProcessAction::Kill,
     });
@@ -130,6 +131,7 @@ async fn a_process_is_killed_or_frozen_after_its_nth_matching_write() {
         resource: "configmaps".into(),
         name: Some("c".into()),
         user: Some(testworld::kubesim::auth::authn::ADMIN.into()),
+        contains: None,
         nth: 1,
         action: ProcessAction::Freeze,
     });

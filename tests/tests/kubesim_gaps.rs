@@ -6,7 +6,8 @@
 //! second DELETE does not cut a terminating Pod's grace; the scheduler
 //! keeps a Pod with required anti-affinity Pending when every node has a
 //! match; startup probes gate liveness and restart a container that never
-//! starts.
+//! starts; a Pod whose volume cannot be set up yet waits in
+//! ContainerCreating and starts once it can.
 
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -489,4 +490,59 @@ async fn startup_probes_hold_liveness_back_or_restart_the_container() {
     let final_patient = status("patient").unwrap();
     assert_eq!(final_patient["restartCount"], 0, "{final_patient}");
     assert_eq!(ran("patient"), 1);
+}
+
+/// A Pod whose volume cannot be set up yet (its ConfigMap is missing)
+/// waits in ContainerCreating, saying why, and runs once the ConfigMap
+/// exists. (The kubelet once held its own lock while reporting the wait,
+/// and the Pod's task, with a worker thread of the runtime, hung for
+/// good: a member whose claim was still being deleted never started.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_whose_volume_is_not_ready_waits_then_runs() {
+    // A hung kubelet blocks the runtime's timers too: a watchdog thread
+    // fails the test instead of letting it hang.
+    let (done, watched) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+            watched.recv_timeout(Duration::from_secs(60))
+        {
+            eprintln!("the kubelet hung: the Pod neither waited visibly nor ran in 60 s");
+            std::process::exit(101);
+        }
+    });
+    let work = tempfile::tempdir().unwrap();
+    let sim = start_sim(work.path(), |_| {}).await;
+    let store = sim.store();
+    create(
+        store,
+        json!({"metadata": {"name": "p"}, "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "volumes": [{"name": "cfg", "configMap": {"name": "cfg"}}],
+            "containers": [{"name": "c", "image": "busybox",
+                "command": ["/bin/sh", "-c", "exec sleep 60"],
+                "volumeMounts": [{"name": "cfg", "mountPath": "/cfg"}]}]}}),
+    );
+    until("waiting in ContainerCreating", 20, || {
+        let p = store.get(&pods(), "p").ok()?;
+        (s(&p, "/status/containerStatuses/0/state/waiting/reason") == "ContainerCreating"
+            && s(&p, "/status/containerStatuses/0/state/waiting/message")
+                .contains("configmap \"cfg\" not found"))
+        .then_some(())
+    })
+    .await;
+    store
+        .create(
+            &testworld::kubesim::store::Target::new("", "v1", "configmaps", Some("default")),
+            json!({"metadata": {"name": "cfg"}, "data": {"k": "v"}}),
+            &WriteOptions::default(),
+        )
+        .unwrap();
+    until("running once its volume can be set up", 20, || {
+        let p = store.get(&pods(), "p").ok()?;
+        p.pointer("/status/containerStatuses/0/state/running")
+            .is_some()
+            .then_some(())
+    })
+    .await;
+    let _ = done.send(());
 }

@@ -75,23 +75,67 @@ pub struct WriteHook {
     pub pid: u32,
     /// create, update, patch, delete or deletecollection.
     pub verb: String,
-    /// The resource (plural), e.g. `statefulsets`.
+    /// The resource (plural), e.g. `statefulsets`: writes to the object
+    /// itself; `plural/subresource` (e.g. `clusters/status`): writes to
+    /// that subresource only.
     pub resource: String,
     /// The object's name; None: any.
     pub name: Option<String>,
     /// Only writes by this user (e.g. the operator's ServiceAccount,
     /// `system:serviceaccount:<ns>:<name>`); None: anyone's.
     pub user: Option<String>,
+    /// Only writes whose committed object, as JSON text, contains this
+    /// (e.g. `"reason":"MemberReplaced"` for one Event among many); None:
+    /// any.
+    pub contains: Option<String>,
     pub nth: u32,
     pub action: ProcessAction,
+}
+
+/// When process `pid` started (clock ticks since boot, field 22 of
+/// `/proc/PID/stat`): with the pid, it names one process, not whichever
+/// holds the pid later. None when no such process runs.
+fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// One committed write, as the hooks match it.
+#[derive(Debug, Clone, Copy)]
+pub struct CommittedWrite<'a> {
+    pub user: &'a str,
+    pub verb: &'a str,
+    pub resource: &'a str,
+    /// "" for the object itself.
+    pub subresource: &'a str,
+    pub name: &'a str,
+    /// The committed object as the response carries it ("" when not JSON).
+    pub body: &'a str,
+}
+
+impl WriteHook {
+    fn matches(&self, w: &CommittedWrite) -> bool {
+        let resource_matches = match self.resource.split_once('/') {
+            Some((plural, sub)) => plural == w.resource && sub == w.subresource,
+            None => self.resource == w.resource && w.subresource.is_empty(),
+        };
+        self.verb == w.verb
+            && resource_matches
+            && self.name.as_deref().is_none_or(|n| n == w.name)
+            && self.user.as_deref().is_none_or(|u| u == w.user)
+            && self.contains.as_deref().is_none_or(|c| w.body.contains(c))
+    }
 }
 
 /// The faults in force, with a deterministic random source.
 #[derive(Debug, Default)]
 pub struct Faults {
     inner: Mutex<(FaultConfig, u64)>,
-    /// Hooks, with the matching writes seen so far.
-    hooks: Mutex<Vec<(WriteHook, u32)>>,
+    /// Hooks, with the matching writes seen so far and the start time of
+    /// their process when registered (see [`process_start`]).
+    hooks: Mutex<Vec<(WriteHook, u32, Option<u64>)>>,
 }
 
 const WRITES: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
@@ -107,23 +151,26 @@ impl Faults {
 
     /// Registers a hook.
     pub fn add_hook(&self, hook: WriteHook) {
+        let started = process_start(hook.pid);
         self.hooks
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((hook, 0));
+            .push((hook, 0, started));
     }
 
     /// Counts a committed write; the hooks it fires (removed: each fires
-    /// once).
-    pub fn fire_hooks(&self, user: &str, verb: &str, resource: &str, name: &str) -> Vec<WriteHook> {
+    /// once). A hook whose process has exited since it was registered is
+    /// dropped unfired: its pid may belong to another process by now (a
+    /// container's, or a command the kubelet waits for), which a SIGKILL
+    /// or a SIGSTOP meant for the old one must not reach.
+    pub fn fire_hooks(&self, write: &CommittedWrite) -> Vec<WriteHook> {
         let mut hooks = self.hooks.lock().unwrap_or_else(|e| e.into_inner());
         let mut fired = Vec::new();
-        hooks.retain_mut(|(h, seen)| {
-            if h.verb == verb
-                && h.resource == resource
-                && h.name.as_deref().is_none_or(|n| n == name)
-                && h.user.as_deref().is_none_or(|u| u == user)
-            {
+        hooks.retain_mut(|(h, seen, started)| {
+            if h.matches(write) {
+                if started.is_none() || process_start(h.pid) != *started {
+                    return false;
+                }
                 *seen += 1;
                 if *seen >= h.nth {
                     fired.push(h.clone());
@@ -309,6 +356,85 @@ impl RequestLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn configmap_create() -> CommittedWrite<'static> {
+        CommittedWrite {
+            user: "u",
+            verb: "create",
+            resource: "configmaps",
+            subresource: "",
+            name: "c",
+            body: "",
+        }
+    }
+
+    fn hook_for(pid: u32) -> WriteHook {
+        WriteHook {
+            pid,
+            verb: "create".into(),
+            resource: "configmaps".into(),
+            name: None,
+            user: None,
+            contains: None,
+            nth: 1,
+            action: ProcessAction::Kill,
+        }
+    }
+
+    #[test]
+    fn a_hook_whose_process_exited_never_fires() {
+        let f = Faults::default();
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        gone.wait().unwrap();
+        f.add_hook(hook_for(gone.id()));
+        let mut live = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        f.add_hook(hook_for(live.id()));
+        let fired = f.fire_hooks(&configmap_create());
+        let _ = live.kill();
+        let _ = live.wait();
+        assert_eq!(
+            fired.iter().map(|h| h.pid).collect::<Vec<_>>(),
+            vec![live.id()],
+            "only the live process's hook fires"
+        );
+        assert!(
+            f.fire_hooks(&configmap_create()).is_empty(),
+            "each fires once, and the dead one is gone"
+        );
+    }
+
+    #[test]
+    fn a_process_start_names_one_process() {
+        let me = std::process::id();
+        assert!(process_start(me).is_some());
+        assert_eq!(process_start(me), process_start(me));
+        assert_eq!(process_start(u32::MAX), None);
+    }
+
+    #[test]
+    fn a_hook_matches_a_subresource_and_text_only_when_asked() {
+        let mut hook = hook_for(std::process::id());
+        hook.verb = "patch".into();
+        hook.resource = "clusters/status".into();
+        hook.contains = Some("\"reason\":\"MemberLeaving\"".into());
+        let write = |subresource, body| CommittedWrite {
+            user: "u",
+            verb: "patch",
+            resource: "clusters",
+            subresource,
+            name: "c",
+            body,
+        };
+        assert!(hook.matches(&write("status", r#"{"reason":"MemberLeaving"}"#)));
+        assert!(!hook.matches(&write("status", r#"{"reason":"Converged"}"#)));
+        assert!(!hook.matches(&write("", r#"{"reason":"MemberLeaving"}"#)));
+        hook.resource = "clusters".into();
+        assert!(!hook.matches(&write("status", r#"{"reason":"MemberLeaving"}"#)));
+        assert!(hook.matches(&write("", r#"{"reason":"MemberLeaving"}"#)));
+    }
 
     #[test]
     fn rates_zero_and_one_are_exact() {

@@ -47,7 +47,10 @@
 //!   `dropWatchRate`, `dropWatchAfterMs`, `slowRate`, `slowMs`,
 //!   `lostResponseRate`, `lateWatchRate`, `lateWatchMs`, `verbs`,
 //!   `resources`); DELETE clears it. In process, [`KubeSim::on_write`]
-//!   kills or freezes a process right after its Nth matching write.
+//!   kills or freezes a process right after its Nth matching write (by
+//!   verb, resource or `resource/subresource`, name, user, and text the
+//!   committed object contains); a hook whose process has exited since is
+//!   dropped, never signalling whoever holds the pid by then.
 //! - `GET /sim/requests[?since=SEQ]`: `{"items": [RequestRecord...]}` (seq,
 //!   method, path, query, verb, group, resource, subresource, namespace,
 //!   name, userAgent, contentType, code); `DELETE` forgets them.

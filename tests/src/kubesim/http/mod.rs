@@ -273,18 +273,28 @@ pub async fn handle(shared: Arc<Shared>, kind: Listener, req: Request<Incoming>)
     };
     let mut resp = resp;
     if user.is_some() && rec.is_write() && resp.status().is_success() {
+        let body = match resp.body() {
+            Body::Full(Some(b)) => std::str::from_utf8(b).unwrap_or_default(),
+            _ => "",
+        };
         // A create names its object in the body, not the URL.
-        let name = match resp.body() {
-            Body::Full(Some(b)) if rec.name.is_empty() => serde_json::from_slice::<Value>(b)
+        let name = if rec.name.is_empty() {
+            serde_json::from_str::<Value>(body)
                 .ok()
                 .and_then(|v| v["metadata"]["name"].as_str().map(str::to_string))
-                .unwrap_or_default(),
-            _ => rec.name.clone(),
+                .unwrap_or_default()
+        } else {
+            rec.name.clone()
         };
-        for hook in shared
-            .faults
-            .fire_hooks(&rec.user, &rec.verb, &rec.resource, &name)
-        {
+        let write = super::faults::CommittedWrite {
+            user: &rec.user,
+            verb: &rec.verb,
+            resource: &rec.resource,
+            subresource: &rec.subresource,
+            name: &name,
+            body,
+        };
+        for hook in shared.faults.fire_hooks(&write) {
             let signal = match hook.action {
                 super::faults::ProcessAction::Kill => nix::sys::signal::Signal::SIGKILL,
                 super::faults::ProcessAction::Freeze => nix::sys::signal::Signal::SIGSTOP,

@@ -631,7 +631,11 @@ async fn lifecycle(ctx: &Arc<PodCtx>, rx: &mut watch::Receiver<Stop>) -> Stop {
         match prepare_volumes(ctx) {
             Ok(v) => break v,
             Err(msg) => {
-                for i in 0..lock(&ctx.run).main.len() {
+                // Counted first: a guard in the `for` head would live for
+                // the whole loop, and `update` locks the same mutex (a
+                // worker thread of the runtime stuck for good).
+                let containers = lock(&ctx.run).main.len();
+                for i in 0..containers {
                     ctx.update(false, i, |c| {
                         c.state =
                             json!({"waiting": {"reason": "ContainerCreating", "message": msg}});
