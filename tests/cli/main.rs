@@ -9,6 +9,7 @@ mod install;
 mod lifecycle;
 mod lifecycle_sidecar;
 mod manifests;
+mod member_token;
 mod nodes;
 mod outage;
 mod rbac;

@@ -32,7 +32,6 @@ const GRANT: &str = "the member Role grants it: its creator must hold it";
 /// Rules of the operator's ClusterRole that this scenario does not use,
 /// each with the feature that needs it: (API group, resource, verb, why).
 const NEEDED_ELSEWHERE: &[(&str, &str, &str, &str)] = &[
-    ("", "pods", "get", GRANT),
     ("cassandra.rook.io", "clusters", "get", GRANT),
     ("apps", "statefulsets", "get", FOREIGN),
     ("", "services", "get", FOREIGN),
