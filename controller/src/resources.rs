@@ -374,6 +374,15 @@ fn downward_env() -> Vec<EnvVar> {
         field("POD_NAME", "metadata.name"),
         field("POD_NAMESPACE", "metadata.namespace"),
         field("POD_IP", "status.podIP"),
+        field(
+            "POD_CLUSTER",
+            &format!("metadata.labels['{}']", labels::CLUSTER),
+        ),
+        field(
+            "POD_DATACENTER",
+            &format!("metadata.labels['{}']", labels::DATACENTER),
+        ),
+        field("POD_RACK", &format!("metadata.labels['{}']", labels::RACK)),
         resource("CPU_LIMIT", "limits.cpu"),
         resource("MEMORY_LIMIT", "limits.memory"),
     ]
@@ -476,8 +485,10 @@ pub fn member_service_account(cluster: &Cluster) -> ServiceAccount {
     }
 }
 
-/// What a member's sidecar may do, and nothing more: read its Pod and its
-/// Cluster, watch and label member Services.
+/// What a member's sidecar may do, and nothing more: read its Cluster,
+/// watch and label member Services (the shipped admission policy narrows
+/// the labelling to its own Service's records of intent). Its Pod's labels
+/// come from the downward API.
 pub fn member_role(cluster: &Cluster) -> Role {
     let name = cluster_name(cluster);
     let rule = |group: &str, resource: &str, verbs: &[&str]| PolicyRule {
@@ -493,7 +504,6 @@ pub fn member_role(cluster: &Cluster) -> Role {
             labels::cluster_labels(name),
         ),
         rules: Some(vec![
-            rule("", "pods", &["get"]),
             rule("", "services", &["get", "list", "watch", "patch"]),
             PolicyRule {
                 resource_names: Some(vec![name.to_string()]),

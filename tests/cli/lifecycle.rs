@@ -572,14 +572,21 @@ async fn a_statefulset_deleted_with_orphan_is_recreated_with_its_members() {
     let (up, status, report) = ring_summary(&world.sim);
     assert_eq!(up, 3, "{status}");
     assert!(report.is_clean(), "{report}");
-    assert!(
-        events(&client)
-            .await
-            .iter()
-            .any(|(r, n)| r == "RackRecreated" && n.contains("3 members")),
-        "{:?}",
-        events(&client).await
-    );
+    // The Event follows the StatefulSet's create, which the members'
+    // readiness does not wait for: a loaded machine lists events first.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !events(&client)
+        .await
+        .iter()
+        .any(|(r, n)| r == "RackRecreated" && n.contains("3 members"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no RackRecreated Event: {:?}",
+            events(&client).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

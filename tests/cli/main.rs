@@ -10,6 +10,7 @@ mod lifecycle;
 mod lifecycle_crash;
 mod lifecycle_sidecar;
 mod manifests;
+mod member_token;
 mod nodes;
 mod outage;
 mod rbac;

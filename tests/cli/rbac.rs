@@ -8,6 +8,10 @@
 //! [`NEEDED_ELSEWHERE`] names the feature that needs it. The rules are read
 //! from the manifest and from the Role the controller wrote, so that a
 //! rule removed, added unused, or widened to a wildcard fails this test.
+//! The calls include the authorization checks admission makes for a
+//! request (kubesim logs them with method `ADMISSION`): OwnerReferences-
+//! PermissionEnforcement's `delete` on what the operator creates with an
+//! owner, and `update` on `clusters/finalizers` for `blockOwnerDeletion`.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -32,7 +36,6 @@ const GRANT: &str = "the member Role grants it: its creator must hold it";
 /// Rules of the operator's ClusterRole that this scenario does not use,
 /// each with the feature that needs it: (API group, resource, verb, why).
 const NEEDED_ELSEWHERE: &[(&str, &str, &str, &str)] = &[
-    ("", "pods", "get", GRANT),
     ("cassandra.rook.io", "clusters", "get", GRANT),
     ("apps", "statefulsets", "get", FOREIGN),
     ("", "services", "get", FOREIGN),

@@ -298,6 +298,10 @@ pub fn install_operator_rbac(sim: &KubeSim, dir: &Path) -> Result<PathBuf, Harne
             "ClusterRoleBinding" => "clusterrolebindings",
             "Role" => "roles",
             "RoleBinding" => "rolebindings",
+            // The members' admission policy, as `kubectl apply -k manifests/`
+            // installs it.
+            "ValidatingAdmissionPolicy" => "validatingadmissionpolicies",
+            "ValidatingAdmissionPolicyBinding" => "validatingadmissionpolicybindings",
             _ => continue,
         };
         let ns = obj.pointer("/metadata/namespace").and_then(|n| n.as_str());

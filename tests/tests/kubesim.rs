@@ -1147,7 +1147,10 @@ async fn real_kubectl_gets_and_applies() {
             "create ",
             "delete hello",
             // manifests/operator.yaml: the CRD, the namespace, the
-            // ServiceAccount, ClusterRole, ClusterRoleBinding, Deployment
+            // ServiceAccount, ClusterRole, ClusterRoleBinding, the members'
+            // ValidatingAdmissionPolicy and its binding, Deployment
+            "create ",
+            "create ",
             "create ",
             "create ",
             "create ",

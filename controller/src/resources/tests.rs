@@ -139,6 +139,9 @@ fn statefulset_of_the_thesis_rack() {
                             env_field("POD_NAME", "metadata.name"),
                             env_field("POD_NAMESPACE", "metadata.namespace"),
                             env_field("POD_IP", "status.podIP"),
+                            env_field("POD_CLUSTER", "metadata.labels['cassandra.rook.io/cluster']"),
+                            env_field("POD_DATACENTER", "metadata.labels['cassandra.rook.io/datacenter']"),
+                            env_field("POD_RACK", "metadata.labels['cassandra.rook.io/rack']"),
                             env_resource("CPU_LIMIT", "limits.cpu"),
                             env_resource("MEMORY_LIMIT", "limits.memory")
                         ],
@@ -334,7 +337,6 @@ fn member_rbac_is_least_privilege() {
             "kind": "Role",
             "metadata": meta,
             "rules": [
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
                 {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch", "patch"]},
                 {"apiGroups": ["cassandra.rook.io"], "resources": ["clusters"], "resourceNames": ["cassandra"], "verbs": ["get"]}
             ]

@@ -5,7 +5,6 @@
 //! starts with. I/O (reads the Kubernetes API), with the seed rule itself in
 //! `crds::contract`.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -13,7 +12,7 @@ use backon::{ExponentialBuilder, Retryable};
 use crds::contract;
 use crds::labels;
 use crds::v1alpha1::{Cluster, ClusterMode};
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Service;
 use kube::Api;
 use kube::api::ListParams;
 use tracing::info;
@@ -50,17 +49,13 @@ pub fn cluster_ip(service: &Service) -> Option<String> {
         .filter(|ip| !ip.is_empty() && ip != "None")
 }
 
-fn label(labels: &BTreeMap<String, String>, key: &str) -> Option<String> {
-    labels.get(key).cloned()
-}
-
 impl Member {
     /// Waits for the member Service and its ClusterIP (the member's
-    /// identity), then reads the Pod's labels and the Cluster.
+    /// identity), then takes the Pod's labels (from the downward API) and
+    /// reads the Cluster.
     pub async fn gather(
         args: &SidecarArgs,
         services: &Api<Service>,
-        pods: &Api<Pod>,
         clusters: &Api<Cluster>,
     ) -> Result<Member, MemberError> {
         let name = args.pod_name.clone();
@@ -81,21 +76,18 @@ impl Member {
         .map_err(|_| MemberError::NoClusterIp(name.clone()))?;
         let own_ip = cluster_ip(&service).ok_or_else(|| MemberError::NoClusterIp(name.clone()))?;
 
-        let pod = pods.get(&name).await.map_err(|source| MemberError::Read {
-            what: format!("pod {name}"),
-            source,
-        })?;
-        let pod_labels = pod.metadata.labels.clone().unwrap_or_default();
-        let need = |key: &'static str| {
-            label(&pod_labels, key).ok_or(MemberError::MissingLabel {
-                pod: name.clone(),
-                label: key,
-            })
+        let need = |value: &str, key: &'static str| {
+            Some(value.to_string())
+                .filter(|v| !v.is_empty())
+                .ok_or(MemberError::MissingLabel {
+                    pod: name.clone(),
+                    label: key,
+                })
         };
         let (cluster_name, dc, rack) = (
-            need(labels::CLUSTER)?,
-            need(labels::DATACENTER)?,
-            need(labels::RACK)?,
+            need(&args.pod_cluster, labels::CLUSTER)?,
+            need(&args.pod_datacenter, labels::DATACENTER)?,
+            need(&args.pod_rack, labels::RACK)?,
         );
         let cluster = clusters
             .get(&cluster_name)

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use crds::contract;
 use crds::v1alpha1::Cluster;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Service;
 use kube::{Api, Client};
 use thiserror::Error;
 use tokio::sync::watch;
@@ -55,6 +55,14 @@ pub struct SidecarArgs {
     /// IP of the Pod (listen_address).
     #[arg(long, env = "POD_IP")]
     pub pod_ip: IpAddr,
+    /// The Pod's Cluster, datacenter and rack: its labels, through the
+    /// downward API (so that the member's token needs no read of Pods).
+    #[arg(long, env = "POD_CLUSTER", default_value = "")]
+    pub pod_cluster: String,
+    #[arg(long, env = "POD_DATACENTER", default_value = "")]
+    pub pod_datacenter: String,
+    #[arg(long, env = "POD_RACK", default_value = "")]
+    pub pod_rack: String,
     /// CPU limit of the container (resourceFieldRef limits.cpu).
     #[arg(long, env = "CPU_LIMIT")]
     pub cpu_limit: Option<String>,
@@ -143,11 +151,11 @@ pub enum MemberError {
 pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
     let client = Client::try_default().await.map_err(MemberError::Connect)?;
     let services: Api<Service> = Api::namespaced(client.clone(), &args.pod_namespace);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &args.pod_namespace);
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), &args.pod_namespace);
 
-    // 1. Who this member is: its member Service (and ClusterIP), Pod, Cluster.
-    let member = Member::gather(&args, &services, &pods, &clusters).await?;
+    // 1. Who this member is: its member Service (and ClusterIP), the Pod's
+    //    labels, its Cluster.
+    let member = Member::gather(&args, &services, &clusters).await?;
     let name = member.pod.clone();
     let data_dir = member.data_dir.clone();
     let marker = contract::decommission_marker(&data_dir);
@@ -357,6 +365,9 @@ mod tests {
             pod_name: "p".into(),
             pod_namespace: "n".into(),
             pod_ip: "127.0.0.1".parse().unwrap(),
+            pod_cluster: "c".into(),
+            pod_datacenter: "dc".into(),
+            pod_rack: "r".into(),
             cpu_limit: None,
             memory_limit: None,
             jolokia_url: crate::jolokia::DEFAULT_URL.into(),

@@ -341,9 +341,31 @@ pub fn builtin_types() -> Vec<ResourceType> {
         false,
         &["sc"],
     );
+    // Evaluated on every client's write by crate::kubesim::admission_policy.
+    let mut vap = b(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingadmissionpolicies",
+        "ValidatingAdmissionPolicy",
+        false,
+        &[],
+    );
+    vap.status_subresource = true;
+    vap.generation = true;
+    vap.categories = strings(&["api-extensions"]);
+    let mut vapb = b(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingadmissionpolicybindings",
+        "ValidatingAdmissionPolicyBinding",
+        false,
+        &[],
+    );
+    vapb.generation = true;
+    vapb.categories = strings(&["api-extensions"]);
     vec![
         ns, node, pod, svc, ep, pv, pvc, cm, secret, sa, ev, ev2, sts, cr, deploy, rs, ds, role,
-        rb, crole, crb, pdb, lease, crd, sc,
+        rb, crole, crb, pdb, lease, crd, sc, vap, vapb,
     ]
 }
 

@@ -138,7 +138,8 @@ pub struct Faults {
     hooks: Mutex<Vec<(WriteHook, u32, Option<u64>)>>,
 }
 
-const WRITES: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
+/// The verbs that write.
+pub const WRITES: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
 
 impl Faults {
     /// Faults with a configuration.

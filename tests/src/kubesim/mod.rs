@@ -31,6 +31,14 @@
 //! SelfSubjectAccessReview and SelfSubjectReview serve `kubectl auth can-i`
 //! and `kubectl auth whoami`. The request log records each request's user.
 //!
+//! A client's write then passes the admission plugins: OpenShift's
+//! OwnerReferencesPermissionEnforcement (changing ownerReferences needs
+//! `delete` on the object, a new `blockOwnerDeletion` `update` on the
+//! owner's `finalizers`; these checks are in the request log as calls of
+//! the user with method `ADMISSION`) and ValidatingAdmissionPolicy with
+//! its bindings ([`admission_policy`]: 422 or the policy's reason, Warning
+//! headers). The in-process controllers' writes pass none.
+//!
 //! As a process: `kubesim serve --dir DIR [--zones a,b] [--nodes-per-zone N]
 //! [--port P] [--watch-window N] [--bookmark-interval-ms MS] [--conflict-rate
 //! R] [--error-rate R] [--throttle-rate R] [--drop-watch-rate R] [--slow-rate
@@ -72,6 +80,7 @@
 //! (`gracePeriodSeconds` only ever shortened; see
 //! [`store::pod_grace`]), and the `pods/log` subresource ([`logs`]).
 
+pub mod admission_policy;
 pub mod auth;
 pub mod convert;
 pub mod defaults;

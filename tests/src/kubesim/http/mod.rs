@@ -252,6 +252,7 @@ pub async fn handle(shared: Arc<Shared>, kind: Listener, req: Request<Incoming>)
                         &content_type,
                         &accept,
                         &mut rec,
+                        Some(user),
                     )
                     .await
                 }
@@ -267,6 +268,7 @@ pub async fn handle(shared: Arc<Shared>, kind: Listener, req: Request<Incoming>)
                 &content_type,
                 &accept,
                 &mut rec,
+                user.as_ref(),
             )
             .await
         }
@@ -328,6 +330,7 @@ async fn route(
     content_type: &str,
     accept: &str,
     rec: &mut RequestRecord,
+    user: Option<&crate::kubesim::auth::authn::UserInfo>,
 ) -> Response<Body> {
     let segs: Vec<&str> = path
         .trim_matches('/')
@@ -462,6 +465,7 @@ async fn route(
                 content_type,
                 accept,
                 rec,
+                user,
             )
             .await
         }
@@ -477,6 +481,7 @@ async fn route(
                 content_type,
                 accept,
                 rec,
+                user,
             )
             .await
         }
@@ -628,6 +633,7 @@ async fn resource(
     content_type: &str,
     accept: &str,
     rec: &mut RequestRecord,
+    user: Option<&crate::kubesim::auth::authn::UserInfo>,
 ) -> Response<Body> {
     let store = &shared.store;
     let Some(rp) = parse_resource_path(group, version, rest, |plural| {
@@ -712,6 +718,18 @@ async fn resource(
         let ua = rec.user_agent.split('/').next().unwrap_or_default();
         (!ua.is_empty()).then(|| ua.to_string())
     });
+    // The admission plugins see the user and may ask the authorizer.
+    let admission = user
+        .filter(|_| super::faults::WRITES.contains(&verb))
+        .map(|u| {
+            let policy =
+                (!u.is_master()).then(|| crate::kubesim::auth::rbac::Policy::from_store(store));
+            let who = u.clone();
+            Arc::new(super::store::Admission::new(u.clone(), move |a| {
+                policy.as_ref().is_none_or(|p| p.allows(&who, a))
+            }))
+        });
+    wo.admission = admission.clone();
     let result: Result<(u16, Value), ApiError> = (|| {
         let name = name.as_deref().unwrap_or_default();
         match verb {
@@ -752,11 +770,13 @@ async fn resource(
                 Ok((if created { 201 } else { 200 }, o))
             }
             "delete" => {
-                let opts = delete_options(q, body)?;
+                let mut opts = delete_options(q, body)?;
+                opts.admission = admission.clone();
                 store.delete(&target, name, &opts).map(|o| (200, o))
             }
             "deletecollection" => {
-                let opts = delete_options(q, body)?;
+                let mut opts = delete_options(q, body)?;
+                opts.admission = admission.clone();
                 store
                     .delete_collection(&target, &list_options(q)?, &opts)
                     .map(|o| (200, o))
@@ -766,6 +786,63 @@ async fn resource(
             )),
         }
     })();
+    let mut resp = respond(result, table, verb, version, &rt, q, accept);
+    if let Some(adm) = admission {
+        record_admission_checks(shared, &adm, rec);
+        for w in adm
+            .warnings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            let escaped = w.replace('\\', "\\\\").replace('"', "\\\"");
+            if let Ok(v) = hyper::header::HeaderValue::from_str(&format!("299 - \"{escaped}\"")) {
+                resp.headers_mut().append("warning", v);
+            }
+        }
+    }
+    resp
+}
+
+/// The authorization checks admission plugins made for a request, in the
+/// request log as calls of its user (method `ADMISSION`): what the user
+/// must be allowed besides the request itself.
+fn record_admission_checks(
+    shared: &Arc<Shared>,
+    adm: &super::store::Admission,
+    rec: &RequestRecord,
+) {
+    for (a, ok) in adm.checks.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        shared.log.push(RequestRecord {
+            seq: 0,
+            method: "ADMISSION".into(),
+            path: "OwnerReferencesPermissionEnforcement".into(),
+            query: String::new(),
+            verb: a.verb.clone(),
+            group: a.api_group.clone(),
+            resource: a.resource.clone(),
+            subresource: a.subresource.clone(),
+            namespace: a.namespace.clone(),
+            name: a.name.clone(),
+            user_agent: rec.user_agent.clone(),
+            content_type: String::new(),
+            code: if *ok { 200 } else { 403 },
+            user: rec.user.clone(),
+        });
+    }
+}
+
+/// The response to a served request: JSON, or a Table or partial metadata
+/// when kubectl asks for them.
+fn respond(
+    result: Result<(u16, Value), ApiError>,
+    table: bool,
+    verb: &str,
+    version: &str,
+    rt: &super::discovery::ResourceType,
+    q: &HashMap<String, String>,
+    accept: &str,
+) -> Response<Body> {
     match result {
         Ok((code, v)) if table && (verb == "get" || verb == "list") => {
             let now = std::time::SystemTime::now()
@@ -776,10 +853,7 @@ async fn resource(
                 .get("includeObject")
                 .map(String::as_str)
                 .unwrap_or("PartialObjectMetadata");
-            json_response(
-                code,
-                &super::table::to_table(&rt, version, &v, include, now),
-            )
+            json_response(code, &super::table::to_table(rt, version, &v, include, now))
         }
         Ok((code, v)) if accept.contains("as=PartialObjectMetadataList") && verb == "list" => {
             json_response(code, &partial_list(&v))

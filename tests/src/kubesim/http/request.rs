@@ -119,6 +119,7 @@ pub(super) fn write_options(q: &HashMap<String, String>) -> WriteOptions {
         force: truthy(q, "force"),
         field_validation: q.get("fieldValidation").cloned(),
         update_manager: None,
+        admission: None,
     }
 }
 
@@ -177,6 +178,7 @@ pub(super) fn delete_options(
                 None => None,
             },
         },
+        admission: None,
     })
 }
 

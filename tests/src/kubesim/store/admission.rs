@@ -399,6 +399,20 @@ impl State {
                 ApiError::invalid(rt, name_of(&obj), &[(field, "FieldValueInvalid", e)])
             })?;
         }
+        self.admit(
+            rt,
+            &Write {
+                operation: "CREATE",
+                version: &t.version,
+                subresource: Subresource::Main,
+                name: &name,
+                namespace: &ns,
+                object: Some(&present(rt, &t.version, &obj)),
+                old: None,
+                dry_run: opts.dry_run,
+            },
+            opts.admission.as_ref(),
+        )?;
         if opts.dry_run {
             return Ok(present(rt, &t.version, &obj));
         }
@@ -714,6 +728,20 @@ impl State {
                 subname,
             );
         }
+        self.admit(
+            rt,
+            &Write {
+                operation: "UPDATE",
+                version: &t.version,
+                subresource: sub,
+                name,
+                namespace: &ns,
+                object: Some(&present(rt, &t.version, &next)),
+                old: Some(&present(rt, &t.version, &old)),
+                dry_run: opts.dry_run,
+            },
+            opts.admission.as_ref(),
+        )?;
         let mut same = next.clone();
         let mut was = (*old).clone();
         for o in [&mut same, &mut was] {
@@ -792,6 +820,20 @@ impl State {
                 ),
             ));
         }
+        self.admit(
+            rt,
+            &Write {
+                operation: "DELETE",
+                version: &t.version,
+                subresource: Subresource::Main,
+                name,
+                namespace: meta_str(&old, "namespace").unwrap_or_default(),
+                object: None,
+                old: Some(&present(rt, &t.version, &old)),
+                dry_run: opts.dry_run,
+            },
+            opts.admission.as_ref(),
+        )?;
         let mut next = (*old).clone();
         if rt.group.is_empty() && rt.plural == "pods" && self.graceful_pods {
             let now = std::time::SystemTime::now()
@@ -929,4 +971,210 @@ pub(super) fn crd_status(crd: &Value, ct: &ResourceType) -> Value {
         "acceptedNames": accepted,
         "storedVersions": [ct.storage_version()],
     })
+}
+
+/// The admission plugins kubesim runs on a write by a client: OpenShift's
+/// OwnerReferencesPermissionEnforcement, then ValidatingAdmissionPolicy.
+pub(super) struct Write<'a> {
+    pub operation: &'static str,
+    pub version: &'a str,
+    pub subresource: Subresource,
+    pub name: &'a str,
+    pub namespace: &'a str,
+    pub object: Option<&'a Value>,
+    pub old: Option<&'a Value>,
+    pub dry_run: bool,
+}
+
+impl crate::kubesim::admission_policy::Lookup for State {
+    fn namespace(&self, name: &str) -> Option<Value> {
+        self.tables
+            .get(&(String::new(), "namespaces".to_string()))
+            .and_then(|t| t.objects.get(&(String::new(), name.to_string())))
+            .map(|o| (**o).clone())
+    }
+
+    fn params(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: Option<&str>,
+        selector: &LabelSelector,
+    ) -> Result<Vec<Value>, String> {
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let table = self
+            .tables
+            .values()
+            .find(|t| t.rt.group == group && t.rt.kind == kind && t.rt.versions.iter().any(|v| v == version))
+            .ok_or_else(|| format!("failed to find resource referenced by paramKind: '{group}/{version}, Kind={kind}'"))?;
+        let ns = if table.rt.namespaced { namespace } else { None };
+        Ok(table
+            .objects
+            .iter()
+            .filter(|((ons, _), _)| ns.is_none_or(|n| n == ons))
+            .filter(|((_, oname), _)| name.is_none_or(|n| n == oname))
+            .filter(|(_, o)| selector.matches_object(o))
+            .map(|(_, o)| present(&table.rt, version, o))
+            .collect())
+    }
+}
+
+impl State {
+    fn objects_of(&self, group: &str, plural: &str) -> Vec<Arc<Value>> {
+        self.tables
+            .get(&(group.to_string(), plural.to_string()))
+            .map(|t| t.objects.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Runs the admission plugins on a client's write; Ok when admitted.
+    pub(super) fn admit(
+        &self,
+        rt: &ResourceType,
+        w: &Write,
+        admission: Option<&Arc<Admission>>,
+    ) -> Result<(), ApiError> {
+        let Some(adm) = admission else {
+            return Ok(());
+        };
+        let sub = match w.subresource {
+            Subresource::Main => "",
+            Subresource::Status => "status",
+        };
+        if w.operation != "DELETE"
+            && !(rt.group.is_empty() && rt.plural == "pods" && sub == "status")
+        {
+            self.owner_references_permission(rt, w, sub, adm)?;
+        }
+        let req = crate::kubesim::admission_policy::Request {
+            operation: w.operation,
+            group: &rt.group,
+            version: w.version,
+            resource: &rt.plural,
+            subresource: sub,
+            kind: &rt.kind,
+            name: w.name,
+            namespace: w.namespace,
+            user: &adm.user,
+            dry_run: w.dry_run,
+            object: w.object,
+            old_object: w.old,
+        };
+        let policies = self.objects_of(
+            "admissionregistration.k8s.io",
+            "validatingadmissionpolicies",
+        );
+        if policies.is_empty() {
+            return Ok(());
+        }
+        let bindings = self.objects_of(
+            "admissionregistration.k8s.io",
+            "validatingadmissionpolicybindings",
+        );
+        let verdict = crate::kubesim::admission_policy::evaluate(&policies, &bindings, &req, self);
+        for warning in verdict.warnings {
+            adm.warn(warning);
+        }
+        match verdict.denied {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// OwnerReferencesPermissionEnforcement (on in OpenShift): changing an
+    /// object's ownerReferences needs `delete` on the object, and a new
+    /// `blockOwnerDeletion: true` needs `update` on the owner's
+    /// `finalizers` subresource.
+    fn owner_references_permission(
+        &self,
+        rt: &ResourceType,
+        w: &Write,
+        sub: &str,
+        adm: &Admission,
+    ) -> Result<(), ApiError> {
+        let refs = |o: Option<&Value>| -> Vec<Value> {
+            o.and_then(|o| o.pointer("/metadata/ownerReferences"))
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let (new, old) = (refs(w.object), refs(w.old));
+        let changing = match w.old {
+            None => !new.is_empty(),
+            Some(_) => new != old,
+        };
+        if !changing {
+            return Ok(());
+        }
+        let forbidden = |why: String| {
+            let qualified = if rt.group.is_empty() {
+                rt.plural.clone()
+            } else {
+                format!("{}.{}", rt.plural, rt.group)
+            };
+            let mut d = json!({"name": w.name, "kind": rt.plural});
+            if !rt.group.is_empty() {
+                d["group"] = json!(rt.group);
+            }
+            ApiError {
+                code: 403,
+                reason: "Forbidden",
+                message: format!("{qualified} \"{}\" is forbidden: {why}", w.name),
+                details: Some(d),
+            }
+        };
+        let mut delete = crate::kubesim::auth::rbac::Attributes::resource(
+            "delete",
+            &rt.group,
+            &rt.plural,
+            w.namespace,
+        )
+        .named(w.name);
+        delete.subresource = sub.to_string();
+        delete.api_version = w.version.to_string();
+        if !adm.check(delete) {
+            return Err(forbidden(
+                "cannot set an ownerRef on a resource you can't delete: , <nil>".into(),
+            ));
+        }
+        let blocking = |r: &Value| r["blockOwnerDeletion"] == json!(true);
+        for r in new.iter().filter(|r| blocking(r)) {
+            let was_blocking = old
+                .iter()
+                .find(|o| o["uid"] == r["uid"])
+                .is_some_and(blocking);
+            if was_blocking {
+                continue;
+            }
+            let api_version = r["apiVersion"].as_str().unwrap_or_default();
+            let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+            let kind = r["kind"].as_str().unwrap_or_default();
+            let Some(owner) = self
+                .tables
+                .values()
+                .map(|t| &t.rt)
+                .find(|t| t.group == group && t.kind == kind)
+            else {
+                return Err(forbidden(format!(
+                    "cannot set blockOwnerDeletion in this case because cannot find RESTMapping for APIVersion {api_version} Kind {kind}: , no matches for kind \"{kind}\" in version \"{api_version}\""
+                )));
+            };
+            let mut update = crate::kubesim::auth::rbac::Attributes::resource(
+                "update",
+                group,
+                &owner.plural,
+                w.namespace,
+            )
+            .named(r["name"].as_str().unwrap_or_default());
+            update.subresource = "finalizers".into();
+            update.api_version = version.to_string();
+            if !adm.check(update) {
+                return Err(forbidden(
+                    "cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers on: , <nil>".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
 }

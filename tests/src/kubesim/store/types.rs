@@ -276,6 +276,64 @@ pub struct WriteOptions {
     /// fields a create, update or non-apply patch sets: `fieldManager`, or
     /// the client's user agent as the API server derives it.
     pub update_manager: Option<String>,
+    /// Who writes, for the admission plugins that ask (None: the cluster's
+    /// own controllers, which kubesim runs in process).
+    pub admission: Option<Arc<Admission>>,
+}
+
+/// What the admission plugins know of a request besides the object: its
+/// user and the authorizer (RBAC as the request found it); what they
+/// leave: Warning headers and the authorization checks they made (for the
+/// request log).
+pub struct Admission {
+    pub user: crate::kubesim::auth::authn::UserInfo,
+    /// Whether the user may do what the attributes say.
+    pub authorize: Box<dyn Fn(&crate::kubesim::auth::rbac::Attributes) -> bool + Send + Sync>,
+    /// `Warning` headers for the response.
+    pub warnings: Mutex<Vec<String>>,
+    /// Authorization checks made by admission plugins, with their answers.
+    pub checks: Mutex<Vec<(crate::kubesim::auth::rbac::Attributes, bool)>>,
+}
+
+impl std::fmt::Debug for Admission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admission")
+            .field("user", &self.user.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Admission {
+    /// An admission context for `user` with an authorizer.
+    pub fn new(
+        user: crate::kubesim::auth::authn::UserInfo,
+        authorize: impl Fn(&crate::kubesim::auth::rbac::Attributes) -> bool + Send + Sync + 'static,
+    ) -> Admission {
+        Admission {
+            user,
+            authorize: Box::new(authorize),
+            warnings: Mutex::new(Vec::new()),
+            checks: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Asks the authorizer, remembering the question.
+    pub fn check(&self, a: crate::kubesim::auth::rbac::Attributes) -> bool {
+        let ok = (self.authorize)(&a);
+        self.checks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((a, ok));
+        ok
+    }
+
+    /// Adds a Warning header.
+    pub fn warn(&self, message: String) {
+        self.warnings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(message);
+    }
 }
 
 /// The list parameters.
@@ -320,6 +378,8 @@ pub struct DeleteOptions {
     /// `gracePeriodSeconds` (None: the object's default; negative counts
     /// as 1, as the API server has it)
     pub grace_period: Option<i64>,
+    /// Who deletes (see [`WriteOptions::admission`]).
+    pub admission: Option<Arc<Admission>>,
 }
 
 /// What a watch starts from: the kind, the events to replay, the

@@ -1,0 +1,214 @@
+//! What a member's own token can do, end to end: the token the kubelet
+//! projected into a running member's Pod, against the API server with the
+//! operator installed as `kubectl apply -k manifests/` installs it (its
+//! ValidatingAdmissionPolicy included) and the members' Role the
+//! controller wrote. It may write its own member Service's records of
+//! intent and nothing else: another member's Service, `spec.externalIPs`,
+//! a selector and Secrets are refused with 403.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crds::Cluster;
+use k8s_openapi::api::core::v1::{Secret, Service};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use serde_json::json;
+use testworld::harness::{self, World, WorldOptions, container_logs, tail};
+
+use crate::common::{ONE_WORLD, create_cluster};
+
+/// The projected ServiceAccount token of Pod `pod` (namespace `db`), as
+/// the kubelet wrote it under the world's work directory.
+fn projected_token(work: &Path, pod: &str) -> Option<String> {
+    fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() && depth < 6 {
+                walk(&p, depth + 1, out);
+            } else if p.file_name().is_some_and(|n| n == "token") {
+                out.push(p);
+            }
+        }
+    }
+    let mut tokens = Vec::new();
+    walk(work, 0, &mut tokens);
+    let prefix = format!("db_{pod}_");
+    tokens
+        .into_iter()
+        .filter(|p| {
+            p.ancestors().any(|a| {
+                a.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&prefix))
+            })
+        })
+        .find_map(|p| std::fs::read_to_string(p).ok())
+        .filter(|t| !t.trim().is_empty())
+        .map(|t| t.trim().to_string())
+}
+
+async fn client_with(world: &World, token: &str) -> Client {
+    let kc = Kubeconfig::from_yaml(&world.sim.kubeconfig_with_token(token)).unwrap();
+    let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(cfg).unwrap()
+}
+
+/// The API error of a refused call.
+fn refused<T: std::fmt::Debug>(r: Result<T, kube::Error>, what: &str) -> Box<kube::core::Status> {
+    match r {
+        Err(kube::Error::Api(e)) => e,
+        other => panic!("{what}: expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_members_token_may_change_only_its_own_services_records() {
+    let _one = ONE_WORLD.lock().await;
+    let work = tempfile::tempdir().unwrap();
+    let operator = PathBuf::from(env!("CARGO_BIN_EXE_cassandra-operator"));
+    let fake = harness::beside(&operator, "fake-cassandra").unwrap();
+    let opts = WorldOptions::new(operator, fake, harness::fixtures().unwrap(), &["a"]);
+    let world = World::start(opts, work.path()).await.unwrap();
+    world.install("db").await.unwrap();
+    let log = work.path().join("controller.log");
+    let _controller = world.start_controller(&log, None).unwrap();
+    let cluster: Cluster = serde_json::from_value(json!({
+        "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "c", "namespace": "db"},
+        "spec": {"version": "3.11.6", "datacenter": {"name": "dc", "racks": [{"name": "r", "members": 2,
+            "storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
+                "spec": {"storageClassName": "standard", "resources": {"requests": {"storage": "1Gi"}}}}]},
+            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}
+    }))
+    .unwrap();
+    let clusters: Api<Cluster> = Api::namespaced(world.client.clone(), "db");
+    create_cluster(&clusters, &cluster).await;
+
+    // Member 0 runs (its sidecar holds its token) and member 1's Service
+    // exists.
+    let admin_services: Api<Service> = Api::namespaced(world.client.clone(), "db");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let token = loop {
+        let other = admin_services.get_opt("c-dc-r-1").await.unwrap().is_some();
+        if let Some(t) = projected_token(work.path(), "c-dc-r-0").filter(|_| other) {
+            break t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no running member 0 with a token and a Service for member 1\n{}\n{}",
+            tail(&log),
+            container_logs(work.path())
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let member = client_with(&world, &token).await;
+    let services: Api<Service> = Api::namespaced(member.clone(), "db");
+    let pp = PatchParams::default();
+    let label = |v: serde_json::Value| {
+        Patch::Merge(json!({"metadata": {"labels": {"cassandra.rook.io/decommissioned": v}}}))
+    };
+
+    // 1. Its own Service's decommissioned label: allowed (set, then taken back).
+    services
+        .patch("c-dc-r-0", &pp, &label(json!("true")))
+        .await
+        .expect("a member labels its own Service");
+    let own = admin_services.get("c-dc-r-0").await.unwrap();
+    assert_eq!(
+        own.metadata.labels.unwrap()["cassandra.rook.io/decommissioned"],
+        "true"
+    );
+    services
+        .patch("c-dc-r-0", &pp, &label(serde_json::Value::Null))
+        .await
+        .expect("a member takes its label back");
+
+    // 2. Another member's Service: refused by the policy.
+    let e = refused(
+        services
+            .patch("c-dc-r-1", &pp, &label(json!("false")))
+            .await,
+        "labelling another member's Service",
+    );
+    assert_eq!(e.code, 403, "{}", e.message);
+    assert_eq!(
+        e.message,
+        "services \"c-dc-r-1\" is forbidden: ValidatingAdmissionPolicy 'cassandra-member-service' with binding 'cassandra-member-service' denied request: a member may change only its own member Service, not c-dc-r-1"
+    );
+    let other = admin_services.get("c-dc-r-1").await.unwrap();
+    assert!(
+        !other
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .contains_key("cassandra.rook.io/decommissioned"),
+        "the refused label was not written"
+    );
+
+    // 3. spec.externalIPs on its own Service (CVE-2020-8554): refused.
+    let e = refused(
+        services
+            .patch(
+                "c-dc-r-0",
+                &pp,
+                &Patch::Merge(json!({"spec": {"externalIPs": ["203.0.113.7"]}})),
+            )
+            .await,
+        "setting externalIPs",
+    );
+    assert_eq!(e.code, 403, "{}", e.message);
+    assert!(
+        e.message
+            .ends_with("denied request: a member may not change a Service's spec"),
+        "{}",
+        e.message
+    );
+
+    // 4. Its own Service's selector: refused.
+    let e = refused(
+        services
+            .patch(
+                "c-dc-r-0",
+                &pp,
+                &Patch::Merge(json!({"spec": {"selector": {"app": "web"}}})),
+            )
+            .await,
+        "changing a selector",
+    );
+    assert_eq!(e.code, 403, "{}", e.message);
+    let own = admin_services.get("c-dc-r-0").await.unwrap();
+    let spec = own.spec.unwrap();
+    assert!(spec.external_ips.is_none(), "externalIPs not written");
+    assert!(
+        !spec.selector.unwrap_or_default().contains_key("app"),
+        "the selector not changed"
+    );
+
+    // 5. Secrets: refused by RBAC.
+    let secrets: Api<Secret> = Api::namespaced(member.clone(), "db");
+    let e = refused(
+        secrets.list(&ListParams::default()).await,
+        "listing Secrets",
+    );
+    assert_eq!(e.code, 403);
+    assert_eq!(
+        e.message,
+        "secrets is forbidden: User \"system:serviceaccount:db:c-member\" cannot list resource \"secrets\" in API group \"\" in the namespace \"db\""
+    );
+    let e = refused(secrets.get("any").await, "reading a Secret");
+    assert_eq!(e.code, 403, "{}", e.message);
+
+    // 6. Nor does it read Pods (its labels come from the downward API).
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(member, "db");
+    assert_eq!(
+        refused(pods.get("c-dc-r-0").await, "reading its Pod").code,
+        403
+    );
+}
