@@ -390,11 +390,18 @@ fn a_provided_member_role_that_lacks_a_grant_is_named() {
     );
     // a rule narrowed to names cannot cover a need for any name
     let named = role(json!([
-        {"apiGroups": [""], "resources": ["pods"], "resourceNames": ["cassandra-a-0"], "verbs": ["get"]},
-        {"apiGroups": [""], "resources": ["services"], "verbs": ["*"]},
+        {"apiGroups": [""], "resources": ["services"], "resourceNames": ["cassandra-client"], "verbs": ["*"]},
         {"apiGroups": ["cassandra.rook.io"], "resources": ["clusters"], "resourceNames": ["cassandra"], "verbs": ["get"]}
     ]));
-    assert_eq!(missing_grants(&named, &needed), vec!["get pods"]);
+    assert_eq!(
+        missing_grants(&named, &needed),
+        vec![
+            "get services",
+            "list services",
+            "watch services",
+            "patch services"
+        ]
+    );
 }
 
 #[test]
