@@ -50,10 +50,7 @@ pub fn go_json(data: &Value) -> String {
 /// decimal.
 pub fn hash(data: &str, collision_count: i64) -> String {
     let mut h: u32 = 0x811c_9dc5;
-    for b in data
-        .bytes()
-        .chain(collision_count.to_string().into_bytes())
-    {
+    for b in data.bytes().chain(collision_count.to_string().into_bytes()) {
         h = h.wrapping_mul(0x0100_0193);
         h ^= u32::from(b);
     }
@@ -193,7 +190,8 @@ pub fn list(store: &Store, set: &Value) -> Vec<Value> {
                 let body = json!({"metadata": {"ownerReferences": refs,
                     "uid": s(&r, "/metadata/uid"),
                     "resourceVersion": s(&r, "/metadata/resourceVersion")}});
-                if let Ok(adopted) = super::patch_main(store, "apps", "controllerrevisions", &r, &body)
+                if let Ok(adopted) =
+                    super::patch_main(store, "apps", "controllerrevisions", &r, &body)
                 {
                     out.push(adopted);
                 }
@@ -358,7 +356,10 @@ mod tests {
         let data = |i: &str| json!({"spec": {"template": {"image": i}}});
         assert_eq!(choose(&[], &data("a")), UpdateRevision::Create(1));
         let revs = [rev("s-1", 1, "a"), rev("s-2", 2, "b")];
-        assert_eq!(choose(&revs, &data("b")), UpdateRevision::Latest("s-2".into()));
+        assert_eq!(
+            choose(&revs, &data("b")),
+            UpdateRevision::Latest("s-2".into())
+        );
         assert_eq!(
             choose(&revs, &data("a")),
             UpdateRevision::Renumber("s-1".into(), 3),

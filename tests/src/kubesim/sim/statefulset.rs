@@ -685,7 +685,10 @@ mod tests {
         // A terminating pod counts in replicas, not in current or updated.
         o.pods.get_mut(&0).unwrap().terminating = true;
         let st = status(&o, 4, 0);
-        assert_eq!((&st["replicas"], &st["currentReplicas"]), (&json!(2), &json!(0)));
+        assert_eq!(
+            (&st["replicas"], &st["currentReplicas"]),
+            (&json!(2), &json!(0))
+        );
         // The rollout completes when spec.replicas pods are updated and ready.
         o.pods.insert(0, ready("r2"));
         assert_eq!(status(&o, 4, 0)["currentRevision"], "r1", "2 of 3");
@@ -695,7 +698,10 @@ mod tests {
         // Not under OnDelete (kubernetes#73492).
         o.on_delete = true;
         let st = status(&o, 4, 0);
-        assert_eq!((&st["currentRevision"], &st["currentReplicas"]), (&json!("r1"), &json!(0)));
+        assert_eq!(
+            (&st["currentRevision"], &st["currentReplicas"]),
+            (&json!("r1"), &json!(0))
+        );
         assert_eq!(st["updatedReplicas"], 2);
     }
 

@@ -250,7 +250,15 @@ impl State {
         obj["apiVersion"] = json!(want_av);
         obj["kind"] = json!(rt.kind);
         if !rt.custom {
+            // A ControllerRevision's data is a RawExtension: the API server
+            // keeps its bytes as sent (nulls and all).
+            let raw = (rt.plural == "controllerrevisions")
+                .then(|| obj.as_object_mut().and_then(|o| o.remove("data")))
+                .flatten();
             normalize_builtin(obj);
+            if let Some(raw) = raw {
+                obj["data"] = raw;
+            }
             let (group, plural) = key(rt);
             defaults::apply(&group, &plural, obj);
         }
