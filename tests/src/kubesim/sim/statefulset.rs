@@ -141,7 +141,7 @@ pub fn plan(o: &Observed) -> Vec<Step> {
             steps.push(Step::Delete(ord));
             return steps;
         }
-        if !(p.running_ready && !p.terminating) {
+        if !p.running_ready || p.terminating {
             return steps;
         }
     }

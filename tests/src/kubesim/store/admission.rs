@@ -374,6 +374,12 @@ impl State {
             self.admit_custom(rt, &t.version, &mut obj, None, opts)?;
         }
         self.on_create_special(rt, &mut obj)?;
+        if !rt.custom {
+            let causes = validation::on_create(&rt.group, &rt.plural, &obj);
+            if !causes.is_empty() {
+                return Err(ApiError::invalid(rt, &name, &causes));
+            }
+        }
         if rt.group.is_empty() && rt.plural == "services" {
             let used: Vec<String> = self.tables[&key(rt)]
                 .objects
@@ -665,6 +671,11 @@ impl State {
         }
         if rt.custom {
             self.admit_custom(rt, &t.version, &mut next, Some(&old), opts)?;
+        } else if sub == Subresource::Main {
+            let causes = validation::on_update(&rt.group, &rt.plural, &old, &next);
+            if !causes.is_empty() {
+                return Err(ApiError::invalid(rt, name, &causes));
+            }
         }
         if rt.generation && spec_part(rt, &next) != spec_part(rt, &old) {
             let g = meta(&old)
