@@ -142,10 +142,14 @@ async fn pods_services_and_what_the_operator_writes_are_validated() {
     )
     .await
     .unwrap();
+    // Strategic merges (by container name), as `kubectl set image` and
+    // `kubectl patch` send: a JSON merge patch would replace the list and
+    // drop the ServiceAccount token's mount, a change of its own.
+    let strategic = |p| Patch::Strategic(p);
     pods.patch(
         "p",
         &pp,
-        &merge(json!({"spec": {"containers": [{"name": "c", "image": "busybox:1.37"}]}})),
+        &strategic(json!({"spec": {"containers": [{"name": "c", "image": "busybox:1.37"}]}})),
     )
     .await
     .expect("an image may change");
@@ -153,10 +157,8 @@ async fn pods_services_and_what_the_operator_writes_are_validated() {
         pods.patch(
             "p",
             &pp,
-            &merge(
-                json!({"spec": {"containers": [{"name": "c", "image": "busybox:1.37",
-                "env": [{"name": "A", "value": "1"}]}]}}),
-            ),
+            &strategic(json!({"spec": {"containers": [{"name": "c",
+                "env": [{"name": "A", "value": "1"}]}]}})),
         )
         .await,
     );
