@@ -112,6 +112,16 @@ pub fn statefulset_for_rack(
                         // controller copies to each claim.
                         template.status = None;
                         template.metadata.namespace = None;
+                        // The API server refuses a claim without an access
+                        // mode, and the StatefulSet controller would fail
+                        // to create each member's claim from such a
+                        // template (the Rook examples leave it out): a
+                        // member's data volume has one writer.
+                        if let Some(spec) = template.spec.as_mut()
+                            && spec.access_modes.as_ref().is_none_or(Vec::is_empty)
+                        {
+                            spec.access_modes = Some(vec!["ReadWriteOnce".to_string()]);
+                        }
                         template
                     })
                     .collect(),

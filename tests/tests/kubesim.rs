@@ -458,24 +458,28 @@ async fn watch_from_a_version_bookmarks_and_410() {
 #[tokio::test]
 async fn patches_merge_json_strategic_and_apply() {
     let (_sim, client) = sim().await;
-    let pods: Api<Pod> = Api::default_namespaced(client.clone());
-    let pod: Pod = serde_json::from_value(
-        json!({"metadata": {"name": "p", "labels": {"a": "1"}}, "spec": {"containers": [
+    // A StatefulSet's pod template: a Pod's own spec may not change beyond
+    // its images (ValidatePodUpdate), a template's may.
+    let sets: Api<StatefulSet> = Api::default_namespaced(client.clone());
+    let set: StatefulSet = serde_json::from_value(
+        json!({"metadata": {"name": "p", "labels": {"a": "1"}}, "spec": {
+        "selector": {"matchLabels": {"app": "p"}},
+        "template": {"metadata": {"labels": {"app": "p"}}, "spec": {"containers": [
             {"name": "cassandra", "image": "cassandra:3.11", "env": [{"name": "A", "value": "1"}]}
-        ]}}),
+        ]}}}}),
     )
     .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
+    sets.create(&PostParams::default(), &set).await.unwrap();
 
-    let smp = json!({"spec": {"containers": [
+    let smp = json!({"spec": {"template": {"spec": {"containers": [
         {"name": "cassandra", "env": [{"name": "B", "value": "2"}]},
         {"name": "sidecar", "image": "sidecar:1"}
-    ]}});
-    let p = pods
-        .patch("p", &PatchParams::default(), &Patch::Strategic(smp))
+    ]}}}});
+    let p = sets
+        .patch("p", &PatchParams::default(), &Patch::Strategic(smp.clone()))
         .await
         .unwrap();
-    let v = serde_json::to_value(&p.spec).unwrap();
+    let v = serde_json::to_value(&p.spec.unwrap().template.spec).unwrap();
     assert_eq!(v["containers"][0]["image"], "cassandra:3.11");
     assert_eq!(
         v["containers"][0]["env"],
@@ -484,7 +488,7 @@ async fn patches_merge_json_strategic_and_apply() {
     assert_eq!(v["containers"][1]["name"], "sidecar");
     assert_eq!(p.metadata.generation, Some(2));
 
-    let p = pods
+    let p = sets
         .patch(
             "p",
             &PatchParams::default(),
@@ -502,29 +506,47 @@ async fn patches_merge_json_strategic_and_apply() {
         "metadata changes keep the generation"
     );
 
-    let jp: json_patch::Patch = serde_json::from_value(
-        json!([{"op": "replace", "path": "/spec/containers/0/image", "value": "cassandra:4.1"}]),
-    )
+    let jp: json_patch::Patch = serde_json::from_value(json!([{"op": "replace",
+        "path": "/spec/template/spec/containers/0/image", "value": "cassandra:4.1"}]))
     .unwrap();
-    let p = pods
+    let p = sets
         .patch("p", &PatchParams::default(), &Patch::Json::<()>(jp))
         .await
         .unwrap();
     assert_eq!(
-        p.spec.unwrap().containers[0].image.as_deref(),
+        p.spec.unwrap().template.spec.unwrap().containers[0]
+            .image
+            .as_deref(),
         Some("cassandra:4.1")
     );
 
-    let jp: json_patch::Patch = serde_json::from_value(
-        json!([{"op": "test", "path": "/spec/containers/0/image", "value": "nope"}]),
-    )
+    let jp: json_patch::Patch = serde_json::from_value(json!([{"op": "test",
+        "path": "/spec/template/spec/containers/0/image", "value": "nope"}]))
     .unwrap();
     let e = api_error(
-        pods.patch("p", &PatchParams::default(), &Patch::Json::<()>(jp))
+        sets.patch("p", &PatchParams::default(), &Patch::Json::<()>(jp))
             .await
             .unwrap_err(),
     );
     assert_eq!(e.code, 422);
+
+    // The same merge on a Pod's own spec is refused.
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let pod: Pod =
+        serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"containers": [
+        {"name": "cassandra", "image": "cassandra:3.11"}]}}))
+        .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let e = api_error(
+        pods.patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": smp["spec"]["template"]["spec"]})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
 
     // Server-side apply creates, records its manager, and drops what a
     // later apply leaves out.

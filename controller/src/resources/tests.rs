@@ -437,3 +437,34 @@ fn a_provided_member_role_binding_must_bind_the_members_account_to_the_role() {
         &needed
     ));
 }
+
+#[test]
+fn a_claim_template_without_access_modes_gets_read_write_once() {
+    let cluster = cluster(
+        r#"
+metadata: {name: c, namespace: db}
+spec:
+  version: 4.1.5
+  datacenter:
+    name: dc
+    racks:
+      - name: r
+        members: 1
+        storage:
+          volumeClaimTemplates:
+            - metadata: {name: data}
+              spec: {storageClassName: standard, resources: {requests: {storage: 1Gi}}}
+"#,
+    );
+    let sts = to_json(&statefulset_for_rack(
+        &cluster,
+        &cluster.spec.datacenter.racks[0],
+        1,
+        &BuildContext::default(),
+    ));
+    assert_eq!(
+        sts["spec"]["volumeClaimTemplates"][0]["spec"],
+        json!({"storageClassName": "standard", "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}}})
+    );
+}

@@ -185,6 +185,17 @@ pub fn apply(group: &str, plural: &str, o: &mut Value) {
                     default(ru, "partition", json!(0));
                 }
             }
+            // pkg/registry/apps/statefulset/strategy.go,
+            // dropStatefulSetDisabledFields: `maxUnavailable` is dropped
+            // while the MaxUnavailableStatefulSet gate is off (alpha, off
+            // by default from 1.24 through 1.34; kubesim is 1.33).
+            if let Some(ru) = spec
+                .get_mut("updateStrategy")
+                .and_then(|u| u.get_mut("rollingUpdate"))
+                .and_then(obj)
+            {
+                ru.remove("maxUnavailable");
+            }
             default(
                 spec,
                 "persistentVolumeClaimRetentionPolicy",

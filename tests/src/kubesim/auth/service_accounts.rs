@@ -62,7 +62,14 @@ pub fn admit_pod(
     let volume = format!("kube-api-access-{suffix}");
     let mut any = false;
     for list in ["initContainers", "containers"] {
-        for c in pod["spec"][list].as_array_mut().into_iter().flatten() {
+        // get_mut, not IndexMut: a Pod without init containers must not
+        // be stored with `initContainers: null`.
+        for c in pod["spec"]
+            .get_mut(list)
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
             if mounted(c) {
                 continue;
             }

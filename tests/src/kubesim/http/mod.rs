@@ -447,6 +447,24 @@ async fn route(
                 Err(e) => error_response(&e),
             }
         }
+        ("POST", ["api", "v1", "namespaces", ns, "pods", name, "binding"]) => {
+            // What a scheduler posts: the only way to set spec.nodeName.
+            rec.verb = "create".into();
+            let node = parse_body(body, content_type).and_then(|b| {
+                b.pointer("/target/name")
+                    .and_then(Value::as_str)
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_string)
+                    .ok_or_else(|| ApiError::bad_request("a Binding needs target.name (the Node)"))
+            });
+            match node.and_then(|n| store.bind_pod(ns, name, &n)) {
+                Ok(_) => json_response(
+                    201,
+                    &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+                ),
+                Err(e) => error_response(&e),
+            }
+        }
         ("GET", ["api", "v1", "namespaces", ns, "pods", name, "log"]) => {
             match super::logs::handle(store, shared.sim_dir.as_deref(), ns, name, q) {
                 Ok(r) => r,

@@ -158,6 +158,7 @@
 pub mod deaths;
 pub mod disks;
 pub mod disruption;
+pub mod history;
 pub mod images;
 pub mod kubelet;
 pub mod net;

@@ -18,7 +18,7 @@
 //! [`fit`] and [`message`] are pure; [`schedule_all`] does I/O.
 
 use super::quantity::parse_milli;
-use super::{list_all, ns_of, patch_main, patch_status, s, storage};
+use super::{list_all, ns_of, patch_status, s, storage};
 use crate::kubesim::selectors::LabelSelector;
 use crate::kubesim::store::Store;
 use serde_json::{Value, json};
@@ -678,12 +678,10 @@ pub fn schedule_all(store: &Store) {
             taken_now.insert(s(pv, "/metadata/name").to_string());
             storage::bind_local(store, pvc, pv, &node_name);
         }
-        if let Ok(bound) = patch_main(
-            store,
-            "",
-            "pods",
-            pod,
-            &json!({"spec": {"nodeName": node_name}}),
+        if let Ok(bound) = store.bind_pod(
+            ns_of(pod).unwrap_or("default"),
+            s(pod, "/metadata/name"),
+            &node_name,
         ) {
             *load.entry(node_name).or_default() += 1;
             bound_now.push(bound.clone());

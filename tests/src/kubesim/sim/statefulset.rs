@@ -3,11 +3,19 @@
 //! `<template>-<pod>`; a missing claim of a Pending pod is created again,
 //! as `processReplica` does since Kubernetes 1.27; kept when pods go
 //! unless `persistentVolumeClaimRetentionPolicy` says Delete, through
-//! owner references the garbage collector follows),
-//! revisions (`controller-revision-hash`) with `RollingUpdate` (partition)
-//! and `OnDelete`, and the status. [`plan`] is the pure decision (one pass
-//! of the real controller's `updateStatefulSet`); [`sync_all`] does I/O.
+//! owner references the garbage collector follows), history
+//! (ControllerRevisions, see [`super::history`]; each pod labelled
+//! `controller-revision-hash` with the revision whose template it was
+//! made from), `RollingUpdate` with `partition` and `OnDelete`, and the
+//! status, following pkg/controller/statefulset/stateful_set_control.go
+//! of Kubernetes 1.33 (`updateStatefulSet`, `newVersionedStatefulSetPod`,
+//! `computeReplicaStatus`, `completeRollingUpdate`). `maxUnavailable` is
+//! behind the `MaxUnavailableStatefulSet` gate, alpha and off through
+//! 1.34: the API server drops the field (kubesim's defaults do too) and
+//! the controller updates one pod at a time. [`plan`] and [`status`] are
+//! the pure decisions; [`sync_all`] does I/O.
 
+use super::history::{self, Revisions};
 use super::{list_all, ns_of, patch_status, s, t};
 use crate::kubesim::store::{DeleteOptions, Store, WriteOptions};
 use serde_json::{Value, json};
@@ -20,6 +28,8 @@ pub struct PodState {
     pub terminating: bool,
     /// Phase Running and condition Ready True.
     pub running_ready: bool,
+    /// Running and Ready for at least `minReadySeconds`.
+    pub available: bool,
     /// Phase Failed or Succeeded: the controller replaces it.
     pub finished: bool,
     /// Its `controller-revision-hash` label.
@@ -37,9 +47,10 @@ pub struct Observed {
     pub on_delete: bool,
     /// `updateStrategy.rollingUpdate.partition`
     pub partition: usize,
-    /// The revision pods below the partition keep.
+    /// The name of the current revision (the one pods below the
+    /// partition are made from).
     pub current_revision: String,
-    /// The revision of the current template.
+    /// The name of the revision of the set's template.
     pub update_revision: String,
     /// Existing pods by ordinal.
     pub pods: BTreeMap<usize, PodState>,
@@ -54,25 +65,32 @@ pub enum Step {
     Delete(usize),
 }
 
-/// The steps of one pass, in order (the real controller's rules: create
-/// missing and replace finished pods in ordinal order; with OrderedReady
-/// stop at the first pod that is not Running and Ready; remove condemned
-/// pods from the highest ordinal, one at a time unless Parallel, only when
-/// all others are Running and Ready; then roll one pod from the highest
-/// ordinal down to the partition).
+impl Observed {
+    /// `newVersionedStatefulSetPod`: under `RollingUpdate` a pod below the
+    /// partition is made from the current revision, any other from the
+    /// update revision (under `OnDelete` always the update revision).
+    pub fn revision_for(&self, ord: usize) -> &str {
+        if !self.on_delete && ord < self.partition {
+            &self.current_revision
+        } else {
+            &self.update_revision
+        }
+    }
+}
+
+/// The steps of one pass, in order (`updateStatefulSet`): create missing
+/// and replace finished pods in ordinal order, with OrderedReady stopping
+/// at the first pod that is not Running and Ready; remove condemned pods
+/// from the highest ordinal, one at a time unless Parallel, only when all
+/// others are Running and Ready; then, under `RollingUpdate`, walk from
+/// the highest ordinal down to the partition: delete the first pod not at
+/// the update revision, stopping at a pod that is not healthy.
 pub fn plan(o: &Observed) -> Vec<Step> {
     let mut steps = Vec::new();
-    let revision_for = |ord: usize| {
-        if (!o.on_delete && ord >= o.partition) || o.current_revision.is_empty() {
-            o.update_revision.clone()
-        } else {
-            o.current_revision.clone()
-        }
-    };
     for ord in 0..o.replicas {
         match o.pods.get(&ord) {
             None => {
-                steps.push(Step::Create(ord, revision_for(ord)));
+                steps.push(Step::Create(ord, o.revision_for(ord).to_string()));
                 if !o.parallel {
                     return steps;
                 }
@@ -94,17 +112,14 @@ pub fn plan(o: &Observed) -> Vec<Step> {
         .filter(|&ord| ord >= o.replicas)
         .rev()
         .collect();
-    if !condemned.is_empty() {
-        if o.parallel {
-            for ord in condemned {
-                if !o.pods[&ord].terminating {
-                    steps.push(Step::Delete(ord));
-                }
+    if o.parallel {
+        for &ord in &condemned {
+            if !o.pods[&ord].terminating {
+                steps.push(Step::Delete(ord));
             }
-            return steps;
         }
+    } else if let Some(&highest) = condemned.first() {
         // OrderedReady: one at a time, highest first, the rest healthy.
-        let highest = condemned[0];
         let others_ready = o
             .pods
             .iter()
@@ -118,59 +133,52 @@ pub fn plan(o: &Observed) -> Vec<Step> {
     if o.on_delete {
         return steps;
     }
-    // Rolling update: wait for every pod to be healthy, then replace the
-    // highest ordinal at or above the partition that is not updated.
-    if o.pods
-        .values()
-        .any(|p| p.terminating || (!o.parallel && !p.running_ready))
-    {
-        return steps;
-    }
     for ord in (o.partition..o.replicas).rev() {
-        if let Some(p) = o.pods.get(&ord)
-            && p.revision != o.update_revision
-        {
+        let Some(p) = o.pods.get(&ord) else {
+            return steps;
+        };
+        if p.revision != o.update_revision && !p.terminating {
             steps.push(Step::Delete(ord));
-            break;
+            return steps;
+        }
+        if !p.running_ready || p.terminating {
+            return steps;
         }
     }
     steps
 }
 
-/// The status the controller writes.
-pub fn status(o: &Observed, generation: i64) -> Value {
-    let live: Vec<&PodState> = o.pods.values().filter(|p| !p.terminating).collect();
-    let count = |f: &dyn Fn(&PodState) -> bool| live.iter().filter(|p| f(p)).count();
-    let updated = count(&|p| p.revision == o.update_revision);
-    let current_rev =
-        if (updated == o.replicas && live.len() == o.replicas) || o.current_revision.is_empty() {
-            o.update_revision.clone()
-        } else {
-            o.current_revision.clone()
-        };
+/// The status the controller writes: `computeReplicaStatus` over the
+/// pods (every pod counts in `replicas` and `readyReplicas`, only those
+/// not terminating in `currentReplicas` and `updatedReplicas`), then
+/// `completeRollingUpdate`: under `RollingUpdate` only, once
+/// `spec.replicas` pods exist, are ready and updated, the update revision
+/// becomes the current one. Under `OnDelete` `currentRevision` stays
+/// where it was (kubernetes#73492, fixed only in 1.36).
+pub fn status(o: &Observed, generation: i64, collision_count: i64) -> Value {
+    let all: Vec<&PodState> = o.pods.values().collect();
+    let count = |f: &dyn Fn(&PodState) -> bool| all.iter().filter(|p| f(p)).count();
+    let replicas = all.len();
     let ready = count(&|p| p.running_ready);
+    let available = count(&|p| p.running_ready && p.available);
+    let mut current = count(&|p| !p.terminating && p.revision == o.current_revision);
+    let updated = count(&|p| !p.terminating && p.revision == o.update_revision);
+    let mut current_rev = o.current_revision.clone();
+    if !o.on_delete && updated == o.replicas && ready == o.replicas && replicas == o.replicas {
+        current = updated;
+        current_rev = o.update_revision.clone();
+    }
     json!({
         "observedGeneration": generation,
-        "replicas": o.pods.len(),
+        "replicas": replicas,
         "readyReplicas": ready,
-        "availableReplicas": ready,
-        "currentReplicas": count(&|p| p.revision == current_rev),
+        "availableReplicas": available,
+        "currentReplicas": current,
         "updatedReplicas": updated,
         "currentRevision": current_rev,
         "updateRevision": o.update_revision,
-        "collisionCount": 0,
+        "collisionCount": collision_count,
     })
-}
-
-/// The revision name of a template: `<sts>-<hash>` (FNV-1a of the
-/// template's JSON; the real controller hashes the ControllerRevision).
-pub fn revision(sts_name: &str, template: &Value) -> String {
-    let mut h: u32 = 0x811c_9dc5;
-    for b in template.to_string().bytes() {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    format!("{sts_name}-{h:08x}")
 }
 
 fn ordinal_of(sts: &str, pod: &str) -> Option<usize> {
@@ -181,17 +189,36 @@ fn ordinal_of(sts: &str, pod: &str) -> Option<usize> {
     rest.parse().ok()
 }
 
-fn pod_state(pod: &Value) -> PodState {
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// `isRunningAndReady`, `isRunningAndAvailable` (Ready for
+/// `minReadySeconds`), `isTerminating`, `isFailed`/`isSucceeded`.
+fn pod_state(pod: &Value, min_ready_seconds: i64, now: i64) -> PodState {
     let phase = s(pod, "/status/phase");
-    let ready = pod
+    let ready_since = pod
         .pointer("/status/conditions")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        .find(|c| c["type"] == "Ready" && c["status"] == "True")
+        .map(|c| {
+            c["lastTransitionTime"]
+                .as_str()
+                .and_then(crate::kubesim::table::parse_rfc3339)
+                .unwrap_or(0)
+        });
+    let running_ready = phase == "Running" && ready_since.is_some();
     PodState {
         terminating: pod.pointer("/metadata/deletionTimestamp").is_some(),
-        running_ready: phase == "Running" && ready,
+        running_ready,
+        available: running_ready
+            && (min_ready_seconds <= 0
+                || ready_since.is_some_and(|t| t + min_ready_seconds <= now)),
         finished: phase == "Failed" || phase == "Succeeded",
         revision: s(pod, "/metadata/labels/controller-revision-hash").to_string(),
     }
@@ -220,7 +247,18 @@ fn sync(store: &Store, sts: &Value, all_pods: &[Value]) {
     let name = s(sts, "/metadata/name");
     let ns = ns_of(sts).unwrap_or("default");
     let uid = s(sts, "/metadata/uid");
-    let template = sts.pointer("/spec/template").cloned().unwrap_or(json!({}));
+    let revs: Revisions = match history::sync_revisions(store, sts) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("kubesim: statefulset {ns}/{name}: revisions: {e}");
+            return;
+        }
+    };
+    let min_ready = sts
+        .pointer("/spec/minReadySeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    let now = now_secs();
     let mut pods = BTreeMap::new();
     let mut by_ord = BTreeMap::new();
     for p in all_pods {
@@ -228,7 +266,7 @@ fn sync(store: &Store, sts: &Value, all_pods: &[Value]) {
             continue;
         }
         if let Some(ord) = ordinal_of(name, s(p, "/metadata/name")) {
-            pods.insert(ord, pod_state(p));
+            pods.insert(ord, pod_state(p, min_ready, now));
             by_ord.insert(ord, p);
         }
     }
@@ -244,8 +282,8 @@ fn sync(store: &Store, sts: &Value, all_pods: &[Value]) {
             .pointer("/spec/updateStrategy/rollingUpdate/partition")
             .and_then(Value::as_u64)
             .unwrap_or(0) as usize,
-        current_revision: s(sts, "/status/currentRevision").to_string(),
-        update_revision: revision(name, &template),
+        current_revision: s(&revs.current, "/metadata/name").to_string(),
+        update_revision: s(&revs.update, "/metadata/name").to_string(),
         pods,
     };
     let replicas = o.replicas;
@@ -265,9 +303,13 @@ fn sync(store: &Store, sts: &Value, all_pods: &[Value]) {
     for step in plan(&o) {
         match step {
             Step::Create(ord, rev) => {
-                // Old templates are not kept (no ControllerRevisions): a pod
-                // below the partition is recreated from the current template
-                // but keeps its old revision label.
+                // `ApplyRevision`: the pod is made from the template its
+                // revision records, not necessarily the set's.
+                let template = if rev == o.update_revision {
+                    history::template_of(&revs.update)
+                } else {
+                    history::template_of(&revs.current)
+                };
                 if let Err(e) = create_pod(store, sts, ns, ord, &template, &rev) {
                     eprintln!("kubesim: statefulset {ns}/{name}: create pod {ord}: {e}");
                     failed_create_event(store, sts, ns, &format!("{name}-{ord}"), &e);
@@ -290,7 +332,7 @@ fn sync(store: &Store, sts: &Value, all_pods: &[Value]) {
         .pointer("/metadata/generation")
         .and_then(Value::as_i64)
         .unwrap_or(1);
-    let mut st = status(&o, generation);
+    let mut st = status(&o, generation, revs.collision_count);
     if let Some(sel) = sts.pointer("/status/selector") {
         st["selector"] = sel.clone();
     }
@@ -302,6 +344,8 @@ fn sync(store: &Store, sts: &Value, all_pods: &[Value]) {
     if !same {
         let _ = patch_status(store, "apps", "statefulsets", sts, &st);
     }
+    let pod_revisions: Vec<String> = o.pods.values().map(|p| p.revision.clone()).collect();
+    history::truncate(store, sts, &revs, &pod_revisions);
 }
 
 /// The PVCs a pod of a StatefulSet needs: `<template>-<sts>-<ordinal>`.
@@ -562,6 +606,7 @@ mod tests {
     fn ready(rev: &str) -> PodState {
         PodState {
             running_ready: true,
+            available: true,
             revision: rev.into(),
             ..Default::default()
         }
@@ -646,30 +691,82 @@ mod tests {
         assert_eq!(plan(&o), vec![Step::Delete(1)]);
         o.partition = 2;
         assert_eq!(plan(&o), vec![], "below the partition stays");
-        // A missing pod below the partition comes back at the old revision.
+        // A missing pod below the partition comes back at the current
+        // revision, one at or above it at the update revision.
         o.pods.remove(&1);
         assert_eq!(plan(&o), vec![Step::Create(1, "r1".into())]);
-        o.on_delete = true;
         o.pods.insert(1, ready("r1"));
-        o.partition = 0;
+        o.pods.remove(&2);
+        assert_eq!(plan(&o), vec![Step::Create(2, "r2".into())]);
+    }
+
+    #[test]
+    fn rolling_update_stops_at_an_unhealthy_pod() {
+        let mut o = observed(3, &[(0, ready("r1")), (1, ready("r1")), (2, ready("r2"))]);
+        o.parallel = true;
+        o.update_revision = "r2".into();
+        o.pods.get_mut(&2).unwrap().running_ready = false;
+        assert_eq!(plan(&o), vec![], "an updated pod not ready yet blocks");
+        o.pods.get_mut(&2).unwrap().running_ready = true;
+        assert_eq!(plan(&o), vec![Step::Delete(1)]);
+    }
+
+    #[test]
+    fn on_delete_waits_and_recreates_at_the_update_revision() {
+        let mut o = observed(2, &[(0, ready("r1")), (1, ready("r1"))]);
+        o.on_delete = true;
+        o.update_revision = "r2".into();
         assert_eq!(plan(&o), vec![], "OnDelete waits for the user");
+        o.pods.remove(&0);
+        assert_eq!(plan(&o), vec![Step::Create(0, "r2".into())]);
+        // A partition left over from RollingUpdate means nothing.
+        o.partition = 2;
+        assert_eq!(plan(&o), vec![Step::Create(0, "r2".into())]);
     }
 
     #[test]
     fn status_counts() {
         let mut o = observed(3, &[(0, ready("r1")), (1, ready("r2"))]);
         o.update_revision = "r2".into();
-        let st = status(&o, 4);
+        let st = status(&o, 4, 0);
         assert_eq!(
             st,
             json!({"observedGeneration": 4, "replicas": 2, "readyReplicas": 2,
                 "availableReplicas": 2, "currentReplicas": 1, "updatedReplicas": 1,
                 "currentRevision": "r1", "updateRevision": "r2", "collisionCount": 0})
         );
+        // A terminating pod counts in replicas, not in current or updated.
+        o.pods.get_mut(&0).unwrap().terminating = true;
+        let st = status(&o, 4, 0);
+        assert_eq!(
+            (&st["replicas"], &st["currentReplicas"]),
+            (&json!(2), &json!(0))
+        );
+        // The rollout completes when spec.replicas pods are updated and ready.
         o.pods.insert(0, ready("r2"));
+        assert_eq!(status(&o, 4, 0)["currentRevision"], "r1", "2 of 3");
         o.replicas = 2;
-        assert_eq!(status(&o, 4)["currentRevision"], "r2");
-        assert_eq!(status(&o, 4)["currentReplicas"], 2);
+        assert_eq!(status(&o, 4, 0)["currentRevision"], "r2");
+        assert_eq!(status(&o, 4, 0)["currentReplicas"], 2);
+        // Not under OnDelete (kubernetes#73492).
+        o.on_delete = true;
+        let st = status(&o, 4, 0);
+        assert_eq!(
+            (&st["currentRevision"], &st["currentReplicas"]),
+            (&json!("r1"), &json!(0))
+        );
+        assert_eq!(st["updatedReplicas"], 2);
+    }
+
+    #[test]
+    fn availability_waits_for_min_ready_seconds() {
+        let pod = json!({"status": {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+        let t0 = crate::kubesim::table::parse_rfc3339("2026-01-01T00:00:00Z").unwrap();
+        assert!(pod_state(&pod, 10, t0 + 5).running_ready);
+        assert!(!pod_state(&pod, 10, t0 + 5).available);
+        assert!(pod_state(&pod, 10, t0 + 10).available);
+        assert!(pod_state(&pod, 0, t0).available);
     }
 
     #[test]

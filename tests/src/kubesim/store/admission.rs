@@ -268,7 +268,15 @@ impl State {
         obj["apiVersion"] = json!(want_av);
         obj["kind"] = json!(rt.kind);
         if !rt.custom {
+            // A ControllerRevision's data is a RawExtension: the API server
+            // keeps its bytes as sent (nulls and all).
+            let raw = (rt.plural == "controllerrevisions")
+                .then(|| obj.as_object_mut().and_then(|o| o.remove("data")))
+                .flatten();
             normalize_builtin(obj);
+            if let Some(raw) = raw {
+                obj["data"] = raw;
+            }
             let (group, plural) = key(rt);
             defaults::apply(&group, &plural, obj);
         }
@@ -387,6 +395,12 @@ impl State {
             self.admit_custom(rt, &t.version, &mut obj, None, opts)?;
         }
         self.on_create_special(rt, &mut obj)?;
+        if !rt.custom {
+            let causes = validation::on_create(&rt.group, &rt.plural, &obj);
+            if !causes.is_empty() {
+                return Err(ApiError::invalid(rt, &name, &causes));
+            }
+        }
         if rt.group.is_empty() && rt.plural == "services" {
             let used: Vec<String> = self.tables[&key(rt)]
                 .objects
@@ -692,6 +706,11 @@ impl State {
         }
         if rt.custom {
             self.admit_custom(rt, &t.version, &mut next, Some(&old), opts)?;
+        } else if sub == Subresource::Main {
+            let causes = validation::on_update(&rt.group, &rt.plural, &old, &next);
+            if !causes.is_empty() {
+                return Err(ApiError::invalid(rt, name, &causes));
+            }
         }
         if rt.generation && spec_part(rt, &next) != spec_part(rt, &old) {
             let g = meta(&old)

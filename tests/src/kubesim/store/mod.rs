@@ -24,6 +24,7 @@ mod admission;
 mod bookkeeping;
 pub mod pod_security;
 mod types;
+pub mod validation;
 use bookkeeping::*;
 pub use bookkeeping::{decode_continue, encode_continue, present, storage_key};
 pub use types::*;
@@ -457,6 +458,50 @@ impl Store {
         st.update(&rt, t, name, obj, sub, opts)
     }
 
+    /// The `pods/binding` subresource (pkg/registry/core/pod/storage,
+    /// `setPodHostAndAnnotations`): the one way a Pod's `spec.nodeName` is
+    /// set after creation; 409 when the pod is bound already or being
+    /// deleted.
+    pub fn bind_pod(&self, namespace: &str, name: &str, node: &str) -> Result<Value, ApiError> {
+        let mut st = self.lock();
+        let t = Target::new("", "v1", "pods", Some(namespace));
+        let rt = st.resolve("", "v1", "pods")?;
+        let Some(old) = st.tables[&key(&rt)]
+            .objects
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+        else {
+            return Err(ApiError::not_found(&rt, name));
+        };
+        // errors.NewConflict(api.Resource("pods/binding"), ...)
+        let conflict = |why: String| ApiError {
+            details: Some(json!({"name": name, "kind": "pods/binding"})),
+            ..ApiError::new(
+                409,
+                "Conflict",
+                format!("Operation cannot be fulfilled on pods/binding \"{name}\": {why}"),
+            )
+        };
+        if meta(&old).get("deletionTimestamp").is_some() {
+            return Err(conflict(format!(
+                "pod {name} is being deleted, cannot be assigned to a host"
+            )));
+        }
+        let current = old
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if !current.is_empty() {
+            return Err(conflict(format!(
+                "pod {name} is already assigned to node {current:?}"
+            )));
+        }
+        let mut next = (*old).clone();
+        next["spec"]["nodeName"] = json!(node);
+        let stored = st.commit(&rt, EventType::Modified, next);
+        Ok(present(&rt, &t.version, &stored))
+    }
+
     /// Patch an object or its status. Server-side apply of a missing object
     /// creates it; the flag says whether it did.
     pub fn patch(
@@ -806,8 +851,11 @@ mod tests {
     fn generation_counts_spec_changes_only() {
         let s = Store::new(StoreOptions::default());
         let t = Target::new("apps", "v1", "statefulsets", Some("default"));
-        let sts =
-            json!({"metadata": {"name": "s"}, "spec": {"replicas": 1}, "status": {"replicas": 7}});
+        let sts = json!({"metadata": {"name": "s"}, "spec": {"replicas": 1,
+            "selector": {"matchLabels": {"a": "s"}},
+            "template": {"metadata": {"labels": {"a": "s"}},
+                "spec": {"containers": [{"name": "c", "image": "x"}]}}},
+            "status": {"replicas": 7}});
         let c = s.create(&t, sts, &WriteOptions::default()).unwrap();
         assert_eq!(c["metadata"]["generation"], 1);
         assert_eq!(c["status"], json!({"replicas": 0, "availableReplicas": 0}));
@@ -834,6 +882,43 @@ mod tests {
         assert_eq!(
             sp["status"]["replicas"], 1,
             "the main resource ignores status"
+        );
+    }
+
+    #[test]
+    fn a_pod_is_bound_once_and_only_through_its_binding() {
+        let s = Store::new(StoreOptions::default());
+        let t = Target::new("", "v1", "pods", Some("default"));
+        let pod = json!({"metadata": {"name": "p"}, "spec": {"serviceAccountName": "default",
+            "containers": [{"name": "c", "image": "x"}]}});
+        let sa = Target::new("", "v1", "serviceaccounts", Some("default"));
+        let _ = s.create(
+            &sa,
+            json!({"metadata": {"name": "default"}}),
+            &WriteOptions::default(),
+        );
+        s.create(&t, pod, &WriteOptions::default()).unwrap();
+        let e = s
+            .patch(
+                &t,
+                "p",
+                PatchType::Merge,
+                &json!({"spec": {"nodeName": "n1"}}),
+                Subresource::Main,
+                &WriteOptions::default(),
+            )
+            .unwrap_err();
+        assert_eq!(e.code, 422, "{}", e.message);
+        let bound = s.bind_pod("default", "p", "n1").unwrap();
+        assert_eq!(bound["spec"]["nodeName"], "n1");
+        let again = s.bind_pod("default", "p", "n2").unwrap_err();
+        assert_eq!(again.code, 409);
+        assert!(
+            again
+                .message
+                .contains("pod p is already assigned to node \"n1\""),
+            "{}",
+            again.message
         );
     }
 
