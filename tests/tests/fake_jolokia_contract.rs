@@ -125,6 +125,7 @@ async fn peer(line: CassandraLine, ring: &RingSpec, rf: usize, decommission: Dur
         host_id: self_id,
         identity: Identity::new(release, 7000).expect("an identity"),
         storage_service_at: std::time::Instant::now(),
+        repairs: Default::default(),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

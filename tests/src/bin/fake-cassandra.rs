@@ -222,6 +222,7 @@ async fn main() -> ExitCode {
         host_id: host_id.clone(),
         identity,
         storage_service_at: Instant::now() + Duration::from_millis(starting),
+        repairs: Default::default(),
     });
     let server = match &config.jolokia {
         Some((host, port)) => match tokio::net::TcpListener::bind((host.as_str(), *port)).await {
