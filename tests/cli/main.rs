@@ -16,5 +16,6 @@ mod reloader;
 mod render;
 mod rings;
 mod sidecar;
+mod unreachable;
 mod world;
 mod writes;
