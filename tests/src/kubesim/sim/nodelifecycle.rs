@@ -350,60 +350,50 @@ fn taint(store: &Store, nodes: &[Value]) {
     }
 }
 
-/// Whether a toleration tolerates a taint (the scheduler's rule).
-fn tolerates(tol: &Value, taint: &Value) -> bool {
-    let effect_ok = s(tol, "/effect").is_empty() || s(tol, "/effect") == s(taint, "/effect");
-    let key = s(tol, "/key");
-    let key_ok = key.is_empty() || key == s(taint, "/key");
-    let value_ok = match s(tol, "/operator") {
-        "Exists" => true,
-        _ => s(tol, "/value") == s(taint, "/value"),
-    };
-    effect_ok && key_ok && value_ok
-}
-
-/// When a Pod must go because of these NoExecute taints: None when it
-/// tolerates them for ever, else the moment (`processPodOnNode`: the
-/// shortest `tolerationSeconds` of the tolerations used, from when the
-/// taint was added, scaled).
+/// When a Pod must go because of these NoExecute taints, as
+/// `processPodOnNode` and `getMinTolerationTime` decide it: at once when a
+/// taint is not tolerated; never when no toleration used has
+/// `tolerationSeconds`; else when the shortest of those has run out (a
+/// value of 0 or less: at once), counted from the earliest `timeAdded` of
+/// the taints, scaled.
 fn eviction_time(pod: &Value, taints: &[Value], scale: f64) -> Option<Instant> {
     let tolerations: Vec<Value> = pod
         .pointer("/spec/tolerations")
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    let mut at: Option<Instant> = None;
+    let mut used: Vec<&Value> = Vec::new();
     for taint in taints {
-        let used: Vec<&Value> = tolerations
+        let matching: Vec<&Value> = tolerations
             .iter()
-            .filter(|tol| tolerates(tol, taint))
+            .filter(|tol| super::scheduler::tolerates(std::slice::from_ref(*tol), taint))
             .collect();
-        if used.is_empty() {
+        if matching.is_empty() {
             return Some(Instant::now());
         }
-        // A toleration without seconds tolerates for ever.
-        let Some(secs) = used
-            .iter()
-            .map(|tol| tol.get("tolerationSeconds").and_then(Value::as_i64))
-            .collect::<Option<Vec<i64>>>()
-            .and_then(|v| v.into_iter().min())
-        else {
-            continue;
-        };
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
-        let added = crate::kubesim::table::parse_rfc3339(s(taint, "/timeAdded"))
-            .map_or(Duration::ZERO, |at| {
-                Duration::from_secs(now.saturating_sub(at).max(0) as u64)
-            });
-        let left = Duration::from_secs(secs.max(0) as u64)
-            .mul_f64(scale)
-            .saturating_sub(added);
-        let when = Instant::now() + left;
-        at = Some(at.map_or(when, |a| a.min(when)));
+        used.extend(matching);
     }
-    at
+    let secs = used
+        .iter()
+        .filter_map(|tol| tol.get("tolerationSeconds").and_then(Value::as_i64))
+        .min()?;
+    if secs <= 0 {
+        return Some(Instant::now());
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let added = taints
+        .iter()
+        .filter_map(|t| crate::kubesim::table::parse_rfc3339(s(t, "/timeAdded")))
+        .min()
+        .map_or(Duration::ZERO, |at| {
+            Duration::from_secs(now.saturating_sub(at).max(0) as u64)
+        });
+    let left = Duration::from_secs(secs as u64)
+        .mul_f64(scale)
+        .saturating_sub(added);
+    Some(Instant::now() + left)
 }
 
 /// The taint eviction controller's pass.
@@ -494,6 +484,12 @@ mod tests {
             left > Duration::from_secs(8) && left <= Duration::from_secs(10),
             "{left:?}"
         );
+        // A toleration without seconds does not make the others' last for
+        // ever (getMinTolerationTime skips it).
+        let both = json!({"spec": {"tolerations": [{"operator": "Exists"},
+            {"key": UNREACHABLE, "operator": "Exists", "tolerationSeconds": 0}]}});
+        let now = eviction_time(&both, std::slice::from_ref(&taint), 1.0).unwrap();
+        assert!(now <= Instant::now());
         let forever = json!({"spec": {"tolerations": [{"operator": "Exists"}]}});
         assert_eq!(
             eviction_time(&forever, std::slice::from_ref(&taint), 1.0),
