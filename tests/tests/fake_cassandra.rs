@@ -791,8 +791,21 @@ async fn repair_and_cleanup_through_jolokia() {
             "java.lang.RuntimeException : Cleanup of the system keyspace is neither necessary nor wise"
         )
     );
-    let done = exec(&world, &n1, signature, json!([0, "app", []])).await;
+    let done = exec(&world, &n2, signature, json!([0, "app", []])).await;
     assert_eq!(done["value"], json!(0), "SUCCESSFUL: {done}");
+    // The operator's own `cassandra-operator nodetool cleanup app` on n1:
+    // silent on success, as nodetool is.
+    let mut out = Vec::new();
+    sidecar::nodetool::run_with(
+        &n1.jolokia(),
+        &sidecar::nodetool::NodetoolCommand::Cleanup {
+            keyspace: "app".to_string(),
+        },
+        &mut out,
+    )
+    .await
+    .expect("cleanup");
+    assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
     let owned = world.sim.ring().with(|r| {
         let host = r.node_by_address(&ip(11)).expect("n1").host_id.clone();
         (0..100)
@@ -805,6 +818,8 @@ async fn repair_and_cleanup_through_jolokia() {
     });
     assert!(owned < 100, "the newcomer took some of n1's ranges");
     assert_eq!(copies_on(&world, 11, "app"), owned, "exactly what it owns");
+    assert!(copies_on(&world, 12, "app") < 100, "n2 cleaned up too");
+    assert_eq!(copies_on(&world, 13, "app"), 100, "n3 did not clean up");
     let (status, report) = world.check().await;
     assert_eq!(status, 200, "nothing lost: {report}");
     drop((n1, n2, n3, n4));
