@@ -994,6 +994,58 @@ mod tests {
         assert_eq!(r["value"], json!({"10.0.0.1": "2 KiB"}));
     }
 
+    /// repairAsync and forceKeyspaceCleanup on every line;
+    /// getParentRepairStatus only from 4.0; the cleanup overloads need a
+    /// signature.
+    #[test]
+    fn repair_and_cleanup_operations_per_line() {
+        let call = |id: &Identity, op: &str, args: Value| {
+            step(
+                id,
+                &view(),
+                &json!({"type": "exec", "mbean": STORAGE_SERVICE, "operation": op, "arguments": args}),
+            )
+        };
+        let cleanup = "forceKeyspaceCleanup(int,java.lang.String,[Ljava.lang.String;)";
+        for release in ["3.11.19", "4.1.8", "5.0.4"] {
+            let id = v(release);
+            assert!(matches!(
+                call(&id, "repairAsync", json!(["ks", {}])),
+                Step::Call { call: RingCall::Repair { ref keyspace }, .. } if keyspace == "ks"
+            ));
+            assert!(matches!(
+                call(&id, cleanup, json!([0, "ks", []])),
+                Step::Call { call: RingCall::Cleanup { ref keyspace }, .. } if keyspace == "ks"
+            ));
+            assert!(matches!(
+                call(&id, "forceKeyspaceCleanup(java.lang.String,[Ljava.lang.String;)", json!(["ks", []])),
+                Step::Call { call: RingCall::Cleanup { ref keyspace }, .. } if keyspace == "ks"
+            ));
+            let Step::Answer(overloaded) = call(&id, "forceKeyspaceCleanup", json!([0, "ks", []]))
+            else {
+                panic!("an overloaded operation without a signature is answered at once");
+            };
+            assert!(
+                overloaded["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("is overloaded. Signatures found:")),
+                "{overloaded}"
+            );
+            let status = call(&id, "getParentRepairStatus", json!([1]));
+            assert_eq!(
+                matches!(
+                    status,
+                    Step::Call {
+                        call: RingCall::RepairStatus { cmd: 1 },
+                        ..
+                    }
+                ),
+                release != "3.11.19",
+                "{release}: {status:?}"
+            );
+        }
+    }
+
     #[test]
     fn exec_errors_like_jolokia() {
         let r = answer(
