@@ -25,8 +25,11 @@
 //!   likelier culprit) no NoExecute taint is added and those present are
 //!   removed; a partially disrupted zone (more than 2 Nodes not ready and
 //!   at least 55 % of it) of a small cluster (50 Nodes or fewer) gets no
-//!   new NoExecute taint. Not modelled: the eviction rate limiter (one
-//!   Node per 10 s), `--node-startup-grace-period`, the Lease objects.
+//!   new NoExecute taint. NoExecute taints are rate limited per zone as
+//!   the zone's `RateLimitedTimedQueue` does it: one Node per 10 s
+//!   (`--node-eviction-rate` 0.1), one per 100 s in a partially disrupted
+//!   large zone (`--secondary-node-eviction-rate` 0.01). Not modelled:
+//!   `--node-startup-grace-period`, the Lease objects.
 //! - The taint eviction controller (`pkg/controller/tainteviction/
 //!   taint_eviction.go`, `processPodOnNode`): a Pod on a Node with
 //!   NoExecute taints it does not tolerate is deleted at once; one that
@@ -64,6 +67,8 @@ pub const NOT_READY: &str = "node.kubernetes.io/not-ready";
 
 /// `unhealthyZoneThreshold`'s default.
 const UNHEALTHY_ZONE_THRESHOLD: f64 = 0.55;
+/// One Node per this long per zone (`--node-eviction-rate` 0.1/s).
+const EVICTION_PERIOD: Duration = Duration::from_secs(10);
 /// `largeClusterSizeThreshold`'s default.
 const LARGE_CLUSTER: usize = 50;
 
@@ -98,6 +103,8 @@ pub enum KubeletError {
 #[derive(Debug, Default)]
 pub struct Kubelets {
     troubles: Mutex<HashMap<String, (Trouble, Instant)>>,
+    /// When each zone's eviction queue last let a Node be tainted.
+    zone_tainted: Mutex<HashMap<String, Instant>>,
 }
 
 impl Kubelets {
@@ -227,7 +234,7 @@ pub fn sync(store: &Store, kubelets: &Kubelets, scale: f64) {
             }
         }
     }
-    taint(store, &nodes);
+    taint(store, &nodes, kubelets, scale);
     evict(store, scale);
 }
 
@@ -297,7 +304,7 @@ fn zone_states(nodes: &[Value]) -> BTreeMap<&str, &'static str> {
 
 /// The taint passes: each Node's not-ready/unreachable taints as its
 /// `Ready` condition and its zone's state say.
-fn taint(store: &Store, nodes: &[Value]) {
+fn taint(store: &Store, nodes: &[Value], kubelets: &Kubelets, scale: f64) {
     let zones = zone_states(nodes);
     let all_down = !zones.is_empty() && zones.values().all(|z| *z == "FullDisruption");
     for node in nodes {
@@ -335,7 +342,22 @@ fn taint(store: &Store, nodes: &[Value]) {
             if all_down {
                 wanted.retain(|t| !(ours(t) && t["effect"] == "NoExecute"));
             } else if may_evict && !has(k, "NoExecute") {
-                wanted.push(json!({"key": k, "effect": "NoExecute", "timeAdded": now_rfc3339()}));
+                let period = if zone == "PartialDisruption" {
+                    EVICTION_PERIOD * 10
+                } else {
+                    EVICTION_PERIOD
+                }
+                .mul_f64(scale);
+                let mut queues = kubelets
+                    .zone_tainted
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                let last = queues.get(zone_of(node)).copied();
+                if last.is_none_or(|at| at.elapsed() >= period) {
+                    queues.insert(zone_of(node).to_string(), Instant::now());
+                    wanted
+                        .push(json!({"key": k, "effect": "NoExecute", "timeAdded": now_rfc3339()}));
+                }
             }
         }
         if wanted != taints {
@@ -453,6 +475,46 @@ mod tests {
     fn node(zone: &str, ready: &str) -> Value {
         json!({"metadata": {"labels": {"topology.kubernetes.io/zone": zone}},
             "status": {"conditions": [{"type": "Ready", "status": ready}]}})
+    }
+
+    /// Three of four Nodes of a zone unreachable: partially disrupted (more
+    /// than 2 and at least 55 %) in a small cluster, no NoExecute taint.
+    /// Two of five: a Normal zone, one Node tainted per eviction period.
+    #[test]
+    fn no_execute_taints_follow_the_zone_and_its_rate() {
+        use crate::kubesim::store::{StoreOptions, WriteOptions};
+        let node_t = t("", "nodes", None);
+        let taints_of = |store: &Store| -> Vec<(String, usize)> {
+            list_all(store, "", "nodes")
+                .iter()
+                .map(|n| {
+                    let count = n
+                        .pointer("/spec/taints")
+                        .and_then(Value::as_array)
+                        .map_or(0, |t| {
+                            t.iter().filter(|t| t["effect"] == "NoExecute").count()
+                        });
+                    (s(n, "/metadata/name").to_string(), count)
+                })
+                .collect()
+        };
+        for (total, down, expect_tainted) in [(4, 3, 0), (5, 2, 1)] {
+            let store = Store::new(StoreOptions::default());
+            for i in 0..total {
+                let ready = if i < down { "Unknown" } else { "True" };
+                let mut n = node("a", ready);
+                n["metadata"]["name"] = json!(format!("n{i}"));
+                store.create(&node_t, n, &WriteOptions::default()).unwrap();
+            }
+            let nodes = list_all(&store, "", "nodes");
+            let kubelets = Kubelets::default();
+            // A long period: the second Node waits for the next one.
+            taint(&store, &nodes, &kubelets, 1.0);
+            let nodes = list_all(&store, "", "nodes");
+            taint(&store, &nodes, &kubelets, 1.0);
+            let tainted = taints_of(&store).iter().filter(|(_, c)| *c > 0).count();
+            assert_eq!(tainted, expect_tainted, "{total} Nodes, {down} down");
+        }
     }
 
     #[test]
