@@ -979,6 +979,28 @@ impl StorageService {
         Ok(())
     }
 
+    /// `forceKeyspaceCleanup(0, keyspace)` as NodeProbe calls it (3.11,
+    /// 4.x, 5.0; the overload named by its signature, all tables, as many
+    /// jobs as compaction allows); blocks until done (long timeout). The
+    /// status: 0 SUCCESSFUL, 1 ABORTED (the node has not joined), 2
+    /// UNABLE_TO_CANCEL.
+    pub async fn cleanup(&self, keyspace: &str) -> Result<i64, Error> {
+        let request = Request::exec_signed(
+            STORAGE_SERVICE,
+            "forceKeyspaceCleanup",
+            &["int", "java.lang.String", "[Ljava.lang.String;"],
+            vec![json!(0), json!(keyspace), json!([])],
+        );
+        let value = self
+            .jolokia
+            .request_with_timeout(&request, self.jolokia.long_timeout())
+            .await?;
+        value.as_i64().ok_or_else(|| Error::DecodeResponse {
+            request: "exec forceKeyspaceCleanup".to_string(),
+            reason: format!("the status is not an int: {value}"),
+        })
+    }
+
     /// Decommission this node: `decommission()` on 3.11,
     /// `decommission(false)` on 4.0+. Blocks until the data is streamed
     /// away (long timeout).

@@ -47,6 +47,13 @@ pub enum NodetoolCommand {
     Decommission,
     /// The Cassandra release version.
     Version,
+    /// Drop the data of a keyspace this node no longer owns (after nodes
+    /// joined): `forceKeyspaceCleanup`. Silent on success, as nodetool is.
+    Cleanup {
+        /// The keyspace (nodetool's default of every non-local keyspace is
+        /// not offered).
+        keyspace: String,
+    },
 }
 
 /// Errors of the nodetool commands.
@@ -77,6 +84,13 @@ pub enum Error {
         timeout: Duration,
         mode: OperationMode,
     },
+    #[error("cleanup failed: {source}")]
+    Cleanup { source: jolokia::Error },
+    /// NodeProbe.forceKeyspaceCleanup's words for a status other than 0.
+    #[error(
+        "Aborted cleaning up at least one table in keyspace {keyspace}, check server logs for more information."
+    )]
+    CleanupAborted { keyspace: String },
     #[error("writing the output failed: {source}")]
     WriteOutput { source: std::io::Error },
 }
@@ -134,6 +148,18 @@ pub async fn run_with(
         }
         NodetoolCommand::Drain => drain(storage).await?,
         NodetoolCommand::Decommission => decommission(storage).await?,
+        NodetoolCommand::Cleanup { keyspace } => {
+            let status = storage
+                .cleanup(keyspace)
+                .await
+                .map_err(|source| Error::Cleanup { source })?;
+            if status != 0 {
+                return Err(Error::CleanupAborted {
+                    keyspace: keyspace.clone(),
+                });
+            }
+            String::new()
+        }
     };
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())

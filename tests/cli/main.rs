@@ -19,5 +19,6 @@ mod render;
 mod rings;
 mod safety;
 mod sidecar;
+mod unreachable;
 mod world;
 mod writes;

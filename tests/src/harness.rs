@@ -114,6 +114,11 @@ pub struct WorldOptions {
     /// (default). Off for a test that installs the operator itself, as a
     /// user does; the controller then runs with the admin's kubeconfig.
     pub operator_rbac: bool,
+    /// The factor on the control plane's node timings (the node monitor's
+    /// grace period, taint-based eviction's tolerations): 0.02 by default,
+    /// so that an unreachable Node is `Ready=Unknown` after 1 s and its
+    /// Pods are evicted 6 s later.
+    pub node_time_scale: f64,
 }
 
 impl WorldOptions {
@@ -132,6 +137,7 @@ impl WorldOptions {
             nodes_per_zone: 3,
             ring: fast_ring(),
             operator_rbac: true,
+            node_time_scale: 0.02,
         }
     }
 }
@@ -165,6 +171,7 @@ impl World {
         sim.fixtures = Some(opts.fixtures);
         sim.max_grace = Some(Duration::from_secs(10));
         sim.max_probe_period = Some(Duration::from_millis(500));
+        sim.node_time_scale = opts.node_time_scale;
         let sim = KubeSim::start(Options {
             zones: opts.zones,
             nodes_per_zone: opts.nodes_per_zone,

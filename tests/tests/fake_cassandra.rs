@@ -661,3 +661,172 @@ async fn fake_cassandra_ring_lifecycle() {
     eprintln!("scenario done in {:?}", began.elapsed());
     drop((n1, n2, n3b, n4b, n5, n4, again, stranger));
 }
+
+/// One Jolokia exec on a node: the whole answer.
+async fn exec(world: &World, node: &Node, operation: &str, arguments: Value) -> Value {
+    world
+        .http
+        .post(format!("http://{}:8778/jolokia/", node.ip))
+        .body(
+            json!({"type": "exec", "mbean": "org.apache.cassandra.db:type=StorageService",
+                "operation": operation, "arguments": arguments})
+            .to_string(),
+        )
+        .send()
+        .await
+        .expect("jolokia answers")
+        .json()
+        .await
+        .expect("JSON")
+}
+
+/// The keys of `keyspace` a node's data directory holds a copy of.
+fn copies_on(world: &World, n: u8, keyspace: &str) -> usize {
+    world.sim.ring().with(|r| {
+        let host = r
+            .node_by_address(&ip(n))
+            .expect("in the ring")
+            .host_id
+            .clone();
+        r.disk_of(&host)
+            .and_then(|d| d.copies.get(keyspace))
+            .map_or(0, |k| k.len())
+    })
+}
+
+/// `nodetool repair` and `nodetool cleanup` as nodetool calls them, through
+/// each node's Jolokia: `repairAsync(String, Map)` answers a command number
+/// and `getParentRepairStatus(int)` how it ended (FAILED while a neighbour
+/// is down, COMPLETED once it brought a replica that missed writes up to
+/// date); `forceKeyspaceCleanup(int, String, String...)` drops what a node
+/// gave to a newcomer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repair_and_cleanup_through_jolokia() {
+    let world = World::new().await;
+    let seeds = [11, 12];
+    let n1 = world.start("r1", 11, &seeds, "r1", None, CLUSTER);
+    wait_mode(&n1, OperationMode::Normal).await;
+    let n2 = world.start("r2", 12, &seeds, "r1", None, CLUSTER);
+    wait_mode(&n2, OperationMode::Normal).await;
+    let mut n3 = world.start("r3", 13, &seeds, "r1", None, CLUSTER);
+    wait_mode(&n3, OperationMode::Normal).await;
+    for (name, rf) in [("app", 3), ("single", 1)] {
+        let (status, body) = world
+            .post(
+                "/sim/ring/keyspaces",
+                json!({"name": name, "replication": {"class": "SimpleStrategy", "replication_factor": rf}}),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    // No hints: a node down misses what is written meanwhile.
+    let (status, body) = world
+        .post("/sim/ring/timing", json!({"max_hint_window_ms": 0}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    n3.terminate();
+    world
+        .wait_statuses(&[(11, "UN"), (12, "UN"), (13, "DN")])
+        .await;
+
+    let single = exec(&world, &n1, "repairAsync", json!(["single", {}])).await;
+    assert_eq!(
+        single["value"],
+        json!(0),
+        "RF 1: nothing to repair: {single}"
+    );
+    let cmd = exec(
+        &world,
+        &n1,
+        "repairAsync",
+        json!(["app", {"parallelism": "parallel"}]),
+    )
+    .await;
+    assert_eq!(cmd["status"], json!(200), "{cmd}");
+    let status = exec(&world, &n1, "getParentRepairStatus", json!([cmd["value"]])).await;
+    assert_eq!(status["value"][0], json!("FAILED"), "{status}");
+    assert!(
+        status["value"][1]
+            .as_str()
+            .is_some_and(|m| m.contains(&format!("a neighbor ({}) is dead", ip(13)))),
+        "{status}"
+    );
+    world.sim.ring().with(|r| {
+        r.write_keys("app", "late-", 100, testworld::ring::Consistency::Quorum)
+            .expect("QUORUM with two of three")
+    });
+    let n3 = world.start("r3", 13, &seeds, "r1", None, CLUSTER);
+    wait_mode(&n3, OperationMode::Normal).await;
+    world
+        .wait_statuses(&[(11, "UN"), (12, "UN"), (13, "UN")])
+        .await;
+    let (status, report) = world.check().await;
+    assert_ne!(
+        status, 200,
+        "the restarted replica missed the writes: {report}"
+    );
+    assert_eq!(copies_on(&world, 13, "app"), 0);
+    let cmd = exec(&world, &n3, "repairAsync", json!(["app", {}])).await;
+    let number = cmd["value"].as_i64().expect("a command number");
+    assert!(number >= 1, "{cmd}");
+    let status = exec(&world, &n3, "getParentRepairStatus", json!([number])).await;
+    assert_eq!(status["value"][0], json!("COMPLETED"), "{status}");
+    let unknown = exec(&world, &n3, "getParentRepairStatus", json!([number + 7])).await;
+    assert_eq!(unknown["value"], Value::Null, "{unknown}");
+    let (status, report) = world.check().await;
+    assert_eq!(status, 200, "repaired: {report}");
+    assert_eq!(copies_on(&world, 13, "app"), 100);
+
+    // A fourth node takes its ranges; the others keep their old copies
+    // until cleanup.
+    let n4 = world.start("r4", 14, &seeds, "r1", None, CLUSTER);
+    wait_mode(&n4, OperationMode::Normal).await;
+    assert_eq!(copies_on(&world, 11, "app"), 100);
+    let overloaded = exec(&world, &n1, "forceKeyspaceCleanup", json!([0, "app", []])).await;
+    assert!(
+        overloaded["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("is overloaded")),
+        "{overloaded}"
+    );
+    let signature = "forceKeyspaceCleanup(int,java.lang.String,[Ljava.lang.String;)";
+    let system = exec(&world, &n1, signature, json!([0, "system", []])).await;
+    assert_eq!(
+        system["error"],
+        json!(
+            "java.lang.RuntimeException : Cleanup of the system keyspace is neither necessary nor wise"
+        )
+    );
+    let done = exec(&world, &n2, signature, json!([0, "app", []])).await;
+    assert_eq!(done["value"], json!(0), "SUCCESSFUL: {done}");
+    // The operator's own `cassandra-operator nodetool cleanup app` on n1:
+    // silent on success, as nodetool is.
+    let mut out = Vec::new();
+    sidecar::nodetool::run_with(
+        &n1.jolokia(),
+        &sidecar::nodetool::NodetoolCommand::Cleanup {
+            keyspace: "app".to_string(),
+        },
+        &mut out,
+    )
+    .await
+    .expect("cleanup");
+    assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
+    let owned = world.sim.ring().with(|r| {
+        let host = r.node_by_address(&ip(11)).expect("n1").host_id.clone();
+        (0..100)
+            .filter(|i| {
+                r.replicas("app", &format!("late-{i}"))
+                    .expect("replicas")
+                    .contains(&host)
+            })
+            .count()
+    });
+    assert!(owned < 100, "the newcomer took some of n1's ranges");
+    assert_eq!(copies_on(&world, 11, "app"), owned, "exactly what it owns");
+    assert!(copies_on(&world, 12, "app") < 100, "n2 cleaned up too");
+    assert_eq!(copies_on(&world, 13, "app"), 100, "n3 did not clean up");
+    let (status, report) = world.check().await;
+    assert_eq!(status, 200, "nothing lost: {report}");
+    drop((n1, n2, n3, n4));
+}

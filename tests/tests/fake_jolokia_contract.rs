@@ -133,6 +133,7 @@ async fn peer(
         identity: Identity::new(release, 7000).expect("an identity"),
         storage_service_at: std::time::Instant::now(),
         policy,
+        repairs: Default::default(),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

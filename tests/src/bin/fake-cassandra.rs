@@ -273,6 +273,7 @@ async fn main() -> ExitCode {
         identity,
         storage_service_at: Instant::now() + Duration::from_millis(starting),
         policy: testworld::fake_cassandra::policy::Policy::load(config.jolokia_policy.as_deref()),
+        repairs: Default::default(),
     });
     let server = match &config.jolokia {
         Some((host, port)) => match tokio::net::TcpListener::bind((host.as_str(), *port)).await {

@@ -17,6 +17,11 @@
 //! the Node re-created under its name on a new machine with empty local
 //! SSDs behind its unchanged PVs. `kubesim node wipe-disk NAME INDEX
 //! [--url URL | --dir DIR]`: one local SSD of a live Node comes back empty.
+//! `kubesim node unreachable NAME [--freeze]`: the Node's kubelet is cut
+//! off from the API server (with `--freeze`, its Pods' processes are
+//! stopped too, as on a hung machine); `kubesim node not-ready NAME`: its
+//! kubelet posts `Ready=False`; `kubesim node reachable NAME`: healthy
+//! again (each with `--url URL | --dir DIR`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -187,14 +192,19 @@ fn parse_ring_args(args: &[String]) -> Result<(String, String, bool), String> {
     Ok((url.trim_end_matches('/').to_string(), cluster, check))
 }
 
-const NODE_USAGE: &str = "usage: kubesim node recreate NAME [--url URL | --dir DIR]\n       kubesim node wipe-disk NAME INDEX [--url URL | --dir DIR]";
+const NODE_USAGE: &str = "usage: kubesim node recreate NAME [--url URL | --dir DIR]\n       kubesim node wipe-disk NAME INDEX [--url URL | --dir DIR]\n       kubesim node unreachable NAME [--freeze] [--url URL | --dir DIR]\n       kubesim node not-ready NAME [--url URL | --dir DIR]\n       kubesim node reachable NAME [--url URL | --dir DIR]";
 
 /// The `/sim/nodes/...` path and the server of a `kubesim node` command.
 fn parse_node_args(args: &[String]) -> Result<(String, String), String> {
     let mut url = None;
+    let mut freeze = false;
     let mut words = Vec::new();
     let mut it = args.iter();
     while let Some(arg) = it.next() {
+        if arg == "--freeze" {
+            freeze = true;
+            continue;
+        }
         let (flag, inline) = match arg.split_once('=') {
             Some((f, v)) => (f, Some(v.to_string())),
             None => (arg.as_str(), None),
@@ -213,8 +223,14 @@ fn parse_node_args(args: &[String]) -> Result<(String, String), String> {
         }
     }
     let path = match words.as_slice() {
-        [cmd, name] if cmd == "recreate" => format!("nodes/{name}/recreate"),
-        [cmd, name, index] if cmd == "wipe-disk" => {
+        [cmd, name] if cmd == "recreate" && !freeze => format!("nodes/{name}/recreate"),
+        [cmd, name] if cmd == "unreachable" => {
+            format!("nodes/{name}/unreachable?freeze={freeze}")
+        }
+        [cmd, name] if (cmd == "not-ready" || cmd == "reachable") && !freeze => {
+            format!("nodes/{name}/{cmd}")
+        }
+        [cmd, name, index] if cmd == "wipe-disk" && !freeze => {
             let i: usize = index
                 .parse()
                 .map_err(|_| format!("INDEX must be a number\n{NODE_USAGE}"))?;

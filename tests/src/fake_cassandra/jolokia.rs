@@ -118,6 +118,19 @@ pub enum RingCall {
         host_id: String,
     },
     ForceRemoveCompletion,
+    /// `forceKeyspaceCleanup`: answers the status code (0 SUCCESSFUL, 1
+    /// ABORTED).
+    Cleanup {
+        keyspace: String,
+    },
+    /// `repairAsync`: answers the command number (0: nothing to repair).
+    Repair {
+        keyspace: String,
+    },
+    /// `getParentRepairStatus` (4.0+): the status of a repair command.
+    RepairStatus {
+        cmd: i64,
+    },
 }
 
 /// What a request needs.
@@ -163,10 +176,10 @@ pub fn failure(echo: Option<&Value>, error: &JavaError) -> Value {
     Value::Object(out)
 }
 
-/// The answer once a [`RingCall`] is done: void operations return null.
-pub fn answer_call(echo: &Value, outcome: Result<(), JavaError>) -> Value {
+/// The answer once a [`RingCall`] is done (void operations return null).
+pub fn answer_call(echo: &Value, outcome: Result<Value, JavaError>) -> Value {
     match outcome {
-        Ok(()) => success(echo, Value::Null),
+        Ok(v) => success(echo, v),
         Err(e) => failure(Some(echo), &e),
     }
 }
@@ -631,8 +644,25 @@ fn operations(id: &Identity, mbean: &str) -> Vec<(&'static str, Vec<&'static str
         ("getTokens", vec![STRING]),
         ("removeNode", vec![STRING]),
         ("forceRemoveCompletion", vec![]),
+        // StorageServiceMBean (3.11, 4.x, 5.0): the deprecated overload
+        // (CASSANDRA-11179) and the one NodeProbe.forceKeyspaceCleanup
+        // calls; `String...` is an array for JMX.
+        ("forceKeyspaceCleanup", vec!["int", STRING, STRINGS]),
+        ("forceKeyspaceCleanup", vec![STRING, STRINGS]),
+        // NodeProbe.repairAsync calls `int repairAsync(String keyspace,
+        // Map<String, String> options)` (3.11, 4.x, 5.0).
+        ("repairAsync", vec![STRING, "java.util.Map"]),
     ]
+    .into_iter()
+    // `List<String> getParentRepairStatus(int cmd)` came with 4.0
+    // (CASSANDRA-13480): 3.11's nodetool hears of repairs only through
+    // JMX notifications.
+    .chain(id.v4().then(|| ("getParentRepairStatus", vec!["int"])))
+    .collect()
 }
+
+/// `String...` as a JMX signature names it.
+const STRINGS: &str = "[Ljava.lang.String;";
 
 /// Jolokia 1.x lists the signatures of the operation's overloads.
 fn signatures(params: &[Vec<&str>]) -> String {
@@ -742,7 +772,16 @@ fn exec(id: &Identity, view: &NodeView, request: &Value) -> Result<Exec, JavaErr
                     signatures(&known)
                 ))
             })?,
-        None => overloads[0],
+        None if overloads.len() == 1 => overloads[0],
+        // jolokia-core's OperationHandler: an overloaded operation needs
+        // its signature.
+        None => {
+            let known: Vec<Vec<&str>> = overloads.iter().map(|p| (*p).clone()).collect();
+            return Err(JavaError::illegal_argument(format!(
+                "Operation {operation} on MBean {mbean} is overloaded. Signatures found: {}. Use a signature when specifying the operation.",
+                signatures(&known)
+            )));
+        }
     };
     if params.len() != args.len() {
         return Err(JavaError::illegal_argument(format!(
@@ -780,7 +819,40 @@ fn exec(id: &Identity, view: &NodeView, request: &Value) -> Result<Exec, JavaErr
         (_, "removeNode") => Ok(Exec::Call(RingCall::RemoveNode {
             host_id: string_arg(&args[0]),
         })),
-        _ => Ok(Exec::Call(RingCall::ForceRemoveCompletion)),
+        (_, "forceRemoveCompletion") => Ok(Exec::Call(RingCall::ForceRemoveCompletion)),
+        // StorageService.forceKeyspaceCleanup(int jobs, String keyspaceName,
+        // String... tables): the keyspace is the argument before the tables.
+        (_, "forceKeyspaceCleanup") => Ok(Exec::Call(RingCall::Cleanup {
+            keyspace: string_arg(&args[args.len() - 2]),
+        })),
+        // StorageService.repairAsync(String keyspace, Map<String, String>
+        // options): the options are parsed by RepairOption.parse; every
+        // repair here is a full repair of the node's ranges.
+        (_, "repairAsync") => {
+            if !(args[1].is_object() || args[1].is_null()) {
+                return Err(JavaError::illegal_argument(format!(
+                    "Cannot convert {} to java.util.Map",
+                    args[1]
+                )));
+            }
+            Ok(Exec::Call(RingCall::Repair {
+                keyspace: string_arg(&args[0]),
+            }))
+        }
+        (_, "getParentRepairStatus") => {
+            let cmd = match &args[0] {
+                Value::Number(n) => n.as_i64(),
+                Value::String(s) => s.parse().ok(),
+                _ => None,
+            }
+            .ok_or_else(|| {
+                JavaError::illegal_argument(format!("Cannot convert {} to int", args[0]))
+            })?;
+            Ok(Exec::Call(RingCall::RepairStatus { cmd }))
+        }
+        _ => Err(JavaError::illegal_argument(format!(
+            "No operation {operation} found on MBean {mbean}"
+        ))),
     }
 }
 
@@ -928,6 +1000,58 @@ mod tests {
             json!({"type": "read", "mbean": STORAGE_SERVICE, "attribute": "LoadMap"}),
         );
         assert_eq!(r["value"], json!({"10.0.0.1": "2 KiB"}));
+    }
+
+    /// repairAsync and forceKeyspaceCleanup on every line;
+    /// getParentRepairStatus only from 4.0; the cleanup overloads need a
+    /// signature.
+    #[test]
+    fn repair_and_cleanup_operations_per_line() {
+        let call = |id: &Identity, op: &str, args: Value| {
+            step(
+                id,
+                &view(),
+                &json!({"type": "exec", "mbean": STORAGE_SERVICE, "operation": op, "arguments": args}),
+            )
+        };
+        let cleanup = "forceKeyspaceCleanup(int,java.lang.String,[Ljava.lang.String;)";
+        for release in ["3.11.19", "4.1.8", "5.0.4"] {
+            let id = v(release);
+            assert!(matches!(
+                call(&id, "repairAsync", json!(["ks", {}])),
+                Step::Call { call: RingCall::Repair { ref keyspace }, .. } if keyspace == "ks"
+            ));
+            assert!(matches!(
+                call(&id, cleanup, json!([0, "ks", []])),
+                Step::Call { call: RingCall::Cleanup { ref keyspace }, .. } if keyspace == "ks"
+            ));
+            assert!(matches!(
+                call(&id, "forceKeyspaceCleanup(java.lang.String,[Ljava.lang.String;)", json!(["ks", []])),
+                Step::Call { call: RingCall::Cleanup { ref keyspace }, .. } if keyspace == "ks"
+            ));
+            let Step::Answer(overloaded) = call(&id, "forceKeyspaceCleanup", json!([0, "ks", []]))
+            else {
+                panic!("an overloaded operation without a signature is answered at once");
+            };
+            assert!(
+                overloaded["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("is overloaded. Signatures found:")),
+                "{overloaded}"
+            );
+            let status = call(&id, "getParentRepairStatus", json!([1]));
+            assert_eq!(
+                matches!(
+                    status,
+                    Step::Call {
+                        call: RingCall::RepairStatus { cmd: 1 },
+                        ..
+                    }
+                ),
+                release != "3.11.19",
+                "{release}: {status:?}"
+            );
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
 use super::jolokia::{self, Identity, JavaError, RingCall, Step};
@@ -119,8 +119,9 @@ impl RingClient {
             .map(drop)
     }
 
-    /// Carries out an operation; blocks as long as the JMX call does.
-    pub async fn call(&self, host_id: &str, call: &RingCall) -> Result<(), NodeError> {
+    /// Carries out an operation; blocks as long as the JMX call does. The
+    /// ring service's answer (an empty object for void operations).
+    pub async fn call(&self, host_id: &str, call: &RingCall) -> Result<Value, NodeError> {
         let path = match call {
             RingCall::Decommission { force } => {
                 format!("nodes/{host_id}/decommission?force={force}")
@@ -130,10 +131,36 @@ impl RingClient {
                 format!("nodes/{host_id}/remove?target={target}")
             }
             RingCall::ForceRemoveCompletion => format!("nodes/{host_id}/force-remove-completion"),
+            RingCall::Cleanup { keyspace } => {
+                format!(
+                    "nodes/{host_id}/cleanup?keyspace={}",
+                    query_escape(keyspace)
+                )
+            }
+            RingCall::Repair { keyspace } => {
+                format!("nodes/{host_id}/repair?keyspace={}", query_escape(keyspace))
+            }
+            // Kept by the node itself (see FakeNode::repairs).
+            RingCall::RepairStatus { .. } => return Ok(Value::Null),
         };
-        self.post(&path, None).await.map(drop)
+        self.post(&path, None).await
     }
 }
+
+fn query_escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The repair commands a node ran, by command number (from 1): the
+/// parent repair status (`ActiveRepairService.ParentRepairStatus`:
+/// COMPLETED or FAILED; every repair here finishes within its call) and
+/// its messages, as `getParentRepairStatus` answers them.
+pub type Repairs = std::sync::Arc<std::sync::Mutex<Vec<(String, Vec<String>)>>>;
 
 /// A running fake node: who it is in the ring and what it runs as.
 #[derive(Debug, Clone)]
@@ -150,6 +177,8 @@ pub struct FakeNode {
     /// The agent's access policy (`policyLocation`), checked before
     /// anything else: Jolokia refuses before it looks the MBean up.
     pub policy: super::policy::Policy,
+    /// The repairs it ran.
+    pub repairs: Repairs,
 }
 
 /// The StorageService MBean's name, whatever properties follow.
@@ -189,9 +218,49 @@ impl FakeNode {
                     .ring
                     .call(&self.host_id, &call)
                     .await
-                    .map_err(java_error_of);
+                    .map_err(java_error_of)
+                    .map(|answer| self.result_of(&call, answer));
                 jolokia::answer_call(&echo, outcome)
             }
+        }
+    }
+
+    /// What the JMX operation returns, from the ring service's answer.
+    fn result_of(&self, call: &RingCall, answer: Value) -> Value {
+        let mut repairs = self.repairs.lock().unwrap_or_else(|e| e.into_inner());
+        match call {
+            RingCall::Cleanup { .. } => answer.get("status").cloned().unwrap_or(json!(0)),
+            // StorageService.repair (3.11 `repairAsync`, 4.x `repair`):
+            // 0 when there is nothing to repair (RF 1); otherwise the
+            // command number, and RepairRunnable records how it ended
+            // (ActiveRepairService.recordRepairStatus).
+            RingCall::Repair { .. } => {
+                let outcome = match (answer.get("repaired"), answer.get("failed")) {
+                    (Some(Value::Bool(false)), _) => return json!(0),
+                    (_, Some(Value::String(message))) => ("FAILED", message.clone()),
+                    _ => ("COMPLETED", String::new()),
+                };
+                let cmd = repairs.len() + 1;
+                let message = if outcome.0 == "COMPLETED" {
+                    format!("Repair command #{cmd} finished in 0 seconds")
+                } else {
+                    format!("Repair command #{cmd} failed with error {}", outcome.1)
+                };
+                repairs.push((outcome.0.to_string(), vec![message]));
+                json!(cmd)
+            }
+            // StorageService.getParentRepairStatus: null for a command it
+            // does not know, else the status's name and the messages.
+            RingCall::RepairStatus { cmd } => usize::try_from(*cmd)
+                .ok()
+                .and_then(|c| c.checked_sub(1))
+                .and_then(|i| repairs.get(i))
+                .map_or(Value::Null, |(status, messages)| {
+                    let mut list = vec![json!(status)];
+                    list.extend(messages.iter().map(|m| json!(m)));
+                    Value::Array(list)
+                }),
+            _ => Value::Null,
         }
     }
 
@@ -312,6 +381,7 @@ mod starting_tests {
             identity: Identity::new("4.1.8", 7000).expect("an identity"),
             storage_service_at: std::time::Instant::now() + Duration::from_secs(60),
             policy: crate::fake_cassandra::policy::Policy::AllowAll,
+            repairs: Repairs::default(),
         };
         let read = json!({"type": "read", "mbean": STORAGE_SERVICE, "attribute": "OperationMode"});
         let answer = node.answer(&read).await;

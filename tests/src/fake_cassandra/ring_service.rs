@@ -651,6 +651,25 @@ pub async fn handle(
                 Err(e) => refused(500, &e),
             }
         }
+        ("POST", ["nodes", host_id, "cleanup"]) => {
+            let keyspace = q.get("keyspace").cloned().unwrap_or_default();
+            match service.with_host(host_id, |r| r.cleanup_keyspace(host_id, &keyspace)) {
+                Ok(status) => json_reply(200, &json!({"status": status})),
+                Err(e) => refused(500, &e),
+            }
+        }
+        // A repair that runs and fails is no refusal of the call: the
+        // command number is answered, the failure is its status.
+        ("POST", ["nodes", host_id, "repair"]) => {
+            let keyspace = q.get("keyspace").cloned().unwrap_or_default();
+            match service.with_host(host_id, |r| r.repair_keyspace(host_id, &keyspace)) {
+                Ok(repaired) => json_reply(200, &json!({"repaired": repaired})),
+                Err(e @ RingError::RepairNeighborDown { .. }) => {
+                    json_reply(200, &json!({"failed": e.to_string()}))
+                }
+                Err(e) => refused(500, &e),
+            }
+        }
         ("POST", ["nodes", host_id, "decommission"]) => {
             let force = q.get("force").is_some_and(|f| f == "true");
             decommission(service, host_id, force).await

@@ -141,11 +141,15 @@ fn pod_admission(spec: &mut Value) {
             "node.kubernetes.io/not-ready",
             "node.kubernetes.io/unreachable",
         ] {
+            // TolerationsTolerateTaint: an empty key with Exists tolerates
+            // every taint, an empty effect every effect.
             let has = t.iter().any(|x| {
-                x.get("key").and_then(Value::as_str) == Some(key)
+                let k = x.get("key").and_then(Value::as_str).unwrap_or("");
+                let op = x.get("operator").and_then(Value::as_str).unwrap_or("Equal");
+                (k == key || (k.is_empty() && op == "Exists"))
                     && x.get("effect")
                         .and_then(Value::as_str)
-                        .is_none_or(|e| e == "NoExecute")
+                        .is_none_or(|e| e.is_empty() || e == "NoExecute")
             });
             if !has {
                 t.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
@@ -388,6 +392,14 @@ mod tests {
         assert_eq!(s["volumes"][0]["configMap"]["defaultMode"], 420);
         assert_eq!(s["tolerations"].as_array().unwrap().len(), 2);
         assert_eq!(s["priority"], 0);
+        // A Pod that tolerates every taint gets no default toleration.
+        let mut tolerant = json!({"spec": {"tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "c", "image": "busybox"}]}});
+        apply("", "pods", &mut tolerant);
+        assert_eq!(
+            tolerant["spec"]["tolerations"],
+            json!([{"operator": "Exists"}])
+        );
         let again = pod.clone();
         apply("", "pods", &mut pod);
         assert_eq!(pod, again, "defaulting is idempotent");

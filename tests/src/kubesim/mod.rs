@@ -62,6 +62,11 @@
 //! - `GET /sim/requests[?since=SEQ]`: `{"items": [RequestRecord...]}` (seq,
 //!   method, path, query, verb, group, resource, subresource, namespace,
 //!   name, userAgent, contentType, code); `DELETE` forgets them.
+//! - `POST /sim/nodes/NAME/recreate`, `POST /sim/nodes/NAME/disks/I/wipe`
+//!   (a Node's machine and local SSDs, [`sim::disks`]);
+//!   `POST /sim/nodes/NAME/unreachable[?freeze=true]`,
+//!   `POST /sim/nodes/NAME/not-ready`, `POST /sim/nodes/NAME/reachable`
+//!   (its kubelet, [`sim::nodelifecycle`]).
 //!
 //! # Faithful to the API server
 //!

@@ -160,6 +160,7 @@ impl KubeSim {
             )),
             sim_dir: opts.sim.as_ref().map(|o| o.work_dir.clone()),
             authority: authority.clone(),
+            kubelets: Arc::default(),
         });
         let (stop, stopped) = watch::channel(false);
         let mut tasks = Vec::new();
@@ -190,6 +191,7 @@ impl KubeSim {
                     access,
                     net,
                     Some(shared.ring.clone()),
+                    shared.kubelets.clone(),
                 )?)
             }
             _ => None,

@@ -293,15 +293,121 @@ impl Ring {
         Ok(())
     }
 
+    /// `nodetool repair KEYSPACE` as `StorageService.repairAsync` runs it
+    /// (`RepairRunnable.runMayThrow`, 3.11/4.x/5.0): a full repair of
+    /// every range `host_id` replicates in the keyspace. Nothing to do
+    /// (false: `repairAsync` returns command 0, "Replication factor is 1")
+    /// when the keyspace has fewer than 2 replicas; refused when a neighbour
+    /// (another replica of those ranges) is down. Then every live replica
+    /// of each of its keys gets the copy any of them has.
+    pub fn repair_keyspace(&mut self, host_id: &str, keyspace: &str) -> Result<bool, RingError> {
+        self.running(host_id)?;
+        let ks = self.keyspace_or_err(keyspace)?;
+        let map = self.natural_map();
+        // The neighbours: the other replicas of every range it replicates
+        // (a range ends at a token of the ring), whether keys are there
+        // or not.
+        let mut replicas_of_ranges = BTreeSet::new();
+        for token in self.all_tokens() {
+            let replicas = map.replicas(&ks.replication, token);
+            if replicas.iter().any(|h| h == host_id) {
+                replicas_of_ranges.extend(replicas);
+            }
+        }
+        if ks.replication.total_rf() < 2 {
+            return Ok(false);
+        }
+        if let Some(dead) = replicas_of_ranges.iter().find(|h| !self.is_up(h)) {
+            return Err(RingError::RepairNeighborDown {
+                address: self.address_of(dead),
+            });
+        }
+        let mut plan = CopyPlan::new();
+        for (key, token) in &ks.keys {
+            let replicas = map.replicas(&ks.replication, *token);
+            if !replicas.iter().any(|h| h == host_id)
+                || !replicas.iter().any(|h| self.holds(h, keyspace, key))
+            {
+                continue;
+            }
+            for h in replicas {
+                plan.push((
+                    self.nodes[&h].data_dir.clone(),
+                    ks.name.clone(),
+                    key.clone(),
+                ));
+            }
+        }
+        self.apply_copies(plan);
+        Ok(true)
+    }
+
+    /// `nodetool cleanup KEYSPACE` as `StorageService.forceKeyspaceCleanup`
+    /// runs it (4.1 and 5.0, and 3.11 since 3.11.15: the pending ranges
+    /// guard of CASSANDRA-16418), then `CompactionManager.performCleanup`:
+    /// refused for a local system keyspace and while `host_id` is gaining
+    /// ranges (a node joining, leaving or replacing); status 1 (ABORTED,
+    /// "Cleanup cannot run before a node has joined the ring") when it is
+    /// not NORMAL; else the copies of keys it no longer replicates go, and
+    /// the status is 0 (SUCCESSFUL).
+    pub fn cleanup_keyspace(&mut self, host_id: &str, keyspace: &str) -> Result<i32, RingError> {
+        if matches!(
+            keyspace,
+            "system" | "system_schema" | "system_views" | "system_virtual_schema"
+        ) {
+            return Err(RingError::CleanupSystemKeyspace);
+        }
+        let mode = self.running(host_id)?.mode;
+        let ks = self.keyspace_or_err(keyspace)?;
+        let (now, future) = (self.natural_map(), self.future_map());
+        let gains = self.all_tokens().into_iter().any(|token| {
+            future
+                .replicas(&ks.replication, token)
+                .iter()
+                .any(|h| h == host_id)
+                && !now
+                    .replicas(&ks.replication, token)
+                    .iter()
+                    .any(|h| h == host_id)
+        });
+        if gains {
+            return Err(RingError::CleanupPendingRanges);
+        }
+        if mode != OperationMode::Normal {
+            return Ok(1);
+        }
+        self.drop_unowned(host_id, Some(keyspace));
+        Ok(0)
+    }
+
     /// `nodetool cleanup`: drops the copies of keys `host_id` no longer
     /// replicates.
     pub fn cleanup(&mut self, host_id: &str) -> Result<(), RingError> {
         self.running(host_id)?;
+        self.drop_unowned(host_id, None);
+        Ok(())
+    }
+
+    /// Every token of every member (joining ones included): the ends of
+    /// the ranges, now or once movements are done.
+    fn all_tokens(&self) -> BTreeSet<Token> {
+        self.nodes
+            .values()
+            .flat_map(|n| n.tokens.iter().copied())
+            .collect()
+    }
+
+    /// Drops the copies (of one keyspace, or all) that `host_id` holds but
+    /// no longer replicates.
+    fn drop_unowned(&mut self, host_id: &str, only: Option<&str>) {
         let map = self.natural_map();
         let dir = self.nodes[host_id].data_dir.clone();
         let mut drop: Vec<(String, String)> = Vec::new();
         if let Some(d) = self.data_dirs.get(&dir) {
             for (ks, keys) in &d.copies {
+                if only.is_some_and(|o| o != ks) {
+                    continue;
+                }
                 let Some(keyspace) = self.keyspaces.get(ks) else {
                     continue;
                 };
@@ -324,6 +430,5 @@ impl Ring {
                 }
             }
         }
-        Ok(())
     }
 }

@@ -191,4 +191,90 @@ fn a_node_starts_only_on_data_its_version_can_read() {
     );
     let report = ring.check();
     assert!(report.lost.is_empty(), "{report}");
+
+/// `nodetool repair KEYSPACE` (StorageService.repairAsync,
+/// RepairRunnable): nothing to do with one replica; refused while a
+/// neighbour is down; otherwise a replica that missed writes (down past
+/// the hint window) gets them, in that keyspace only.
+#[test]
+fn repair_of_a_keyspace_as_repair_async_runs_it() {
+    let (mut ring, ids) = three_nodes(Version::V4_1);
+    load(&mut ring);
+    ring.create_keyspace("one", Replication::simple(1))
+        .expect("ks");
+    assert_eq!(ring.repair_keyspace(&ids[0], "one"), Ok(false));
+    ring.kill(&ids[1]).expect("kill");
+    assert_eq!(
+        ring.repair_keyspace(&ids[0], "ks3"),
+        Err(RingError::RepairNeighborDown { address: addr(2) })
+    );
+    ring.advance(Timing::default().max_hint_window_ms + 1);
+    ring.write_keys("ks3", "late-", 50, Consistency::Quorum)
+        .expect("writes");
+    ring.write_keys("ks2", "late-", 50, Consistency::One)
+        .expect("writes");
+    ring.start(&config(2, &["10.0.0.1"])).expect("restart");
+    let short = |ring: &Ring, ks: &str| {
+        ring.check()
+            .under_replicated
+            .iter()
+            .filter(|k| k.keyspace == ks)
+            .count()
+    };
+    assert_eq!(short(&ring, "ks3"), 50, "{}", ring.check());
+    assert!(short(&ring, "ks2") > 0);
+    assert_eq!(ring.repair_keyspace(&ids[1], "ks3"), Ok(true));
+    assert_eq!(short(&ring, "ks3"), 0, "the missed writes repaired");
+    assert!(short(&ring, "ks2") > 0, "only the keyspace asked for");
+    assert_eq!(
+        ring.repair_keyspace(&ids[1], "nope"),
+        Err(RingError::UnknownKeyspace {
+            keyspace: "nope".into()
+        })
+    );
+}
+
+/// `nodetool cleanup KEYSPACE` (StorageService.forceKeyspaceCleanup,
+/// CompactionManager.performCleanup): refused for a local system keyspace
+/// and on a node gaining ranges (CASSANDRA-16418); then the copies of keys
+/// the node no longer replicates go, in that keyspace only.
+#[test]
+fn cleanup_of_a_keyspace_as_force_keyspace_cleanup_runs_it() {
+    let (mut ring, ids) = three_nodes(Version::V4_1);
+    load(&mut ring);
+    assert_eq!(
+        ring.cleanup_keyspace(&ids[0], "system"),
+        Err(RingError::CleanupSystemKeyspace)
+    );
+    let fourth = ring.start(&config(4, &["10.0.0.1"])).expect("starts");
+    assert_eq!(
+        ring.cleanup_keyspace(&fourth.host_id, "ks3"),
+        Err(RingError::CleanupPendingRanges),
+        "a joining node gains ranges"
+    );
+    ring.finish(&fourth.host_id).expect("bootstrap");
+    let ks3 = |ring: &Ring, host: &str| {
+        ring.disk_of(host)
+            .and_then(|d| d.copies.get("ks3"))
+            .map_or(0, |k| k.len())
+    };
+    let ks2 = |ring: &Ring, host: &str| {
+        ring.disk_of(host)
+            .and_then(|d| d.copies.get("ks2"))
+            .map_or(0, |k| k.len())
+    };
+    assert_eq!(ks3(&ring, &ids[0]), 1000, "it kept what it gave up");
+    let ks2_before = ks2(&ring, &ids[0]);
+    assert_eq!(ring.cleanup_keyspace(&ids[0], "ks3"), Ok(0));
+    let owned = ring
+        .keyspace("ks3")
+        .expect("ks3")
+        .keys
+        .keys()
+        .filter(|k| ring.replicas("ks3", k).expect("replicas").contains(&ids[0]))
+        .count();
+    assert!(owned < 1000);
+    assert_eq!(ks3(&ring, &ids[0]), owned, "exactly what it owns is left");
+    assert_eq!(ks2(&ring, &ids[0]), ks2_before, "other keyspaces untouched");
+    assert!(ring.check().is_clean());
 }

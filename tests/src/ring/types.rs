@@ -519,6 +519,12 @@ pub enum RingError {
         "Other bootstrapping/leaving/moving nodes detected, cannot bootstrap while cassandra.consistent.rangemovement is true"
     )]
     RangeMovement,
+    #[error("Cleanup of the system keyspace is neither necessary nor wise")]
+    CleanupSystemKeyspace,
+    #[error("Node is involved in cluster membership changes. Not safe to run cleanup.")]
+    CleanupPendingRanges,
+    #[error("Cannot proceed on repair because a neighbor ({address}) is dead: session failed")]
+    RepairNeighborDown { address: String },
     #[error("node {host_id} is not running")]
     NotRunning { host_id: HostId },
     #[error("local node is not a member of the token ring yet")]

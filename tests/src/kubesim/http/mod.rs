@@ -102,6 +102,8 @@ pub struct Shared {
     pub sim_dir: Option<std::path::PathBuf>,
     /// kubesim's CA, admin token and token signer.
     pub authority: Arc<crate::kubesim::auth::Authority>,
+    /// The kubelets' troubles (`/sim/nodes/NAME/unreachable`, ...).
+    pub kubelets: Arc<crate::kubesim::sim::nodelifecycle::Kubelets>,
 }
 
 /// The ring service's answer as an HTTP response.
@@ -608,8 +610,46 @@ fn admin(
             shared.log.clear();
             json_response(200, &json!({"items": []}))
         }
+        (
+            "POST",
+            [
+                "nodes",
+                name,
+                trouble @ ("unreachable" | "not-ready" | "reachable"),
+            ],
+        ) => kubelet_admin(shared, name, trouble, q),
         ("POST", ["nodes", ..]) => nodes_admin(shared, rest),
         _ => error_response(&ApiError::no_route()),
+    }
+}
+
+/// `POST /sim/nodes/NAME/unreachable[?freeze=true]` (the kubelet cut off
+/// from the API server; with `freeze`, every process of its Pods stopped
+/// too), `POST /sim/nodes/NAME/not-ready` (the kubelet posts
+/// `Ready=False`) and `POST /sim/nodes/NAME/reachable` (healthy again); see
+/// [`crate::kubesim::sim::nodelifecycle`].
+fn kubelet_admin(
+    shared: &Arc<Shared>,
+    name: &str,
+    trouble: &str,
+    q: &HashMap<String, String>,
+) -> Response<Body> {
+    use crate::kubesim::sim::nodelifecycle::Trouble;
+    if shared.sim_dir.is_none() {
+        return error_response(&ApiError::bad_request("the sim does not run"));
+    }
+    let trouble = match trouble {
+        "unreachable" if q.get("freeze").is_some_and(|v| v == "true") => Some(Trouble::Frozen),
+        "unreachable" => Some(Trouble::Unreachable),
+        "not-ready" => Some(Trouble::NotReady),
+        _ => None,
+    };
+    match shared.kubelets.set(&shared.store, name, trouble) {
+        Ok(node) => json_response(
+            200,
+            &json!({"node": name, "uid": node.pointer("/metadata/uid"), "kubelet": trouble}),
+        ),
+        Err(e) => json_response(404, &json!({"message": e.to_string()})),
     }
 }
 

@@ -135,10 +135,18 @@
 //! PVs, and `POST /sim/nodes/NAME/disks/I/wipe` (`kubesim node wipe-disk`)
 //! empties one disk of a live Node ([`disks`]).
 //!
-//! Not simulated (yet): Nodes that become unreachable (NotReady after the
-//! node monitor's grace period, the `node.kubernetes.io/unreachable`
-//! taint, taint-based eviction, Pods stuck Terminating on a lost Node),
-//! ControllerRevision objects (a pod below a
+//! A Node's kubelet can be cut off from the API server (its processes
+//! running on, or frozen) or turn NotReady, and come back
+//! (`POST /sim/nodes/NAME/unreachable[?freeze=true]`, `.../not-ready`,
+//! `.../reachable`; `kubesim node unreachable|not-ready|reachable`): the
+//! node lifecycle controller marks it `Ready=Unknown` after the node
+//! monitor's grace period and taints it, the taint eviction controller
+//! deletes its Pods when their tolerations run out, and they stay
+//! Terminating until the kubelet comes back or the Node is deleted
+//! ([`nodelifecycle`]).
+//!
+//! Not simulated (yet): Lease objects of Nodes, the node eviction rate
+//! limiter, ControllerRevision objects (a pod below a
 //! partition is recreated from the current template, with its old
 //! revision label), `shareProcessNamespace` (each container has its own PID
 //! namespace), Secret volumes, priorities and preemption in the scheduler
@@ -162,6 +170,7 @@ pub mod history;
 pub mod images;
 pub mod kubelet;
 pub mod net;
+pub mod nodelifecycle;
 pub mod probes;
 pub mod quantity;
 pub mod scheduler;
@@ -214,6 +223,12 @@ pub struct SimOptions {
     /// projects (the API server's `--service-account-max-token-expiration`),
     /// so that a test sees a token refreshed within seconds.
     pub max_token_lifetime: Option<Duration>,
+    /// The factor on the control plane's node timings
+    /// (`--node-time-scale`, `KUBESIM_NODE_TIME_SCALE`; 1: as
+    /// kube-controller-manager has them): the node monitor's grace period
+    /// and the tolerations' seconds of taint-based eviction
+    /// ([`nodelifecycle`]).
+    pub node_time_scale: f64,
 }
 
 /// The repository of the controller's default operator image.
@@ -249,6 +264,10 @@ impl SimOptions {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(1),
             max_token_lifetime: None,
+            node_time_scale: std::env::var("KUBESIM_NODE_TIME_SCALE")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1.0),
         }
     }
 }
@@ -283,6 +302,7 @@ impl Sim {
         access: PodAccess,
         net: Arc<net::Network>,
         ring: Option<Arc<crate::fake_cassandra::ring_service::RingService>>,
+        kubelets: Arc<nodelifecycle::Kubelets>,
     ) -> std::io::Result<Sim> {
         std::fs::create_dir_all(&opts.work_dir)?;
         // Containers run as any user: they must reach the programs kubesim
@@ -304,6 +324,7 @@ impl Sim {
             access.clone(),
             net.clone(),
             ring,
+            kubelets,
         ));
         let task = tokio::spawn(run(store, kubelet.clone()));
         Ok(Sim {
@@ -368,6 +389,7 @@ fn pass(store: &Store, kubelet: &kubelet::Kubelet) {
     crate::kubesim::auth::defaults::publish_root_ca(store, kubelet.ca_pem());
     services::allocate_cluster_ips(store);
     kubelet.sync_disks();
+    kubelet.sync_nodes();
     storage::bind_immediate(store);
     storage::protect_claims(store);
     storage::reclaim(store);
@@ -443,7 +465,7 @@ pub(crate) fn patch_main(
 /// The `kubesim serve` flags of the sim, with their environment
 /// fallbacks (`KUBESIM_OPERATOR_BINARY`, `KUBESIM_FAKE_CASSANDRA`,
 /// `KUBESIM_FIXTURES`, `KUBESIM_OPERATOR_IMAGES` comma-separated).
-pub const FLAGS: &str = "[--no-sim] [--sim-dir DIR] [--operator-binary PATH] [--operator-image REPO]... [--fake-cassandra PATH] [--fixtures DIR] [--max-grace-seconds S] [--max-probe-period-ms MS] [--restart-backoff-ms MS] [--local-ssds N]";
+pub const FLAGS: &str = "[--no-sim] [--sim-dir DIR] [--operator-binary PATH] [--operator-image REPO]... [--fake-cassandra PATH] [--fixtures DIR] [--max-grace-seconds S] [--max-probe-period-ms MS] [--restart-backoff-ms MS] [--local-ssds N] [--node-time-scale F]";
 
 /// The sim's settings from `kubesim serve` flags.
 #[derive(Debug, Clone, Default)]
@@ -458,6 +480,7 @@ pub struct Flags {
     max_probe_period: Option<Duration>,
     restart_backoff: Option<Duration>,
     local_ssds: Option<usize>,
+    node_time_scale: Option<f64>,
 }
 
 impl Flags {
@@ -489,6 +512,9 @@ impl Flags {
             "--local-ssds" => {
                 self.local_ssds = Some(value.parse().map_err(|e| format!("{flag}: {e}"))?)
             }
+            "--node-time-scale" => {
+                self.node_time_scale = Some(value.parse().map_err(|e| format!("{flag}: {e}"))?)
+            }
             _ => return Ok(false),
         }
         Ok(true)
@@ -512,6 +538,9 @@ impl Flags {
         }
         if let Some(n) = self.local_ssds {
             o.local_ssds = n;
+        }
+        if let Some(f) = self.node_time_scale {
+            o.node_time_scale = f;
         }
         Some(o)
     }

@@ -365,7 +365,7 @@ pub fn selector_matches(selector: &Value, node: &Value) -> bool {
         .is_some_and(|terms| terms.iter().any(|t| term_matches(t, node)))
 }
 
-fn tolerates(tolerations: &[Value], taint: &Value) -> bool {
+pub(crate) fn tolerates(tolerations: &[Value], taint: &Value) -> bool {
     tolerations.iter().any(|tol| {
         let effect_ok = s(tol, "/effect").is_empty() || s(tol, "/effect") == s(taint, "/effect");
         let key = s(tol, "/key");

@@ -13,6 +13,7 @@
 //! once and removed (the pod garbage collector's job). I/O.
 
 use super::net::{Network, PodNet};
+use super::nodelifecycle::Kubelets;
 use super::quantity::divide_ceil;
 use super::{SimOptions, list_all, ns_of, patch_status, s, t};
 use super::{deaths, images, probes, security, startup};
@@ -100,6 +101,10 @@ pub struct Kubelet {
     ring: Option<Arc<RingService>>,
     /// The last Pod address each node's IPAM gave.
     last_ip: Mutex<HashMap<String, Ipv4Addr>>,
+    /// Which kubelets are cut off or NotReady ([`super::nodelifecycle`]).
+    kubelets: Arc<Kubelets>,
+    /// The Pods (UIDs) whose processes are stopped with their machine.
+    frozen: Mutex<BTreeSet<String>>,
 }
 
 /// The kubelet's final DELETE: grace 0 with the Pod's UID as
@@ -120,8 +125,11 @@ impl Kubelet {
         access: crate::kubesim::sim::PodAccess,
         net: Arc<Network>,
         ring: Option<Arc<RingService>>,
+        kubelets: Arc<Kubelets>,
     ) -> Self {
         Kubelet {
+            kubelets,
+            frozen: Mutex::default(),
             ring,
             store,
             opts,
@@ -166,6 +174,48 @@ impl Kubelet {
         );
     }
 
+    /// The kubelets' Node status and the control plane's answer to silent
+    /// ones ([`super::nodelifecycle`]); the processes of a frozen machine
+    /// stop (SIGSTOP) and go on (SIGCONT) when it comes back.
+    pub fn sync_nodes(&self) {
+        super::nodelifecycle::sync(&self.store, &self.kubelets, self.opts.node_time_scale);
+        let uids: BTreeMap<String, String> = list_all(&self.store, "", "nodes")
+            .iter()
+            .map(|n| {
+                (
+                    s(n, "/metadata/name").to_string(),
+                    s(n, "/metadata/uid").to_string(),
+                )
+            })
+            .collect();
+        let handles = lock(&self.pods);
+        let mut frozen = lock(&self.frozen);
+        for (pod, h) in handles.iter() {
+            let freeze = uids
+                .get(&h.node)
+                .is_some_and(|uid| self.kubelets.frozen(uid));
+            if freeze == frozen.contains(pod) {
+                continue;
+            }
+            let sig = if freeze {
+                Signal::SIGSTOP
+            } else {
+                Signal::SIGCONT
+            };
+            for (outer, inner) in lock(&h.procs).values() {
+                for pid in process_tree(*outer).into_iter().chain(process_tree(*inner)) {
+                    signal(pid, sig);
+                }
+            }
+            if freeze {
+                frozen.insert(pod.clone());
+            } else {
+                frozen.remove(pod);
+            }
+        }
+        frozen.retain(|pod| handles.contains_key(pod));
+    }
+
     /// Removes the data of PVs that are gone (reclaim policy Delete).
     pub fn collect_orphans(&self) {
         let pvs: BTreeSet<String> = list_all(&self.store, "", "persistentvolumes")
@@ -208,6 +258,11 @@ impl Kubelet {
                 continue;
             };
             live.insert(uid.clone());
+            // A kubelet cut off from the API server sees no new Pod and no
+            // deletion: what runs there runs on.
+            if !self.kubelets.reaches_api(s(node_obj, "/metadata/uid")) {
+                continue;
+            }
             match handles.get(&uid) {
                 Some(h) => {
                     if deleting {
@@ -281,6 +336,8 @@ impl Kubelet {
                         )),
                         procs: procs.clone(),
                         ring: self.ring.clone(),
+                        kubelets: self.kubelets.clone(),
+                        node_uid: s(node_obj, "/metadata/uid").to_string(),
                         pod: Mutex::new(pod.clone()),
                         run: Mutex::new(PodRun::new(pod)),
                         changed: Notify::new(),
@@ -300,14 +357,51 @@ impl Kubelet {
                 }
             }
         }
+        // A Pod removed from the API (a forced delete) while its kubelet is
+        // cut off runs on: nobody there has heard of the removal.
+        let cut_off: BTreeSet<&str> = nodes
+            .iter()
+            .filter(|(_, n)| !self.kubelets.reaches_api(s(n, "/metadata/uid")))
+            .map(|(name, _)| name.as_str())
+            .collect();
         handles.retain(|uid, h| {
-            let keep = live.contains(uid);
+            let keep = live.contains(uid) || cut_off.contains(h.node.as_str());
             if !keep {
                 h.kill_now();
             }
             keep
         });
     }
+}
+
+/// A process and its descendants (from `/proc/*/stat`), so that a whole
+/// container can be stopped and continued.
+fn process_tree(root: u32) -> Vec<u32> {
+    let mut parent: Vec<(u32, u32)> = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`: comm may hold spaces and parens.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse().ok());
+        if let Some(ppid) = ppid {
+            parent.push((pid, ppid));
+        }
+    }
+    let mut out = vec![root];
+    let mut i = 0;
+    while i < out.len() {
+        let p = out[i];
+        out.extend(parent.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    out
 }
 
 /// What the kubelet knows of one container.
@@ -445,12 +539,20 @@ struct PodCtx {
     dir: PathBuf,
     procs: Procs,
     ring: Option<Arc<RingService>>,
+    kubelets: Arc<Kubelets>,
+    /// The UID of the Node it runs on.
+    node_uid: String,
     pod: Mutex<Value>,
     run: Mutex<PodRun>,
     changed: Notify,
 }
 
 impl PodCtx {
+    /// Whether its kubelet reaches the API server.
+    fn reaches_api(&self) -> bool {
+        self.kubelets.reaches_api(&self.node_uid)
+    }
+
     fn pod(&self) -> Value {
         lock(&self.pod).clone()
     }
@@ -591,6 +693,12 @@ async fn write_status(ctx: Arc<PodCtx>) {
     let mut last = Value::Null;
     loop {
         let _ = tokio::time::timeout(Duration::from_secs(1), ctx.changed.notified()).await;
+        if !ctx.reaches_api() {
+            // Nothing reaches the API server; once it does again, the whole
+            // status is posted (the control plane may have changed it).
+            last = Value::Null;
+            continue;
+        }
         let pod = ctx.pod();
         let status = ctx.status();
         if status != last {
@@ -618,7 +726,11 @@ async fn run_pod(ctx: Arc<PodCtx>, mut rx: watch::Receiver<Stop>) {
     ctx.changed.notify_one();
     let how = lifecycle(&ctx, &mut rx).await;
     if how == Stop::Graceful {
-        // Last status, then the kubelet confirms the deletion.
+        // Last status, then the kubelet confirms the deletion (once it
+        // reaches the API server).
+        while !ctx.reaches_api() {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
         let pod = ctx.pod();
         let _ = patch_status(&ctx.store, "", "pods", &pod, &ctx.status());
         force_delete(&ctx.store, &pod);
@@ -946,6 +1058,11 @@ async fn probe_loop(
     tokio::time::sleep(timing.initial_delay).await;
     let (mut ok_run, mut fail_run) = (0u32, 0u32);
     loop {
+        if ctx.kubelets.frozen(&ctx.node_uid) {
+            // The kubelet is frozen with its machine: no probe runs.
+            tokio::time::sleep(timing.period).await;
+            continue;
+        }
         let ok = probes::run(&probe, &target, timing.timeout).await;
         if ok {
             ok_run += 1;
