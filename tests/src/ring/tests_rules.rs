@@ -191,6 +191,7 @@ fn a_node_starts_only_on_data_its_version_can_read() {
     );
     let report = ring.check();
     assert!(report.lost.is_empty(), "{report}");
+}
 
 /// `nodetool repair KEYSPACE` (StorageService.repairAsync,
 /// RepairRunnable): nothing to do with one replica; refused while a
