@@ -114,6 +114,9 @@ pub struct WorldOptions {
     /// (default). Off for a test that installs the operator itself, as a
     /// user does; the controller then runs with the admin's kubeconfig.
     pub operator_rbac: bool,
+    /// Hollow kubelets: Pods Ready at once, no processes (benchmarks at
+    /// scale; see [`SimOptions::hollow`]).
+    pub hollow: bool,
 }
 
 impl WorldOptions {
@@ -132,6 +135,7 @@ impl WorldOptions {
             nodes_per_zone: 3,
             ring: fast_ring(),
             operator_rbac: true,
+            hollow: false,
         }
     }
 }
@@ -165,6 +169,7 @@ impl World {
         sim.fixtures = Some(opts.fixtures);
         sim.max_grace = Some(Duration::from_secs(10));
         sim.max_probe_period = Some(Duration::from_millis(500));
+        sim.hollow = opts.hollow;
         let sim = KubeSim::start(Options {
             zones: opts.zones,
             nodes_per_zone: opts.nodes_per_zone,
@@ -425,6 +430,35 @@ impl Drop for Process {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// A `kB` field of `/proc/<pid>/status` (`VmRSS:`, `VmHWM:`, `RssFile:`).
+pub fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with(field))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// User and system CPU seconds of a process (`/proc/<pid>/stat`; USER_HZ
+/// is 100 on Linux).
+pub fn proc_cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command may hold spaces: the fields after its closing ")",
+    // where utime and stime (fields 14 and 15) are the 12th and 13th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    (ticks(11) + ticks(12)) as f64 / 100.0
 }
 
 /// The last 15 lines of a file.

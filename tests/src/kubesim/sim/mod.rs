@@ -213,6 +213,11 @@ pub struct SimOptions {
     /// projects (the API server's `--service-account-max-token-expiration`),
     /// so that a test sees a token refreshed within seconds.
     pub max_token_lifetime: Option<Duration>,
+    /// Hollow kubelets (`KUBESIM_HOLLOW=1`; kubemark's hollow
+    /// nodes): Pods are Ready at once and run no process
+    /// ([`kubelet`]'s `hollow` module), for benchmarks at a scale real
+    /// processes cannot reach.
+    pub hollow: bool,
 }
 
 /// The repository of the controller's default operator image.
@@ -248,6 +253,7 @@ impl SimOptions {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(1),
             max_token_lifetime: None,
+            hollow: std::env::var("KUBESIM_HOLLOW").is_ok_and(|v| v == "1"),
         }
     }
 }

@@ -686,6 +686,7 @@ impl Store {
                         plural: rt.plural.clone(),
                         object: o.clone(),
                         prev: None,
+                        at_us: crate::kubesim::now_us(),
                     })
                 })
                 .collect(),
