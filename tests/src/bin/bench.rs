@@ -142,10 +142,8 @@ fn record(store: &Store) -> Arc<Mutex<Recorded>> {
             .to_string();
             let mut r = rec.lock().unwrap_or_else(|e| e.into_inner());
             match ev.plural.as_str() {
-                "pods" => {
-                    if pod_ready(&ev.object) && !ev.prev.as_deref().is_some_and(pod_ready) {
-                        r.ready.push((cluster, ev.at_us));
-                    }
+                "pods" if pod_ready(&ev.object) && !ev.prev.as_deref().is_some_and(pod_ready) => {
+                    r.ready.push((cluster, ev.at_us));
                 }
                 "statefulsets" => {
                     let replicas = |o: &Value| o.pointer("/spec/replicas").and_then(Value::as_i64);
@@ -690,6 +688,7 @@ async fn main() -> Result<(), Error> {
         eprintln!("bench: the real-members phase failed: {e}");
         failed_real(&mut f);
     }
+    eprint!("{}", f.table());
     eprintln!(
         "bench: real members done at {:.0} s",
         started.elapsed().as_secs_f64()
@@ -698,6 +697,7 @@ async fn main() -> Result<(), Error> {
         eprintln!("bench: the 100-cluster phase failed: {e}");
         (f.controller_1_mib, f.controller_100_mib) = (f64::NAN, f64::NAN);
     }
+    eprint!("{}", f.table());
     eprintln!(
         "bench: 100 clusters done at {:.0} s",
         started.elapsed().as_secs_f64()
