@@ -695,7 +695,11 @@ async fn main() -> Result<(), Error> {
     );
     if let Err(e) = hundred(&paths, &mut f, &mut scale_ups).await {
         eprintln!("bench: the 100-cluster phase failed: {e}");
-        (f.controller_1_mib, f.controller_100_mib) = (f64::NAN, f64::NAN);
+        for v in [&mut f.controller_1_mib, &mut f.controller_100_mib] {
+            if *v == 0.0 {
+                *v = f64::NAN;
+            }
+        }
     }
     eprint!("{}", f.table());
     eprintln!(
@@ -707,7 +711,15 @@ async fn main() -> Result<(), Error> {
         if f.first_steps_s == 0.0 {
             f.first_steps_s = f64::NAN;
         }
-        (f.all_ready_s, f.controller_cpu_s, f.controller_1000_mib) = (f64::NAN, f64::NAN, f64::NAN);
+        for v in [
+            &mut f.all_ready_s,
+            &mut f.controller_cpu_s,
+            &mut f.controller_1000_mib,
+        ] {
+            if *v == 0.0 {
+                *v = f64::NAN;
+            }
+        }
     }
     f.scale_up_ms = Percentiles::of(&scale_ups);
     println!(

@@ -11,7 +11,18 @@ use crate::kubesim::now_rfc3339;
 use crate::kubesim::sim::{ns_of, patch_status, s, t};
 use crate::kubesim::store::Store;
 use serde_json::{Value, json};
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU32, Ordering};
 use tokio::sync::watch;
+
+/// An address for a hollow Pod: from 10.128.0.0/9, outside the Pod
+/// network's /24 (which holds 253 Pods, a thousand clusters need 3,000);
+/// nothing connects to a hollow Pod.
+pub(super) fn next_ip() -> Ipv4Addr {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed) % (1 << 23);
+    Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 128, 0, 0)) + n)
+}
 
 /// The status a real kubelet reports once every container runs and passes
 /// its readiness probe.
@@ -80,6 +91,13 @@ pub(super) async fn run_pod(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hollow_addresses_are_distinct_and_outside_the_pod_network() {
+        let (a, b) = (next_ip(), next_ip());
+        assert_ne!(a, b);
+        assert_eq!(a.octets()[..2], [10, 128]);
+    }
 
     #[test]
     fn every_container_is_ready_and_every_init_container_done() {

@@ -242,14 +242,7 @@ impl Kubelet {
                         .unwrap_or("127.0.0.1")
                         .to_string();
                     if self.opts.hollow {
-                        let used: BTreeSet<Ipv4Addr> = handles.values().map(|h| h.ip).collect();
-                        let mut last = lock(&self.last_ip);
-                        let Some(ip) = self.net.pod_ip(node, last.get(node).copied(), &used) else {
-                            eprintln!("kubesim: the pod IP range is full");
-                            continue;
-                        };
-                        last.insert(node.to_string(), ip);
-                        drop(last);
+                        let ip = hollow::next_ip();
                         let (stop, rx) = watch::channel(Stop::Run);
                         let task = tokio::spawn(hollow::run_pod(
                             self.store.clone(),
