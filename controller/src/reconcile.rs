@@ -159,10 +159,14 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
     ));
 
     macro_rules! cache {
-        ($kind:ty) => {{
+        ($kind:ty) => {
+            cache!($kind, strip_metadata::<$kind>)
+        };
+        ($kind:ty, $strip:expr) => {{
             let (reader, writer) = reflector::store::<$kind>();
             let stream = watcher(api::<$kind>(&client, &args.namespace), owned.clone())
                 .default_backoff()
+                .modify($strip)
                 .reflect(writer)
                 .touched_objects();
             (reader, stream)
@@ -170,7 +174,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
     }
     let (statefulsets, sts_stream) = cache!(StatefulSet);
     let (services, svc_stream) = cache!(Service);
-    let (pods, pod_stream) = cache!(Pod);
+    let (pods, pod_stream) = cache!(Pod, strip_pod);
     let (pdbs, pdb_stream) = cache!(PodDisruptionBudget);
     let (service_accounts, sa_stream) = cache!(ServiceAccount);
     let (roles, role_stream) = cache!(Role);
@@ -194,20 +198,22 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
     // Volumes and Nodes carry none of ours: a lost local disk is a volume
     // whose Node is gone (DESIGN.md section 5).
     macro_rules! cluster_cache {
-        ($kind:ty) => {{
+        ($kind:ty, $strip:expr) => {{
             let (reader, writer) = reflector::store::<$kind>();
             let stream = watcher(
                 Api::<$kind>::all(client.clone()),
                 watcher::Config::default(),
             )
             .default_backoff()
+            .modify($strip)
             .reflect(writer)
             .touched_objects();
             (reader, stream)
         }};
     }
-    let (volumes, volume_stream) = cluster_cache!(PersistentVolume);
-    let (nodes, node_stream) = cluster_cache!(Node);
+    let (volumes, volume_stream) =
+        cluster_cache!(PersistentVolume, strip_metadata::<PersistentVolume>);
+    let (nodes, node_stream) = cluster_cache!(Node, strip_node);
 
     let ctx = Arc::new(Context {
         recorder: Recorder::new(
@@ -237,7 +243,13 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
     });
 
     let clusters: Api<Cluster> = api(&client, &args.namespace);
-    let controller = Controller::new(clusters, watcher::Config::default());
+    let (clusters_reader, clusters_writer) = reflector::store::<Cluster>();
+    let cluster_stream = watcher(clusters, watcher::Config::default())
+        .default_backoff()
+        .modify(strip_metadata::<Cluster>)
+        .reflect(clusters_writer)
+        .applied_objects();
+    let controller = Controller::for_stream(cluster_stream, clusters_reader);
     let caches_ready = {
         let clusters_store = controller.store();
         let (sts, svc, pod, pdb, sa, role, rb) = (
@@ -345,6 +357,52 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
         .await;
     info!("controller stopped");
     Ok(())
+}
+
+/// What every cache keeps of an object: all but `managedFields`, which
+/// the controller never reads and which is often the largest part of an
+/// object (one entry per field manager, each listing its fields).
+fn strip_metadata<K: Resource>(object: &mut K) {
+    object.managed_fields_mut().clear();
+}
+
+/// What the Pod cache keeps: what observe reads (metadata, the containers'
+/// names and images, the conditions); a Pod's volumes, environment,
+/// probes and container statuses are most of it.
+fn strip_pod(pod: &mut Pod) {
+    strip_metadata(pod);
+    if let Some(spec) = pod.spec.as_mut() {
+        let containers = std::mem::take(&mut spec.containers)
+            .into_iter()
+            .map(|c| k8s_openapi::api::core::v1::Container {
+                name: c.name,
+                image: c.image,
+                ..Default::default()
+            })
+            .collect();
+        *spec = k8s_openapi::api::core::v1::PodSpec {
+            containers,
+            node_name: spec.node_name.take(),
+            ..Default::default()
+        };
+    }
+    if let Some(status) = pod.status.as_mut() {
+        *status = k8s_openapi::api::core::v1::PodStatus {
+            conditions: status.conditions.take(),
+            phase: status.phase.take(),
+            ..Default::default()
+        };
+    }
+}
+
+/// What the Node cache keeps: the name and labels (a volume's Node is
+/// matched by name or hostname label); a Node's status (images,
+/// addresses, capacity) is never read.
+fn strip_node(node: &mut Node) {
+    strip_metadata(node);
+    node.metadata.annotations = None;
+    node.spec = None;
+    node.status = None;
 }
 
 /// Waits until a cache holds its first full list. `wait_until_ready` is

@@ -207,6 +207,7 @@ mod tests {
             plural: plural.into(),
             object: Arc::new(object),
             prev: prev.map(Arc::new),
+            at_us: 0,
         }
     }
 

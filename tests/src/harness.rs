@@ -119,6 +119,9 @@ pub struct WorldOptions {
     /// so that an unreachable Node is `Ready=Unknown` after 1 s and its
     /// Pods are evicted 6 s later.
     pub node_time_scale: f64,
+    /// Hollow kubelets: Pods Ready at once, no processes (benchmarks at
+    /// scale; see [`SimOptions::hollow`]).
+    pub hollow: bool,
 }
 
 impl WorldOptions {
@@ -138,6 +141,7 @@ impl WorldOptions {
             ring: fast_ring(),
             operator_rbac: true,
             node_time_scale: 0.02,
+            hollow: false,
         }
     }
 }
@@ -172,6 +176,7 @@ impl World {
         sim.max_grace = Some(Duration::from_secs(10));
         sim.max_probe_period = Some(Duration::from_millis(500));
         sim.node_time_scale = opts.node_time_scale;
+        sim.hollow = opts.hollow;
         let sim = KubeSim::start(Options {
             zones: opts.zones,
             nodes_per_zone: opts.nodes_per_zone,
@@ -471,6 +476,35 @@ impl Drop for Process {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// A `kB` field of `/proc/<pid>/status` (`VmRSS:`, `VmHWM:`, `RssFile:`).
+pub fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with(field))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// User and system CPU seconds of a process (`/proc/<pid>/stat`; USER_HZ
+/// is 100 on Linux).
+pub fn proc_cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command may hold spaces: the fields after its closing ")",
+    // where utime and stime (fields 14 and 15) are the 12th and 13th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    (ticks(11) + ticks(12)) as f64 / 100.0
 }
 
 /// The last 15 lines of a file.

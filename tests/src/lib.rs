@@ -1,5 +1,6 @@
 //! The test world (see DESIGN.md section 7).
 
+pub mod bench;
 pub mod cel;
 pub mod fake_cassandra;
 pub mod harness;

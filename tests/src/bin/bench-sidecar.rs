@@ -24,16 +24,7 @@ use kube::{Client, Config, CustomResourceExt};
 use serde_json::json;
 use testworld::kubesim::{KubeSim, Options};
 
-fn status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find(|l| l.starts_with(field))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
+use testworld::harness::proc_status_kib as status_kib;
 
 fn http_status(addr: &str, path: &str) -> Option<u16> {
     let mut stream = std::net::TcpStream::connect(addr).ok()?;

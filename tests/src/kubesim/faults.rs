@@ -314,6 +314,10 @@ pub struct RequestRecord {
     /// test world's own endpoints.
     #[serde(default)]
     pub user: String,
+    /// When the request arrived, in microseconds since the Unix epoch
+    /// (the benchmark's reaction times).
+    #[serde(default)]
+    pub at_us: u64,
 }
 
 impl RequestRecord {
@@ -498,6 +502,7 @@ mod tests {
             content_type: String::new(),
             code: 200,
             user: "u".into(),
+            at_us: 0,
         };
         log.push(rec("get"));
         log.push(rec("patch"));

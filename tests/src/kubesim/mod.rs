@@ -158,6 +158,14 @@ pub(crate) fn random_suffix() -> String {
 }
 
 /// Now, as the API server writes timestamps (RFC 3339, seconds, UTC).
+/// Microseconds since the Unix epoch: the clock of the request log's and
+/// the store events' times (the benchmark's reaction times).
+pub fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
 pub(crate) fn now_rfc3339() -> String {
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)

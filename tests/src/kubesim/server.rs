@@ -153,6 +153,7 @@ impl KubeSim {
             store: store.clone(),
             faults: Faults::new(opts.faults.clone()),
             log: RequestLog::default(),
+            sim_log: RequestLog::default(),
             addr,
             bookmark_interval: opts.bookmark_interval,
             ring: Arc::new(crate::fake_cassandra::ring_service::RingService::new(
@@ -314,6 +315,12 @@ impl KubeSim {
     /// The requests served so far (admin endpoints excepted).
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.shared.log.since(0)
+    }
+
+    /// The requests to the test world's own endpoints (`/sim/...`), such
+    /// as the fake Cassandra nodes' calls to the ring.
+    pub fn sim_requests(&self) -> Vec<RequestRecord> {
+        self.shared.sim_log.since(0)
     }
 
     /// Forgets the request log.

@@ -91,6 +91,9 @@ pub struct Shared {
     pub faults: Faults,
     /// Requests served.
     pub log: RequestLog,
+    /// The requests to the test world's own endpoints (`/sim/...`: the
+    /// fake ring's, from the fake Cassandra nodes).
+    pub sim_log: RequestLog,
     /// Address the server listens on.
     pub addr: SocketAddr,
     /// How often a watch that asked for bookmarks gets one.
@@ -197,6 +200,7 @@ pub async fn handle(shared: Arc<Shared>, kind: Listener, req: Request<Incoming>)
         content_type: content_type.clone(),
         code: 0,
         user: String::new(),
+        at_us: crate::kubesim::now_us(),
     };
     let user = match kind {
         Listener::Sim => None,
@@ -316,7 +320,9 @@ pub async fn handle(shared: Arc<Shared>, kind: Listener, req: Request<Incoming>)
         }
     }
     rec.code = resp.status().as_u16();
-    if !is_sim {
+    if is_sim {
+        shared.sim_log.push(rec);
+    } else {
         shared.log.push(rec);
     }
     resp
@@ -886,6 +892,7 @@ fn record_admission_checks(
             content_type: String::new(),
             code: if *ok { 200 } else { 403 },
             user: rec.user.clone(),
+            at_us: rec.at_us,
         });
     }
 }
@@ -1083,6 +1090,7 @@ mod tests {
             plural: "pods".into(),
             object: obj(now),
             prev: prev.map(obj),
+            at_us: 0,
         };
         let sel = LabelSelector::parse("app=x").unwrap();
         let none = FieldSelector::default();

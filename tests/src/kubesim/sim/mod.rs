@@ -229,6 +229,11 @@ pub struct SimOptions {
     /// and the tolerations' seconds of taint-based eviction
     /// ([`nodelifecycle`]).
     pub node_time_scale: f64,
+    /// Hollow kubelets (`KUBESIM_HOLLOW=1`; kubemark's hollow
+    /// nodes): Pods are Ready at once and run no process
+    /// ([`kubelet`]'s `hollow` module), for benchmarks at a scale real
+    /// processes cannot reach.
+    pub hollow: bool,
 }
 
 /// The repository of the controller's default operator image.
@@ -268,6 +273,7 @@ impl SimOptions {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(1.0),
+            hollow: std::env::var("KUBESIM_HOLLOW").is_ok_and(|v| v == "1"),
         }
     }
 }

@@ -121,6 +121,7 @@ impl State {
             plural,
             object: obj.clone(),
             prev,
+            at_us: crate::kubesim::now_us(),
         });
         table.history.push_back(ev.clone());
         while table.history.len() > window {

@@ -732,6 +732,7 @@ impl Store {
                         plural: rt.plural.clone(),
                         object: o.clone(),
                         prev: None,
+                        at_us: crate::kubesim::now_us(),
                     })
                 })
                 .collect(),

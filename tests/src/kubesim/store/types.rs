@@ -214,6 +214,9 @@ pub struct Event {
     pub object: Arc<Value>,
     /// The object before the change (MODIFIED and DELETED).
     pub prev: Option<Arc<Value>>,
+    /// When the change was made (µs since the Unix epoch,
+    /// [`crate::kubesim::now_us`]).
+    pub at_us: u64,
 }
 
 impl Event {

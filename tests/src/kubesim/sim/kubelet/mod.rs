@@ -33,6 +33,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 mod container;
+mod hollow;
 mod volumes;
 pub(crate) use container::quote;
 use container::*;
@@ -295,6 +296,29 @@ impl Kubelet {
                         .and_then(Value::as_str)
                         .unwrap_or("127.0.0.1")
                         .to_string();
+                    if self.opts.hollow {
+                        let ip = hollow::next_ip();
+                        let (stop, rx) = watch::channel(Stop::Run);
+                        let task = tokio::spawn(hollow::run_pod(
+                            self.store.clone(),
+                            pod.clone(),
+                            ip.to_string(),
+                            host_ip,
+                            rx,
+                        ));
+                        handles.insert(
+                            uid,
+                            PodHandle {
+                                stop,
+                                procs: Arc::default(),
+                                ip,
+                                node: node.to_string(),
+                                task,
+                                _net: None,
+                            },
+                        );
+                        continue;
+                    }
                     let (ip, net) = if pod.pointer("/spec/hostNetwork") == Some(&json!(true)) {
                         (host_ip.parse().unwrap_or(Ipv4Addr::LOCALHOST), None)
                     } else {
