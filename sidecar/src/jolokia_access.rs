@@ -77,8 +77,8 @@ pub const ALLOWED: &[Allowed] = &[
             "OwnershipWithPort",
         ],
         // drain (preStop, SIGTERM), decommission (scale-down), getTokens
-        // (nodetool status).
-        operations: &["drain", "decommission", "getTokens"],
+        // (nodetool status), forceKeyspaceCleanup (nodetool cleanup).
+        operations: &["drain", "decommission", "getTokens", "forceKeyspaceCleanup"],
     },
     Allowed {
         mbean: ENDPOINT_SNITCH_INFO,
@@ -206,6 +206,8 @@ mod tests {
             }
             let (operation, _) = crate::jolokia::decommission_call(&v);
             assert!(ALLOWED[0].operations.contains(&operation));
+            // nodetool cleanup
+            assert!(ALLOWED[0].operations.contains(&"forceKeyspaceCleanup"));
         }
     }
 
