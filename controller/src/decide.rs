@@ -739,12 +739,9 @@ fn mixed_majors(observed: &Observed) -> Option<WaitReason> {
 }
 
 /// The major version in an image reference's tag (`cassandra:4.1.8` → 4);
-/// `None` without a numeric tag (a digest, `latest`).
+/// `None` without a version tag (a digest, `latest`).
 pub fn image_major(image: &str) -> Option<u32> {
-    let reference = image.split('@').next()?;
-    let last = reference.rsplit('/').next()?;
-    let (_, tag) = last.split_once(':')?;
-    tag.split(['.', '-']).next()?.parse().ok()
+    Version::of_image(image).map(|v| v.major)
 }
 
 #[cfg(test)]

@@ -531,11 +531,19 @@ async fn ensure_supporting_objects(
 ) -> Result<Option<Refusal>, Error> {
     let client = &ctx.client;
     // In order, stopping at the first name held by someone else: a refused
-    // cluster gets nothing more created.
+    // cluster gets nothing more created. `$unowned` judges an object of the
+    // name that the Cluster does not own (None: usable as it is).
     macro_rules! ensure_or_refuse {
-        ($store:expr, $desired:expr, $kind:literal) => {
-            if let Some(refusal) =
-                ensure(client, namespace, cluster, $store, $desired, $kind).await?
+        ($store:expr, $desired:expr, $kind:literal) => {{
+            let desired = $desired;
+            let name = desired.name_any();
+            ensure_or_refuse!($store, desired, $kind, |_| Some(foreign($kind, &name)))
+        }};
+        ($store:expr, $desired:expr, $kind:literal, $unowned:expr) => {
+            if let Some(refusal) = ensure(
+                client, namespace, cluster, $store, $desired, $kind, $unowned,
+            )
+            .await?
             {
                 return Ok(Some(refusal));
             }
@@ -544,17 +552,7 @@ async fn ensure_supporting_objects(
     ensure_or_refuse!(&ctx.services, resources::client_service(cluster), "Service");
     // The members' RBAC may be the user's own (Rook's example brings it):
     // used as it is when it gives members what they need.
-    macro_rules! ensure_member_rbac_or_refuse {
-        ($store:expr, $desired:expr, $kind:literal, $unfit:expr) => {
-            if let Some(refusal) =
-                ensure_member_rbac(client, namespace, cluster, $store, $desired, $kind, $unfit)
-                    .await?
-            {
-                return Ok(Some(refusal));
-            }
-        };
-    }
-    ensure_member_rbac_or_refuse!(
+    ensure_or_refuse!(
         &ctx.service_accounts,
         resources::member_service_account(cluster),
         "ServiceAccount",
@@ -562,7 +560,7 @@ async fn ensure_supporting_objects(
         |_: &ServiceAccount| None
     );
     let role = resources::member_role(cluster);
-    ensure_member_rbac_or_refuse!(&ctx.roles, role.clone(), "Role", |provided: &Role| {
+    ensure_or_refuse!(&ctx.roles, role.clone(), "Role", |provided: &Role| {
         let missing = resources::missing_grants(provided, &role);
         (!missing.is_empty()).then(|| Refusal::MemberRbacInsufficient {
             kind: "Role".to_string(),
@@ -571,7 +569,8 @@ async fn ensure_supporting_objects(
         })
     });
     let binding = resources::member_role_binding(cluster);
-    ensure_member_rbac_or_refuse!(
+    let account = crds::names::member_service_account_name(&cluster.name_any());
+    ensure_or_refuse!(
         &ctx.role_bindings,
         binding.clone(),
         "RoleBinding",
@@ -581,8 +580,8 @@ async fn ensure_supporting_objects(
                     kind: "RoleBinding".to_string(),
                     name: provided.name_any(),
                     missing: format!(
-                        "a binding of Role {} to ServiceAccount {}",
-                        binding.role_ref.name, binding.role_ref.name
+                        "a binding of Role {} to ServiceAccount {account}",
+                        binding.role_ref.name
                     ),
                 }
             })
@@ -615,8 +614,12 @@ impl<K> NamespacedObject for K where
 {
 }
 
-/// Creates `desired` unless the cache holds it; a name taken by another
-/// owner is a refusal, never an adoption.
+/// Creates `desired` unless it exists. An object of its name that the
+/// Cluster does not own is never adopted nor changed: `unowned` says whether
+/// it is in the way (a refusal) or usable as it is (the members' RBAC a user
+/// made, as Rook's example does). Such an object lacks the cluster's labels,
+/// so the caches never hold it: it is read before anything is created, so
+/// that it costs a read per reconcile, never a failed write.
 async fn ensure<K>(
     client: &Client,
     namespace: &str,
@@ -624,57 +627,29 @@ async fn ensure<K>(
     store: &Store<K>,
     desired: K,
     kind: &'static str,
+    unowned: impl Fn(&K) -> Option<Refusal>,
 ) -> Result<Option<Refusal>, Error>
 where
     K: NamespacedObject,
 {
     let name = desired.name_any();
     let reference = ObjectRef::<K>::new(&name).within(namespace);
-    if let Some(existing) = store.get(&reference) {
-        return Ok((!owned_by(existing.meta(), cluster)).then(|| foreign(kind, &name)));
-    }
-    create(client, namespace, cluster, desired, kind).await
-}
-
-/// [`ensure`] for the members' ServiceAccount, Role and RoleBinding, which a
-/// user may provide under the same names (Rook's example does): one the
-/// Cluster does not own is used as it is, never changed, unless `unfit`
-/// says why members cannot work with it. A provided object lacks the
-/// cluster's labels, so the caches never hold it: it is read before
-/// anything is created (reads only; an unchanged cluster still writes
-/// nothing).
-async fn ensure_member_rbac<K>(
-    client: &Client,
-    namespace: &str,
-    cluster: &Cluster,
-    store: &Store<K>,
-    desired: K,
-    kind: &'static str,
-    unfit: impl Fn(&K) -> Option<Refusal>,
-) -> Result<Option<Refusal>, Error>
-where
-    K: NamespacedObject,
-{
-    let name = desired.name_any();
-    let reference = ObjectRef::<K>::new(&name).within(namespace);
-    if let Some(existing) = store.get(&reference) {
-        return Ok((!owned_by(existing.meta(), cluster))
-            .then(|| unfit(&existing))
-            .flatten());
-    }
-    let api: Api<K> = Api::namespaced(client.clone(), namespace);
-    let existing = api
-        .get_opt(&name)
-        .await
-        .map_err(|source| Error::GetObject {
-            kind,
-            name: name.clone(),
-            source,
-        })?;
+    let existing = match store.get(&reference) {
+        Some(cached) => Some(cached),
+        None => Api::<K>::namespaced(client.clone(), namespace)
+            .get_opt(&name)
+            .await
+            .map_err(|source| Error::GetObject {
+                kind,
+                name: name.clone(),
+                source,
+            })?
+            .map(Arc::new),
+    };
     match existing {
-        // ours, and the cache is behind
+        // ours (from the API server when the cache is behind)
         Some(existing) if owned_by(existing.meta(), cluster) => Ok(None),
-        Some(provided) => Ok(unfit(&provided)),
+        Some(existing) => Ok(unowned(&existing)),
         None => create(client, namespace, cluster, desired, kind).await,
     }
 }
@@ -813,24 +788,22 @@ async fn act(
             resource_version,
         } => {
             let service = member_name(cluster, rack, *member);
-            let patch = serde_json::json!({"metadata": {
-                "resourceVersion": resource_version,
-                "labels": {
-                    crds::contract::DECOMMISSIONED: crds::contract::DECOMMISSION_REQUESTED
-                },
-            }});
-            match patch_member_service(ctx, namespace, &service, &patch).await {
-                Err(Error::PatchMemberService {
-                    source: kube::Error::Api(status),
-                    ..
-                }) if status.code == 409 => {
-                    info!(cluster = %cluster.name_any(), rack, member, "the member Service changed meanwhile; looking again");
-                    return Ok(Some(Action::Wait(WaitReason::MemberLeaving {
-                        rack: rack.clone(),
-                        member: *member,
-                    })));
-                }
-                other => other?,
+            let label = serde_json::json!(crds::contract::DECOMMISSION_REQUESTED);
+            if !label_member_service_unchanged(
+                ctx,
+                namespace,
+                &service,
+                resource_version,
+                crds::contract::DECOMMISSIONED,
+                label,
+            )
+            .await?
+            {
+                info!(cluster = %cluster.name_any(), rack, member, "the member Service changed meanwhile; looking again");
+                return Ok(Some(Action::Wait(WaitReason::MemberLeaving {
+                    rack: rack.clone(),
+                    member: *member,
+                })));
             }
             info!(cluster = %cluster.name_any(), rack, member, "decommission requested");
             publish(
@@ -850,25 +823,23 @@ async fn act(
             resource_version,
         } => {
             let service = member_name(cluster, rack, *member);
-            // Guarded by the resourceVersion the decision read: if the
-            // sidecar claimed the decommission meanwhile, this write fails
-            // (409) and the next reconcile sees its claim.
-            let patch = serde_json::json!({"metadata": {
-                "resourceVersion": resource_version,
-                "labels": {crds::contract::DECOMMISSIONED: null},
-            }});
-            match patch_member_service(ctx, namespace, &service, &patch).await {
-                Err(Error::PatchMemberService {
-                    source: kube::Error::Api(status),
-                    ..
-                }) if status.code == 409 => {
-                    info!(cluster = %cluster.name_any(), rack, member, "decommission request changed meanwhile; looking again");
-                    return Ok(Some(Action::Wait(WaitReason::MemberLeaving {
-                        rack: rack.clone(),
-                        member: *member,
-                    })));
-                }
-                other => other?,
+            // If the sidecar claimed the decommission meanwhile, the guard
+            // refuses the write and the next reconcile sees its claim.
+            if !label_member_service_unchanged(
+                ctx,
+                namespace,
+                &service,
+                resource_version,
+                crds::contract::DECOMMISSIONED,
+                serde_json::Value::Null,
+            )
+            .await?
+            {
+                info!(cluster = %cluster.name_any(), rack, member, "decommission request changed meanwhile; looking again");
+                return Ok(Some(Action::Wait(WaitReason::MemberLeaving {
+                    rack: rack.clone(),
+                    member: *member,
+                })));
             }
             publish(
                 ctx,
@@ -919,21 +890,20 @@ async fn act(
             resource_version,
         } => {
             let service = member_name(cluster, rack, *member);
-            let patch = serde_json::json!({"metadata": {
-                "resourceVersion": resource_version,
-                "labels": {crds::contract::REPLACE: address},
-            }});
-            match patch_member_service(ctx, namespace, &service, &patch).await {
-                Err(Error::PatchMemberService {
-                    source: kube::Error::Api(status),
-                    ..
-                }) if status.code == 409 => {
-                    return Ok(Some(Action::Wait(WaitReason::MemberReplacing {
-                        rack: rack.clone(),
-                        member: *member,
-                    })));
-                }
-                other => other?,
+            if !label_member_service_unchanged(
+                ctx,
+                namespace,
+                &service,
+                resource_version,
+                crds::contract::REPLACE,
+                serde_json::json!(address),
+            )
+            .await?
+            {
+                return Ok(Some(Action::Wait(WaitReason::MemberReplacing {
+                    rack: rack.clone(),
+                    member: *member,
+                })));
             }
             publish(
                 ctx,
@@ -1009,6 +979,31 @@ async fn patch_member_service(
             source,
         })?;
     Ok(())
+}
+
+/// Sets (or, with null, removes) a label on a member Service only if the
+/// Service is still at the `resource_version` the decision read: false when
+/// it changed meanwhile (409), so that the caller looks again rather than
+/// act on a state the sidecar may have moved on from.
+async fn label_member_service_unchanged(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    resource_version: &str,
+    key: &str,
+    value: serde_json::Value,
+) -> Result<bool, Error> {
+    let patch = serde_json::json!({"metadata": {
+        "resourceVersion": resource_version,
+        "labels": {key: value},
+    }});
+    match patch_member_service(ctx, namespace, name, &patch).await {
+        Err(Error::PatchMemberService {
+            source: kube::Error::Api(status),
+            ..
+        }) if status.code == 409 => Ok(false),
+        other => other.map(|()| true),
+    }
 }
 
 /// Whether a member Service, read afresh from the API server, carries the
