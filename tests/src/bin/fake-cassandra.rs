@@ -44,6 +44,7 @@ use testworld::fake_cassandra::config::{self, FakeConfig};
 use testworld::fake_cassandra::jolokia::Identity;
 use testworld::fake_cassandra::node::{FakeNode, NodeError, RingClient, serve_jolokia};
 use testworld::fake_cassandra::ring_service::StartRequest;
+use testworld::fake_cassandra::sstables::{self, Sstables};
 
 fn log(level: &str, message: &str) {
     println!("{level:<5} [main] {message}");
@@ -267,6 +268,10 @@ async fn main() -> ExitCode {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(300);
+    let sstables = Arc::new(std::sync::Mutex::new(Sstables::open(
+        &data_dir,
+        sstables::format_of(&config),
+    )));
     let fake = Arc::new(FakeNode {
         ring: ring.clone(),
         host_id: host_id.clone(),
@@ -274,7 +279,13 @@ async fn main() -> ExitCode {
         storage_service_at: Instant::now() + Duration::from_millis(starting),
         policy: testworld::fake_cassandra::policy::Policy::load(config.jolokia_policy.as_deref()),
         repairs: Default::default(),
+        sstables: Some(sstables.clone()),
     });
+    let flusher = tokio::spawn(flush_every_second(
+        ring.clone(),
+        host_id.clone(),
+        sstables.clone(),
+    ));
     let server = match &config.jolokia {
         Some((host, port)) => match tokio::net::TcpListener::bind((host.as_str(), *port)).await {
             Ok(listener) => {
@@ -304,6 +315,9 @@ async fn main() -> ExitCode {
         }
     };
     log("INFO", "Cassandra shutting down...");
+    flusher.abort();
+    // StorageService's shutdown hook flushes the memtables.
+    flush(&ring, &host_id, &sstables).await;
     if let Err(e) = ring.stop(&host_id).await {
         eprintln!("WARN  [StorageServiceShutdownHook] {e}");
     }
@@ -332,6 +346,29 @@ async fn watch_ring(ring: &RingClient, host_id: &str) -> String {
                 }
             }
         }
+    }
+}
+
+/// Writes the sstables of what the node's data directory gained.
+async fn flush(ring: &RingClient, host_id: &str, sstables: &std::sync::Mutex<Sstables>) {
+    let Ok(view) = ring.view(host_id).await else {
+        return;
+    };
+    let mut sstables = sstables.lock().unwrap_or_else(|e| e.into_inner());
+    if let Err(e) = sstables.flush(&view.copies) {
+        eprintln!("ERROR [MemtableFlushWriter] {e}");
+    }
+}
+
+/// Memtables flush as they fill; here every second.
+async fn flush_every_second(
+    ring: RingClient,
+    host_id: String,
+    sstables: Arc<std::sync::Mutex<Sstables>>,
+) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        flush(&ring, &host_id, &sstables).await;
     }
 }
 

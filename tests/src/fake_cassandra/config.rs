@@ -22,7 +22,7 @@
 
 use serde_json::Value;
 
-use crate::ring::{NodeConfig, Version};
+use crate::ring::{NodeConfig, StorageCompatibility, Version};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
@@ -147,6 +147,13 @@ pub struct FakeConfig {
     pub heap_newsize: Option<String>,
     /// Where the files go; `node.data_dir` is the first data directory.
     pub directories: Directories,
+    /// The sstables it writes: format version (`nb`) and format name
+    /// (`big`, or `bti` with 5.0's `sstable: selected_format: bti`).
+    pub sstable_version: &'static str,
+    pub sstable_format: &'static str,
+    /// `uuid_sstable_identifiers_enabled` (4.1+, false in the shipped
+    /// files): new sstables get a time-UUID generation instead of a number.
+    pub uuid_sstable_identifiers: bool,
 }
 
 /// The environment the process got, as name -> value lookups.
@@ -317,6 +324,25 @@ pub fn parse(
     };
     let snitch = yaml_str(&doc, "endpoint_snitch").unwrap_or_else(|| "SimpleSnitch".into());
     let (dc, rack) = location(&snitch, rackdc);
+    // 5.0's settings: older lines have neither.
+    let v5 = version >= Version::V5_0;
+    let storage_compatibility = match yaml_str(&doc, "storage_compatibility_mode") {
+        Some(mode) if v5 => match StorageCompatibility::parse(&mode) {
+            Some(m) => m,
+            None => {
+                return Err(ConfigError::Invalid {
+                    what: "storage_compatibility_mode",
+                    value: mode,
+                });
+            }
+        },
+        _ => StorageCompatibility::default(),
+    };
+    let bti = v5
+        && doc
+            .pointer("/sstable/selected_format")
+            .and_then(Value::as_str)
+            .is_some_and(|f| f == "bti");
     let node = NodeConfig {
         cluster_name: yaml_str(&doc, "cluster_name").unwrap_or_else(|| "Test Cluster".into()),
         address,
@@ -336,6 +362,7 @@ pub fn parse(
         allow_unsafe_replace: jvm.flag("cassandra.allow_unsafe_replace"),
         override_decommission: jvm.flag("cassandra.override_decommission"),
         version,
+        storage_compatibility,
         data_dir: directories.data[0].clone(),
     };
     Ok(FakeConfig {
@@ -353,6 +380,10 @@ pub fn parse(
         max_heap_size,
         heap_newsize,
         directories,
+        sstable_version: version.sstable_version(storage_compatibility, bti),
+        sstable_format: if bti { "bti" } else { "big" },
+        uuid_sstable_identifiers: version >= Version::V4_1
+            && yaml_str(&doc, "uuid_sstable_identifiers_enabled").is_some_and(|v| v == "true"),
     })
 }
 
