@@ -349,7 +349,13 @@ fn exported_metrics() -> Vec<String> {
     );
     m.count_operation(&labels, "decommission", true);
     m.count_operation(&labels, "decommission", false);
-    m.encode()
+    // and the members' sidecar (the old-format sstables gauge)
+    let sidecar = sidecar::sstables::Gauge::default();
+    sidecar.set(&std::collections::BTreeMap::from([(
+        ("ks".to_string(), "t".to_string()),
+        1,
+    )]));
+    (m.encode() + &sidecar.render())
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
         .map(|l| l.split(['{', ' ']).next().unwrap().to_string())

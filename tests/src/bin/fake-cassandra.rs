@@ -333,10 +333,22 @@ async fn main() -> ExitCode {
 async fn watch_ring(ring: &RingClient, host_id: &str) -> String {
     const GONE_FOR: Duration = Duration::from_secs(10);
     let mut unreachable_since: Option<Instant> = None;
+    let mut failure: Option<String> = None;
     loop {
         tokio::time::sleep(Duration::from_millis(250)).await;
         match ring.view(host_id).await {
-            Ok(view) if view.running => unreachable_since = None,
+            Ok(view) if view.running => {
+                unreachable_since = None;
+                // A streaming operation that failed, logged once, as
+                // StorageService logs it.
+                if view.failure.is_some() && view.failure != failure {
+                    eprintln!(
+                        "ERROR [StreamReceiveTask] {}",
+                        view.failure.as_deref().unwrap_or_default()
+                    );
+                }
+                failure = view.failure;
+            }
             Ok(_) => return "the ring has this node down (killed, or its disk was lost)".into(),
             Err(NodeError::Refused(r)) => return r.message,
             Err(e) => {

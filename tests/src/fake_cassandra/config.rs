@@ -362,6 +362,7 @@ pub fn parse(
         allow_unsafe_replace: jvm.flag("cassandra.allow_unsafe_replace"),
         override_decommission: jvm.flag("cassandra.override_decommission"),
         version,
+        release: Some(release.clone()),
         storage_compatibility,
         data_dir: directories.data[0].clone(),
     };

@@ -973,6 +973,7 @@ mod tests {
             decommissioning: false,
             decommission_failed: false,
             copies: Default::default(),
+            failure: None,
             endpoints: vec![
                 ep("10.0.0.1", true, 'N', "rack1"),
                 ep("10.0.0.2", false, 'N', "rack2"),

@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 use super::jolokia::exception_class;
-use super::view::node_view;
+use super::view::{NodeView, node_view};
 use crate::ring::{
     Consistency, DecommissionStart, HostId, NodeConfig, OperationMode, Replication, Ring,
     RingError, StorageCompatibility, Version,
@@ -121,6 +121,7 @@ impl StartRequest {
             override_decommission: self.override_decommission,
             version: Version::parse(&self.version)
                 .ok_or_else(|| format!("invalid version {:?}", self.version))?,
+            release: Some(self.version.clone()),
             storage_compatibility: match self.storage_compatibility_mode.as_deref() {
                 None => StorageCompatibility::default(),
                 Some(mode) => StorageCompatibility::parse(mode)
@@ -627,10 +628,16 @@ pub async fn handle(
         }
         ("GET", ["nodes", host_id]) => {
             service.renew(host_id);
+            let failure = service
+                .lock()
+                .failures
+                .get(*host_id)
+                .map(ToString::to_string);
             match service
                 .with_host(host_id, |r| Ok(node_view(r, host_id)))
                 .ok()
                 .flatten()
+                .map(|view| NodeView { failure, ..view })
             {
                 Some(view) => json_reply(200, &serde_json::to_value(view).unwrap_or_default()),
                 None => refused(

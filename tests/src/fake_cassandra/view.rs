@@ -51,6 +51,10 @@ pub struct NodeView {
     /// hold; the fake flushes them to files).
     #[serde(default)]
     pub copies: std::collections::BTreeMap<String, usize>,
+    /// How its last streaming operation failed, if it did (what Cassandra
+    /// logs of a failed bootstrap, replacement or decommission).
+    #[serde(default)]
+    pub failure: Option<String>,
     /// Every member that has not left (this node too while it is one).
     pub endpoints: Vec<EndpointView>,
 }
@@ -157,6 +161,7 @@ pub fn node_view(ring: &Ring, host_id: &str) -> Option<NodeView> {
                     .collect()
             })
             .unwrap_or_default(),
+        failure: None,
         bootstrap_state: ring
             .data_dir(&me.data_dir)
             .map_or("NEEDS_BOOTSTRAP", |d| bootstrap_name(d.bootstrap))

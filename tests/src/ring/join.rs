@@ -167,6 +167,7 @@ impl Ring {
             tokens,
             state,
             version: config.version,
+            release: config.release(),
             messaging_version: config.messaging_version(),
             data_dir: config.data_dir.clone(),
             process,
@@ -248,6 +249,7 @@ impl Ring {
                 node.data_dir = config.data_dir.clone();
                 node.version = config.version;
                 node.messaging_version = config.messaging_version();
+                node.release = config.release();
                 node.process = process;
                 node.down_since_ms = None;
             } else {
@@ -277,6 +279,7 @@ impl Ring {
             node.rack = config.rack.clone();
             node.version = config.version;
             node.messaging_version = config.messaging_version();
+            node.release = config.release();
             node.process = process;
         } else {
             let node = Self::new_member(
@@ -388,6 +391,7 @@ impl Ring {
                     node.rack = config.rack.clone();
                     node.version = config.version;
                     node.messaging_version = config.messaging_version();
+                    node.release = config.release();
                     node.tokens = disk.tokens.clone();
                     node.data_dir = config.data_dir.clone();
                     node.process = process;

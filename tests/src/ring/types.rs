@@ -233,6 +233,8 @@ pub struct Node {
     pub tokens: Vec<Token>,
     pub state: RingState,
     pub version: Version,
+    /// The release it runs (`ReleaseVersion`, e.g. `4.1.8`).
+    pub release: String,
     /// The messaging (and streaming) version it speaks
     /// ([`Version::messaging_version`]).
     pub messaging_version: u32,
@@ -358,6 +360,8 @@ pub struct NodeConfig {
     /// `-Dcassandra.override_decommission`.
     pub override_decommission: bool,
     pub version: Version,
+    /// The full release (`4.1.8`); the line's `major.minor` when None.
+    pub release: Option<String>,
     /// `storage_compatibility_mode` (5.0).
     pub storage_compatibility: StorageCompatibility,
     /// Identity of the data directory the process runs on.
@@ -388,9 +392,17 @@ impl NodeConfig {
             allow_unsafe_replace: false,
             override_decommission: false,
             version: Version::V4_1,
+            release: None,
             storage_compatibility: StorageCompatibility::default(),
             data_dir: data_dir.to_string(),
         }
+    }
+
+    /// The release the node runs.
+    pub fn release(&self) -> String {
+        self.release
+            .clone()
+            .unwrap_or_else(|| self.version.to_string())
     }
 
     /// The messaging version the node will speak.
