@@ -500,6 +500,20 @@ fn the_pod_monitor_scrapes_ports_that_serve_metrics() {
             );
         }
     }
+    // the members' sidecar: its container port `sidecar` (the probes'
+    // port, where it serves /metrics too), on every member Pod
+    let members = &monitors[2];
+    assert_eq!(
+        members["spec"]["podMetricsEndpoints"][0]["port"], "sidecar",
+        "{members}"
+    );
+    let member_labels = crds::labels::rack_labels("c", "dc", "r");
+    for (k, v) in members["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(member_labels.get(k).map(String::as_str), v.as_str(), "{k}");
+    }
     // the controller's port is where it serves /metrics (METRICS_ADDR's default)
     assert_eq!(operator["ports"][0]["containerPort"], 8080);
     assert!(
