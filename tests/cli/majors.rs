@@ -28,15 +28,16 @@ use crate::world::{ring_summary, wait_ready, world};
 const OLD: &str = "4.1.8";
 const NEW: &str = "5.0.3";
 
-/// One Jolokia POST to the agent a Pod's database serves on its loopback,
-/// from inside the Pod's network namespace (a thread of this process
-/// entering it, as `kubectl exec` would be inside the container): the
-/// HTTP response's body.
-fn jolokia_in_pod(pid: u32, body: serde_json::Value) -> String {
+/// One Jolokia POST to what a Pod's database serves on its loopback at
+/// `port` (8778: the agent; 7199: the fake's stand-in of the local JMX
+/// port), from inside the Pod's network namespace (a thread of this
+/// process entering it, as `kubectl exec` would be inside the container):
+/// the HTTP response's body.
+fn jolokia_in_pod(pid: u32, port: u16, body: serde_json::Value) -> String {
     std::thread::spawn(move || {
         let ns = std::fs::File::open(format!("/proc/{pid}/ns/net")).expect("the pod's netns");
         nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-        let mut stream = std::net::TcpStream::connect("127.0.0.1:8778").expect("the agent");
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("the agent");
         let body = body.to_string();
         write!(
             stream,
@@ -136,10 +137,13 @@ async fn a_member_restarted_on_the_next_major_runs_mixed_and_counts_old_sstables
         .expect("the database container");
     let image = database.image.clone().unwrap();
     database.image = Some(image.replace(OLD, NEW));
-    // The sidecar's scan of the data directory, every second here.
-    database.env.get_or_insert_default().push(
+    // The sidecar's scan of the data directory, every second here; the
+    // fake's stand-in of Cassandra's local JMX port, which nodetool uses.
+    database.env.get_or_insert_default().extend([
         serde_json::from_value(json!({"name": "SSTABLE_SCAN_SECONDS", "value": "1"})).unwrap(),
-    );
+        serde_json::from_value(json!({"name": "FAKE_CASSANDRA_JMX", "value": "127.0.0.1:7199"}))
+            .unwrap(),
+    ]);
     sts.metadata.managed_fields = None;
     statefulsets
         .replace("c-dc-r", &PostParams::default(), &sts)
@@ -226,8 +230,8 @@ async fn a_member_restarted_on_the_next_major_runs_mixed_and_counts_old_sstables
     assert_eq!(gauge, Some(nb as u64), "the gauge counts the nb files");
     assert!(data_files(&data, "nc") > 0, "5.0 writes nc beside them");
 
-    // Rewriting them is the user's `nodetool upgradesstables` (JMX): the
-    // operator's Jolokia policy does not let anything in the Pod run it.
+    // Rewriting them is the user's `nodetool upgradesstables`, over JMX:
+    // the operator's Jolokia policy does not let the agent run it.
     let pid: u32 = pod
         .status
         .as_ref()
@@ -241,14 +245,23 @@ async fn a_member_restarted_on_the_next_major_runs_mixed_and_counts_old_sstables
         .trim_start_matches("kubesim://")
         .parse()
         .unwrap();
-    let refused = jolokia_in_pod(
-        pid,
-        json!({"type": "exec", "mbean": "org.apache.cassandra.db:type=StorageService",
-            "operation": "upgradeSSTables(java.lang.String,boolean,int,[Ljava.lang.String;)",
-            "arguments": ["app", true, 0, []]}),
-    );
+    let upgrade = json!({"type": "exec", "mbean": "org.apache.cassandra.db:type=StorageService",
+        "operation": "upgradeSSTables(java.lang.String,boolean,int,[Ljava.lang.String;)",
+        "arguments": ["app", true, 0, []]});
+    let refused = jolokia_in_pod(pid, 8778, upgrade.clone());
     assert!(refused.contains("\"status\":403"), "{refused}");
     assert_eq!(old_format_gauge(&pod_ip), Some(nb as u64));
+    let done = jolokia_in_pod(pid, 7199, upgrade);
+    assert!(
+        done.contains("\"status\":200") && done.contains("\"value\":0"),
+        "{done}"
+    );
+    until("the gauge at 0 after upgradesstables", 30, || {
+        (old_format_gauge(&pod_ip) == Some(0)).then_some(())
+    })
+    .await;
+    assert_eq!(data_files(&data, "nb"), 0, "every nb sstable rewritten");
+    assert!(data_files(&data, "nc") > 0);
 
     // A scale-up by hand while majors are mixed: the new member runs 5.0
     // past CASSANDRA_4 (messaging 13) and cannot stream from the 4.1

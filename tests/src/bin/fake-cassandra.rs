@@ -33,6 +33,12 @@
 //! knew of it). The process holds a lease by reading its view every
 //! 250 ms, and exits (1) when the ring has it down (killed behind its
 //! back, disk lost) or kubesim has been unreachable for 10 s.
+//!
+//! Its sstables: one per keyspace whose copies changed, flushed every
+//! second and on shutdown, named as its line names them
+//! ([`testworld::fake_cassandra::sstables`]). With `FAKE_CASSANDRA_JMX`
+//! set, it also serves the stand-in of the local JMX port nodetool uses
+//! (see `main`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -303,12 +309,37 @@ async fn main() -> ExitCode {
         },
         None => None,
     };
+    // FAKE_CASSANDRA_JMX=<host:port>: a stand-in for Cassandra's local JMX
+    // port (cassandra-env.sh: 7199, LOCAL_JMX=yes, so localhost only and no
+    // authentication), which real nodetool uses: the same MBeans as the
+    // agent's, without the agent's access policy, in Jolokia's JSON (the
+    // test world has no JVM to speak RMI). Off unless set.
+    let jmx = match std::env::var("FAKE_CASSANDRA_JMX")
+        .ok()
+        .filter(|a| !a.is_empty())
+    {
+        Some(address) => match tokio::net::TcpListener::bind(address.as_str()).await {
+            Ok(listener) => {
+                log("INFO", &format!("JMX (stand-in) listening on {address}"));
+                let unrestricted = Arc::new(FakeNode {
+                    policy: testworld::fake_cassandra::policy::Policy::AllowAll,
+                    ..(*fake).clone()
+                });
+                Some(tokio::spawn(serve_jolokia(listener, unrestricted)))
+            }
+            Err(e) => {
+                eprintln!("ERROR [main] JMX: cannot bind {address}: {e}");
+                None
+            }
+        },
+        None => None,
+    };
 
     let code = tokio::select! {
         code = wait_for_signal() => code,
         reason = watch_ring(&ring, &host_id) => {
             eprintln!("ERROR [main] {reason}: exiting");
-            if let Some(s) = server {
+            for s in [server, jmx].into_iter().flatten() {
                 s.abort();
             }
             return ExitCode::from(1);
@@ -321,7 +352,7 @@ async fn main() -> ExitCode {
     if let Err(e) = ring.stop(&host_id).await {
         eprintln!("WARN  [StorageServiceShutdownHook] {e}");
     }
-    if let Some(s) = server {
+    for s in [server, jmx].into_iter().flatten() {
         s.abort();
     }
     ExitCode::from(code)
