@@ -287,11 +287,6 @@ async fn main() -> ExitCode {
         repairs: Default::default(),
         sstables: Some(sstables.clone()),
     });
-    let flusher = tokio::spawn(flush_every_second(
-        ring.clone(),
-        host_id.clone(),
-        sstables.clone(),
-    ));
     let server = match &config.jolokia {
         Some((host, port)) => match tokio::net::TcpListener::bind((host.as_str(), *port)).await {
             Ok(listener) => {
@@ -337,7 +332,7 @@ async fn main() -> ExitCode {
 
     let code = tokio::select! {
         code = wait_for_signal() => code,
-        reason = watch_ring(&ring, &host_id) => {
+        reason = watch_ring(&ring, &host_id, &sstables) => {
             eprintln!("ERROR [main] {reason}: exiting");
             for s in [server, jmx].into_iter().flatten() {
                 s.abort();
@@ -346,7 +341,6 @@ async fn main() -> ExitCode {
         }
     };
     log("INFO", "Cassandra shutting down...");
-    flusher.abort();
     // StorageService's shutdown hook flushes the memtables.
     flush(&ring, &host_id, &sstables).await;
     if let Err(e) = ring.stop(&host_id).await {
@@ -361,15 +355,29 @@ async fn main() -> ExitCode {
 /// Returns once the ring no longer runs this process (the kubelet reported
 /// it dead, its disk was lost) or kubesim has been gone for 10 s, so that
 /// no fake outlives its world.
-async fn watch_ring(ring: &RingClient, host_id: &str) -> String {
+async fn watch_ring(
+    ring: &RingClient,
+    host_id: &str,
+    sstables: &std::sync::Mutex<Sstables>,
+) -> String {
     const GONE_FOR: Duration = Duration::from_secs(10);
     let mut unreachable_since: Option<Instant> = None;
     let mut failure: Option<String> = None;
+    let mut tick = 0u64;
     loop {
+        tick += 1;
         tokio::time::sleep(Duration::from_millis(250)).await;
         match ring.view(host_id).await {
             Ok(view) if view.running => {
                 unreachable_since = None;
+                // Memtables flush as they fill; here every second, from
+                // the view just read.
+                if tick.is_multiple_of(4) {
+                    let mut sstables = sstables.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Err(e) = sstables.flush(&view.copies) {
+                        eprintln!("ERROR [MemtableFlushWriter] {e}");
+                    }
+                }
                 // A streaming operation that failed, logged once, as
                 // StorageService logs it.
                 if view.failure.is_some() && view.failure != failure {
@@ -400,18 +408,6 @@ async fn flush(ring: &RingClient, host_id: &str, sstables: &std::sync::Mutex<Sst
     let mut sstables = sstables.lock().unwrap_or_else(|e| e.into_inner());
     if let Err(e) = sstables.flush(&view.copies) {
         eprintln!("ERROR [MemtableFlushWriter] {e}");
-    }
-}
-
-/// Memtables flush as they fill; here every second.
-async fn flush_every_second(
-    ring: RingClient,
-    host_id: String,
-    sstables: Arc<std::sync::Mutex<Sstables>>,
-) {
-    loop {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        flush(&ring, &host_id, &sstables).await;
     }
 }
 
