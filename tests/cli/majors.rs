@@ -2,9 +2,12 @@
 //! controller's rolls: one member of a 4.1 rack restarted on a 5.0 image
 //! (the StatefulSet set to `OnDelete` on the new image, its Pod deleted,
 //! the operator stopped so that it neither reverts nor rolls). The ring
-//! runs mixed and keeps its data; the upgraded member's sidecar counts the
-//! sstables 4.1 left on its disk; a scale-up driven by hand during the
-//! mixed state is refused by Cassandra's streaming rules.
+//! runs mixed and keeps its data (`kubesim ring` and `nodetool version`
+//! show the releases); the upgraded member's sidecar counts the sstables
+//! 4.1 left on its disk until `nodetool upgradesstables` (over the fake's
+//! stand-in of the local JMX port; the agent's policy refuses it) rewrites
+//! them; a scale-up driven by hand during the mixed state is refused by
+//! Cassandra's streaming rules.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -245,6 +248,19 @@ async fn a_member_restarted_on_the_next_major_runs_mixed_and_counts_old_sstables
         .trim_start_matches("kubesim://")
         .parse()
         .unwrap();
+    // `nodetool version` in the Pod (the operator's, over the agent).
+    let out = Command::new("nsenter")
+        .arg(format!("--net=/proc/{pid}/ns/net"))
+        .arg(env!("CARGO_BIN_EXE_cassandra-operator"))
+        .args(["nodetool", "version"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("ReleaseVersion: {NEW}\n"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let upgrade = json!({"type": "exec", "mbean": "org.apache.cassandra.db:type=StorageService",
         "operation": "upgradeSSTables(java.lang.String,boolean,int,[Ljava.lang.String;)",
         "arguments": ["app", true, 0, []]});

@@ -403,6 +403,56 @@ mod tests {
 
     const YAML: &str = "cluster_name: c1\nnum_tokens: 16\nlisten_address: 127.0.3.1\nbroadcast_address: 127.0.3.9\nendpoint_snitch: GossipingPropertyFileSnitch\ndata_file_directories: [/d/1]\nseed_provider:\n  - class_name: org.apache.cassandra.locator.SimpleSeedProvider\n    parameters:\n      - seeds: \"127.0.3.1:7000,127.0.3.2\"\n";
 
+    /// 5.0's storage_compatibility_mode and sstable format decide what it
+    /// writes and speaks; 4.1 has neither setting (its value is ignored
+    /// here), and uuid_sstable_identifiers_enabled came with 4.1.
+    #[test]
+    fn sstable_format_and_compatibility_per_line() {
+        let parse_as = |release: &str, extra: &str| {
+            parse(
+                &format!("{YAML}{extra}"),
+                None,
+                &env(&[
+                    ("CASSANDRA_VERSION", release),
+                    ("CASSANDRA_HOME", "/opt/cassandra"),
+                ]),
+                &[],
+            )
+            .expect("valid")
+        };
+        let shipped = parse_as("5.0.3", "storage_compatibility_mode: CASSANDRA_4\n");
+        assert_eq!(
+            (shipped.sstable_version, shipped.sstable_format),
+            ("nc", "big")
+        );
+        assert_eq!(shipped.node.messaging_version(), 12);
+        let bti = parse_as(
+            "5.0.3",
+            "storage_compatibility_mode: NONE\nsstable:\n  selected_format: bti\nuuid_sstable_identifiers_enabled: true\n",
+        );
+        assert_eq!((bti.sstable_version, bti.sstable_format), ("da", "bti"));
+        assert!(bti.uuid_sstable_identifiers);
+        assert_eq!(bti.node.messaging_version(), 13);
+        let old = parse_as("4.1.8", "storage_compatibility_mode: NONE\n");
+        assert_eq!(
+            (old.sstable_version, old.node.messaging_version()),
+            ("nb", 12)
+        );
+        assert_eq!(old.node.release.as_deref(), Some("4.1.8"));
+        assert!(matches!(
+            parse(
+                &format!("{YAML}storage_compatibility_mode: FIVE\n"),
+                None,
+                &env(&[
+                    ("CASSANDRA_VERSION", "5.0.3"),
+                    ("CASSANDRA_HOME", "/opt/cassandra"),
+                ]),
+                &[],
+            ),
+            Err(ConfigError::Invalid { .. })
+        ));
+    }
+
     #[test]
     fn reads_yaml_rackdc_and_jvm_options() {
         let c = parse(
