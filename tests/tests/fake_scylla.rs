@@ -627,4 +627,154 @@ fn scylla_command_line() {
         err.contains("Could not open configuration file /nonexistent/scylla.yaml"),
         "{err}"
     );
+    // Its directories must be the process's: a user other than the one
+    // owning the workdir (the image's scylla) cannot start.
+    let owned_by_root = dir.path().join("var-lib-scylla");
+    std::fs::create_dir_all(&owned_by_root).expect("a dir");
+    for d in [
+        dir.path(),
+        owned_by_root.as_path(),
+        &dir.path().join("conf"),
+    ] {
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+    }
+    // The kubelet's link: the fake under the name `scylla`.
+    let link = dir.path().join("scylla");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_fake-cassandra"), &link).expect("a link");
+    let out = Command::new("setpriv")
+        .args(["--reuid=1234", "--regid=1234", "--clear-groups", "--"])
+        .arg(&link)
+        .args(["--workdir", &owned_by_root.display().to_string()])
+        .env("SCYLLA_CONF", dir.path().join("conf"))
+        .env("CASSANDRA_VERSION", RELEASE)
+        .output()
+        .expect("setpriv runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "Startup failed: std::runtime_error (Could not create directory {}/data: Permission denied)",
+            owned_by_root.display()
+        )),
+        "{err}"
+    );
+}
+
+/// The fake in a `scylladb/scylla` image's container: the kubelet links it
+/// as `scylla` on the PATH, lays out `/etc/scylla` (the image's
+/// scylla.yaml) and `/var/lib/scylla`, and gives it the image tag; it runs
+/// as the image's `scylla` user (999) and joins the ring at its pod IP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scylla_in_its_image() {
+    use testworld::harness::{pods, str_at, until};
+    use testworld::kubesim::sim::SimOptions;
+    use testworld::kubesim::store::WriteOptions;
+
+    let work = tempfile::tempdir().expect("a temp dir");
+    let mut o = SimOptions::new(work.path());
+    o.fake_cassandra = Some(PathBuf::from(env!("CARGO_BIN_EXE_fake-cassandra")));
+    o.fixtures = Some(testworld::harness::fixtures().expect("the fixtures"));
+    let sim = KubeSim::start(Options {
+        sim: Some(o),
+        ..Default::default()
+    })
+    .await
+    .expect("kubesim starts");
+    let store = sim.store().clone();
+    let args: Vec<&str> = vec![
+        "scylla",
+        "--listen-address",
+        "$(POD_IP)",
+        "--broadcast-address",
+        "$(POD_IP)",
+        "--rpc-address",
+        "$(POD_IP)",
+        "--seed-provider-parameters",
+        "seeds=$(POD_IP)",
+        "--api-address",
+        "$(POD_IP)",
+        "--num-tokens",
+        "16",
+        "--smp",
+        "1",
+        "--memory",
+        "512M",
+        "--overprovisioned",
+        "--developer-mode",
+        "1",
+    ];
+    store
+        .create(
+            &pods(),
+            json!({
+                "metadata": {"name": "scylla-0", "namespace": "default"},
+                "spec": {
+                    "securityContext": {"runAsUser": 999, "runAsGroup": 999, "fsGroup": 999},
+                    "volumes": [{"name": "data", "emptyDir": {}}],
+                    "containers": [{"name": "scylla", "image": "scylladb/scylla:5.4.9",
+                        "command": args,
+                        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+                        "volumeMounts": [{"name": "data", "mountPath": "/var/lib/scylla"}]}]
+                }
+            }),
+            &WriteOptions::default(),
+        )
+        .expect("the pod is created");
+    let pod = until("scylla-0 running", 60, || {
+        let p = store.get(&pods(), "scylla-0").ok()?;
+        p["status"]["containerStatuses"][0]["state"]["running"]
+            .is_object()
+            .then_some(p)
+    })
+    .await;
+    let ip = str_at(&pod, "/status/podIP").to_string();
+    let data_dir = until("the node normal in the ring", 60, || {
+        sim.ring().with(|r| {
+            r.nodes()
+                .find(|n| n.address == ip && n.is_up())
+                .filter(|n| n.mode() == Some(testworld::ring::OperationMode::Normal))
+                .map(|n| n.data_dir.clone())
+        })
+    })
+    .await;
+    assert!(data_dir.starts_with("/var/lib/scylla/data@"), "{data_dir}");
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("a client");
+    let get = |path: &str| {
+        let url = format!("http://{ip}:10000{path}");
+        let http = http.clone();
+        async move {
+            http.get(&url)
+                .send()
+                .await
+                .expect("the API answers at the pod IP")
+                .json::<Value>()
+                .await
+                .expect("JSON")
+        }
+    };
+    assert_eq!(
+        get("/storage_service/operation_mode").await,
+        json!("NORMAL")
+    );
+    assert_eq!(
+        get("/storage_service/scylla_release_version").await,
+        json!("5.4.9"),
+        "the image tag reaches the process"
+    );
+    // As the image's scylla user.
+    let pid = str_at(&pod, "/status/containerStatuses/0/containerID")
+        .strip_prefix("kubesim://")
+        .expect("a container id")
+        .to_string();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the process");
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|u| u.split_whitespace().next())
+        .expect("a uid");
+    assert_eq!(uid, "999");
 }

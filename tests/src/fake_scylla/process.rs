@@ -162,12 +162,6 @@ pub async fn main(args: Vec<String>) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let Some(kubesim) = std::env::var("KUBESIM_URL").ok().filter(|u| !u.is_empty()) else {
-        eprintln!(
-            "ERROR [shard 0:main] init - KUBESIM_URL is not set: the fake node keeps its ring in kubesim"
-        );
-        return ExitCode::from(1);
-    };
     log(
         "INFO",
         &format!(
@@ -186,6 +180,12 @@ pub async fn main(args: Vec<String>) -> ExitCode {
     if let Err(e) = check_directories(&config.directories.all()) {
         return startup_failed(&e);
     }
+    let Some(kubesim) = std::env::var("KUBESIM_URL").ok().filter(|u| !u.is_empty()) else {
+        eprintln!(
+            "ERROR [shard 0:main] init - KUBESIM_URL is not set: the fake node keeps its ring in kubesim"
+        );
+        return ExitCode::from(1);
+    };
     let data_dir = PathBuf::from(&config.node.data_dir);
     let marker = data_dir.join(MARKER);
     let data_dir_empty = !marker.exists();
