@@ -381,6 +381,19 @@ async fn scylla_rest_contract() {
     let mut n3 = world.start("n3", 3, "contract", &[1], &[]);
     world.wait_mode(&n3, "NORMAL").await;
     world.kill(&mut n3).await;
+    // The keyspace of replication factor 1 the documentation's Owns
+    // column describes.
+    let resp = world
+        .http
+        .post(format!("{}/sim/ring/keyspaces?cluster=contract", world.sim.sim_url()))
+        .body(
+            json!({"name": "ks", "replication": {"class": "SimpleStrategy", "replication_factor": 1}})
+                .to_string(),
+        )
+        .send()
+        .await
+        .expect("kubesim answers");
+    assert_eq!(resp.status().as_u16(), 201);
     let alone = world.start("alone", 9, "alone", &[9], &[]);
     world.wait_mode(&alone, "NORMAL").await;
 
@@ -422,6 +435,18 @@ async fn scylla_rest_contract() {
         .call(&n1, "GET", "/storage_service/scylla_release_version")
         .await;
     assert_eq!(v, Some(json!(RELEASE)));
+    // Effective ownership of RF 1 adds up to the whole ring.
+    let (_, owns) = world
+        .call(&n1, "GET", "/storage_service/ownership/ks")
+        .await;
+    let total: f64 = owns
+        .as_ref()
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["value"].as_str()?.parse::<f64>().ok())
+        .sum();
+    assert!((total - 1.0).abs() < 1e-3, "{owns:?}");
 }
 
 #[test]

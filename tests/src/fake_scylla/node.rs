@@ -16,6 +16,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use serde_json::Value;
 use tokio::net::TcpListener;
 
 use super::rest::{self, Identity, Reply, Step};
@@ -25,6 +26,9 @@ use crate::fake_cassandra::node::{NodeError, RingClient};
 #[derive(Debug)]
 pub struct ScyllaNode {
     pub ring: RingClient,
+    /// kubesim's base URL and the node's cluster: where the schema is read.
+    pub kubesim: String,
+    pub cluster: String,
     pub identity: Identity,
     /// Set once the node started in the ring; until then the API answers
     /// as a starting node does.
@@ -81,6 +85,11 @@ impl ScyllaNode {
         };
         match rest::step(&self.identity, view.as_ref(), method, &path, &query) {
             Step::Answer(r) => r,
+            Step::Schema(q) => match ring_snapshot(&self.kubesim, &self.cluster).await {
+                Ok(Some(snapshot)) => rest::answer_schema(&q, &snapshot),
+                Ok(None) => rest::answer_schema(&q, &serde_json::Value::Null),
+                Err(e) => Reply::runtime_error(&e),
+            },
             Step::Call(call) => {
                 let Some(host_id) = self.host_id.get().cloned() else {
                     return Reply::runtime_error(
@@ -102,6 +111,33 @@ impl ScyllaNode {
             }
         }
     }
+}
+
+/// The ring of `cluster` as kubesim serves it (`GET /sim/ring?cluster=`):
+/// members, data directories, keyspaces. `None` when no node of that
+/// cluster ever started.
+pub async fn ring_snapshot(kubesim: &str, cluster: &str) -> Result<Option<Value>, String> {
+    let url = format!("{}/sim/ring", kubesim.trim_end_matches('/'));
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let escaped: String = cluster
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let resp = http
+        .get(format!("{url}?cluster={escaped}"))
+        .send()
+        .await
+        .map_err(|e| format!("ring service at {url} unreachable: {e}"))?;
+    if resp.status().as_u16() == 404 {
+        return Ok(None);
+    }
+    resp.json().await.map(Some).map_err(|e| e.to_string())
 }
 
 fn response(reply: Reply) -> Response<Full<Bytes>> {

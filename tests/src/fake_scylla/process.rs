@@ -27,10 +27,8 @@ use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use serde_json::Value;
-
 use super::config::{self, CASSANDRA_COMPAT, ScyllaConfig};
-use super::node::{ScyllaNode, serve_rest};
+use super::node::{ScyllaNode, ring_snapshot, serve_rest};
 use super::rest::Identity;
 use crate::fake_cassandra::MARKER;
 use crate::fake_cassandra::node::{NodeError, RingClient};
@@ -78,27 +76,9 @@ async fn member_of(
     cluster: &str,
     id: &str,
 ) -> Result<Option<(String, bool)>, String> {
-    let url = format!("{}/sim/ring", kubesim.trim_end_matches('/'));
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .map_err(|e| e.to_string())?;
-    let escaped: String = cluster
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-' | b'.' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
-    let resp = http
-        .get(format!("{url}?cluster={escaped}"))
-        .send()
-        .await
-        .map_err(|e| format!("ring service at {url} unreachable: {e}"))?;
-    if resp.status().as_u16() == 404 {
+    let Some(ring) = ring_snapshot(kubesim, cluster).await? else {
         return Ok(None);
-    }
-    let ring: Value = resp.json().await.map_err(|e| e.to_string())?;
+    };
     Ok(ring["nodes"]
         .as_array()
         .into_iter()
@@ -197,6 +177,8 @@ pub async fn main(args: Vec<String>) -> ExitCode {
     let ring = RingClient::new(&kubesim);
     let node = Arc::new(ScyllaNode {
         ring: ring.clone(),
+        kubesim: kubesim.clone(),
+        cluster: config.node.cluster_name.clone(),
         identity: Identity {
             release: config.release.clone(),
         },

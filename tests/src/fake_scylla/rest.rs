@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use crate::fake_cassandra::jolokia::RingCall;
 use crate::fake_cassandra::view::{EndpointView, NodeView};
+use crate::ring::{Endpoint, Replication, Token, TokenMap};
 
 use super::config::CASSANDRA_COMPAT;
 
@@ -63,6 +64,117 @@ pub enum Step {
     /// A blocking operation: the ring carries it out, the reply follows
     /// ([`reply_of_call`]).
     Call(RingCall),
+    /// The schema: the answer comes from the cluster's ring as a whole
+    /// (its keyspaces), [`answer_schema`].
+    Schema(SchemaQuery),
+}
+
+/// A request about keyspaces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchemaQuery {
+    /// `GET /storage_service/ownership/{keyspace}`.
+    Ownership { keyspace: String },
+    /// `GET /storage_service/keyspaces?type=`.
+    Keyspaces { user_only: bool },
+}
+
+/// `replica::no_such_keyspace`'s words, as `validate_keyspace` throws
+/// them in a `bad_param_exception` (400).
+fn no_such_keyspace(keyspace: &str) -> Reply {
+    Reply::error(400, format!("Can't find a keyspace {keyspace}"))
+}
+
+fn replication_of(v: &Value) -> Option<Replication> {
+    match v["class"].as_str()? {
+        "SimpleStrategy" => Some(Replication::simple(
+            v["replication_factor"].as_u64()? as usize
+        )),
+        "NetworkTopologyStrategy" => {
+            let dcs = v["datacenters"].as_object()?;
+            let pairs: Vec<(&str, usize)> = dcs
+                .iter()
+                .filter_map(|(dc, rf)| Some((dc.as_str(), rf.as_u64()? as usize)))
+                .collect();
+            Some(Replication::network_topology(pairs))
+        }
+        _ => None,
+    }
+}
+
+/// The answer to a schema request from the ring's snapshot
+/// (`GET /sim/ring?cluster=`: its members and keyspaces). Effective
+/// ownership is the share of the ring whose replicas include each token
+/// owner, as a float printed the shortest way (`fmt::to_string`).
+pub fn answer_schema(query: &SchemaQuery, snapshot: &Value) -> Reply {
+    let keyspaces = snapshot["keyspaces"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    match query {
+        SchemaQuery::Keyspaces { user_only } => {
+            let mut names: Vec<&str> = keyspaces
+                .iter()
+                .filter(|k| !user_only || k["system"] != true)
+                .filter_map(|k| k["name"].as_str())
+                .collect();
+            names.sort_unstable();
+            Reply::ok(json!(names))
+        }
+        SchemaQuery::Ownership { keyspace } => {
+            let Some(replication) = keyspaces
+                .iter()
+                .find(|k| k["name"] == keyspace.as_str())
+                .and_then(|k| replication_of(&k["replication"]))
+            else {
+                return no_such_keyspace(keyspace);
+            };
+            let owners: Vec<(Endpoint, Vec<Token>, String)> = snapshot["nodes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|n| {
+                    matches!(
+                        n["state"].as_str(),
+                        Some("normal" | "leaving" | "hibernating")
+                    )
+                })
+                .map(|n| {
+                    let s = |k: &str| n[k].as_str().unwrap_or_default().to_string();
+                    let tokens = n["tokens"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_i64)
+                        .collect();
+                    (
+                        Endpoint {
+                            host_id: s("host_id"),
+                            dc: s("dc"),
+                            rack: s("rack"),
+                        },
+                        tokens,
+                        s("address"),
+                    )
+                })
+                .collect();
+            let map = TokenMap::new(owners.iter().map(|(e, t, _)| (e.clone(), t.as_slice())));
+            let owned = if map.is_empty() {
+                Default::default()
+            } else {
+                map.ownership(Some(&replication))
+            };
+            let mut rows: Vec<(&str, f64)> = owners
+                .iter()
+                .map(|(e, _, a)| (a.as_str(), owned.get(&e.host_id).copied().unwrap_or(0.0)))
+                .collect();
+            rows.sort_by(|a, b| a.0.cmp(b.0));
+            Reply::ok(json!(
+                rows.iter()
+                    .map(|(a, share)| json!({"key": a, "value": (*share as f32).to_string()}))
+                    .collect::<Vec<_>>()
+            ))
+        }
+    }
 }
 
 /// What the node is.
@@ -232,6 +344,16 @@ pub fn step(
                     .collect::<Vec<_>>()
             ))
         }
+        ("GET", p) if p.starts_with("/storage_service/ownership/") => {
+            return Step::Schema(SchemaQuery::Ownership {
+                keyspace: p["/storage_service/ownership/".len()..].to_string(),
+            });
+        }
+        ("GET", "/storage_service/keyspaces") => {
+            return Step::Schema(SchemaQuery::Keyspaces {
+                user_only: query.get("type").is_some_and(|t| t == "user"),
+            });
+        }
         ("GET", "/snitch/datacenter") => located(|e| &e.dc, "datacenter1", &view.dc),
         ("GET", "/snitch/rack") => located(|e| &e.rack, "rack1", &view.rack),
         ("POST", "/storage_service/drain") => return Step::Call(RingCall::Drain),
@@ -271,7 +393,7 @@ mod tests {
         };
         match step(&identity, view, "GET", path, &BTreeMap::new()) {
             Step::Answer(r) => r,
-            Step::Call(c) => panic!("a GET is no call: {c:?}"),
+            other => panic!("not an answer: {other:?}"),
         }
     }
 
@@ -338,7 +460,7 @@ mod tests {
             let q = BTreeMap::from([("host".to_string(), host.to_string())]);
             match step(&identity, v, "GET", "/snitch/rack", &q) {
                 Step::Answer(r) => r.body,
-                Step::Call(_) => None,
+                _ => None,
             }
         };
         assert_eq!(rack("10.0.0.3"), Some(json!("B2")));
@@ -383,6 +505,46 @@ mod tests {
             Some(1),
             "a joining node owns no tokens yet"
         );
+    }
+
+    #[test]
+    fn effective_ownership_follows_the_keyspaces_replication() {
+        let mut ring = Ring::new(Options::default());
+        let a = ring.start(&scylla("10.0.0.1", "B1", "/a")).expect("a");
+        ring.start(&scylla("10.0.0.2", "B1", "/b")).expect("b");
+        let _ = ring.advance(10_000);
+        ring.create_keyspace("ks", Replication::simple(2))
+            .expect("a keyspace");
+        let snapshot = serde_json::to_value(&ring).expect("a snapshot");
+        let view = node_view(&ring, &a.host_id).expect("a view");
+        let identity = Identity {
+            release: "5.4.9".into(),
+        };
+        let q = BTreeMap::new();
+        let Step::Schema(query) = step(
+            &identity,
+            Some(&view),
+            "GET",
+            "/storage_service/ownership/ks",
+            &q,
+        ) else {
+            panic!("ownership needs the schema");
+        };
+        let owns = answer_schema(&query, &snapshot).body.expect("a body");
+        assert_eq!(
+            owns,
+            json!([{"key": "10.0.0.1", "value": "1"}, {"key": "10.0.0.2", "value": "1"}]),
+            "RF 2 on two nodes: each holds everything"
+        );
+        let missing = answer_schema(
+            &SchemaQuery::Ownership {
+                keyspace: "nope".into(),
+            },
+            &snapshot,
+        );
+        assert_eq!(missing, Reply::error(400, "Can't find a keyspace nope"));
+        let user = answer_schema(&SchemaQuery::Keyspaces { user_only: true }, &snapshot);
+        assert_eq!(user.body, Some(json!(["ks"])));
     }
 
     #[test]
