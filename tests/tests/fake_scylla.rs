@@ -515,6 +515,18 @@ async fn scylla_lifecycle() {
         .call(&n1, "GET", &format!("/storage_service/tokens/{}", ip(3)))
         .await;
     world.kill(&mut n3).await;
+    // Its address with an empty disk and no replace option: Scylla's
+    // collision refusal.
+    let mut wiped = world.start("n3-wiped", 3, cluster, &[1], &[]);
+    let (code, log) = wiped.exit(20);
+    assert_eq!(code, 1, "{log}");
+    assert!(
+        log.contains(&format!(
+            "Startup failed: std::runtime_error (A node with address {} already exists, cancelling join. Use replace_address if you want to replace this node.)",
+            ip(3)
+        )),
+        "{log}"
+    );
     let unknown = "0b7d3e4c-1f5a-4c39-9d6e-2f6a7b8c9d0e";
     let mut bad = world.start(
         "bad",
@@ -579,6 +591,16 @@ async fn scylla_lifecycle() {
         began.elapsed()
     );
     assert_eq!(world.mode(&n4).await.as_deref(), Some("DECOMMISSIONED"));
+    // Restarted on its data, a decommissioned node does not rejoin.
+    let mut n4 = n4;
+    assert_eq!(n4.terminate(), 0, "{}", n4.log());
+    let mut again = world.start("n4", 4, cluster, &[1], &[]);
+    let (code, log) = again.exit(20);
+    assert_eq!(code, 1, "{log}");
+    assert!(
+        log.contains("This node was decommissioned and will not rejoin the ring unless override_decommission=true has been set,or all existing data is removed and the node is bootstrapped again"),
+        "{log}"
+    );
     // A client that gives up does not cancel it.
     let impatient = reqwest::Client::builder()
         .no_proxy()

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use super::config::{self, CASSANDRA_COMPAT, ScyllaConfig};
 use super::node::{ScyllaNode, ring_snapshot, serve_rest};
-use super::rest::Identity;
+use super::rest::{Identity, scylla_words};
 use crate::fake_cassandra::MARKER;
 use crate::fake_cassandra::node::{NodeError, RingClient};
 use crate::fake_cassandra::process::{data_dir_identity, wait_for_signal, watch_ring};
@@ -248,7 +248,7 @@ pub async fn main(args: Vec<String>) -> ExitCode {
                 NodeError::Refused(r) => r.message,
                 other => other.to_string(),
             };
-            return startup_failed(message.trim_end());
+            return startup_failed(&scylla_words(&message));
         }
     };
     let host_id = started["host_id"].as_str().unwrap_or_default().to_string();

@@ -365,13 +365,31 @@ pub fn step(
     answer(reply)
 }
 
+/// Scylla's words for a refusal of the ring model, which speaks Cassandra
+/// 3.x's: most of them Scylla's gossip topology kept as they were; these
+/// it rewrote (service/storage_service.cc, 5.x): no `cassandra.` system
+/// properties, scylla.yaml options instead.
+pub fn scylla_words(model: &str) -> String {
+    if let Some(rest) = model.strip_prefix("A node with address ")
+        && let Some((address, _)) = rest.split_once(" already exists")
+    {
+        return format!(
+            "A node with address {address} already exists, cancelling join. Use replace_address if you want to replace this node."
+        );
+    }
+    if model.starts_with("This node was decommissioned and will not rejoin the ring") {
+        // Two literals joined without a space in the source.
+        return "This node was decommissioned and will not rejoin the ring unless override_decommission=true has been set,or all existing data is removed and the node is bootstrapped again".to_string();
+    }
+    model.trim_end().to_string()
+}
+
 /// The reply to a ring operation: `json_void` when it completed, else
-/// Scylla's `std::runtime_error` with the model's words (the ring speaks
-/// Cassandra 3.x's, which Scylla's gossip topology kept).
+/// Scylla's `std::runtime_error` ([`scylla_words`]).
 pub fn reply_of_call(outcome: Result<(), String>) -> Reply {
     match outcome {
         Ok(()) => Reply::void(),
-        Err(message) => Reply::runtime_error(message.trim_end()),
+        Err(message) => Reply::runtime_error(&scylla_words(&message)),
     }
 }
 
@@ -561,6 +579,17 @@ mod tests {
         );
         assert_eq!(get(None, "/storage_service/host_id").status, 500);
         assert_eq!(reply_of_call(Ok(())), Reply::void());
+        let collision = crate::ring::RingError::EndpointCollision {
+            address: "10.0.0.3".into(),
+        };
+        assert_eq!(
+            scylla_words(&collision.to_string()),
+            "A node with address 10.0.0.3 already exists, cancelling join. Use replace_address if you want to replace this node."
+        );
+        assert!(
+            scylla_words(&crate::ring::RingError::Decommissioned.to_string())
+                .contains("unless override_decommission=true has been set,or all")
+        );
         assert_eq!(
             reply_of_call(Err("Cannot replace a live node... ".into())).body,
             Some(
