@@ -271,18 +271,14 @@ impl World {
         assert_eq!(resp.status().as_u16(), 200, "the ring knew {}", node.name);
     }
 
-    async fn status_text(&self, cluster: &str) -> String {
-        self.http
-            .get(format!(
-                "{}/sim/ring/status?cluster={cluster}",
-                self.sim.sim_url()
-            ))
-            .send()
-            .await
-            .expect("kubesim answers")
-            .text()
-            .await
-            .expect("text")
+    /// What `kubesim ring --cluster NAME` prints.
+    fn kubesim_ring(&self, cluster: &str) -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_kubesim"))
+            .args(["ring", "--url", &self.sim.sim_url(), "--cluster", cluster])
+            .output()
+            .expect("kubesim ring runs");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 }
 
@@ -499,7 +495,7 @@ async fn scylla_lifecycle() {
     world.wait_mode(&n2, "NORMAL").await;
     let mut n3 = world.start("n3", 3, cluster, &[1], &[]);
     world.wait_mode(&n3, "NORMAL").await;
-    let status = world.status_text(cluster).await;
+    let status = world.kubesim_ring(cluster);
     for n in 1..=3 {
         assert!(
             status

@@ -83,7 +83,10 @@ impl ScyllaNode {
                 Err(e) => return Reply::runtime_error(&message_of(e)),
             },
         };
-        match rest::step(&self.identity, view.as_ref(), method, &path, &query) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        match rest::step(&self.identity, now, view.as_ref(), method, &path, &query) {
             Step::Answer(r) => r,
             Step::Schema(q) => match ring_snapshot(&self.kubesim, &self.cluster).await {
                 Ok(Some(snapshot)) => rest::answer_schema(&q, &snapshot),

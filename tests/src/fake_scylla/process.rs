@@ -181,6 +181,9 @@ pub async fn main(args: Vec<String>) -> ExitCode {
         cluster: config.node.cluster_name.clone(),
         identity: Identity {
             release: config.release.clone(),
+            started_unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
         },
         host_id: OnceLock::new(),
     });

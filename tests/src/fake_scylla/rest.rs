@@ -182,6 +182,9 @@ pub fn answer_schema(query: &SchemaQuery, snapshot: &Value) -> Reply {
 pub struct Identity {
     /// `scylla_release_version`.
     pub release: String,
+    /// When the process started (Unix milliseconds): its gossip generation
+    /// (in seconds) and its uptime.
+    pub started_unix_ms: u64,
 }
 
 /// Scylla's name of the ring model's mode: a node streaming for a
@@ -251,6 +254,7 @@ const LISTS: &[&str] = &[
 /// (`None` while it starts).
 pub fn step(
     identity: &Identity,
+    now_unix_ms: u64,
     view: Option<&NodeView>,
     method: &str,
     path: &str,
@@ -258,6 +262,14 @@ pub fn step(
 ) -> Step {
     let answer = |r: Reply| Step::Answer(r);
     match (method, path) {
+        ("GET", "/system/uptime_ms") => {
+            return answer(Reply::ok(json!(
+                now_unix_ms.saturating_sub(identity.started_unix_ms)
+            )));
+        }
+        ("GET", "/storage_service/generation_number") => {
+            return answer(Reply::ok(json!(identity.started_unix_ms / 1000)));
+        }
         ("GET", "/storage_service/release_version") => {
             return answer(Reply::ok(json!(CASSANDRA_COMPAT)));
         }
@@ -282,6 +294,13 @@ pub fn step(
         ("GET", "/storage_service/operation_mode") => Reply::ok(json!(scylla_mode(&view.mode))),
         ("GET", "/storage_service/is_starting") => Reply::ok(json!(view.mode == "STARTING")),
         ("GET", "/storage_service/hostid/local") => Reply::ok(json!(view.host_id)),
+        // Drain stops gossip and the CQL server; the process runs on.
+        ("GET", "/storage_service/gossiping" | "/storage_service/native_transport") => {
+            Reply::ok(json!(!matches!(view.mode.as_str(), "DRAINING" | "DRAINED")))
+        }
+        ("GET", "/storage_service/rpc_server") => Reply::ok(json!(false)),
+        ("GET", "/storage_service/is_initialized") => Reply::ok(json!(view.mode != "STARTING")),
+        ("GET", "/storage_service/load") => Reply::ok(json!(view.load_bytes)),
         ("GET", "/storage_service/host_id") => {
             let mut owners: Vec<&EndpointView> =
                 view.endpoints.iter().filter(|e| token_owner(e)).collect();
@@ -405,11 +424,15 @@ mod tests {
         c
     }
 
-    fn get(view: Option<&NodeView>, path: &str) -> Reply {
-        let identity = Identity {
+    fn identity() -> Identity {
+        Identity {
             release: "5.4.9".into(),
-        };
-        match step(&identity, view, "GET", path, &BTreeMap::new()) {
+            started_unix_ms: 0,
+        }
+    }
+
+    fn get(view: Option<&NodeView>, path: &str) -> Reply {
+        match step(&identity(), 0, view, "GET", path, &BTreeMap::new()) {
             Step::Answer(r) => r,
             other => panic!("not an answer: {other:?}"),
         }
@@ -471,12 +494,9 @@ mod tests {
             get(v, "/storage_service/tokens/10.0.0.9").body,
             Some(json!([]))
         );
-        let identity = Identity {
-            release: "5.4.9".into(),
-        };
         let rack = |host: &str| {
             let q = BTreeMap::from([("host".to_string(), host.to_string())]);
-            match step(&identity, v, "GET", "/snitch/rack", &q) {
+            match step(&identity(), 0, v, "GET", "/snitch/rack", &q) {
                 Step::Answer(r) => r.body,
                 _ => None,
             }
@@ -496,6 +516,12 @@ mod tests {
             get(v, "/storage_service/scylla_release_version").body,
             Some(json!("5.4.9"))
         );
+        assert_eq!(get(v, "/storage_service/gossiping").body, Some(json!(true)));
+        let q = BTreeMap::new();
+        let Step::Answer(up) = step(&identity(), 90_500, v, "GET", "/system/uptime_ms", &q) else {
+            panic!("an answer");
+        };
+        assert_eq!(up.body, Some(json!(90_500)));
         assert_eq!(
             get(v, "/jolokia/read/x").body,
             Some(json!({"message": "Not found", "code": 404}))
@@ -535,12 +561,10 @@ mod tests {
             .expect("a keyspace");
         let snapshot = serde_json::to_value(&ring).expect("a snapshot");
         let view = node_view(&ring, &a.host_id).expect("a view");
-        let identity = Identity {
-            release: "5.4.9".into(),
-        };
         let q = BTreeMap::new();
         let Step::Schema(query) = step(
-            &identity,
+            &identity(),
+            0,
             Some(&view),
             "GET",
             "/storage_service/ownership/ks",
