@@ -148,9 +148,22 @@ impl World {
     }
 
     fn start(&self, name: &str, n: u8, cluster: &str, seeds: &[u8], extra: &[&str]) -> Node {
+        self.start_in("DC1", name, n, cluster, seeds, extra)
+    }
+
+    /// [`World::start`] in datacenter `dc` (rack B1).
+    fn start_in(
+        &self,
+        dc: &str,
+        name: &str,
+        n: u8,
+        cluster: &str,
+        seeds: &[u8],
+        extra: &[&str],
+    ) -> Node {
         let ip = |n| self.ip(n);
         let dir = self.root.path().join(name);
-        write_conf(&dir, "DC1", "B1");
+        write_conf(&dir, dc, "B1");
         let seeds: Vec<String> = seeds.iter().map(|s| ip(*s)).collect();
         let mut args: Vec<String> = [
             "--listen-address",
@@ -629,6 +642,44 @@ async fn scylla_lifecycle() {
     );
     assert_eq!(world.mode(&n1).await.as_deref(), Some("DRAINED"));
     assert_eq!(n1.terminate(), 0, "{}", n1.log());
+}
+
+/// With repair-based node operations, the last node of a datacenter where
+/// a keyspace keeps replicas cannot leave: no replica would be left there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scylla_last_node_of_a_datacenter() {
+    let world = World::new(50).await;
+    let cluster = "dcs";
+    let n1 = world.start("n1", 1, cluster, &[1], &[]);
+    world.wait_mode(&n1, "NORMAL").await;
+    let n2 = world.start_in("DC2", "n2", 2, cluster, &[1], &[]);
+    world.wait_mode(&n2, "NORMAL").await;
+    let resp = world
+        .http
+        .post(format!("{}/sim/ring/keyspaces?cluster={cluster}", world.sim.sim_url()))
+        .body(
+            json!({"name": "ks", "replication": {"class": "NetworkTopologyStrategy", "datacenters": {"DC1": 1, "DC2": 1}}})
+                .to_string(),
+        )
+        .send()
+        .await
+        .expect("kubesim answers");
+    assert_eq!(resp.status().as_u16(), 201);
+    let (status, body) = world
+        .call(&n2, "POST", "/storage_service/decommission")
+        .await;
+    assert_eq!(status, 500);
+    let message = body
+        .as_ref()
+        .and_then(|b| b["message"].as_str())
+        .unwrap_or_default();
+    assert!(
+        message.starts_with(
+            "std::runtime_error (decommission_with_repair: keyspace=ks, range=(-inf, "
+        ) && message.ends_with("new_replica_endpoints={}, zero replica after the removal)"),
+        "{body:?}"
+    );
+    assert_eq!(world.mode(&n2).await.as_deref(), Some("NORMAL"));
 }
 
 #[test]

@@ -20,6 +20,7 @@ use serde_json::Value;
 use tokio::net::TcpListener;
 
 use super::rest::{self, Identity, Reply, Step};
+use crate::fake_cassandra::jolokia::RingCall;
 use crate::fake_cassandra::node::{NodeError, RingClient};
 
 /// A running fake ScyllaDB node.
@@ -99,6 +100,27 @@ impl ScyllaNode {
                         "local node is not a member of the token ring yet",
                     );
                 };
+                // Scylla's own checks come first: a decommission that gets
+                // past them may still find a range with no replica left.
+                let others = view.as_ref().is_some_and(|v| {
+                    v.endpoints
+                        .iter()
+                        .any(|e| e.host_id != host_id && e.state == 'N')
+                });
+                if matches!(call, RingCall::Decommission { .. })
+                    && view.as_ref().is_some_and(|v| v.mode == "NORMAL")
+                    && others
+                {
+                    match ring_snapshot(&self.kubesim, &self.cluster).await {
+                        Ok(Some(snapshot)) => {
+                            if let Some(refusal) = rest::zero_replica_refusal(&snapshot, &host_id) {
+                                return Reply::runtime_error(&refusal);
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(e) => return Reply::runtime_error(&e),
+                    }
+                }
                 let node = self.clone();
                 let task = tokio::spawn(async move {
                     node.ring

@@ -128,35 +128,7 @@ pub fn answer_schema(query: &SchemaQuery, snapshot: &Value) -> Reply {
             else {
                 return no_such_keyspace(keyspace);
             };
-            let owners: Vec<(Endpoint, Vec<Token>, String)> = snapshot["nodes"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|n| {
-                    matches!(
-                        n["state"].as_str(),
-                        Some("normal" | "leaving" | "hibernating")
-                    )
-                })
-                .map(|n| {
-                    let s = |k: &str| n[k].as_str().unwrap_or_default().to_string();
-                    let tokens = n["tokens"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(Value::as_i64)
-                        .collect();
-                    (
-                        Endpoint {
-                            host_id: s("host_id"),
-                            dc: s("dc"),
-                            rack: s("rack"),
-                        },
-                        tokens,
-                        s("address"),
-                    )
-                })
-                .collect();
+            let owners = natural_members(snapshot);
             let map = TokenMap::new(owners.iter().map(|(e, t, _)| (e.clone(), t.as_slice())));
             let owned = if map.is_empty() {
                 Default::default()
@@ -384,6 +356,86 @@ pub fn step(
     answer(reply)
 }
 
+/// The ring's token owners in a snapshot: endpoint, tokens, address.
+fn natural_members(snapshot: &Value) -> Vec<(Endpoint, Vec<Token>, String)> {
+    snapshot["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| {
+            matches!(
+                n["state"].as_str(),
+                Some("normal" | "leaving" | "hibernating")
+            )
+        })
+        .map(|n| {
+            let s = |k: &str| n[k].as_str().unwrap_or_default().to_string();
+            let tokens = n["tokens"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_i64)
+                .collect();
+            (
+                Endpoint {
+                    host_id: s("host_id"),
+                    dc: s("dc"),
+                    rack: s("rack"),
+                },
+                tokens,
+                s("address"),
+            )
+        })
+        .collect()
+}
+
+/// Decommission with repair-based node operations (the default of
+/// `allowed_repair_based_node_ops` in 5.x) fails when a range the leaving
+/// node replicates would have no replica left in its datacenter: the last
+/// node of a datacenter where a keyspace has a replication factor
+/// (repair/row_level.cc `decommission_with_repair`). Scylla finds it once
+/// the decommission has begun and aborts it (the node goes back to
+/// NORMAL); the fake refuses before it begins, with the same words. The
+/// first such keyspace by name, and the first range, `(-inf, <lowest
+/// token>]`.
+pub fn zero_replica_refusal(snapshot: &Value, host_id: &str) -> Option<String> {
+    let members = natural_members(snapshot);
+    let (me, _, _) = members.iter().find(|(e, _, _)| e.host_id == host_id)?;
+    if members
+        .iter()
+        .any(|(e, _, _)| e.host_id != host_id && e.dc == me.dc)
+    {
+        return None;
+    }
+    let mut keyspaces: Vec<(&str, Replication)> = snapshot["keyspaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|k| Some((k["name"].as_str()?, replication_of(&k["replication"])?)))
+        .collect();
+    keyspaces.sort_by(|a, b| a.0.cmp(b.0));
+    let (keyspace, replication) = keyspaces
+        .into_iter()
+        .find(|(_, r)| matches!(r, Replication::NetworkTopology { .. }) && r.rf_in(&me.dc) > 0)?;
+    let map = TokenMap::new(members.iter().map(|(e, t, _)| (e.clone(), t.as_slice())));
+    let lowest = members.iter().flat_map(|(_, t, _)| t.iter()).min()?;
+    let address_of = |h: &str| {
+        members
+            .iter()
+            .find(|(e, _, _)| e.host_id == h)
+            .map_or(String::new(), |(_, _, a)| a.clone())
+    };
+    let current: Vec<String> = map
+        .replicas(&replication, *lowest)
+        .iter()
+        .map(|h| address_of(h))
+        .collect();
+    Some(format!(
+        "decommission_with_repair: keyspace={keyspace}, range=(-inf, {lowest}], current_replica_endpoints={{{}}}, new_replica_endpoints={{}}, zero replica after the removal",
+        current.join(", ")
+    ))
+}
+
 /// Scylla's words for a refusal of the ring model, which speaks Cassandra
 /// 3.x's: most of them Scylla's gossip topology kept as they were; these
 /// it rewrote (service/storage_service.cc, 5.x): no `cassandra.` system
@@ -587,6 +639,47 @@ mod tests {
         assert_eq!(missing, Reply::error(400, "Can't find a keyspace nope"));
         let user = answer_schema(&SchemaQuery::Keyspaces { user_only: true }, &snapshot);
         assert_eq!(user.body, Some(json!(["ks"])));
+    }
+
+    #[test]
+    fn the_last_node_of_a_datacenter_with_replicas_there_cannot_leave() {
+        let mut ring = Ring::new(Options::default());
+        let mut dc2 = scylla("10.0.0.3", "B1", "/c");
+        dc2.dc = "DC2".into();
+        let a = ring.start(&scylla("10.0.0.1", "B1", "/a")).expect("a");
+        ring.start(&scylla("10.0.0.2", "B1", "/b")).expect("b");
+        let _ = ring.advance(10_000);
+        let c = ring.start(&dc2).expect("c");
+        let _ = ring.advance(10_000);
+        ring.create_keyspace("only_dc1", Replication::network_topology([("DC1", 2)]))
+            .expect("a keyspace");
+        let snapshot = serde_json::to_value(&ring).expect("a snapshot");
+        assert_eq!(
+            zero_replica_refusal(&snapshot, &c.host_id),
+            None,
+            "no replicas in DC2"
+        );
+        assert_eq!(
+            zero_replica_refusal(&snapshot, &a.host_id),
+            None,
+            "DC1 keeps b"
+        );
+        ring.create_keyspace(
+            "ks",
+            Replication::network_topology([("DC1", 1), ("DC2", 1)]),
+        )
+        .expect("a keyspace");
+        let snapshot = serde_json::to_value(&ring).expect("a snapshot");
+        let refusal = zero_replica_refusal(&snapshot, &c.host_id).expect("refused");
+        assert!(
+            refusal.starts_with("decommission_with_repair: keyspace=ks, range=(-inf, -"),
+            "{refusal}"
+        );
+        assert!(refusal.contains("10.0.0.3"), "{refusal}");
+        assert!(
+            refusal.ends_with(", new_replica_endpoints={}, zero replica after the removal"),
+            "{refusal}"
+        );
     }
 
     #[test]
