@@ -106,7 +106,8 @@ fn scylla_command(dir: &Path, args: &[String]) -> Command {
         .args(args)
         .env("SCYLLA_CONF", dir.join("conf"))
         .env("CASSANDRA_VERSION", RELEASE)
-        .env("FAKE_SCYLLA_STARTING_MS", "50");
+        .env("FAKE_SCYLLA_STARTING_MS", "50")
+        .env("FAKE_SCYLLA_JOINING_MS", "150");
     cmd
 }
 
@@ -498,8 +499,10 @@ async fn scylla_lifecycle() {
         "{jolokia:?}"
     );
 
-    // A new node streams (BOOTSTRAP, listed as joining), then is NORMAL.
+    // A new node starts, waits for the ring (JOINING), streams
+    // (BOOTSTRAP, listed as joining by the others), then is NORMAL.
     let n2 = world.start("n2", 2, cluster, &[1], &[]);
+    world.wait_mode(&n2, "JOINING").await;
     world.wait_mode(&n2, "BOOTSTRAP").await;
     let (_, joining) = world
         .call(&n1, "GET", "/storage_service/nodes/joining")

@@ -19,7 +19,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::net::TcpListener;
 
-use super::rest::{self, Identity, Reply, Step};
+use super::rest::{self, Identity, NodeState, Reply, Step};
 use crate::fake_cassandra::jolokia::RingCall;
 use crate::fake_cassandra::node::{NodeError, RingClient};
 
@@ -34,6 +34,8 @@ pub struct ScyllaNode {
     /// Set once the node started in the ring; until then the API answers
     /// as a starting node does.
     pub host_id: OnceLock<String>,
+    /// Between STARTING and the ring: waiting for ring information.
+    pub joining: std::sync::atomic::AtomicBool,
 }
 
 fn message_of(e: NodeError) -> String {
@@ -87,7 +89,12 @@ impl ScyllaNode {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
-        match rest::step(&self.identity, now, view.as_ref(), method, &path, &query) {
+        let state = match &view {
+            Some(v) => NodeState::Running(v),
+            None if self.joining.load(std::sync::atomic::Ordering::SeqCst) => NodeState::Joining,
+            None => NodeState::Starting,
+        };
+        match rest::step(&self.identity, now, state, method, &path, &query) {
             Step::Answer(r) => r,
             Step::Schema(q) => match ring_snapshot(&self.kubesim, &self.cluster).await {
                 Ok(Some(snapshot)) => rest::answer_schema(&q, &snapshot),

@@ -12,7 +12,9 @@
 //!   `scylla` user owns `/var/lib/scylla`), else exit 1.
 //! - the REST API is served from the start on `--api-address:--api-port`
 //!   (STARTING, no host ID yet); after `FAKE_SCYLLA_STARTING_MS` (300 ms)
-//!   the node starts in the ring of its cluster.
+//!   it is JOINING for `FAKE_SCYLLA_JOINING_MS` (100 ms), then the node
+//!   starts in the ring of its cluster (NORMAL, or BOOTSTRAP while it
+//!   streams).
 //! - `replace_node_first_boot: <host id>` on an empty data directory
 //!   replaces that node: `Replaced node with Host ID <id> not found` if no
 //!   member has it, `Cannot replace a live node...` if it is up (exit 1);
@@ -186,6 +188,7 @@ pub async fn main(args: Vec<String>) -> ExitCode {
                 .map_or(0, |d| d.as_millis() as u64),
         },
         host_id: OnceLock::new(),
+        joining: Default::default(),
     });
     let api = (config.api_address.clone(), config.api_port);
     let server = match tokio::net::TcpListener::bind((api.0.as_str(), api.1)).await {
@@ -208,6 +211,15 @@ pub async fn main(args: Vec<String>) -> ExitCode {
         .and_then(|v| v.parse().ok())
         .unwrap_or(300);
     tokio::time::sleep(Duration::from_millis(starting)).await;
+    // JOINING: gossip runs, the node waits for ring information
+    // (FAKE_SCYLLA_JOINING_MS, 100 ms by default; Scylla's ring_delay).
+    node.joining
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let joining = std::env::var("FAKE_SCYLLA_JOINING_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    tokio::time::sleep(Duration::from_millis(joining)).await;
 
     if let Some(id) = config.replace_node_first_boot.clone() {
         if data_dir_empty {

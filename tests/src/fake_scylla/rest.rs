@@ -190,12 +190,23 @@ fn sorted_tokens(tokens: &[String]) -> Vec<&String> {
     list
 }
 
-/// The answer to a request while the node starts: the API server is up
-/// before the storage service has a host ID or gossip runs.
-fn starting(method: &str, path: &str) -> Reply {
+/// Where the node is in its life.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum NodeState<'a> {
+    /// The API server is up; the storage service is not.
+    Starting,
+    /// Waiting for ring information before it joins (`JOINING`).
+    Joining,
+    /// In the ring, as its view shows it.
+    Running(&'a NodeView),
+}
+
+/// The answer to a request before the node is in the ring: the API server
+/// is up before the storage service has a host ID or gossip runs.
+fn starting(mode: &str, method: &str, path: &str) -> Reply {
     match (method, path) {
-        ("GET", "/storage_service/operation_mode") => Reply::ok(json!("STARTING")),
-        ("GET", "/storage_service/is_starting") => Reply::ok(json!(true)),
+        ("GET", "/storage_service/operation_mode") => Reply::ok(json!(mode)),
+        ("GET", "/storage_service/is_starting") => Reply::ok(json!(mode == "STARTING")),
         ("GET", "/storage_service/hostid/local") => {
             Reply::error(404, "local host ID is not yet set")
         }
@@ -222,12 +233,11 @@ const LISTS: &[&str] = &[
     "/storage_service/load_map",
 ];
 
-/// The answer to `method path?query` of a node whose view is `view`
-/// (`None` while it starts).
+/// The answer to `method path?query` of a node in `state`.
 pub fn step(
     identity: &Identity,
     now_unix_ms: u64,
-    view: Option<&NodeView>,
+    state: NodeState<'_>,
     method: &str,
     path: &str,
     query: &BTreeMap<String, String>,
@@ -250,8 +260,10 @@ pub fn step(
         }
         _ => {}
     }
-    let Some(view) = view else {
-        return answer(starting(method, path));
+    let view = match state {
+        NodeState::Starting => return answer(starting("STARTING", method, path)),
+        NodeState::Joining => return answer(starting("JOINING", method, path)),
+        NodeState::Running(view) => view,
     };
     let host = query.get("host").map(String::as_str).unwrap_or("");
     let located = |f: fn(&EndpointView) -> &str, default: &str, own: &str| -> Reply {
@@ -483,8 +495,12 @@ mod tests {
         }
     }
 
+    fn state(view: Option<&NodeView>) -> NodeState<'_> {
+        view.map_or(NodeState::Starting, NodeState::Running)
+    }
+
     fn get(view: Option<&NodeView>, path: &str) -> Reply {
-        match step(&identity(), 0, view, "GET", path, &BTreeMap::new()) {
+        match step(&identity(), 0, state(view), "GET", path, &BTreeMap::new()) {
             Step::Answer(r) => r,
             other => panic!("not an answer: {other:?}"),
         }
@@ -548,7 +564,7 @@ mod tests {
         );
         let rack = |host: &str| {
             let q = BTreeMap::from([("host".to_string(), host.to_string())]);
-            match step(&identity(), 0, v, "GET", "/snitch/rack", &q) {
+            match step(&identity(), 0, state(v), "GET", "/snitch/rack", &q) {
                 Step::Answer(r) => r.body,
                 _ => None,
             }
@@ -570,7 +586,14 @@ mod tests {
         );
         assert_eq!(get(v, "/storage_service/gossiping").body, Some(json!(true)));
         let q = BTreeMap::new();
-        let Step::Answer(up) = step(&identity(), 90_500, v, "GET", "/system/uptime_ms", &q) else {
+        let Step::Answer(up) = step(
+            &identity(),
+            90_500,
+            state(v),
+            "GET",
+            "/system/uptime_ms",
+            &q,
+        ) else {
             panic!("an answer");
         };
         assert_eq!(up.body, Some(json!(90_500)));
@@ -617,7 +640,7 @@ mod tests {
         let Step::Schema(query) = step(
             &identity(),
             0,
-            Some(&view),
+            NodeState::Running(&view),
             "GET",
             "/storage_service/ownership/ks",
             &q,
@@ -695,6 +718,15 @@ mod tests {
             Some(json!({"message": "local host ID is not yet set", "code": 404}))
         );
         assert_eq!(get(None, "/storage_service/host_id").status, 500);
+        let joining = step(
+            &identity(),
+            0,
+            NodeState::Joining,
+            "GET",
+            "/storage_service/operation_mode",
+            &BTreeMap::new(),
+        );
+        assert_eq!(joining, Step::Answer(Reply::ok(json!("JOINING"))));
         assert_eq!(reply_of_call(Ok(())), Reply::void());
         let collision = crate::ring::RingError::EndpointCollision {
             address: "10.0.0.3".into(),
