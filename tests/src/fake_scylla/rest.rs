@@ -283,6 +283,10 @@ pub fn step(
             Reply::ok(json!(!matches!(view.mode.as_str(), "DRAINING" | "DRAINED")))
         }
         ("GET", "/storage_service/rpc_server") => Reply::ok(json!(false)),
+        ("GET", "/storage_service/cluster_name") => Reply::ok(json!(view.cluster_name)),
+        ("GET", "/storage_service/partitioner_name") => {
+            Reply::ok(json!("org.apache.cassandra.dht.Murmur3Partitioner"))
+        }
         ("GET", "/storage_service/is_initialized") => Reply::ok(json!(view.mode != "STARTING")),
         ("GET", "/storage_service/load") => Reply::ok(json!(view.load_bytes)),
         ("GET", "/storage_service/host_id") => {
@@ -585,6 +589,10 @@ mod tests {
             Some(json!("5.4.9"))
         );
         assert_eq!(get(v, "/storage_service/gossiping").body, Some(json!(true)));
+        assert_eq!(
+            get(v, "/storage_service/cluster_name").body,
+            Some(json!("c"))
+        );
         let q = BTreeMap::new();
         let Step::Answer(up) = step(
             &identity(),
