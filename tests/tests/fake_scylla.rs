@@ -485,7 +485,9 @@ async fn scylla_lifecycle() {
     let world = World::new(49).await;
     let ip = |n| world.ip(n);
     let cluster = "life";
-    let mut n1 = world.start("n1", 1, cluster, &[1], &[]);
+    // Two seeds: the first (smallest address) starts the cluster without
+    // bootstrapping; the other, a seed too, bootstraps all the same.
+    let mut n1 = world.start("n1", 1, cluster, &[1, 2], &[]);
     world.wait_mode(&n1, "NORMAL").await;
     // No JVM, no Jolokia: a sidecar asking Jolokia gets nowhere.
     let jolokia = world
@@ -501,7 +503,7 @@ async fn scylla_lifecycle() {
 
     // A new node starts, waits for the ring (JOINING), streams
     // (BOOTSTRAP, listed as joining by the others), then is NORMAL.
-    let n2 = world.start("n2", 2, cluster, &[1], &[]);
+    let n2 = world.start("n2", 2, cluster, &[1, 2], &[]);
     world.wait_mode(&n2, "JOINING").await;
     world.wait_mode(&n2, "BOOTSTRAP").await;
     let (_, joining) = world
