@@ -464,6 +464,10 @@ pub fn scylla_words(model: &str) -> String {
             "A node with address {address} already exists, cancelling join. Use replace_address if you want to replace this node."
         );
     }
+    if model.starts_with("Replacing a node without bootstrapping risks") {
+        // Scylla has no allow_unsafe_replace: a replace needs auto_bootstrap.
+        return "Trying to replace_address with auto_bootstrap disabled will not work, check your configuration".to_string();
+    }
     if model.starts_with("This node was decommissioned and will not rejoin the ring") {
         // Two literals joined without a space in the source.
         return "This node was decommissioned and will not rejoin the ring unless override_decommission=true has been set,or all existing data is removed and the node is bootstrapped again".to_string();
@@ -742,6 +746,10 @@ mod tests {
         assert_eq!(
             scylla_words(&collision.to_string()),
             "A node with address 10.0.0.3 already exists, cancelling join. Use replace_address if you want to replace this node."
+        );
+        assert_eq!(
+            scylla_words(&crate::ring::RingError::UnsafeReplace.to_string()),
+            "Trying to replace_address with auto_bootstrap disabled will not work, check your configuration"
         );
         assert!(
             scylla_words(&crate::ring::RingError::Decommissioned.to_string())
