@@ -285,6 +285,51 @@ impl World {
         assert_eq!(resp.status().as_u16(), 200, "the ring knew {}", node.name);
     }
 
+    /// A keyspace `ks` of replication factor `rf` (SimpleStrategy) and
+    /// `keys` keys written at QUORUM in the ring of `cluster`.
+    async fn seed_data(&self, cluster: &str, rf: u32, keys: u32) {
+        let base = self.sim.sim_url();
+        let ks = json!({"name": "ks", "replication": {"class": "SimpleStrategy", "replication_factor": rf}});
+        let resp = self
+            .http
+            .post(format!("{base}/sim/ring/keyspaces?cluster={cluster}"))
+            .body(ks.to_string())
+            .send()
+            .await
+            .expect("kubesim answers");
+        assert_eq!(resp.status().as_u16(), 201);
+        let resp = self
+            .http
+            .post(format!(
+                "{base}/sim/ring/keyspaces/ks/keys?cluster={cluster}"
+            ))
+            .body(json!({"count": keys}).to_string())
+            .send()
+            .await
+            .expect("kubesim answers");
+        assert_eq!(resp.status().as_u16(), 200);
+    }
+
+    /// `kubesim ring --cluster NAME --check`: its exit code and output.
+    fn kubesim_ring_check(&self, cluster: &str) -> (i32, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_kubesim"))
+            .args([
+                "ring",
+                "--url",
+                &self.sim.sim_url(),
+                "--cluster",
+                cluster,
+                "--check",
+            ])
+            .output()
+            .expect("kubesim ring runs");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    }
+
     /// What `kubesim ring --cluster NAME` prints.
     fn kubesim_ring(&self, cluster: &str) -> String {
         let out = Command::new(env!("CARGO_BIN_EXE_kubesim"))
@@ -523,6 +568,9 @@ async fn scylla_lifecycle() {
         );
     }
 
+    // Data on the shared data model: the replacement must stream it.
+    world.seed_data(cluster, 2, 200).await;
+
     // Replace by host ID: the dead node's, not an unknown or a live one.
     let dead = host_id_of(&world, &n3).await;
     let (_, dead_tokens) = world
@@ -592,6 +640,8 @@ async fn scylla_lifecycle() {
         vec![ip(1), ip(2), ip(4)],
         "n3 is gone from the ring"
     );
+    let (code, check) = world.kubesim_ring_check(cluster);
+    assert_eq!(code, 0, "every key has its copies again:\n{check}");
 
     // Decommission answers once the node has left.
     let began = Instant::now();
