@@ -300,7 +300,14 @@ pub fn step(
                     .collect::<Vec<_>>()
             ))
         }
-        ("GET", "/gossiper/endpoint/live/") => Reply::ok(addresses(view, |e| e.up)),
+        // gossiper::get_live_members counts the local node unless its own
+        // gossip status is shutdown (drained).
+        ("GET", "/gossiper/endpoint/live/") => {
+            let shut_down = matches!(view.mode.as_str(), "DRAINING" | "DRAINED");
+            Reply::ok(addresses(view, |e| {
+                e.up && !(shut_down && e.host_id == view.host_id)
+            }))
+        }
         ("GET", "/gossiper/endpoint/down/") => Reply::ok(addresses(view, |e| !e.up)),
         ("GET", "/storage_service/nodes/joining") => Reply::ok(addresses(view, |e| e.state == 'J')),
         ("GET", "/storage_service/nodes/leaving") => Reply::ok(addresses(view, |e| e.state == 'L')),
