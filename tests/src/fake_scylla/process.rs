@@ -22,6 +22,9 @@
 //! - only the seed with the smallest address joins without bootstrapping
 //!   (Scylla's "first node"); every other node bootstraps, seeds too
 //!   ([`config::ring_seeds`]).
+//! - ScyllaDB 6.0 and later (Raft topology) word some refusals their own
+//!   way: the last node's decommission, the replace of a live node
+//!   ([`super::rest::Topology`]).
 //! - no JMX and no Jolokia: nothing else listens.
 //! - SIGTERM or SIGINT: the node stops (down in the ring, data kept) and
 //!   the process exits 0, as Scylla's clean shutdown does; the ring having
@@ -34,7 +37,7 @@ use std::time::Duration;
 
 use super::config::{self, CASSANDRA_COMPAT, ScyllaConfig};
 use super::node::{ScyllaNode, ring_snapshot, serve_rest};
-use super::rest::{Identity, scylla_words};
+use super::rest::{Identity, Topology, scylla_words};
 use crate::fake_cassandra::MARKER;
 use crate::fake_cassandra::node::{NodeError, RingClient};
 use crate::fake_cassandra::process::{data_dir_identity, wait_for_signal, watch_ring};
@@ -179,6 +182,7 @@ pub async fn main(args: Vec<String>) -> ExitCode {
         Err(e) => return startup_failed(&format!("Could not access {}: {e}", data_dir.display())),
     }
 
+    let topology = Topology::of_release(&config.release);
     let ring = RingClient::new(&kubesim);
     let node = Arc::new(ScyllaNode {
         ring: ring.clone(),
@@ -229,7 +233,11 @@ pub async fn main(args: Vec<String>) -> ExitCode {
             match member_of(&kubesim, &config.node.cluster_name, &id).await {
                 Ok(Some((_, true))) => {
                     server.abort();
-                    return startup_failed("Cannot replace a live node...");
+                    return startup_failed(&match topology {
+                        Topology::Gossip => "Cannot replace a live node...".to_string(),
+                        // The topology coordinator's words.
+                        Topology::Raft => format!("tried to replace alive node {id}"),
+                    });
                 }
                 Ok(Some((address, false))) => {
                     log("INFO", &format!("Replacing node {id} at {address}"));
@@ -271,7 +279,7 @@ pub async fn main(args: Vec<String>) -> ExitCode {
                 NodeError::Refused(r) => r.message,
                 other => other.to_string(),
             };
-            return startup_failed(&scylla_words(&message));
+            return startup_failed(&scylla_words(&message, topology));
         }
     };
     let host_id = started["host_id"].as_str().unwrap_or_default().to_string();
