@@ -818,6 +818,29 @@ fn scylla_command_line() {
         err.contains("Could not open configuration file /nonexistent/scylla.yaml"),
         "{err}"
     );
+    // Outside developer mode, the I/O scheduler must be set up (iotune's
+    // properties file, which must be there).
+    let workdir = dir.path().join("w").display().to_string();
+    let (code, _, err) = run(&["--workdir", &workdir, "--developer-mode", "0"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("Reason found: none of --io-properties and --io-properties-file are set.")
+            && err.contains("Startup failed: std::runtime_error (Bad I/O Scheduler configuration)"),
+        "{err}"
+    );
+    let (code, _, err) = run(&[
+        "--workdir",
+        &workdir,
+        "--io-properties-file",
+        "/nonexistent/io_properties.yaml",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(
+            "Startup failed: std::runtime_error (bad file: /nonexistent/io_properties.yaml)"
+        ),
+        "{err}"
+    );
     // Its directories must be the process's: a user other than the one
     // owning the workdir (the image's scylla) cannot start.
     let owned_by_root = dir.path().join("var-lib-scylla");
@@ -836,7 +859,12 @@ fn scylla_command_line() {
     let out = Command::new("setpriv")
         .args(["--reuid=1234", "--regid=1234", "--clear-groups", "--"])
         .arg(&link)
-        .args(["--workdir", &owned_by_root.display().to_string()])
+        .args([
+            "--workdir",
+            &owned_by_root.display().to_string(),
+            "--developer-mode",
+            "1",
+        ])
         .env("SCYLLA_CONF", dir.path().join("conf"))
         .env("CASSANDRA_VERSION", RELEASE)
         .output()

@@ -7,6 +7,9 @@
 //!   option: `error: unrecognised option '--x'`, `Try --help.`, exit 2;
 //!   `--version` prints the release, `--help` the usage.
 //! - the version: the image tag the kubelet passes in `CASSANDRA_VERSION`.
+//! - outside developer mode (scylla.yaml's default) the I/O scheduler must
+//!   be configured: `--io-properties-file` (iotune's output, which must
+//!   exist) or `--io-properties`, else `Bad I/O Scheduler configuration`.
 //! - its directories (data, commitlog, hints, view_hints, saved_caches)
 //!   are made if missing and must be writable by the process (the image's
 //!   `scylla` user owns `/var/lib/scylla`), else exit 1.
@@ -52,6 +55,29 @@ fn log(level: &str, message: &str) {
 fn startup_failed(message: &str) -> ExitCode {
     eprintln!("ERROR [shard 0:main] init - Startup failed: std::runtime_error ({message})");
     ExitCode::from(1)
+}
+
+/// main.cc `verify_seastar_io_scheduler`: outside developer mode the I/O
+/// scheduler must be configured (`scylla_io_setup`, iotune's properties):
+/// without `--io-properties` or `--io-properties-file` the start fails.
+/// A properties file that is not there fails yaml-cpp's `LoadFile`
+/// (`YAML::BadFile`, "bad file: <path>").
+fn verify_io_scheduler(cli: &config::CommandLine, developer_mode: bool) -> Result<(), String> {
+    if let Some(file) = cli.get("io-properties-file")
+        && !Path::new(file).is_file()
+    {
+        return Err(format!("bad file: {file}"));
+    }
+    if developer_mode
+        || cli.get("io-properties").is_some()
+        || cli.get("io-properties-file").is_some()
+    {
+        return Ok(());
+    }
+    eprintln!(
+        "ERROR [shard 0:main] init - I/O Scheduler is not properly configured! This is a non-supported setup, and performance is expected to be unpredictably bad.\n Reason found: none of --io-properties and --io-properties-file are set.\nTo properly configure the I/O Scheduler, run the scylla_io_setup utility shipped with Scylla.\nTo ignore this, see the developer-mode configuration option."
+    );
+    Err("Bad I/O Scheduler configuration".to_string())
 }
 
 /// Each directory exists (made if missing) and the process may read,
@@ -165,6 +191,9 @@ pub async fn main(args: Vec<String>) -> ExitCode {
             config.developer_mode,
         ),
     );
+    if let Err(e) = verify_io_scheduler(&cli, config.developer_mode) {
+        return startup_failed(&e);
+    }
     if let Err(e) = check_directories(&config.directories.all()) {
         return startup_failed(&e);
     }
