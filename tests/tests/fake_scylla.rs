@@ -841,6 +841,28 @@ fn scylla_command_line() {
         ),
         "{err}"
     );
+    // Outside developer mode a shard needs 1 GiB.
+    let io = dir.path().join("io_properties.yaml");
+    std::fs::write(&io, "disks: []\n").expect("an io properties file");
+    let io = io.display().to_string();
+    let (code, _, err) = run(&[
+        "--workdir",
+        &workdir,
+        "--io-properties-file",
+        &io,
+        "--smp",
+        "2",
+        "--memory",
+        "1G",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("Only 512 MiB per shard; this is below the recommended minimum of 1 GiB/shard; terminating.")
+            && err.contains(
+                "Startup failed: std::runtime_error (configuration (memory per shard too low))"
+            ),
+        "{err}"
+    );
     // Its directories must be the process's: a user other than the one
     // owning the workdir (the image's scylla) cannot start.
     let owned_by_root = dir.path().join("var-lib-scylla");

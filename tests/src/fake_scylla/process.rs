@@ -7,7 +7,9 @@
 //!   option: `error: unrecognised option '--x'`, `Try --help.`, exit 2;
 //!   `--version` prints the release, `--help` the usage.
 //! - the version: the image tag the kubelet passes in `CASSANDRA_VERSION`.
-//! - outside developer mode (scylla.yaml's default) the I/O scheduler must
+//! - outside developer mode (scylla.yaml's default) a shard needs 1 GiB
+//!   (`--memory` over `--smp`), else `configuration (memory per shard too
+//!   low)`; and the I/O scheduler must
 //!   be configured: `--io-properties-file` (iotune's output, which must
 //!   exist) or `--io-properties`, else `Bad I/O Scheduler configuration`.
 //! - its directories (data, commitlog, hints, view_hints, saved_caches)
@@ -55,6 +57,35 @@ fn log(level: &str, message: &str) {
 fn startup_failed(message: &str) -> ExitCode {
     eprintln!("ERROR [shard 0:main] init - Startup failed: std::runtime_error ({message})");
     ExitCode::from(1)
+}
+
+/// main.cc `verify_adequate_memory_per_shard`: below 1 GiB per shard
+/// (`--memory` over `--smp`, all CPUs when `--smp` is not given) only
+/// developer mode goes on. Without `--memory` Seastar takes the machine's
+/// memory, which the fake does not judge.
+fn verify_memory_per_shard(config: &ScyllaConfig) -> Result<(), String> {
+    let Some(memory) = config.memory.as_deref().and_then(config::parse_memory) else {
+        return Ok(());
+    };
+    let shards = config
+        .smp
+        .map(u64::from)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64));
+    let per_shard = memory / shards.max(1);
+    if per_shard >= 1 << 30 {
+        return Ok(());
+    }
+    let mib = per_shard >> 20;
+    if config.developer_mode {
+        println!(
+            "WARN  [shard 0:main] init - Only {mib} MiB per shard; this is below the recommended minimum of 1 GiB/shard; continuing since running in developer mode"
+        );
+        return Ok(());
+    }
+    eprintln!(
+        "ERROR [shard 0:main] init - Only {mib} MiB per shard; this is below the recommended minimum of 1 GiB/shard; terminating.Configure more memory (--memory option) or decrease shard count (--smp option)."
+    );
+    Err("configuration (memory per shard too low)".to_string())
 }
 
 /// main.cc `verify_seastar_io_scheduler`: outside developer mode the I/O
@@ -191,6 +222,9 @@ pub async fn main(args: Vec<String>) -> ExitCode {
             config.developer_mode,
         ),
     );
+    if let Err(e) = verify_memory_per_shard(&config) {
+        return startup_failed(&e);
+    }
     if let Err(e) = verify_io_scheduler(&cli, config.developer_mode) {
         return startup_failed(&e);
     }
