@@ -1,6 +1,7 @@
 //! `fake-cassandra`: the test world's Cassandra process, in the place of the
 //! official `cassandra` image's `bin/cassandra` (the sidecar under test
-//! runs `cassandra -f`). Reads `CASSANDRA_CONF`/cassandra.yaml and
+//! runs `cassandra -f`). Started under the name `scylla`, it is the fake
+//! ScyllaDB node instead ([`testworld::fake_scylla`]). Reads `CASSANDRA_CONF`/cassandra.yaml and
 //! cassandra-rackdc.properties, `MAX_HEAP_SIZE`, `HEAP_NEWSIZE`,
 //! `JVM_EXTRA_OPTS`, `CASSANDRA_HOME`, `CASSANDRA_VERSION`, joins the ring
 //! of kubesim at `KUBESIM_URL` (the fake image's own setting), serves
@@ -49,6 +50,7 @@ use testworld::fake_cassandra::MARKER;
 use testworld::fake_cassandra::config::{self, FakeConfig};
 use testworld::fake_cassandra::jolokia::Identity;
 use testworld::fake_cassandra::node::{FakeNode, NodeError, RingClient, serve_jolokia};
+use testworld::fake_cassandra::process::{Stop, data_dir_identity, wait_for_signal, watch_ring};
 use testworld::fake_cassandra::ring_service::StartRequest;
 use testworld::fake_cassandra::sstables::{self, Sstables};
 
@@ -143,6 +145,12 @@ fn open_logs(dir: &str, release: &str) -> bool {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // Started as `scylla` (the kubelet's link in scylladb/scylla images):
+    // the fake ScyllaDB node.
+    let program = std::env::args().next().unwrap_or_default();
+    if std::path::Path::new(&program).file_name() == Some(std::ffi::OsStr::new("scylla")) {
+        return testworld::fake_scylla::process::main(args).await;
+    }
     if args
         .iter()
         .any(|a| a != "-f" && a != "-R" && !a.starts_with("-D"))
@@ -212,16 +220,9 @@ async fn main() -> ExitCode {
     let data_dir = PathBuf::from(&config.node.data_dir);
     let marker = data_dir.join(MARKER);
     let data_dir_empty = !marker.exists();
-    // The directory's identity in the ring: its path and inode. In the sim
-    // every container sees its volume at the same path (a bind mount in
-    // its own mount namespace); the inode tells the volumes apart, and a
-    // volume deleted and made again is a new disk.
     let mut config = config;
-    match std::fs::metadata(&data_dir) {
-        Ok(meta) => {
-            use std::os::unix::fs::MetadataExt;
-            config.node.data_dir = format!("{}@{}:{}", data_dir.display(), meta.dev(), meta.ino());
-        }
+    match data_dir_identity(&data_dir) {
+        Ok(id) => config.node.data_dir = id,
         Err(e) => {
             eprintln!(
                 "ERROR [main] cannot read the data directory {}: {e}",
@@ -331,8 +332,36 @@ async fn main() -> ExitCode {
     };
 
     let code = tokio::select! {
-        code = wait_for_signal() => code,
-        reason = watch_ring(&ring, &host_id, &sstables) => {
+        stop = wait_for_signal() => match stop {
+            // The JVM's exit codes: 128 + the signal.
+            Stop::Term => 143,
+            Stop::Interrupt => 130,
+            Stop::NoHandler => 1,
+        },
+        reason = watch_ring(&ring, &host_id, {
+            // Memtables flush as they fill; here every second, from the
+            // view the lease just read. A streaming operation that failed
+            // is logged once, as StorageService logs it.
+            let sstables = sstables.clone();
+            let mut tick = 0u64;
+            let mut failure: Option<String> = None;
+            move |view| {
+                tick += 1;
+                if tick.is_multiple_of(4) {
+                    let mut sstables = sstables.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Err(e) = sstables.flush(&view.copies) {
+                        eprintln!("ERROR [MemtableFlushWriter] {e}");
+                    }
+                }
+                if view.failure.is_some() && view.failure != failure {
+                    eprintln!(
+                        "ERROR [StreamReceiveTask] {}",
+                        view.failure.as_deref().unwrap_or_default()
+                    );
+                }
+                failure.clone_from(&view.failure);
+            }
+        }) => {
             eprintln!("ERROR [main] {reason}: exiting");
             for s in [server, jmx].into_iter().flatten() {
                 s.abort();
@@ -352,54 +381,6 @@ async fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
-/// Returns once the ring no longer runs this process (the kubelet reported
-/// it dead, its disk was lost) or kubesim has been gone for 10 s, so that
-/// no fake outlives its world.
-async fn watch_ring(
-    ring: &RingClient,
-    host_id: &str,
-    sstables: &std::sync::Mutex<Sstables>,
-) -> String {
-    const GONE_FOR: Duration = Duration::from_secs(10);
-    let mut unreachable_since: Option<Instant> = None;
-    let mut failure: Option<String> = None;
-    let mut tick = 0u64;
-    loop {
-        tick += 1;
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        match ring.view(host_id).await {
-            Ok(view) if view.running => {
-                unreachable_since = None;
-                // Memtables flush as they fill; here every second, from
-                // the view just read.
-                if tick.is_multiple_of(4) {
-                    let mut sstables = sstables.lock().unwrap_or_else(|e| e.into_inner());
-                    if let Err(e) = sstables.flush(&view.copies) {
-                        eprintln!("ERROR [MemtableFlushWriter] {e}");
-                    }
-                }
-                // A streaming operation that failed, logged once, as
-                // StorageService logs it.
-                if view.failure.is_some() && view.failure != failure {
-                    eprintln!(
-                        "ERROR [StreamReceiveTask] {}",
-                        view.failure.as_deref().unwrap_or_default()
-                    );
-                }
-                failure = view.failure;
-            }
-            Ok(_) => return "the ring has this node down (killed, or its disk was lost)".into(),
-            Err(NodeError::Refused(r)) => return r.message,
-            Err(e) => {
-                let since = *unreachable_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= GONE_FOR {
-                    return e.to_string();
-                }
-            }
-        }
-    }
-}
-
 /// Writes the sstables of what the node's data directory gained.
 async fn flush(ring: &RingClient, host_id: &str, sstables: &std::sync::Mutex<Sstables>) {
     let Ok(view) = ring.view(host_id).await else {
@@ -408,20 +389,5 @@ async fn flush(ring: &RingClient, host_id: &str, sstables: &std::sync::Mutex<Sst
     let mut sstables = sstables.lock().unwrap_or_else(|e| e.into_inner());
     if let Err(e) = sstables.flush(&view.copies) {
         eprintln!("ERROR [MemtableFlushWriter] {e}");
-    }
-}
-
-/// Waits for SIGTERM (exit 143, as the JVM does) or SIGINT (130).
-async fn wait_for_signal() -> u8 {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return 1;
-    };
-    tokio::select! {
-        _ = term.recv() => 143,
-        _ = int.recv() => 130,
     }
 }

@@ -9,6 +9,7 @@ pub mod config;
 pub mod jolokia;
 pub mod node;
 pub mod policy;
+pub mod process;
 pub mod ring_service;
 pub mod sstables;
 pub mod view;
