@@ -613,6 +613,17 @@ async fn an_emptied_member_asks_for_a_replace_and_replaces_itself() {
     let (world, names) = three_members("4.1.8", 3, 300, work.path()).await;
     let last = &names[2];
     let volume = data_volume(&world, work.path(), last).await;
+    // The member records its bootstrap once it is NORMAL, up to a second
+    // after it turns Ready; emptying the disk before that would let the
+    // record land on the emptied disk, a disk that never held data.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !contract::bootstrapped_marker(&volume).exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the member never recorded its bootstrap"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // The disk emptied under the running member, which then dies.
     for entry in std::fs::read_dir(&volume).unwrap().flatten() {
         let path = entry.path();
