@@ -17,7 +17,10 @@
 //! decommissions, one after the other), deletes the Node of the remaining
 //! member of that rack (its local disk goes with it) and watches the member
 //! be replaced on another Node with the same address, with the ring and the
-//! data check at each step. Then it stops everything it started.
+//! data check at each step. Last, a rolling upgrade to a newer 3.11 patch
+//! release: the operator restarts the members on the new image one at a
+//! time, and the demo fails if it ever sees two down at once. Then it stops
+//! everything it started.
 //!
 //! Needs root (each container runs in its own mount and PID namespaces) and
 //! the Cassandra default configuration files of `shared/fixtures` beside
@@ -320,7 +323,128 @@ async fn scenario(client: &Client, sim: &KubeSim, cluster: &mut Cluster) -> Resu
         .unwrap_or_default();
     println!("== {member} now runs on Node {new_node}");
     ring_and_data_check(sim)?;
+
+    // A rolling upgrade: a patch release, one member at a time.
+    let from = clusters.get("cassandra").await?.spec.version;
+    let patch = json!({"spec": {"version": UPGRADE_TO}});
+    clusters
+        .patch("cassandra", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    println!(
+        "\n== spec.version {from} -> {UPGRADE_TO}: the operator rolls the members one at a time (evict, drain, restart on the new image, wait for NORMAL and the whole ring up)"
+    );
+    watch_roll(client, sim, UPGRADE_TO, 3, Duration::from_secs(300)).await?;
+    ring_and_data_check(sim)?;
     Ok(())
+}
+
+/// The release the demo's rolling upgrade goes to: a patch release of the
+/// example's 3.11.
+const UPGRADE_TO: &str = "3.11.17";
+
+/// Prints each member's release and readiness, the ring's releases and the
+/// roll's Events as they change, until every member runs `version`, Ready,
+/// and the ring shows them all up on it; fails if two members are ever
+/// seen down at once.
+async fn watch_roll(
+    client: &Client,
+    sim: &KubeSim,
+    version: &str,
+    members: usize,
+    timeout: Duration,
+) -> Result<(), Error> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "cassandra");
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(client.clone(), "cassandra");
+    let started = Instant::now();
+    let mut last = String::new();
+    let mut seen_events = std::collections::BTreeSet::new();
+    loop {
+        for event in events.list(&ListParams::default()).await? {
+            let reason = event.reason.clone().unwrap_or_default();
+            if !reason.starts_with("MemberRestart") {
+                continue;
+            }
+            let uid = event.metadata.uid.clone().unwrap_or_default();
+            if seen_events.insert(uid) {
+                println!(
+                    "[{:>5.1}s] Event {reason}: {}",
+                    started.elapsed().as_secs_f64(),
+                    event.message.unwrap_or_default()
+                );
+            }
+        }
+        let mut states = BTreeMap::new();
+        let mut done = 0;
+        let mut not_ready = 0;
+        for pod in pods.list(&ListParams::default()).await? {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let image = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.containers.first())
+                .and_then(|c| c.image.clone())
+                .unwrap_or_default();
+            let tag = image.rsplit(':').next().unwrap_or_default().to_string();
+            let ready = pod
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            if !ready {
+                not_ready += 1;
+            }
+            if ready && tag == version {
+                done += 1;
+            }
+            let short = name
+                .trim_start_matches("cassandra-europe-west1-")
+                .to_string();
+            states.insert(short, format!("{tag}{}", if ready { "/Ready" } else { "" }));
+        }
+        let ring: Vec<(NodeStatus, String)> = sim.ring().with(|ring| {
+            ring.status(None)
+                .map(|t| {
+                    t.rows
+                        .iter()
+                        .map(|r| (r.status, r.release.clone()))
+                        .collect()
+                })
+                .unwrap_or_default()
+        });
+        let line = format!(
+            "pods: {} | ring: {}",
+            states
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            ring.iter()
+                .map(|(status, release)| format!("{status} {release}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        if line != last {
+            println!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64());
+            last = line;
+        }
+        if not_ready > 1 {
+            return Err(format!("{not_ready} members not ready at once during the roll").into());
+        }
+        let ring_done = ring.len() == members
+            && ring
+                .iter()
+                .all(|(status, release)| *status == NodeStatus::UN && release == version);
+        if done == members && ring_done {
+            println!("== every member runs {version}, one member restarted at a time");
+            return Ok(());
+        }
+        if started.elapsed() > timeout {
+            return Err(format!("the roll to {version} did not finish in {timeout:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// Prints `nodetool status thesis` and fails unless the data check is clean.
