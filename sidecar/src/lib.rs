@@ -8,8 +8,10 @@
 //! - [`probes`]: `/healthz` and `/readyz`.
 //! - [`supervise`]: the sidecar as the container's init (child, signals, reaping).
 //! - [`member`]: the `sidecar` subcommand: start-up, the database, probes, intent.
+//! - [`node`]: the local node, whatever it runs (Cassandra or ScyllaDB).
 //! - [`jolokia`]: the Jolokia client and the StorageService facade.
-//! - [`nodetool`]: a small nodetool over Jolokia.
+//! - [`scylla`]: the ScyllaDB REST API client.
+//! - [`nodetool`]: a small nodetool over Jolokia or ScyllaDB's REST API.
 //! - [`reloader`]: the SIGHUP watcher (`cassandra-operator reloader`).
 
 pub mod decommission;
@@ -17,10 +19,12 @@ pub mod jolokia;
 pub mod jolokia_access;
 pub mod markers;
 pub mod member;
+pub mod node;
 pub mod nodetool;
 pub mod probes;
 pub mod reloader;
 pub mod render;
+pub mod scylla;
 pub mod supervise;
 
 pub use member::SidecarArgs;

@@ -1,38 +1,34 @@
 //! The sidecar's HTTP probes on :8080 (DESIGN.md section 6): `/healthz`
 //! (liveness: the sidecar runs) and `/readyz` (readiness: operation mode
-//! NORMAL, read through Jolokia). I/O.
+//! NORMAL, read through Jolokia or ScyllaDB's REST API). I/O.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::jolokia::{Jolokia, OperationMode, StorageService};
+use crate::jolokia::OperationMode;
+use crate::node::Node;
 
 /// Serves the probes on `addr` until the task is dropped; `child_alive`
 /// says whether the database process runs.
-pub async fn serve_probes(addr: SocketAddr, jolokia: Jolokia, child_alive: Arc<AtomicBool>) {
+pub async fn serve_probes(addr: SocketAddr, node: Node, child_alive: Arc<AtomicBool>) {
     use warp::Filter;
     let routes = warp::get()
         .and(warp::path::full())
         .then(move |path: warp::path::FullPath| {
-            let jolokia = jolokia.clone();
+            let node = node.with_timeout(Duration::from_secs(3));
             let alive = child_alive.load(Ordering::Relaxed);
             async move {
                 let (status, body) = match path.as_str() {
                     // Alive while the sidecar runs: it exits when the database
                     // does, and a long start-up or bootstrap must not be killed.
                     "/healthz" => (200, if alive { "ok" } else { "starting" }.to_string()),
-                    "/readyz" => {
-                        match StorageService::new(jolokia.with_timeout(Duration::from_secs(3)))
-                            .operation_mode()
-                            .await
-                        {
-                            Ok(OperationMode::Normal) => (200, "NORMAL".to_string()),
-                            Ok(mode) => (503, mode.to_string()),
-                            Err(e) => (503, format!("database not reachable: {e}")),
-                        }
-                    }
+                    "/readyz" => match node.operation_mode().await {
+                        Ok(OperationMode::Normal) => (200, "NORMAL".to_string()),
+                        Ok(mode) => (503, mode.to_string()),
+                        Err(e) => (503, format!("database not reachable: {e}")),
+                    },
                     _ => (404, "not found".to_string()),
                 };
                 let mut response = warp::reply::Response::new(body.into());

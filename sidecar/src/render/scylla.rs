@@ -1,12 +1,19 @@
 //! Scylla mode: scylla.yaml, cassandra-rackdc.properties and the arguments
-//! of the scylla image's entrypoint (`docker-entrypoint.py`). Pure.
+//! of the `scylla` binary. Pure.
 //!
-//! The entrypoint rewrites addresses itself when it is not told them: it
-//! listens on `hostname -i`, serves clients on the listen address, and
-//! seeds the node with its own address when `--seeds` is missing (a node
-//! that seeds itself does not bootstrap). So the addresses and seeds go
-//! into the arguments as well as into scylla.yaml; they are the same
-//! values.
+//! The sidecar runs `scylla` itself, as the image's entrypoint
+//! (`docker-entrypoint.py` → supervisord → `scylla-service.sh`) would, with
+//! the arguments `scyllasetup.py` composes: `--listen-address`,
+//! `--rpc-address`, `--seed-provider-parameters seeds=...`,
+//! `--broadcast-address`, `--broadcast-rpc-address`, `--api-address`,
+//! `--smp`, `--memory`, `--overprovisioned` (no cpuset is pinned: Kubernetes
+//! shares the Node's CPUs unless its static CPU manager says otherwise),
+//! plus `--developer-mode 0` (the entrypoint's default is 1, which skips
+//! ScyllaDB's production checks). The addresses and seeds are in
+//! scylla.yaml as well; they are the same values. The REST API is bound to
+//! the Pod's loopback: the sidecar is its only client, and it is
+//! unauthenticated. The paths (`--options-file`, `--workdir`,
+//! `--io-properties-file`) are added by the sidecar, which knows them.
 //!
 //! Sizing:
 //! - `--smp`: the CPU limit rounded up, at least 1 (none without a limit:
@@ -32,6 +39,8 @@ pub const SCYLLA_YAML: &str = "scylla.yaml";
 pub const MIN_MEMORY_LIMIT_MB: u64 = 1024;
 /// The least memory left outside Seastar.
 pub const MIN_RESERVE_MB: u64 = 512;
+/// Where ScyllaDB serves its REST API: the Pod's loopback.
+pub const API_ADDRESS: &str = "127.0.0.1";
 
 /// `--memory` in MiB for a memory limit in MiB.
 pub fn scylla_memory_mb(limit_mb: u64) -> Result<u64, RenderError> {
@@ -83,8 +92,13 @@ pub(super) fn render_scylla(
         config.broadcast_address.to_string(),
         "--broadcast-rpc-address".to_string(),
         config.broadcast_address.to_string(),
-        "--seeds".to_string(),
-        seeds,
+        "--seed-provider-parameters".to_string(),
+        format!("seeds={seeds}"),
+        "--api-address".to_string(),
+        API_ADDRESS.to_string(),
+        "--developer-mode".to_string(),
+        "0".to_string(),
+        "--overprovisioned".to_string(),
     ];
     if let Some(cpu) = config.cpu_limit {
         args.push("--smp".to_string());
