@@ -18,6 +18,7 @@ mod reloader;
 mod render;
 mod rings;
 mod safety;
+mod scylla;
 mod sidecar;
 mod unreachable;
 mod world;

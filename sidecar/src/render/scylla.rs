@@ -2,8 +2,9 @@
 //! of the `scylla` binary. Pure.
 //!
 //! The sidecar runs `scylla` itself, as the image's entrypoint
-//! (`docker-entrypoint.py` → supervisord → `scylla-service.sh`) would, with
-//! the arguments `scyllasetup.py` composes: `--listen-address`,
+//! (`docker-entrypoint.py` → supervisord → `scylla-server.sh`) would, with
+//! the image's `SCYLLA_ARGS` ([`IMAGE_ARGS`]) and the arguments
+//! `scyllasetup.py` composes: `--listen-address`,
 //! `--rpc-address`, `--seed-provider-parameters seeds=...`,
 //! `--broadcast-address`, `--broadcast-rpc-address`, `--api-address`,
 //! `--smp`, `--memory`, `--overprovisioned` (no cpuset is pinned: Kubernetes
@@ -39,6 +40,18 @@ pub const SCYLLA_YAML: &str = "scylla.yaml";
 pub const MIN_MEMORY_LIMIT_MB: u64 = 1024;
 /// The least memory left outside Seastar.
 pub const MIN_RESERVE_MB: u64 = 512;
+/// The arguments the scylla image gives every start (`SCYLLA_ARGS` of
+/// /etc/default/scylla-server in dist/docker/debian/build_docker.sh).
+pub const IMAGE_ARGS: [&str; 8] = [
+    "--log-to-syslog",
+    "0",
+    "--log-to-stdout",
+    "1",
+    "--default-log-level",
+    "info",
+    "--network-stack",
+    "posix",
+];
 /// Where ScyllaDB serves its REST API: the Pod's loopback.
 pub const API_ADDRESS: &str = "127.0.0.1";
 
@@ -83,7 +96,10 @@ pub(super) fn render_scylla(
     };
     let yaml = render_main_file(SCYLLA_YAML, defaults, &identity, config.overrides.as_ref())?;
 
-    let mut args = vec![
+    // The image's own (`SCYLLA_ARGS` in /etc/default/scylla-server, as
+    // dist/docker's build script sets it): logs on the container's output.
+    let mut args: Vec<String> = IMAGE_ARGS.iter().map(|a| a.to_string()).collect();
+    args.extend([
         "--listen-address".to_string(),
         config.pod_ip.to_string(),
         "--rpc-address".to_string(),
@@ -99,7 +115,7 @@ pub(super) fn render_scylla(
         "--developer-mode".to_string(),
         "0".to_string(),
         "--overprovisioned".to_string(),
-    ];
+    ]);
     if let Some(cpu) = config.cpu_limit {
         args.push("--smp".to_string());
         args.push(cpu_cores(cpu).to_string());

@@ -540,6 +540,14 @@ fn scylla_entrypoint_arguments() {
     assert_eq!(
         rendered.args,
         [
+            "--log-to-syslog",
+            "0",
+            "--log-to-stdout",
+            "1",
+            "--default-log-level",
+            "info",
+            "--network-stack",
+            "posix",
             "--listen-address",
             "10.8.1.7",
             "--rpc-address",
