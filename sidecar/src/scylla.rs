@@ -111,6 +111,18 @@ pub fn error_message(body: &[u8]) -> String {
     String::from_utf8_lossy(body).chars().take(500).collect()
 }
 
+/// ScyllaDB's operation mode (`storage_service::mode`: NONE, STARTING,
+/// JOINING, BOOTSTRAP, NORMAL, LEAVING, DECOMMISSIONED, DRAINING, DRAINED,
+/// MOVING, MAINTENANCE) in the sidecar's terms: BOOTSTRAP is joining (its
+/// own metrics map it to JOINING); NONE and MAINTENANCE have no Cassandra
+/// counterpart and stay as they are (never NORMAL). Pure.
+pub fn operation_mode(text: &str) -> OperationMode {
+    match text.trim() {
+        "BOOTSTRAP" => OperationMode::Joining,
+        other => OperationMode::parse(other),
+    }
+}
+
 /// A list of `{"key": k, "value": v}` (the swagger's `mapper`) as a map.
 /// Values may be strings or numbers (`load_map` holds numbers). Pure.
 pub fn mapper<V: DeserializeOwned>(path: &str, value: Value) -> Result<BTreeMap<String, V>, Error> {
@@ -310,7 +322,7 @@ impl Scylla {
     /// `GET /storage_service/operation_mode`.
     pub async fn operation_mode(&self) -> Result<OperationMode, Error> {
         let mode: String = self.get("/storage_service/operation_mode", &[]).await?;
-        Ok(OperationMode::parse(&mode))
+        Ok(operation_mode(&mode))
     }
 
     /// `GET /storage_service/hostid/local`: this node's host ID (an empty
@@ -421,6 +433,18 @@ mod tests {
             "std::runtime_error (Not enough nodes)"
         );
         assert_eq!(error_message(b"Not Found"), "Not Found");
+    }
+
+    #[test]
+    fn scyllas_modes_in_the_sidecars_terms() {
+        assert_eq!(operation_mode("NORMAL"), OperationMode::Normal);
+        assert_eq!(operation_mode("BOOTSTRAP"), OperationMode::Joining);
+        assert_eq!(operation_mode("DRAINED"), OperationMode::Drained);
+        assert_eq!(
+            operation_mode("MAINTENANCE"),
+            OperationMode::Other("MAINTENANCE".into())
+        );
+        assert_eq!(operation_mode("NONE"), OperationMode::Other("NONE".into()));
     }
 
     #[test]

@@ -337,6 +337,10 @@ mod tests {
         assert_eq!(refusals.collision().as_deref(), Some(collision));
         refusals.read("ERROR [main] This node was decommissioned and will not rejoin the ring unless cassandra.override_decommission=true has been set, or all existing data is removed and the node is bootstrapped again");
         assert!(refusals.decommissioned.load(Ordering::Relaxed));
+        // ScyllaDB's words (service/storage_service.cc) begin the same.
+        let scylla = StartRefusals::default();
+        scylla.read("ERROR 2025-01-20 10:00:00,000 [shard 0:main] storage_service - This node was decommissioned and will not rejoin the ring unless override_decommission=true has been set and consistent cluster management is not in use,or all existing data is removed and the node is bootstrapped again");
+        assert!(scylla.decommissioned.load(Ordering::Relaxed));
         assert!(!is_endpoint_collision(
             "A node with address 10.0.0.1 is joining"
         ));
