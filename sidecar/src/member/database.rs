@@ -341,6 +341,9 @@ mod tests {
         let scylla = StartRefusals::default();
         scylla.read("ERROR 2025-01-20 10:00:00,000 [shard 0:main] storage_service - This node was decommissioned and will not rejoin the ring unless override_decommission=true has been set and consistent cluster management is not in use,or all existing data is removed and the node is bootstrapped again");
         assert!(scylla.decommissioned.load(Ordering::Relaxed));
+        let line = "ERROR 2025-01-20 10:00:00,000 [shard 0:main] init - Startup failed: std::runtime_error (A node with address 10.96.0.12 already exists, cancelling join. Use replace_address if you want to replace this node.)";
+        scylla.read(line);
+        assert_eq!(scylla.collision().as_deref(), Some(line));
         assert!(!is_endpoint_collision(
             "A node with address 10.0.0.1 is joining"
         ));
