@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod cel;
 pub mod fake_cassandra;
+pub mod fake_scylla;
 pub mod harness;
 pub mod jolokia_contract;
 pub mod jolokia_real;

@@ -1,6 +1,7 @@
 //! `fake-cassandra`: the test world's Cassandra process, in the place of the
 //! official `cassandra` image's `bin/cassandra` (the sidecar under test
-//! runs `cassandra -f`). Reads `CASSANDRA_CONF`/cassandra.yaml and
+//! runs `cassandra -f`). Started under the name `scylla`, it is the fake
+//! ScyllaDB node instead ([`testworld::fake_scylla`]). Reads `CASSANDRA_CONF`/cassandra.yaml and
 //! cassandra-rackdc.properties, `MAX_HEAP_SIZE`, `HEAP_NEWSIZE`,
 //! `JVM_EXTRA_OPTS`, `CASSANDRA_HOME`, `CASSANDRA_VERSION`, joins the ring
 //! of kubesim at `KUBESIM_URL` (the fake image's own setting), serves
@@ -43,6 +44,7 @@ use testworld::fake_cassandra::MARKER;
 use testworld::fake_cassandra::config::{self, FakeConfig};
 use testworld::fake_cassandra::jolokia::Identity;
 use testworld::fake_cassandra::node::{FakeNode, NodeError, RingClient, serve_jolokia};
+use testworld::fake_cassandra::process::{Stop, data_dir_identity, wait_for_signal, watch_ring};
 use testworld::fake_cassandra::ring_service::StartRequest;
 
 fn log(level: &str, message: &str) {
@@ -136,6 +138,12 @@ fn open_logs(dir: &str, release: &str) -> bool {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // Started as `scylla` (the kubelet's link in scylladb/scylla images):
+    // the fake ScyllaDB node.
+    let program = std::env::args().next().unwrap_or_default();
+    if std::path::Path::new(&program).file_name() == Some(std::ffi::OsStr::new("scylla")) {
+        return testworld::fake_scylla::process::main(args).await;
+    }
     if args
         .iter()
         .any(|a| a != "-f" && a != "-R" && !a.starts_with("-D"))
@@ -205,16 +213,9 @@ async fn main() -> ExitCode {
     let data_dir = PathBuf::from(&config.node.data_dir);
     let marker = data_dir.join(MARKER);
     let data_dir_empty = !marker.exists();
-    // The directory's identity in the ring: its path and inode. In the sim
-    // every container sees its volume at the same path (a bind mount in
-    // its own mount namespace); the inode tells the volumes apart, and a
-    // volume deleted and made again is a new disk.
     let mut config = config;
-    match std::fs::metadata(&data_dir) {
-        Ok(meta) => {
-            use std::os::unix::fs::MetadataExt;
-            config.node.data_dir = format!("{}@{}:{}", data_dir.display(), meta.dev(), meta.ino());
-        }
+    match data_dir_identity(&data_dir) {
+        Ok(id) => config.node.data_dir = id,
         Err(e) => {
             eprintln!(
                 "ERROR [main] cannot read the data directory {}: {e}",
@@ -294,7 +295,12 @@ async fn main() -> ExitCode {
     };
 
     let code = tokio::select! {
-        code = wait_for_signal() => code,
+        stop = wait_for_signal() => match stop {
+            // The JVM's exit codes: 128 + the signal.
+            Stop::Term => 143,
+            Stop::Interrupt => 130,
+            Stop::NoHandler => 1,
+        },
         reason = watch_ring(&ring, &host_id) => {
             eprintln!("ERROR [main] {reason}: exiting");
             if let Some(s) = server {
@@ -311,41 +317,4 @@ async fn main() -> ExitCode {
         s.abort();
     }
     ExitCode::from(code)
-}
-
-/// Returns once the ring no longer runs this process (the kubelet reported
-/// it dead, its disk was lost) or kubesim has been gone for 10 s, so that
-/// no fake outlives its world.
-async fn watch_ring(ring: &RingClient, host_id: &str) -> String {
-    const GONE_FOR: Duration = Duration::from_secs(10);
-    let mut unreachable_since: Option<Instant> = None;
-    loop {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        match ring.view(host_id).await {
-            Ok(view) if view.running => unreachable_since = None,
-            Ok(_) => return "the ring has this node down (killed, or its disk was lost)".into(),
-            Err(NodeError::Refused(r)) => return r.message,
-            Err(e) => {
-                let since = *unreachable_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= GONE_FOR {
-                    return e.to_string();
-                }
-            }
-        }
-    }
-}
-
-/// Waits for SIGTERM (exit 143, as the JVM does) or SIGINT (130).
-async fn wait_for_signal() -> u8 {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return 1;
-    };
-    tokio::select! {
-        _ = term.recv() => 143,
-        _ = int.recv() => 130,
-    }
 }

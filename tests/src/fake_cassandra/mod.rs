@@ -9,6 +9,7 @@ pub mod config;
 pub mod jolokia;
 pub mod node;
 pub mod policy;
+pub mod process;
 pub mod ring_service;
 pub mod view;
 pub mod writer;

@@ -1,0 +1,308 @@
+//! The fake ScyllaDB process: what `scylla` does from its command line to
+//! its shutdown, on the test world's ring. The `fake-cassandra` binary runs
+//! this when it is started as `scylla` (the kubelet links it under that
+//! name in `scylladb/scylla` images). I/O.
+//!
+//! - the command line and scylla.yaml ([`super::config`]); an unknown
+//!   option: `error: unrecognised option '--x'`, `Try --help.`, exit 2;
+//!   `--version` prints the release, `--help` the usage.
+//! - the version: the image tag the kubelet passes in `CASSANDRA_VERSION`.
+//! - its directories (data, commitlog, hints, view_hints, saved_caches)
+//!   are made if missing and must be writable by the process (the image's
+//!   `scylla` user owns `/var/lib/scylla`), else exit 1.
+//! - the REST API is served from the start on `--api-address:--api-port`
+//!   (STARTING, no host ID yet); after `FAKE_SCYLLA_STARTING_MS` (300 ms)
+//!   the node starts in the ring of its cluster.
+//! - `replace_node_first_boot: <host id>` on an empty data directory
+//!   replaces that node: `Replaced node with Host ID <id> not found` if no
+//!   member has it, `Cannot replace a live node...` if it is up (exit 1);
+//!   ignored once the node has bootstrapped.
+//! - no JMX and no Jolokia: nothing else listens.
+//! - SIGTERM or SIGINT: the node stops (down in the ring, data kept) and
+//!   the process exits 0, as Scylla's clean shutdown does; the ring having
+//!   it down behind its back: exit 1.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::config::{self, CASSANDRA_COMPAT, ScyllaConfig};
+use super::node::{ScyllaNode, serve_rest};
+use super::rest::Identity;
+use crate::fake_cassandra::MARKER;
+use crate::fake_cassandra::node::{NodeError, RingClient};
+use crate::fake_cassandra::process::{data_dir_identity, wait_for_signal, watch_ring};
+use crate::fake_cassandra::ring_service::StartRequest;
+
+const USAGE: &str = "Scylla version options:\n  --version   print the version\n  --options-file arg   configuration file (default $SCYLLA_CONF/scylla.yaml)\n  --<scylla.yaml option> arg   any scylla.yaml option, dashed\n  --smp arg, --memory arg, --overprovisioned, --developer-mode arg: Seastar's\n";
+
+fn log(level: &str, message: &str) {
+    println!("{level:<5} [shard 0:main] init - {message}");
+}
+
+fn startup_failed(message: &str) -> ExitCode {
+    eprintln!("ERROR [shard 0:main] init - Startup failed: std::runtime_error ({message})");
+    ExitCode::from(1)
+}
+
+/// Each directory exists (made if missing) and the process may read,
+/// write and enter it.
+fn check_directories(dirs: &[&str]) -> Result<(), String> {
+    use nix::unistd::{AccessFlags, access};
+    for dir in dirs {
+        let path = Path::new(dir);
+        if !path.exists() && std::fs::create_dir_all(path).is_err() {
+            return Err(format!(
+                "Could not create directory {dir}: Permission denied"
+            ));
+        }
+        if access(
+            path,
+            AccessFlags::R_OK | AccessFlags::W_OK | AccessFlags::X_OK,
+        )
+        .is_err()
+        {
+            return Err(format!("Could not access {dir}: Permission denied"));
+        }
+    }
+    Ok(())
+}
+
+/// The member with host ID `id` in the ring of `cluster`: its address and
+/// whether it is up.
+async fn member_of(
+    kubesim: &str,
+    cluster: &str,
+    id: &str,
+) -> Result<Option<(String, bool)>, String> {
+    let url = format!("{}/sim/ring", kubesim.trim_end_matches('/'));
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let escaped: String = cluster
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let resp = http
+        .get(format!("{url}?cluster={escaped}"))
+        .send()
+        .await
+        .map_err(|e| format!("ring service at {url} unreachable: {e}"))?;
+    if resp.status().as_u16() == 404 {
+        return Ok(None);
+    }
+    let ring: Value = resp.json().await.map_err(|e| e.to_string())?;
+    Ok(ring["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find_map(|n| {
+            (n["host_id"] == id && n["state"] != "left").then(|| {
+                (
+                    n["address"].as_str().unwrap_or_default().to_string(),
+                    n["up"] == true,
+                )
+            })
+        }))
+}
+
+fn read_config(cli: &config::CommandLine) -> Result<ScyllaConfig, String> {
+    let conf = std::env::var("SCYLLA_CONF")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "/etc/scylla".to_string());
+    let conf = PathBuf::from(conf);
+    let options_file = cli
+        .get("options-file")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| conf.join("scylla.yaml"));
+    let yaml = std::fs::read_to_string(&options_file).map_err(|e| {
+        format!(
+            "Could not open configuration file {}: {e}",
+            options_file.display()
+        )
+    })?;
+    let rackdc = std::fs::read_to_string(conf.join("cassandra-rackdc.properties")).ok();
+    let release = config::release_of_tag(std::env::var("CASSANDRA_VERSION").ok().as_deref());
+    config::parse(cli, &yaml, rackdc.as_deref(), &release).map_err(|e| e.to_string())
+}
+
+/// Runs the fake node with the arguments after the program name.
+pub async fn main(args: Vec<String>) -> ExitCode {
+    let cli = match config::parse_command_line(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            // Seastar's app_template on a boost::program_options error.
+            eprintln!("error: {e}\n\nTry --help.");
+            return ExitCode::from(2);
+        }
+    };
+    if cli.has("help") {
+        print!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    if cli.has("version") {
+        println!(
+            "{}",
+            config::release_of_tag(std::env::var("CASSANDRA_VERSION").ok().as_deref())
+        );
+        return ExitCode::SUCCESS;
+    }
+    let mut config = match read_config(&cli) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ERROR [shard 0:main] init - {e}");
+            return ExitCode::from(1);
+        }
+    };
+    log(
+        "INFO",
+        &format!(
+            "Scylla version {} starting; cluster {}; listen {}; broadcast {}; dc {} rack {}; smp {}; memory {}; developer mode {}",
+            config.release,
+            config.node.cluster_name,
+            config.listen_address,
+            config.node.address,
+            config.node.dc,
+            config.node.rack,
+            config.smp.map_or("all".to_string(), |s| s.to_string()),
+            config.memory.as_deref().unwrap_or("all"),
+            config.developer_mode,
+        ),
+    );
+    if let Err(e) = check_directories(&config.directories.all()) {
+        return startup_failed(&e);
+    }
+    let Some(kubesim) = std::env::var("KUBESIM_URL").ok().filter(|u| !u.is_empty()) else {
+        eprintln!(
+            "ERROR [shard 0:main] init - KUBESIM_URL is not set: the fake node keeps its ring in kubesim"
+        );
+        return ExitCode::from(1);
+    };
+    let data_dir = PathBuf::from(&config.node.data_dir);
+    let marker = data_dir.join(MARKER);
+    let data_dir_empty = !marker.exists();
+    match data_dir_identity(&data_dir) {
+        Ok(id) => config.node.data_dir = id,
+        Err(e) => return startup_failed(&format!("Could not access {}: {e}", data_dir.display())),
+    }
+
+    let ring = RingClient::new(&kubesim);
+    let node = Arc::new(ScyllaNode {
+        ring: ring.clone(),
+        identity: Identity {
+            release: config.release.clone(),
+        },
+        host_id: OnceLock::new(),
+    });
+    let api = (config.api_address.clone(), config.api_port);
+    let server = match tokio::net::TcpListener::bind((api.0.as_str(), api.1)).await {
+        Ok(listener) => {
+            log(
+                "INFO",
+                &format!("starting API server on {}:{}", api.0, api.1),
+            );
+            tokio::spawn(serve_rest(listener, node.clone()))
+        }
+        Err(e) => {
+            return startup_failed(&format!(
+                "Failed to bind the API server to {}:{}: {e}",
+                api.0, api.1
+            ));
+        }
+    };
+    let starting = std::env::var("FAKE_SCYLLA_STARTING_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    tokio::time::sleep(Duration::from_millis(starting)).await;
+
+    if let Some(id) = config.replace_node_first_boot.clone() {
+        if data_dir_empty {
+            match member_of(&kubesim, &config.node.cluster_name, &id).await {
+                Ok(Some((_, true))) => {
+                    server.abort();
+                    return startup_failed("Cannot replace a live node...");
+                }
+                Ok(Some((address, false))) => {
+                    log("INFO", &format!("Replacing node {id} at {address}"));
+                    config.node.replace_address_first_boot = Some(address);
+                }
+                Ok(None) => {
+                    server.abort();
+                    return startup_failed(&format!("Replaced node with Host ID {id} not found"));
+                }
+                Err(e) => {
+                    server.abort();
+                    return startup_failed(&e);
+                }
+            }
+        } else {
+            log(
+                "INFO",
+                "replace_node_first_boot is set but this node has already bootstrapped: ignored",
+            );
+        }
+    }
+
+    let started = match ring
+        .start(&StartRequest {
+            lease: true,
+            ..StartRequest::of(&config.node, CASSANDRA_COMPAT, data_dir_empty)
+        })
+        .await
+    {
+        Ok(s) => s,
+        Err(e) => {
+            server.abort();
+            let message = match e {
+                NodeError::Refused(r) => r.message,
+                other => other.to_string(),
+            };
+            return startup_failed(message.trim_end());
+        }
+    };
+    let host_id = started["host_id"].as_str().unwrap_or_default().to_string();
+    for line in started["log"].as_array().into_iter().flatten() {
+        log("INFO", line.as_str().unwrap_or_default());
+    }
+    if let Err(e) = std::fs::write(&marker, &host_id) {
+        eprintln!(
+            "ERROR [shard 0:main] init - writing {}: {e}",
+            marker.display()
+        );
+    }
+    let _ = node.host_id.set(host_id.clone());
+    log(
+        "INFO",
+        &format!(
+            "Scylla version {} initialization completed (host id {host_id}, {}, mode {})",
+            config.release,
+            started["startup"],
+            started["mode"].as_str().unwrap_or_default()
+        ),
+    );
+
+    tokio::select! {
+        _ = wait_for_signal() => {}
+        reason = watch_ring(&ring, &host_id) => {
+            eprintln!("ERROR [shard 0:main] init - {reason}: exiting");
+            server.abort();
+            return ExitCode::from(1);
+        }
+    };
+    log("INFO", "Signal received; shutting down");
+    if let Err(e) = ring.stop(&host_id).await {
+        eprintln!("WARN  [shard 0:main] init - {e}");
+    }
+    server.abort();
+    log("INFO", "Scylla shutdown complete.");
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,780 @@
+//! The fake ScyllaDB node end to end: real `fake-cassandra` processes
+//! started under the name `scylla` with a command line like the
+//! scylladb/scylla image's entrypoint gives (the image's scylla.yaml
+//! fixture, cassandra-rackdc.properties beside it), a ring kept by an
+//! in-process kubesim, each node asked over its REST API.
+//!
+//! - `scylla_rest_contract`: the requests of the recorded answers
+//!   (tests/fixtures/scylla-rest/*.json) against the fake in the states
+//!   they describe, compared as each file says (exact, shape, length).
+//! - `scylla_lifecycle`: bootstrap (BOOTSTRAP, then NORMAL), `kubesim ring`
+//!   listing the nodes, decommission blocking until done and going on when
+//!   its client disconnects, replace by host ID (an unknown and a live one
+//!   refused), drain, no Jolokia.
+//! - `scylla_command_line`: unknown and malformed options refused as the
+//!   binary refuses them, `--version`, the yaml and the rackdc file read
+//!   from `SCYLLA_CONF` with the command line winning.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use testworld::kubesim::{KubeSim, Options};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures");
+const RECORDED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/scylla-rest");
+const RELEASE: &str = "5.4.9";
+/// Bootstrap, replacement and decommission stream for this long.
+const STREAM_MS: u64 = 600;
+
+/// The address of node `n` of the world on network `net` (each test has
+/// its own: the tests of this binary run side by side on one loopback).
+fn addr(net: u8, n: u8) -> String {
+    format!("127.0.{net}.{n}")
+}
+
+/// A fake scylla process and where it lives.
+struct Node {
+    name: String,
+    ip: String,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Node {
+    fn log(&self) -> String {
+        let out = std::fs::read_to_string(self.dir.join("stdout")).unwrap_or_default();
+        let err = std::fs::read_to_string(self.dir.join("stderr")).unwrap_or_default();
+        format!("--- {} stdout\n{out}--- stderr\n{err}", self.name)
+    }
+
+    fn api(&self, path: &str) -> String {
+        format!("http://{}:10000{path}", self.ip)
+    }
+
+    /// Waits for the process to exit by itself; its code and output.
+    fn exit(&mut self, secs: u64) -> (i32, String) {
+        let mut child = self.child.take().expect("running");
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                return (status.code().unwrap_or(-1), self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not exit\n{}",
+                self.name,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn terminate(&mut self) -> i32 {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        let ok = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill runs");
+        assert!(ok.success());
+        self.exit(20).0
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+struct World {
+    /// The third byte of the world's addresses.
+    net: u8,
+    sim: KubeSim,
+    root: tempfile::TempDir,
+    http: reqwest::Client,
+}
+
+fn scylla_command(dir: &Path, args: &[String]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fake-cassandra"));
+    cmd.arg0("scylla")
+        .args(args)
+        .env("SCYLLA_CONF", dir.join("conf"))
+        .env("CASSANDRA_VERSION", RELEASE)
+        .env("FAKE_SCYLLA_STARTING_MS", "50");
+    cmd
+}
+
+/// The image's scylla.yaml and a rackdc file in `dir/conf`.
+fn write_conf(dir: &Path, dc: &str, rack: &str) {
+    let conf = dir.join("conf");
+    std::fs::create_dir_all(&conf).expect("conf dir");
+    let yaml = std::fs::read_to_string(format!("{FIXTURES}/scylla/scylla.yaml"))
+        .expect("the scylla.yaml fixture (the test needs /work/shared/fixtures)");
+    std::fs::write(conf.join("scylla.yaml"), yaml).expect("scylla.yaml");
+    std::fs::write(
+        conf.join("cassandra-rackdc.properties"),
+        format!("dc={dc}\nrack={rack}\n"),
+    )
+    .expect("rackdc");
+}
+
+impl World {
+    async fn new(net: u8) -> World {
+        let mut opts = Options::default();
+        opts.ring.timing.bootstrap_ms = STREAM_MS;
+        opts.ring.timing.replace_ms = STREAM_MS;
+        opts.ring.timing.decommission_ms = STREAM_MS;
+        World {
+            net,
+            sim: KubeSim::start(opts).await.expect("kubesim starts"),
+            root: tempfile::tempdir().expect("a temp dir"),
+            http: reqwest::Client::builder()
+                .no_proxy()
+                .build()
+                .expect("a client"),
+        }
+    }
+
+    /// Starts node `n` as the image's entrypoint would: addresses, seeds
+    /// and the API address on the command line.
+    fn ip(&self, n: u8) -> String {
+        addr(self.net, n)
+    }
+
+    fn start(&self, name: &str, n: u8, cluster: &str, seeds: &[u8], extra: &[&str]) -> Node {
+        let ip = |n| self.ip(n);
+        let dir = self.root.path().join(name);
+        write_conf(&dir, "DC1", "B1");
+        let seeds: Vec<String> = seeds.iter().map(|s| ip(*s)).collect();
+        let mut args: Vec<String> = [
+            "--listen-address",
+            &ip(n),
+            "--rpc-address",
+            &ip(n),
+            "--broadcast-address",
+            &ip(n),
+            "--broadcast-rpc-address",
+            &ip(n),
+            "--seed-provider-parameters",
+            &format!("seeds={}", seeds.join(",")),
+            "--api-address",
+            &ip(n),
+            "--cluster-name",
+            cluster,
+            "--endpoint-snitch",
+            "GossipingPropertyFileSnitch",
+            "--num-tokens",
+            "16",
+            "--workdir",
+            &dir.join("var").display().to_string(),
+            "--smp",
+            "1",
+            "--memory",
+            "512M",
+            "--overprovisioned",
+            "--developer-mode",
+            "1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut cmd = scylla_command(&dir, &args);
+        cmd.env("KUBESIM_URL", self.sim.sim_url())
+            .stdout(Stdio::from(
+                std::fs::File::create(dir.join("stdout")).expect("stdout file"),
+            ))
+            .stderr(Stdio::from(
+                std::fs::File::create(dir.join("stderr")).expect("stderr file"),
+            ));
+        Node {
+            name: name.to_string(),
+            ip: ip(n),
+            dir,
+            child: Some(cmd.spawn().expect("the fake scylla starts")),
+        }
+    }
+
+    /// `method path` on node `node`'s REST API: the status and the body
+    /// (`None` when empty).
+    async fn call(&self, node: &Node, method: &str, path: &str) -> (u16, Option<Value>) {
+        let url = node.api(path);
+        let req = match method {
+            "POST" => self.http.post(&url),
+            _ => self.http.get(&url),
+        };
+        let resp = req.send().await.unwrap_or_else(|e| {
+            panic!("{} answers {method} {path}: {e}\n{}", node.name, node.log())
+        });
+        let status = resp.status().as_u16();
+        let text = resp.text().await.expect("a body");
+        let body = (!text.is_empty()).then(|| {
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("JSON from {path}: {e}: {text}"))
+        });
+        (status, body)
+    }
+
+    async fn mode(&self, node: &Node) -> Option<String> {
+        let resp = self
+            .http
+            .get(node.api("/storage_service/operation_mode"))
+            .send()
+            .await
+            .ok()?;
+        resp.json::<Value>()
+            .await
+            .ok()?
+            .as_str()
+            .map(str::to_string)
+    }
+
+    async fn wait_mode(&self, node: &Node, mode: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let got = self.mode(node).await;
+            if got.as_deref() == Some(mode) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} never {mode} (last {got:?})\n{}",
+                node.name,
+                node.log()
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// The ring learns that the process at `n`'s address died (as the
+    /// kubelet reports a killed container).
+    async fn kill(&self, node: &mut Node) {
+        if let Some(mut c) = node.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let resp = self
+            .http
+            .post(format!(
+                "{}/sim/ring/kill?address={}",
+                self.sim.sim_url(),
+                node.ip
+            ))
+            .send()
+            .await
+            .expect("kubesim answers");
+        assert_eq!(resp.status().as_u16(), 200, "the ring knew {}", node.name);
+    }
+
+    async fn status_text(&self, cluster: &str) -> String {
+        self.http
+            .get(format!(
+                "{}/sim/ring/status?cluster={cluster}",
+                self.sim.sim_url()
+            ))
+            .send()
+            .await
+            .expect("kubesim answers")
+            .text()
+            .await
+            .expect("text")
+    }
+}
+
+// ---- the contract suite ----
+
+/// Whether `actual` has the JSON shape of `recorded`: the same types,
+/// objects with the same keys, every array element shaped like the first
+/// recorded element.
+fn same_shape(recorded: &Value, actual: &Value) -> Result<(), String> {
+    match (recorded, actual) {
+        (Value::Null, Value::Null)
+        | (Value::Bool(_), Value::Bool(_))
+        | (Value::Number(_), Value::Number(_))
+        | (Value::String(_), Value::String(_)) => Ok(()),
+        (Value::Array(r), Value::Array(a)) => match r.first() {
+            None => Ok(()),
+            Some(first) => a.iter().try_for_each(|e| same_shape(first, e)),
+        },
+        (Value::Object(r), Value::Object(a)) => {
+            let rk: Vec<&String> = r.keys().collect();
+            let ak: Vec<&String> = a.keys().collect();
+            if rk != ak {
+                return Err(format!("keys {ak:?}, recorded {rk:?}"));
+            }
+            r.iter().try_for_each(|(k, v)| same_shape(v, &a[k]))
+        }
+        _ => Err(format!("{actual} is not shaped like {recorded}")),
+    }
+}
+
+fn compare(file: &str, recorded: &Value, status: u16, body: &Option<Value>) {
+    assert_eq!(
+        Some(status as u64),
+        recorded["status"].as_u64(),
+        "{file}: status (body {body:?})"
+    );
+    let want = &recorded["body"];
+    let got = body.clone().unwrap_or(Value::Null);
+    match recorded["compare"].as_str() {
+        Some("exact") => assert_eq!(&got, want, "{file}"),
+        Some("shape") => {
+            if let Err(e) = same_shape(want, &got) {
+                panic!("{file}: {e}");
+            }
+        }
+        Some("shape_and_length") => {
+            if let Err(e) = same_shape(want, &got) {
+                panic!("{file}: {e}");
+            }
+            assert_eq!(
+                got.as_array().map(Vec::len),
+                want.as_array().map(Vec::len),
+                "{file}: as many elements ({got})"
+            );
+        }
+        other => panic!("{file}: unknown comparison {other:?}"),
+    }
+}
+
+fn recorded_answers() -> Vec<(String, Value)> {
+    let mut files: Vec<(String, Value)> = std::fs::read_dir(RECORDED)
+        .expect("the recorded answers")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).expect("readable");
+            let v: Value = serde_json::from_str(&text).expect("JSON");
+            (p.file_name().unwrap().to_string_lossy().into_owned(), v)
+        })
+        .collect();
+    // The states in order; in each, the reads before the operations.
+    let rank = |v: &Value| {
+        let state = match v["state"].as_str() {
+            Some("three") => 0,
+            Some("three-drained") => 1,
+            _ => 2,
+        };
+        (state, v["request"]["method"] == "POST")
+    };
+    files.sort_by(|a, b| rank(&a.1).cmp(&rank(&b.1)).then(a.0.cmp(&b.0)));
+    files
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scylla_rest_contract() {
+    let world = World::new(48).await;
+    let ip = |n| world.ip(n);
+    let files = recorded_answers();
+    assert!(files.len() >= 20, "the recorded answers are there");
+    // The documentation's cluster: three nodes in DC1/B1, the third down.
+    let n1 = world.start("n1", 1, "contract", &[1], &[]);
+    world.wait_mode(&n1, "NORMAL").await;
+    let n2 = world.start("n2", 2, "contract", &[1], &[]);
+    world.wait_mode(&n2, "NORMAL").await;
+    let mut n3 = world.start("n3", 3, "contract", &[1], &[]);
+    world.wait_mode(&n3, "NORMAL").await;
+    world.kill(&mut n3).await;
+    let alone = world.start("alone", 9, "alone", &[9], &[]);
+    world.wait_mode(&alone, "NORMAL").await;
+
+    for (file, recorded) in &files {
+        let node = match (recorded["state"].as_str(), recorded["node"].as_u64()) {
+            (Some("alone"), _) => &alone,
+            (_, Some(1)) => &n1,
+            (_, Some(2)) => &n2,
+            other => panic!("{file}: no node for {other:?}"),
+        };
+        let mut path = recorded["request"]["path"]
+            .as_str()
+            .expect("a path")
+            .to_string();
+        if let Some(q) = recorded["request"]["query"].as_object() {
+            let query: Vec<String> = q
+                .iter()
+                .map(|(k, v)| {
+                    let v = v.as_str().unwrap_or_default().replace("$node3", &ip(3));
+                    format!("{k}={v}")
+                })
+                .collect();
+            path = format!("{path}?{}", query.join("&"));
+        }
+        let method = recorded["request"]["method"].as_str().expect("a method");
+        let (status, body) = world.call(node, method, &path).await;
+        compare(file, recorded, status, &body);
+    }
+    // What the shapes cannot say: real host IDs, the image's version.
+    let (_, id) = world
+        .call(&n1, "GET", "/storage_service/hostid/local")
+        .await;
+    let id = id
+        .and_then(|v| v.as_str().map(str::to_string))
+        .expect("an id");
+    assert_eq!(id.len(), 36, "{id}");
+    assert_eq!(id.matches('-').count(), 4, "{id}");
+    let (_, v) = world
+        .call(&n1, "GET", "/storage_service/scylla_release_version")
+        .await;
+    assert_eq!(v, Some(json!(RELEASE)));
+}
+
+#[test]
+fn the_shape_comparison_can_fail() {
+    let recorded = json!([{"key": "a", "value": "b"}]);
+    assert!(same_shape(&recorded, &json!([{"key": "x", "value": "y"}])).is_ok());
+    assert!(same_shape(&recorded, &json!([{"key": "x", "value": 1}])).is_err());
+    assert!(same_shape(&recorded, &json!([{"key": "x"}])).is_err());
+    assert!(same_shape(&recorded, &json!({"a": "b"})).is_err());
+    assert!(same_shape(&json!("NORMAL"), &json!(["NORMAL"])).is_err());
+}
+
+// ---- Scylla's rules, end to end ----
+
+async fn host_id_of(world: &World, node: &Node) -> String {
+    let (status, id) = world
+        .call(node, "GET", "/storage_service/hostid/local")
+        .await;
+    assert_eq!(status, 200);
+    id.and_then(|v| v.as_str().map(str::to_string))
+        .expect("a host id")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scylla_lifecycle() {
+    let world = World::new(49).await;
+    let ip = |n| world.ip(n);
+    let cluster = "life";
+    let mut n1 = world.start("n1", 1, cluster, &[1], &[]);
+    world.wait_mode(&n1, "NORMAL").await;
+    // No JVM, no Jolokia: a sidecar asking Jolokia gets nowhere.
+    let jolokia = world
+        .http
+        .post(format!("http://{}:8778/jolokia/", ip(1)))
+        .body(r#"{"type":"version"}"#)
+        .send()
+        .await;
+    assert!(
+        jolokia.as_ref().is_err_and(|e| e.is_connect()),
+        "{jolokia:?}"
+    );
+
+    // A new node streams (BOOTSTRAP, listed as joining), then is NORMAL.
+    let n2 = world.start("n2", 2, cluster, &[1], &[]);
+    world.wait_mode(&n2, "BOOTSTRAP").await;
+    let (_, joining) = world
+        .call(&n1, "GET", "/storage_service/nodes/joining")
+        .await;
+    assert_eq!(joining, Some(json!([ip(2)])));
+    world.wait_mode(&n2, "NORMAL").await;
+    let mut n3 = world.start("n3", 3, cluster, &[1], &[]);
+    world.wait_mode(&n3, "NORMAL").await;
+    let status = world.status_text(cluster).await;
+    for n in 1..=3 {
+        assert!(
+            status
+                .lines()
+                .any(|l| l.starts_with("UN") && l.contains(&ip(n))),
+            "{status}"
+        );
+    }
+
+    // Replace by host ID: the dead node's, not an unknown or a live one.
+    let dead = host_id_of(&world, &n3).await;
+    let (_, dead_tokens) = world
+        .call(&n1, "GET", &format!("/storage_service/tokens/{}", ip(3)))
+        .await;
+    world.kill(&mut n3).await;
+    let unknown = "0b7d3e4c-1f5a-4c39-9d6e-2f6a7b8c9d0e";
+    let mut bad = world.start(
+        "bad",
+        4,
+        cluster,
+        &[1],
+        &["--replace-node-first-boot", unknown],
+    );
+    let (code, log) = bad.exit(20);
+    assert_eq!(code, 1, "{log}");
+    assert!(
+        log.contains(&format!("Replaced node with Host ID {unknown} not found")),
+        "{log}"
+    );
+    let live = host_id_of(&world, &n1).await;
+    let mut bad = world.start(
+        "bad2",
+        5,
+        cluster,
+        &[1],
+        &["--replace-node-first-boot", &live],
+    );
+    let (code, log) = bad.exit(20);
+    assert_eq!(code, 1, "{log}");
+    assert!(log.contains("Cannot replace a live node..."), "{log}");
+    let n4 = world.start(
+        "n4",
+        4,
+        cluster,
+        &[1],
+        &["--replace-node-first-boot", &dead],
+    );
+    world.wait_mode(&n4, "BOOTSTRAP").await;
+    world.wait_mode(&n4, "NORMAL").await;
+    let (_, tokens) = world
+        .call(&n1, "GET", &format!("/storage_service/tokens/{}", ip(4)))
+        .await;
+    assert_eq!(tokens, dead_tokens, "n4 took over n3's tokens");
+    let (_, ids) = world.call(&n1, "GET", "/storage_service/host_id").await;
+    let owners: Vec<&str> = ids
+        .as_ref()
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["key"].as_str())
+        .collect();
+    assert_eq!(
+        owners,
+        vec![ip(1), ip(2), ip(4)],
+        "n3 is gone from the ring"
+    );
+
+    // Decommission answers once the node has left.
+    let began = Instant::now();
+    let answer = world
+        .call(&n4, "POST", "/storage_service/decommission")
+        .await;
+    assert_eq!(answer, (200, None));
+    assert!(
+        began.elapsed() >= Duration::from_millis(STREAM_MS / 2),
+        "the call waited for the streaming ({:?})",
+        began.elapsed()
+    );
+    assert_eq!(world.mode(&n4).await.as_deref(), Some("DECOMMISSIONED"));
+    // A client that gives up does not cancel it.
+    let impatient = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_millis(150))
+        .build()
+        .expect("a client");
+    let gave_up = impatient
+        .post(n2.api("/storage_service/decommission"))
+        .send()
+        .await;
+    assert!(gave_up.is_err_and(|e| e.is_timeout()));
+    assert_eq!(world.mode(&n2).await.as_deref(), Some("LEAVING"));
+    world.wait_mode(&n2, "DECOMMISSIONED").await;
+
+    // The last node is refused, in Scylla's words; drain; SIGTERM.
+    let (status, body) = world
+        .call(&n1, "POST", "/storage_service/decommission")
+        .await;
+    assert_eq!(status, 500);
+    assert_eq!(
+        body,
+        Some(json!({
+            "message": "std::runtime_error (no other normal nodes in the ring; decommission would be pointless)",
+            "code": 500
+        }))
+    );
+    assert_eq!(
+        world.call(&n1, "POST", "/storage_service/drain").await,
+        (200, None)
+    );
+    assert_eq!(world.mode(&n1).await.as_deref(), Some("DRAINED"));
+    assert_eq!(n1.terminate(), 0, "{}", n1.log());
+}
+
+#[test]
+fn scylla_command_line() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    write_conf(dir.path(), "DC1", "B1");
+    let run = |args: &[&str]| {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let out = scylla_command(dir.path(), &args)
+            .output()
+            .expect("the fake runs");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, _, err) = run(&["--listen-address", "127.0.0.1", "--jmx-port", "7199"]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(
+        err,
+        "error: unrecognised option '--jmx-port'\n\nTry --help.\n"
+    );
+    let (code, _, err) = run(&["-Dcassandra.replace_address_first_boot=127.0.0.1"]);
+    assert_eq!(code, 2, "a JVM option means nothing to Scylla: {err}");
+    let (code, _, err) = run(&["--smp", "lots"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("the argument ('lots') for option '--smp' is invalid"),
+        "{err}"
+    );
+    let (code, out, _) = run(&["--version"]);
+    assert_eq!((code, out.as_str()), (0, "5.4.9\n"));
+    // A valid command line without a world to join: configuration read,
+    // then the missing ring service is the failure.
+    let (code, _, err) = run(&["--options-file", "/nonexistent/scylla.yaml"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("Could not open configuration file /nonexistent/scylla.yaml"),
+        "{err}"
+    );
+    // Its directories must be the process's: a user other than the one
+    // owning the workdir (the image's scylla) cannot start.
+    let owned_by_root = dir.path().join("var-lib-scylla");
+    std::fs::create_dir_all(&owned_by_root).expect("a dir");
+    for d in [
+        dir.path(),
+        owned_by_root.as_path(),
+        &dir.path().join("conf"),
+    ] {
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+    }
+    // The kubelet's link: the fake under the name `scylla`.
+    let link = dir.path().join("scylla");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_fake-cassandra"), &link).expect("a link");
+    let out = Command::new("setpriv")
+        .args(["--reuid=1234", "--regid=1234", "--clear-groups", "--"])
+        .arg(&link)
+        .args(["--workdir", &owned_by_root.display().to_string()])
+        .env("SCYLLA_CONF", dir.path().join("conf"))
+        .env("CASSANDRA_VERSION", RELEASE)
+        .output()
+        .expect("setpriv runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "Startup failed: std::runtime_error (Could not create directory {}/data: Permission denied)",
+            owned_by_root.display()
+        )),
+        "{err}"
+    );
+}
+
+/// The fake in a `scylladb/scylla` image's container: the kubelet links it
+/// as `scylla` on the PATH, lays out `/etc/scylla` (the image's
+/// scylla.yaml) and `/var/lib/scylla`, and gives it the image tag; it runs
+/// as the image's `scylla` user (999) and joins the ring at its pod IP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scylla_in_its_image() {
+    use testworld::harness::{pods, str_at, until};
+    use testworld::kubesim::sim::SimOptions;
+    use testworld::kubesim::store::WriteOptions;
+
+    let work = tempfile::tempdir().expect("a temp dir");
+    let mut o = SimOptions::new(work.path());
+    o.fake_cassandra = Some(PathBuf::from(env!("CARGO_BIN_EXE_fake-cassandra")));
+    o.fixtures = Some(testworld::harness::fixtures().expect("the fixtures"));
+    let sim = KubeSim::start(Options {
+        sim: Some(o),
+        ..Default::default()
+    })
+    .await
+    .expect("kubesim starts");
+    let store = sim.store().clone();
+    let args: Vec<&str> = vec![
+        "scylla",
+        "--listen-address",
+        "$(POD_IP)",
+        "--broadcast-address",
+        "$(POD_IP)",
+        "--rpc-address",
+        "$(POD_IP)",
+        "--seed-provider-parameters",
+        "seeds=$(POD_IP)",
+        "--api-address",
+        "$(POD_IP)",
+        "--num-tokens",
+        "16",
+        "--smp",
+        "1",
+        "--memory",
+        "512M",
+        "--overprovisioned",
+        "--developer-mode",
+        "1",
+    ];
+    store
+        .create(
+            &pods(),
+            json!({
+                "metadata": {"name": "scylla-0", "namespace": "default"},
+                "spec": {
+                    "securityContext": {"runAsUser": 999, "runAsGroup": 999, "fsGroup": 999},
+                    "volumes": [{"name": "data", "emptyDir": {}}],
+                    "containers": [{"name": "scylla", "image": "scylladb/scylla:5.4.9",
+                        "command": args,
+                        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+                        "volumeMounts": [{"name": "data", "mountPath": "/var/lib/scylla"}]}]
+                }
+            }),
+            &WriteOptions::default(),
+        )
+        .expect("the pod is created");
+    let pod = until("scylla-0 running", 60, || {
+        let p = store.get(&pods(), "scylla-0").ok()?;
+        p["status"]["containerStatuses"][0]["state"]["running"]
+            .is_object()
+            .then_some(p)
+    })
+    .await;
+    let ip = str_at(&pod, "/status/podIP").to_string();
+    let data_dir = until("the node normal in the ring", 60, || {
+        sim.ring().with(|r| {
+            r.nodes()
+                .find(|n| n.address == ip && n.is_up())
+                .filter(|n| n.mode() == Some(testworld::ring::OperationMode::Normal))
+                .map(|n| n.data_dir.clone())
+        })
+    })
+    .await;
+    assert!(data_dir.starts_with("/var/lib/scylla/data@"), "{data_dir}");
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("a client");
+    let get = |path: &str| {
+        let url = format!("http://{ip}:10000{path}");
+        let http = http.clone();
+        async move {
+            http.get(&url)
+                .send()
+                .await
+                .expect("the API answers at the pod IP")
+                .json::<Value>()
+                .await
+                .expect("JSON")
+        }
+    };
+    assert_eq!(
+        get("/storage_service/operation_mode").await,
+        json!("NORMAL")
+    );
+    assert_eq!(
+        get("/storage_service/scylla_release_version").await,
+        json!("5.4.9"),
+        "the image tag reaches the process"
+    );
+    // As the image's scylla user.
+    let pid = str_at(&pod, "/status/containerStatuses/0/containerID")
+        .strip_prefix("kubesim://")
+        .expect("a container id")
+        .to_string();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the process");
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|u| u.split_whitespace().next())
+        .expect("a uid");
+    assert_eq!(uid, "999");
+}
