@@ -181,3 +181,81 @@ async fn the_thesis_scenario_in_scylla_mode() {
     delete_every_member_pod_at_once(&world, &clusters, 3, log).await;
     status_lists_every_member(&world, &format!("{STS_B}-0"), 3).await;
 }
+
+/// A one-member cluster in scylla mode, the controller stopped: member 0's
+/// Service is labelled for a decommission by hand; ScyllaDB refuses it over
+/// its REST API (an HTTP 500 with its reason: the last node of the ring),
+/// the sidecar reports that reason on the member Service, never confirms,
+/// and the node stays in the ring.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decommission_scylla_refuses_is_reported_with_its_reason() {
+    let _one = ONE_WORLD.lock().await;
+    let work = tempfile::tempdir().unwrap();
+    let (world, controller, log) = world(&["a"], work.path(), fast_ring(), NS).await;
+    baseline(&world).await;
+    let cluster: crds::Cluster = serde_json::from_value(serde_json::json!({
+        "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "cassandra", "namespace": NS},
+        "spec": {"version": SCYLLA_VERSION, "mode": "scylla",
+            "datacenter": {"name": "dc", "racks": [{"name": "r", "members": 1,
+            "storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
+                "spec": {"storageClassName": "standard", "resources": {"requests": {"storage": "1Gi"}}}}]},
+            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}
+    }))
+    .unwrap();
+    let clusters: Api<crds::Cluster> = Api::namespaced(world.client.clone(), NS);
+    crate::common::create_cluster(&clusters, &cluster).await;
+    crate::world::wait_ready(
+        &clusters,
+        "cassandra",
+        1,
+        std::time::Duration::from_secs(120),
+        &log,
+    )
+    .await;
+    // Only the sidecar acts from here: the intent is written by hand.
+    drop(controller);
+    let member = "cassandra-dc-r-0";
+    let services: Api<Service> = Api::namespaced(world.client.clone(), NS);
+    services
+        .patch(
+            member,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {
+                crds::contract::DECOMMISSIONED: "false"}}})),
+        )
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let service = loop {
+        let service = services.get(member).await.unwrap();
+        if service
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(crds::contract::DECOMMISSION_REFUSED))
+        {
+            break service;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no refusal reported\n{}",
+            testworld::harness::container_logs(work.path())
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    let annotations = service.metadata.annotations.unwrap_or_default();
+    assert_eq!(
+        annotations[crds::contract::DECOMMISSION_REFUSED],
+        "std::runtime_error (no other normal nodes in the ring; decommission would be pointless)",
+        "ScyllaDB's reason, as its REST API gave it"
+    );
+    assert_eq!(
+        service.metadata.labels.unwrap_or_default()[crds::contract::DECOMMISSIONED],
+        "false",
+        "never confirmed"
+    );
+    let (up, status, report) = crate::world::ring_summary(&world.sim);
+    assert_eq!(up, 1, "the member stays, NORMAL: {status}");
+    assert!(report.is_clean(), "{report}");
+}
