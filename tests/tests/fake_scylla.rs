@@ -106,7 +106,8 @@ fn scylla_command(dir: &Path, args: &[String]) -> Command {
         .args(args)
         .env("SCYLLA_CONF", dir.join("conf"))
         .env("CASSANDRA_VERSION", RELEASE)
-        .env("FAKE_SCYLLA_STARTING_MS", "50");
+        .env("FAKE_SCYLLA_STARTING_MS", "50")
+        .env("FAKE_SCYLLA_JOINING_MS", "150");
     cmd
 }
 
@@ -148,9 +149,22 @@ impl World {
     }
 
     fn start(&self, name: &str, n: u8, cluster: &str, seeds: &[u8], extra: &[&str]) -> Node {
+        self.start_in("DC1", name, n, cluster, seeds, extra)
+    }
+
+    /// [`World::start`] in datacenter `dc` (rack B1).
+    fn start_in(
+        &self,
+        dc: &str,
+        name: &str,
+        n: u8,
+        cluster: &str,
+        seeds: &[u8],
+        extra: &[&str],
+    ) -> Node {
         let ip = |n| self.ip(n);
         let dir = self.root.path().join(name);
-        write_conf(&dir, "DC1", "B1");
+        write_conf(&dir, dc, "B1");
         let seeds: Vec<String> = seeds.iter().map(|s| ip(*s)).collect();
         let mut args: Vec<String> = [
             "--listen-address",
@@ -271,18 +285,14 @@ impl World {
         assert_eq!(resp.status().as_u16(), 200, "the ring knew {}", node.name);
     }
 
-    async fn status_text(&self, cluster: &str) -> String {
-        self.http
-            .get(format!(
-                "{}/sim/ring/status?cluster={cluster}",
-                self.sim.sim_url()
-            ))
-            .send()
-            .await
-            .expect("kubesim answers")
-            .text()
-            .await
-            .expect("text")
+    /// What `kubesim ring --cluster NAME` prints.
+    fn kubesim_ring(&self, cluster: &str) -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_kubesim"))
+            .args(["ring", "--url", &self.sim.sim_url(), "--cluster", cluster])
+            .output()
+            .expect("kubesim ring runs");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 }
 
@@ -381,6 +391,19 @@ async fn scylla_rest_contract() {
     let mut n3 = world.start("n3", 3, "contract", &[1], &[]);
     world.wait_mode(&n3, "NORMAL").await;
     world.kill(&mut n3).await;
+    // The keyspace of replication factor 1 the documentation's Owns
+    // column describes.
+    let resp = world
+        .http
+        .post(format!("{}/sim/ring/keyspaces?cluster=contract", world.sim.sim_url()))
+        .body(
+            json!({"name": "ks", "replication": {"class": "SimpleStrategy", "replication_factor": 1}})
+                .to_string(),
+        )
+        .send()
+        .await
+        .expect("kubesim answers");
+    assert_eq!(resp.status().as_u16(), 201);
     let alone = world.start("alone", 9, "alone", &[9], &[]);
     world.wait_mode(&alone, "NORMAL").await;
 
@@ -422,6 +445,18 @@ async fn scylla_rest_contract() {
         .call(&n1, "GET", "/storage_service/scylla_release_version")
         .await;
     assert_eq!(v, Some(json!(RELEASE)));
+    // Effective ownership of RF 1 adds up to the whole ring.
+    let (_, owns) = world
+        .call(&n1, "GET", "/storage_service/ownership/ks")
+        .await;
+    let total: f64 = owns
+        .as_ref()
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["value"].as_str()?.parse::<f64>().ok())
+        .sum();
+    assert!((total - 1.0).abs() < 1e-3, "{owns:?}");
 }
 
 #[test]
@@ -464,8 +499,10 @@ async fn scylla_lifecycle() {
         "{jolokia:?}"
     );
 
-    // A new node streams (BOOTSTRAP, listed as joining), then is NORMAL.
+    // A new node starts, waits for the ring (JOINING), streams
+    // (BOOTSTRAP, listed as joining by the others), then is NORMAL.
     let n2 = world.start("n2", 2, cluster, &[1], &[]);
+    world.wait_mode(&n2, "JOINING").await;
     world.wait_mode(&n2, "BOOTSTRAP").await;
     let (_, joining) = world
         .call(&n1, "GET", "/storage_service/nodes/joining")
@@ -474,7 +511,7 @@ async fn scylla_lifecycle() {
     world.wait_mode(&n2, "NORMAL").await;
     let mut n3 = world.start("n3", 3, cluster, &[1], &[]);
     world.wait_mode(&n3, "NORMAL").await;
-    let status = world.status_text(cluster).await;
+    let status = world.kubesim_ring(cluster);
     for n in 1..=3 {
         assert!(
             status
@@ -490,6 +527,18 @@ async fn scylla_lifecycle() {
         .call(&n1, "GET", &format!("/storage_service/tokens/{}", ip(3)))
         .await;
     world.kill(&mut n3).await;
+    // Its address with an empty disk and no replace option: Scylla's
+    // collision refusal.
+    let mut wiped = world.start("n3-wiped", 3, cluster, &[1], &[]);
+    let (code, log) = wiped.exit(20);
+    assert_eq!(code, 1, "{log}");
+    assert!(
+        log.contains(&format!(
+            "Startup failed: std::runtime_error (A node with address {} already exists, cancelling join. Use replace_address if you want to replace this node.)",
+            ip(3)
+        )),
+        "{log}"
+    );
     let unknown = "0b7d3e4c-1f5a-4c39-9d6e-2f6a7b8c9d0e";
     let mut bad = world.start(
         "bad",
@@ -554,6 +603,16 @@ async fn scylla_lifecycle() {
         began.elapsed()
     );
     assert_eq!(world.mode(&n4).await.as_deref(), Some("DECOMMISSIONED"));
+    // Restarted on its data, a decommissioned node does not rejoin.
+    let mut n4 = n4;
+    assert_eq!(n4.terminate(), 0, "{}", n4.log());
+    let mut again = world.start("n4", 4, cluster, &[1], &[]);
+    let (code, log) = again.exit(20);
+    assert_eq!(code, 1, "{log}");
+    assert!(
+        log.contains("This node was decommissioned and will not rejoin the ring unless override_decommission=true has been set,or all existing data is removed and the node is bootstrapped again"),
+        "{log}"
+    );
     // A client that gives up does not cancel it.
     let impatient = reqwest::Client::builder()
         .no_proxy()
@@ -586,6 +645,44 @@ async fn scylla_lifecycle() {
     );
     assert_eq!(world.mode(&n1).await.as_deref(), Some("DRAINED"));
     assert_eq!(n1.terminate(), 0, "{}", n1.log());
+}
+
+/// With repair-based node operations, the last node of a datacenter where
+/// a keyspace keeps replicas cannot leave: no replica would be left there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scylla_last_node_of_a_datacenter() {
+    let world = World::new(50).await;
+    let cluster = "dcs";
+    let n1 = world.start("n1", 1, cluster, &[1], &[]);
+    world.wait_mode(&n1, "NORMAL").await;
+    let n2 = world.start_in("DC2", "n2", 2, cluster, &[1], &[]);
+    world.wait_mode(&n2, "NORMAL").await;
+    let resp = world
+        .http
+        .post(format!("{}/sim/ring/keyspaces?cluster={cluster}", world.sim.sim_url()))
+        .body(
+            json!({"name": "ks", "replication": {"class": "NetworkTopologyStrategy", "datacenters": {"DC1": 1, "DC2": 1}}})
+                .to_string(),
+        )
+        .send()
+        .await
+        .expect("kubesim answers");
+    assert_eq!(resp.status().as_u16(), 201);
+    let (status, body) = world
+        .call(&n2, "POST", "/storage_service/decommission")
+        .await;
+    assert_eq!(status, 500);
+    let message = body
+        .as_ref()
+        .and_then(|b| b["message"].as_str())
+        .unwrap_or_default();
+    assert!(
+        message.starts_with(
+            "std::runtime_error (decommission_with_repair: keyspace=ks, range=(-inf, "
+        ) && message.ends_with("new_replica_endpoints={}, zero replica after the removal)"),
+        "{body:?}"
+    );
+    assert_eq!(world.mode(&n2).await.as_deref(), Some("NORMAL"));
 }
 
 #[test]

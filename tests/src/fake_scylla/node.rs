@@ -16,19 +16,26 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use serde_json::Value;
 use tokio::net::TcpListener;
 
-use super::rest::{self, Identity, Reply, Step};
+use super::rest::{self, Identity, NodeState, Reply, Step};
+use crate::fake_cassandra::jolokia::RingCall;
 use crate::fake_cassandra::node::{NodeError, RingClient};
 
 /// A running fake ScyllaDB node.
 #[derive(Debug)]
 pub struct ScyllaNode {
     pub ring: RingClient,
+    /// kubesim's base URL and the node's cluster: where the schema is read.
+    pub kubesim: String,
+    pub cluster: String,
     pub identity: Identity,
     /// Set once the node started in the ring; until then the API answers
     /// as a starting node does.
     pub host_id: OnceLock<String>,
+    /// Between STARTING and the ring: waiting for ring information.
+    pub joining: std::sync::atomic::AtomicBool,
 }
 
 fn message_of(e: NodeError) -> String {
@@ -79,14 +86,48 @@ impl ScyllaNode {
                 Err(e) => return Reply::runtime_error(&message_of(e)),
             },
         };
-        match rest::step(&self.identity, view.as_ref(), method, &path, &query) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let state = match &view {
+            Some(v) => NodeState::Running(v),
+            None if self.joining.load(std::sync::atomic::Ordering::SeqCst) => NodeState::Joining,
+            None => NodeState::Starting,
+        };
+        match rest::step(&self.identity, now, state, method, &path, &query) {
             Step::Answer(r) => r,
+            Step::Schema(q) => match ring_snapshot(&self.kubesim, &self.cluster).await {
+                Ok(Some(snapshot)) => rest::answer_schema(&q, &snapshot),
+                Ok(None) => rest::answer_schema(&q, &serde_json::Value::Null),
+                Err(e) => Reply::runtime_error(&e),
+            },
             Step::Call(call) => {
                 let Some(host_id) = self.host_id.get().cloned() else {
                     return Reply::runtime_error(
                         "local node is not a member of the token ring yet",
                     );
                 };
+                // Scylla's own checks come first: a decommission that gets
+                // past them may still find a range with no replica left.
+                let others = view.as_ref().is_some_and(|v| {
+                    v.endpoints
+                        .iter()
+                        .any(|e| e.host_id != host_id && e.state == 'N')
+                });
+                if matches!(call, RingCall::Decommission { .. })
+                    && view.as_ref().is_some_and(|v| v.mode == "NORMAL")
+                    && others
+                {
+                    match ring_snapshot(&self.kubesim, &self.cluster).await {
+                        Ok(Some(snapshot)) => {
+                            if let Some(refusal) = rest::zero_replica_refusal(&snapshot, &host_id) {
+                                return Reply::runtime_error(&refusal);
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(e) => return Reply::runtime_error(&e),
+                    }
+                }
                 let node = self.clone();
                 let task = tokio::spawn(async move {
                     node.ring
@@ -102,6 +143,33 @@ impl ScyllaNode {
             }
         }
     }
+}
+
+/// The ring of `cluster` as kubesim serves it (`GET /sim/ring?cluster=`):
+/// members, data directories, keyspaces. `None` when no node of that
+/// cluster ever started.
+pub async fn ring_snapshot(kubesim: &str, cluster: &str) -> Result<Option<Value>, String> {
+    let url = format!("{}/sim/ring", kubesim.trim_end_matches('/'));
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let escaped: String = cluster
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let resp = http
+        .get(format!("{url}?cluster={escaped}"))
+        .send()
+        .await
+        .map_err(|e| format!("ring service at {url} unreachable: {e}"))?;
+    if resp.status().as_u16() == 404 {
+        return Ok(None);
+    }
+    resp.json().await.map(Some).map_err(|e| e.to_string())
 }
 
 fn response(reply: Reply) -> Response<Full<Bytes>> {

@@ -12,7 +12,9 @@
 //!   `scylla` user owns `/var/lib/scylla`), else exit 1.
 //! - the REST API is served from the start on `--api-address:--api-port`
 //!   (STARTING, no host ID yet); after `FAKE_SCYLLA_STARTING_MS` (300 ms)
-//!   the node starts in the ring of its cluster.
+//!   it is JOINING for `FAKE_SCYLLA_JOINING_MS` (100 ms), then the node
+//!   starts in the ring of its cluster (NORMAL, or BOOTSTRAP while it
+//!   streams).
 //! - `replace_node_first_boot: <host id>` on an empty data directory
 //!   replaces that node: `Replaced node with Host ID <id> not found` if no
 //!   member has it, `Cannot replace a live node...` if it is up (exit 1);
@@ -27,11 +29,9 @@ use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use serde_json::Value;
-
 use super::config::{self, CASSANDRA_COMPAT, ScyllaConfig};
-use super::node::{ScyllaNode, serve_rest};
-use super::rest::Identity;
+use super::node::{ScyllaNode, ring_snapshot, serve_rest};
+use super::rest::{Identity, scylla_words};
 use crate::fake_cassandra::MARKER;
 use crate::fake_cassandra::node::{NodeError, RingClient};
 use crate::fake_cassandra::process::{data_dir_identity, wait_for_signal, watch_ring};
@@ -78,27 +78,9 @@ async fn member_of(
     cluster: &str,
     id: &str,
 ) -> Result<Option<(String, bool)>, String> {
-    let url = format!("{}/sim/ring", kubesim.trim_end_matches('/'));
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .map_err(|e| e.to_string())?;
-    let escaped: String = cluster
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-' | b'.' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
-    let resp = http
-        .get(format!("{url}?cluster={escaped}"))
-        .send()
-        .await
-        .map_err(|e| format!("ring service at {url} unreachable: {e}"))?;
-    if resp.status().as_u16() == 404 {
+    let Some(ring) = ring_snapshot(kubesim, cluster).await? else {
         return Ok(None);
-    }
-    let ring: Value = resp.json().await.map_err(|e| e.to_string())?;
+    };
     Ok(ring["nodes"]
         .as_array()
         .into_iter()
@@ -197,10 +179,16 @@ pub async fn main(args: Vec<String>) -> ExitCode {
     let ring = RingClient::new(&kubesim);
     let node = Arc::new(ScyllaNode {
         ring: ring.clone(),
+        kubesim: kubesim.clone(),
+        cluster: config.node.cluster_name.clone(),
         identity: Identity {
             release: config.release.clone(),
+            started_unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
         },
         host_id: OnceLock::new(),
+        joining: Default::default(),
     });
     let api = (config.api_address.clone(), config.api_port);
     let server = match tokio::net::TcpListener::bind((api.0.as_str(), api.1)).await {
@@ -223,6 +211,15 @@ pub async fn main(args: Vec<String>) -> ExitCode {
         .and_then(|v| v.parse().ok())
         .unwrap_or(300);
     tokio::time::sleep(Duration::from_millis(starting)).await;
+    // JOINING: gossip runs, the node waits for ring information
+    // (FAKE_SCYLLA_JOINING_MS, 100 ms by default; Scylla's ring_delay).
+    node.joining
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let joining = std::env::var("FAKE_SCYLLA_JOINING_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    tokio::time::sleep(Duration::from_millis(joining)).await;
 
     if let Some(id) = config.replace_node_first_boot.clone() {
         if data_dir_empty {
@@ -266,7 +263,7 @@ pub async fn main(args: Vec<String>) -> ExitCode {
                 NodeError::Refused(r) => r.message,
                 other => other.to_string(),
             };
-            return startup_failed(message.trim_end());
+            return startup_failed(&scylla_words(&message));
         }
     };
     let host_id = started["host_id"].as_str().unwrap_or_default().to_string();

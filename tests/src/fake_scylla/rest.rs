@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use crate::fake_cassandra::jolokia::RingCall;
 use crate::fake_cassandra::view::{EndpointView, NodeView};
+use crate::ring::{Endpoint, Replication, Token, TokenMap};
 
 use super::config::CASSANDRA_COMPAT;
 
@@ -63,6 +64,89 @@ pub enum Step {
     /// A blocking operation: the ring carries it out, the reply follows
     /// ([`reply_of_call`]).
     Call(RingCall),
+    /// The schema: the answer comes from the cluster's ring as a whole
+    /// (its keyspaces), [`answer_schema`].
+    Schema(SchemaQuery),
+}
+
+/// A request about keyspaces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchemaQuery {
+    /// `GET /storage_service/ownership/{keyspace}`.
+    Ownership { keyspace: String },
+    /// `GET /storage_service/keyspaces?type=`.
+    Keyspaces { user_only: bool },
+}
+
+/// `replica::no_such_keyspace`'s words, as `validate_keyspace` throws
+/// them in a `bad_param_exception` (400).
+fn no_such_keyspace(keyspace: &str) -> Reply {
+    Reply::error(400, format!("Can't find a keyspace {keyspace}"))
+}
+
+fn replication_of(v: &Value) -> Option<Replication> {
+    match v["class"].as_str()? {
+        "SimpleStrategy" => Some(Replication::simple(
+            v["replication_factor"].as_u64()? as usize
+        )),
+        "NetworkTopologyStrategy" => {
+            let dcs = v["datacenters"].as_object()?;
+            let pairs: Vec<(&str, usize)> = dcs
+                .iter()
+                .filter_map(|(dc, rf)| Some((dc.as_str(), rf.as_u64()? as usize)))
+                .collect();
+            Some(Replication::network_topology(pairs))
+        }
+        _ => None,
+    }
+}
+
+/// The answer to a schema request from the ring's snapshot
+/// (`GET /sim/ring?cluster=`: its members and keyspaces). Effective
+/// ownership is the share of the ring whose replicas include each token
+/// owner, as a float printed the shortest way (`fmt::to_string`).
+pub fn answer_schema(query: &SchemaQuery, snapshot: &Value) -> Reply {
+    let keyspaces = snapshot["keyspaces"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    match query {
+        SchemaQuery::Keyspaces { user_only } => {
+            let mut names: Vec<&str> = keyspaces
+                .iter()
+                .filter(|k| !user_only || k["system"] != true)
+                .filter_map(|k| k["name"].as_str())
+                .collect();
+            names.sort_unstable();
+            Reply::ok(json!(names))
+        }
+        SchemaQuery::Ownership { keyspace } => {
+            let Some(replication) = keyspaces
+                .iter()
+                .find(|k| k["name"] == keyspace.as_str())
+                .and_then(|k| replication_of(&k["replication"]))
+            else {
+                return no_such_keyspace(keyspace);
+            };
+            let owners = natural_members(snapshot);
+            let map = TokenMap::new(owners.iter().map(|(e, t, _)| (e.clone(), t.as_slice())));
+            let owned = if map.is_empty() {
+                Default::default()
+            } else {
+                map.ownership(Some(&replication))
+            };
+            let mut rows: Vec<(&str, f64)> = owners
+                .iter()
+                .map(|(e, _, a)| (a.as_str(), owned.get(&e.host_id).copied().unwrap_or(0.0)))
+                .collect();
+            rows.sort_by(|a, b| a.0.cmp(b.0));
+            Reply::ok(json!(
+                rows.iter()
+                    .map(|(a, share)| json!({"key": a, "value": (*share as f32).to_string()}))
+                    .collect::<Vec<_>>()
+            ))
+        }
+    }
 }
 
 /// What the node is.
@@ -70,6 +154,9 @@ pub enum Step {
 pub struct Identity {
     /// `scylla_release_version`.
     pub release: String,
+    /// When the process started (Unix milliseconds): its gossip generation
+    /// (in seconds) and its uptime.
+    pub started_unix_ms: u64,
 }
 
 /// Scylla's name of the ring model's mode: a node streaming for a
@@ -103,12 +190,23 @@ fn sorted_tokens(tokens: &[String]) -> Vec<&String> {
     list
 }
 
-/// The answer to a request while the node starts: the API server is up
-/// before the storage service has a host ID or gossip runs.
-fn starting(method: &str, path: &str) -> Reply {
+/// Where the node is in its life.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum NodeState<'a> {
+    /// The API server is up; the storage service is not.
+    Starting,
+    /// Waiting for ring information before it joins (`JOINING`).
+    Joining,
+    /// In the ring, as its view shows it.
+    Running(&'a NodeView),
+}
+
+/// The answer to a request before the node is in the ring: the API server
+/// is up before the storage service has a host ID or gossip runs.
+fn starting(mode: &str, method: &str, path: &str) -> Reply {
     match (method, path) {
-        ("GET", "/storage_service/operation_mode") => Reply::ok(json!("STARTING")),
-        ("GET", "/storage_service/is_starting") => Reply::ok(json!(true)),
+        ("GET", "/storage_service/operation_mode") => Reply::ok(json!(mode)),
+        ("GET", "/storage_service/is_starting") => Reply::ok(json!(mode == "STARTING")),
         ("GET", "/storage_service/hostid/local") => {
             Reply::error(404, "local host ID is not yet set")
         }
@@ -135,17 +233,25 @@ const LISTS: &[&str] = &[
     "/storage_service/load_map",
 ];
 
-/// The answer to `method path?query` of a node whose view is `view`
-/// (`None` while it starts).
+/// The answer to `method path?query` of a node in `state`.
 pub fn step(
     identity: &Identity,
-    view: Option<&NodeView>,
+    now_unix_ms: u64,
+    state: NodeState<'_>,
     method: &str,
     path: &str,
     query: &BTreeMap<String, String>,
 ) -> Step {
     let answer = |r: Reply| Step::Answer(r);
     match (method, path) {
+        ("GET", "/system/uptime_ms") => {
+            return answer(Reply::ok(json!(
+                now_unix_ms.saturating_sub(identity.started_unix_ms)
+            )));
+        }
+        ("GET", "/storage_service/generation_number") => {
+            return answer(Reply::ok(json!(identity.started_unix_ms / 1000)));
+        }
         ("GET", "/storage_service/release_version") => {
             return answer(Reply::ok(json!(CASSANDRA_COMPAT)));
         }
@@ -154,8 +260,10 @@ pub fn step(
         }
         _ => {}
     }
-    let Some(view) = view else {
-        return answer(starting(method, path));
+    let view = match state {
+        NodeState::Starting => return answer(starting("STARTING", method, path)),
+        NodeState::Joining => return answer(starting("JOINING", method, path)),
+        NodeState::Running(view) => view,
     };
     let host = query.get("host").map(String::as_str).unwrap_or("");
     let located = |f: fn(&EndpointView) -> &str, default: &str, own: &str| -> Reply {
@@ -170,6 +278,17 @@ pub fn step(
         ("GET", "/storage_service/operation_mode") => Reply::ok(json!(scylla_mode(&view.mode))),
         ("GET", "/storage_service/is_starting") => Reply::ok(json!(view.mode == "STARTING")),
         ("GET", "/storage_service/hostid/local") => Reply::ok(json!(view.host_id)),
+        // Drain stops gossip and the CQL server; the process runs on.
+        ("GET", "/storage_service/gossiping" | "/storage_service/native_transport") => {
+            Reply::ok(json!(!matches!(view.mode.as_str(), "DRAINING" | "DRAINED")))
+        }
+        ("GET", "/storage_service/rpc_server") => Reply::ok(json!(false)),
+        ("GET", "/storage_service/cluster_name") => Reply::ok(json!(view.cluster_name)),
+        ("GET", "/storage_service/partitioner_name") => {
+            Reply::ok(json!("org.apache.cassandra.dht.Murmur3Partitioner"))
+        }
+        ("GET", "/storage_service/is_initialized") => Reply::ok(json!(view.mode != "STARTING")),
+        ("GET", "/storage_service/load") => Reply::ok(json!(view.load_bytes)),
         ("GET", "/storage_service/host_id") => {
             let mut owners: Vec<&EndpointView> =
                 view.endpoints.iter().filter(|e| token_owner(e)).collect();
@@ -232,6 +351,16 @@ pub fn step(
                     .collect::<Vec<_>>()
             ))
         }
+        ("GET", p) if p.starts_with("/storage_service/ownership/") => {
+            return Step::Schema(SchemaQuery::Ownership {
+                keyspace: p["/storage_service/ownership/".len()..].to_string(),
+            });
+        }
+        ("GET", "/storage_service/keyspaces") => {
+            return Step::Schema(SchemaQuery::Keyspaces {
+                user_only: query.get("type").is_some_and(|t| t == "user"),
+            });
+        }
         ("GET", "/snitch/datacenter") => located(|e| &e.dc, "datacenter1", &view.dc),
         ("GET", "/snitch/rack") => located(|e| &e.rack, "rack1", &view.rack),
         ("POST", "/storage_service/drain") => return Step::Call(RingCall::Drain),
@@ -243,13 +372,111 @@ pub fn step(
     answer(reply)
 }
 
+/// The ring's token owners in a snapshot: endpoint, tokens, address.
+fn natural_members(snapshot: &Value) -> Vec<(Endpoint, Vec<Token>, String)> {
+    snapshot["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| {
+            matches!(
+                n["state"].as_str(),
+                Some("normal" | "leaving" | "hibernating")
+            )
+        })
+        .map(|n| {
+            let s = |k: &str| n[k].as_str().unwrap_or_default().to_string();
+            let tokens = n["tokens"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_i64)
+                .collect();
+            (
+                Endpoint {
+                    host_id: s("host_id"),
+                    dc: s("dc"),
+                    rack: s("rack"),
+                },
+                tokens,
+                s("address"),
+            )
+        })
+        .collect()
+}
+
+/// Decommission with repair-based node operations (the default of
+/// `allowed_repair_based_node_ops` in 5.x) fails when a range the leaving
+/// node replicates would have no replica left in its datacenter: the last
+/// node of a datacenter where a keyspace has a replication factor
+/// (repair/row_level.cc `decommission_with_repair`). Scylla finds it once
+/// the decommission has begun and aborts it (the node goes back to
+/// NORMAL); the fake refuses before it begins, with the same words. The
+/// first such keyspace by name, and the first range, `(-inf, <lowest
+/// token>]`.
+pub fn zero_replica_refusal(snapshot: &Value, host_id: &str) -> Option<String> {
+    let members = natural_members(snapshot);
+    let (me, _, _) = members.iter().find(|(e, _, _)| e.host_id == host_id)?;
+    if members
+        .iter()
+        .any(|(e, _, _)| e.host_id != host_id && e.dc == me.dc)
+    {
+        return None;
+    }
+    let mut keyspaces: Vec<(&str, Replication)> = snapshot["keyspaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|k| Some((k["name"].as_str()?, replication_of(&k["replication"])?)))
+        .collect();
+    keyspaces.sort_by(|a, b| a.0.cmp(b.0));
+    let (keyspace, replication) = keyspaces
+        .into_iter()
+        .find(|(_, r)| matches!(r, Replication::NetworkTopology { .. }) && r.rf_in(&me.dc) > 0)?;
+    let map = TokenMap::new(members.iter().map(|(e, t, _)| (e.clone(), t.as_slice())));
+    let lowest = members.iter().flat_map(|(_, t, _)| t.iter()).min()?;
+    let address_of = |h: &str| {
+        members
+            .iter()
+            .find(|(e, _, _)| e.host_id == h)
+            .map_or(String::new(), |(_, _, a)| a.clone())
+    };
+    let current: Vec<String> = map
+        .replicas(&replication, *lowest)
+        .iter()
+        .map(|h| address_of(h))
+        .collect();
+    Some(format!(
+        "decommission_with_repair: keyspace={keyspace}, range=(-inf, {lowest}], current_replica_endpoints={{{}}}, new_replica_endpoints={{}}, zero replica after the removal",
+        current.join(", ")
+    ))
+}
+
+/// Scylla's words for a refusal of the ring model, which speaks Cassandra
+/// 3.x's: most of them Scylla's gossip topology kept as they were; these
+/// it rewrote (service/storage_service.cc, 5.x): no `cassandra.` system
+/// properties, scylla.yaml options instead.
+pub fn scylla_words(model: &str) -> String {
+    if let Some(rest) = model.strip_prefix("A node with address ")
+        && let Some((address, _)) = rest.split_once(" already exists")
+    {
+        return format!(
+            "A node with address {address} already exists, cancelling join. Use replace_address if you want to replace this node."
+        );
+    }
+    if model.starts_with("This node was decommissioned and will not rejoin the ring") {
+        // Two literals joined without a space in the source.
+        return "This node was decommissioned and will not rejoin the ring unless override_decommission=true has been set,or all existing data is removed and the node is bootstrapped again".to_string();
+    }
+    model.trim_end().to_string()
+}
+
 /// The reply to a ring operation: `json_void` when it completed, else
-/// Scylla's `std::runtime_error` with the model's words (the ring speaks
-/// Cassandra 3.x's, which Scylla's gossip topology kept).
+/// Scylla's `std::runtime_error` ([`scylla_words`]).
 pub fn reply_of_call(outcome: Result<(), String>) -> Reply {
     match outcome {
         Ok(()) => Reply::void(),
-        Err(message) => Reply::runtime_error(message.trim_end()),
+        Err(message) => Reply::runtime_error(&scylla_words(&message)),
     }
 }
 
@@ -265,13 +492,21 @@ mod tests {
         c
     }
 
-    fn get(view: Option<&NodeView>, path: &str) -> Reply {
-        let identity = Identity {
+    fn identity() -> Identity {
+        Identity {
             release: "5.4.9".into(),
-        };
-        match step(&identity, view, "GET", path, &BTreeMap::new()) {
+            started_unix_ms: 0,
+        }
+    }
+
+    fn state(view: Option<&NodeView>) -> NodeState<'_> {
+        view.map_or(NodeState::Starting, NodeState::Running)
+    }
+
+    fn get(view: Option<&NodeView>, path: &str) -> Reply {
+        match step(&identity(), 0, state(view), "GET", path, &BTreeMap::new()) {
             Step::Answer(r) => r,
-            Step::Call(c) => panic!("a GET is no call: {c:?}"),
+            other => panic!("not an answer: {other:?}"),
         }
     }
 
@@ -331,14 +566,11 @@ mod tests {
             get(v, "/storage_service/tokens/10.0.0.9").body,
             Some(json!([]))
         );
-        let identity = Identity {
-            release: "5.4.9".into(),
-        };
         let rack = |host: &str| {
             let q = BTreeMap::from([("host".to_string(), host.to_string())]);
-            match step(&identity, v, "GET", "/snitch/rack", &q) {
+            match step(&identity(), 0, state(v), "GET", "/snitch/rack", &q) {
                 Step::Answer(r) => r.body,
-                Step::Call(_) => None,
+                _ => None,
             }
         };
         assert_eq!(rack("10.0.0.3"), Some(json!("B2")));
@@ -356,6 +588,23 @@ mod tests {
             get(v, "/storage_service/scylla_release_version").body,
             Some(json!("5.4.9"))
         );
+        assert_eq!(get(v, "/storage_service/gossiping").body, Some(json!(true)));
+        assert_eq!(
+            get(v, "/storage_service/cluster_name").body,
+            Some(json!("c"))
+        );
+        let q = BTreeMap::new();
+        let Step::Answer(up) = step(
+            &identity(),
+            90_500,
+            state(v),
+            "GET",
+            "/system/uptime_ms",
+            &q,
+        ) else {
+            panic!("an answer");
+        };
+        assert_eq!(up.body, Some(json!(90_500)));
         assert_eq!(
             get(v, "/jolokia/read/x").body,
             Some(json!({"message": "Not found", "code": 404}))
@@ -386,6 +635,85 @@ mod tests {
     }
 
     #[test]
+    fn effective_ownership_follows_the_keyspaces_replication() {
+        let mut ring = Ring::new(Options::default());
+        let a = ring.start(&scylla("10.0.0.1", "B1", "/a")).expect("a");
+        ring.start(&scylla("10.0.0.2", "B1", "/b")).expect("b");
+        let _ = ring.advance(10_000);
+        ring.create_keyspace("ks", Replication::simple(2))
+            .expect("a keyspace");
+        let snapshot = serde_json::to_value(&ring).expect("a snapshot");
+        let view = node_view(&ring, &a.host_id).expect("a view");
+        let q = BTreeMap::new();
+        let Step::Schema(query) = step(
+            &identity(),
+            0,
+            NodeState::Running(&view),
+            "GET",
+            "/storage_service/ownership/ks",
+            &q,
+        ) else {
+            panic!("ownership needs the schema");
+        };
+        let owns = answer_schema(&query, &snapshot).body.expect("a body");
+        assert_eq!(
+            owns,
+            json!([{"key": "10.0.0.1", "value": "1"}, {"key": "10.0.0.2", "value": "1"}]),
+            "RF 2 on two nodes: each holds everything"
+        );
+        let missing = answer_schema(
+            &SchemaQuery::Ownership {
+                keyspace: "nope".into(),
+            },
+            &snapshot,
+        );
+        assert_eq!(missing, Reply::error(400, "Can't find a keyspace nope"));
+        let user = answer_schema(&SchemaQuery::Keyspaces { user_only: true }, &snapshot);
+        assert_eq!(user.body, Some(json!(["ks"])));
+    }
+
+    #[test]
+    fn the_last_node_of_a_datacenter_with_replicas_there_cannot_leave() {
+        let mut ring = Ring::new(Options::default());
+        let mut dc2 = scylla("10.0.0.3", "B1", "/c");
+        dc2.dc = "DC2".into();
+        let a = ring.start(&scylla("10.0.0.1", "B1", "/a")).expect("a");
+        ring.start(&scylla("10.0.0.2", "B1", "/b")).expect("b");
+        let _ = ring.advance(10_000);
+        let c = ring.start(&dc2).expect("c");
+        let _ = ring.advance(10_000);
+        ring.create_keyspace("only_dc1", Replication::network_topology([("DC1", 2)]))
+            .expect("a keyspace");
+        let snapshot = serde_json::to_value(&ring).expect("a snapshot");
+        assert_eq!(
+            zero_replica_refusal(&snapshot, &c.host_id),
+            None,
+            "no replicas in DC2"
+        );
+        assert_eq!(
+            zero_replica_refusal(&snapshot, &a.host_id),
+            None,
+            "DC1 keeps b"
+        );
+        ring.create_keyspace(
+            "ks",
+            Replication::network_topology([("DC1", 1), ("DC2", 1)]),
+        )
+        .expect("a keyspace");
+        let snapshot = serde_json::to_value(&ring).expect("a snapshot");
+        let refusal = zero_replica_refusal(&snapshot, &c.host_id).expect("refused");
+        assert!(
+            refusal.starts_with("decommission_with_repair: keyspace=ks, range=(-inf, -"),
+            "{refusal}"
+        );
+        assert!(refusal.contains("10.0.0.3"), "{refusal}");
+        assert!(
+            refusal.ends_with(", new_replica_endpoints={}, zero replica after the removal"),
+            "{refusal}"
+        );
+    }
+
+    #[test]
     fn while_starting_the_api_answers_without_a_ring() {
         assert_eq!(
             get(None, "/storage_service/operation_mode").body,
@@ -398,7 +726,27 @@ mod tests {
             Some(json!({"message": "local host ID is not yet set", "code": 404}))
         );
         assert_eq!(get(None, "/storage_service/host_id").status, 500);
+        let joining = step(
+            &identity(),
+            0,
+            NodeState::Joining,
+            "GET",
+            "/storage_service/operation_mode",
+            &BTreeMap::new(),
+        );
+        assert_eq!(joining, Step::Answer(Reply::ok(json!("JOINING"))));
         assert_eq!(reply_of_call(Ok(())), Reply::void());
+        let collision = crate::ring::RingError::EndpointCollision {
+            address: "10.0.0.3".into(),
+        };
+        assert_eq!(
+            scylla_words(&collision.to_string()),
+            "A node with address 10.0.0.3 already exists, cancelling join. Use replace_address if you want to replace this node."
+        );
+        assert!(
+            scylla_words(&crate::ring::RingError::Decommissioned.to_string())
+                .contains("unless override_decommission=true has been set,or all")
+        );
         assert_eq!(
             reply_of_call(Err("Cannot replace a live node... ".into())).body,
             Some(
