@@ -512,6 +512,13 @@ async fn the_client_reads_every_recorded_answer() {
                     "{what}"
                 );
             }
+            ("GET", "/storage_service/cluster_name") => {
+                assert_eq!(
+                    scylla.cluster_name().await.unwrap(),
+                    body.as_str().unwrap(),
+                    "{what}"
+                );
+            }
             ("GET", "/storage_service/release_version") => {
                 assert_eq!(
                     scylla.release_version().await.unwrap(),
