@@ -129,6 +129,23 @@ async fn the_thesis_scenario_in_scylla_mode() {
     baseline(&world).await;
     let clusters = thesis_five(&world, ClusterMode::Scylla, SCYLLA_VERSION, log).await;
     status_lists_every_member(&world, &format!("{STS_B}-0"), 5).await;
+    let b0 = format!("{STS_B}-0");
+    let info = nodetool_in(&world, &b0, &["--mode", "scylla", "info"]).await;
+    for line in [
+        "Operation Mode         : NORMAL",
+        "Data Center            : europe-west1",
+        "Rack                   : europe-west1-b",
+        "Cluster Name           : cassandra",
+    ] {
+        assert!(info.contains(line), "{line:?} not in:\n{info}");
+    }
+    let mode = nodetool_in(&world, &b0, &["--mode", "scylla", "operation-mode"]).await;
+    assert_eq!(mode, "NORMAL\n");
+    let version = nodetool_in(&world, &b0, &["--mode", "scylla", "version"]).await;
+    assert_eq!(
+        version, "ReleaseVersion: 3.0.8\n",
+        "the Cassandra version ScyllaDB speaks"
+    );
     // Each member recorded its host ID on its member Service: what a
     // replacement replaces by.
     let services: Api<Service> = Api::namespaced(world.client.clone(), NS);
