@@ -1,8 +1,9 @@
 //! The member's side of the scale-down protocol at work: a watch on the
 //! member Service (that one object) for the controller's records, and the
-//! loop that observes the node (through Jolokia or ScyllaDB's REST API), asks [`super::next_step`]
-//! what to do and does it (claim, call decommission, report a refusal,
-//! write the marker, confirm, clear the records, restart the database).
+//! loop that observes the node (through Jolokia, or ScyllaDB's REST API),
+//! asks [`super::next_step`] what to do and does it (claim, call
+//! decommission, report a refusal, write the marker, confirm, clear the
+//! records, restart the database).
 //! I/O.
 
 use std::path::PathBuf;

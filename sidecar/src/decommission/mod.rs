@@ -1,8 +1,9 @@
 //! The member's side of the scale-down protocol (DESIGN.md sections 4 and 5):
 //! the controller labels the member Service `decommissioned=false`; the
 //! sidecar claims the decommission on the member Service, decommissions the
-//! node (through Jolokia, or ScyllaDB's REST API in scylla mode), confirms the operation mode DECOMMISSIONED, and
-//! answers with `decommissioned=true`.
+//! node (through Jolokia, or ScyllaDB's REST API in scylla mode), confirms
+//! the operation mode DECOMMISSIONED, and answers with
+//! `decommissioned=true`.
 //!
 //! This module is the pure decision: from the records on the member Service,
 //! what Jolokia shows, what this process knows of its last call and what

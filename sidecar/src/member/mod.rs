@@ -9,7 +9,7 @@
 //!
 //! Settings come from the environment a Pod gives (downward API) and from
 //! variables with defaults that suit the real images (`JOLOKIA_URL`,
-//! `PROBE_ADDR`: the test world's Pods have their own network namespaces
+//! `SCYLLA_API_URL`, `IOTUNE_COMMAND`, `PROBE_ADDR`: the test world's Pods have their own network namespaces
 //! and run with these defaults; tests that run a sidecar on the host set
 //! them, and the directories).
 
