@@ -276,3 +276,154 @@ async fn a_decommission_scylla_refuses_is_reported_with_its_reason() {
     assert_eq!(up, 1, "the member stays, NORMAL: {status}");
     assert!(report.is_clean(), "{report}");
 }
+
+/// The host PID of a member's database container (its sidecar, PID 1).
+async fn container_pid(world: &World, member: &str) -> i32 {
+    let pods: Api<Pod> = Api::namespaced(world.client.clone(), NS);
+    pods.get(member)
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.container_statuses)
+        .unwrap_or_default()
+        .iter()
+        .find_map(|c| c.container_id.clone())
+        .and_then(|id| id.strip_prefix("kubesim://").and_then(|p| p.parse().ok()))
+        .unwrap_or_else(|| panic!("{member}: no running container"))
+}
+
+/// An annotation of a member Service, waited for.
+async fn wait_annotation(world: &World, member: &str, key: &str, work: &Path) -> String {
+    let services: Api<Service> = Api::namespaced(world.client.clone(), NS);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        let annotations = services
+            .get(member)
+            .await
+            .unwrap()
+            .metadata
+            .annotations
+            .unwrap_or_default();
+        if let Some(value) = annotations.get(key) {
+            return value.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{member}: no {key} annotation: {annotations:?}\n{}",
+            testworld::harness::container_logs(work)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// A member's disk is emptied while its Node (and its place in the ring)
+/// survives, in scylla mode: ScyllaDB refuses to join at an address the
+/// ring knows, the sidecar asks for a replace on its member Service, and,
+/// given the `replace` label (by hand, as the controller would), starts
+/// ScyllaDB with `replace_node_first_boot` set to the host ID the lost node
+/// recorded there; it takes its place back and its data streams back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_emptied_member_is_replaced_by_its_recorded_host_id() {
+    let _one = ONE_WORLD.lock().await;
+    let work = tempfile::tempdir().unwrap();
+    let (world, controller, log) = world(&["a"], work.path(), fast_ring(), NS).await;
+    baseline(&world).await;
+    let cluster: crds::Cluster = serde_json::from_value(serde_json::json!({
+        "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
+        "metadata": {"name": "cassandra", "namespace": NS},
+        "spec": {"version": SCYLLA_VERSION, "mode": "scylla",
+            "datacenter": {"name": "dc", "racks": [{"name": "r", "members": 3,
+            "storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
+                "spec": {"storageClassName": "standard", "resources": {"requests": {"storage": "1Gi"}}}}]},
+            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}
+    }))
+    .unwrap();
+    let clusters: Api<crds::Cluster> = Api::namespaced(world.client.clone(), NS);
+    crate::common::create_cluster(&clusters, &cluster).await;
+    crate::world::wait_ready(
+        &clusters,
+        "cassandra",
+        3,
+        std::time::Duration::from_secs(180),
+        &log,
+    )
+    .await;
+    // Only the sidecars act from here.
+    drop(controller);
+    world.sim.ring().with(|ring| {
+        ring.create_keyspace("ks", testworld::ring::Replication::simple(3))
+            .unwrap();
+        ring.write_keys("ks", "key", 300, testworld::ring::Consistency::All)
+            .unwrap();
+    });
+    let last = "cassandra-dc-r-2";
+    let host_id = wait_annotation(&world, last, crds::contract::HOST_ID, work.path()).await;
+    let pvc = Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
+        world.client.clone(),
+        NS,
+    )
+    .get(&format!("data-{last}"))
+    .await
+    .unwrap();
+    let volume = work
+        .path()
+        .join("pvs")
+        .join(pvc.spec.unwrap().volume_name.unwrap());
+    // The disk emptied under the running member, which then dies.
+    for entry in std::fs::read_dir(&volume).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            std::fs::remove_dir_all(&path).unwrap();
+        } else {
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+    let pid = container_pid(&world, last).await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+
+    let request =
+        wait_annotation(&world, last, crds::contract::REPLACE_REQUESTED, work.path()).await;
+    assert!(
+        request.contains("already exists, cancelling join"),
+        "{request}"
+    );
+    // The controller's answer, by hand: the member's own ClusterIP.
+    let ip = cluster_ips(&world.client).await[last].clone();
+    let services: Api<Service> = Api::namespaced(world.client.clone(), NS);
+    services
+        .patch(
+            last,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {
+                crds::contract::REPLACE: ip}}})),
+        )
+        .await
+        .unwrap();
+    let wanted = format!("Replacing node {host_id} at {ip}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let (up, _, report) = crate::world::ring_summary(&world.sim);
+        let replaced = logs_contain(work.path(), &wanted);
+        let fulfilled = !services
+            .get(last)
+            .await
+            .unwrap()
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(crds::contract::REPLACE_REQUESTED);
+        if up == 3 && replaced && fulfilled && report.is_clean() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not replaced (up {up}, logged {wanted:?}: {replaced}, request withdrawn: {fulfilled}):\n{report}\n{}",
+            testworld::harness::container_logs(work.path())
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
