@@ -285,6 +285,51 @@ impl World {
         assert_eq!(resp.status().as_u16(), 200, "the ring knew {}", node.name);
     }
 
+    /// A keyspace `ks` of replication factor `rf` (SimpleStrategy) and
+    /// `keys` keys written at QUORUM in the ring of `cluster`.
+    async fn seed_data(&self, cluster: &str, rf: u32, keys: u32) {
+        let base = self.sim.sim_url();
+        let ks = json!({"name": "ks", "replication": {"class": "SimpleStrategy", "replication_factor": rf}});
+        let resp = self
+            .http
+            .post(format!("{base}/sim/ring/keyspaces?cluster={cluster}"))
+            .body(ks.to_string())
+            .send()
+            .await
+            .expect("kubesim answers");
+        assert_eq!(resp.status().as_u16(), 201);
+        let resp = self
+            .http
+            .post(format!(
+                "{base}/sim/ring/keyspaces/ks/keys?cluster={cluster}"
+            ))
+            .body(json!({"count": keys}).to_string())
+            .send()
+            .await
+            .expect("kubesim answers");
+        assert_eq!(resp.status().as_u16(), 200);
+    }
+
+    /// `kubesim ring --cluster NAME --check`: its exit code and output.
+    fn kubesim_ring_check(&self, cluster: &str) -> (i32, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_kubesim"))
+            .args([
+                "ring",
+                "--url",
+                &self.sim.sim_url(),
+                "--cluster",
+                cluster,
+                "--check",
+            ])
+            .output()
+            .expect("kubesim ring runs");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    }
+
     /// What `kubesim ring --cluster NAME` prints.
     fn kubesim_ring(&self, cluster: &str) -> String {
         let out = Command::new(env!("CARGO_BIN_EXE_kubesim"))
@@ -485,7 +530,9 @@ async fn scylla_lifecycle() {
     let world = World::new(49).await;
     let ip = |n| world.ip(n);
     let cluster = "life";
-    let mut n1 = world.start("n1", 1, cluster, &[1], &[]);
+    // Two seeds: the first (smallest address) starts the cluster without
+    // bootstrapping; the other, a seed too, bootstraps all the same.
+    let mut n1 = world.start("n1", 1, cluster, &[1, 2], &[]);
     world.wait_mode(&n1, "NORMAL").await;
     // No JVM, no Jolokia: a sidecar asking Jolokia gets nowhere.
     let jolokia = world
@@ -501,7 +548,7 @@ async fn scylla_lifecycle() {
 
     // A new node starts, waits for the ring (JOINING), streams
     // (BOOTSTRAP, listed as joining by the others), then is NORMAL.
-    let n2 = world.start("n2", 2, cluster, &[1], &[]);
+    let n2 = world.start("n2", 2, cluster, &[1, 2], &[]);
     world.wait_mode(&n2, "JOINING").await;
     world.wait_mode(&n2, "BOOTSTRAP").await;
     let (_, joining) = world
@@ -520,6 +567,9 @@ async fn scylla_lifecycle() {
             "{status}"
         );
     }
+
+    // Data on the shared data model: the replacement must stream it.
+    world.seed_data(cluster, 2, 200).await;
 
     // Replace by host ID: the dead node's, not an unknown or a live one.
     let dead = host_id_of(&world, &n3).await;
@@ -590,6 +640,8 @@ async fn scylla_lifecycle() {
         vec![ip(1), ip(2), ip(4)],
         "n3 is gone from the ring"
     );
+    let (code, check) = world.kubesim_ring_check(cluster);
+    assert_eq!(code, 0, "every key has its copies again:\n{check}");
 
     // Decommission answers once the node has left.
     let began = Instant::now();

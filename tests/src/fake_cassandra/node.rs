@@ -147,7 +147,8 @@ impl RingClient {
     }
 }
 
-fn query_escape(s: &str) -> String {
+/// A query parameter's value, percent-encoded (the unreserved bytes kept).
+pub fn query_escape(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-' | b'.' => (b as char).to_string(),
@@ -289,7 +290,8 @@ fn reply(status: StatusCode, content_type: &'static str, body: String) -> Respon
     r
 }
 
-fn percent_decode(s: &str) -> String {
+/// A URL's percent-encoded text decoded (`+` as a space).
+pub fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

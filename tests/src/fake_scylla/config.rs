@@ -343,6 +343,27 @@ fn option(doc: &Value, cli: &CommandLine, key: &str) -> Option<String> {
         .or_else(|| yaml_str(doc, key))
 }
 
+/// The seed list the ring model is given. The model follows Cassandra: a
+/// node in its own seed list joins without bootstrapping. Scylla does not
+/// (`storage_service::is_first_node`): only the seed with the smallest
+/// address skips bootstrap ("I am the first node in the cluster"), every
+/// other node bootstraps, seeds included, and a replacing node always
+/// streams. So on a first boot the node's own address stays in the list
+/// only when it is that first node.
+pub fn ring_seeds(seeds: &[String], address: &str, replacing: bool) -> Vec<String> {
+    let order = |s: &String| {
+        let ip = s.parse::<std::net::IpAddr>().ok();
+        (ip.is_none(), ip, s.clone())
+    };
+    let first = seeds.iter().min_by_key(|s| order(s));
+    let first_node = !replacing && first.is_some_and(|f| f == address);
+    seeds
+        .iter()
+        .filter(|s| first_node || s.as_str() != address)
+        .cloned()
+        .collect()
+}
+
 /// The image tag the sim gives the process (`CASSANDRA_VERSION`, set by the
 /// kubelet to every database image's tag) as Scylla's version.
 pub fn release_of_tag(tag: Option<&str>) -> String {
@@ -507,6 +528,27 @@ mod tests {
                 "/var/lib/scylla/saved_caches"
             ]
         );
+    }
+
+    #[test]
+    fn only_the_first_seed_skips_bootstrap() {
+        let seeds: Vec<String> = ["10.0.0.10", "10.0.0.9", "10.0.0.2"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        // 10.0.0.2 is the smallest address (not the first in text order).
+        assert_eq!(ring_seeds(&seeds, "10.0.0.2", false), seeds);
+        assert_eq!(
+            ring_seeds(&seeds, "10.0.0.9", false),
+            vec!["10.0.0.10", "10.0.0.2"],
+            "another seed bootstraps"
+        );
+        assert_eq!(
+            ring_seeds(&seeds, "10.0.0.2", true),
+            vec!["10.0.0.10", "10.0.0.9"],
+            "a replacing node streams, first node or not"
+        );
+        assert_eq!(ring_seeds(&seeds, "10.0.0.5", false), seeds);
     }
 
     #[test]

@@ -21,7 +21,7 @@ use tokio::net::TcpListener;
 
 use super::rest::{self, Identity, NodeState, Reply, Step};
 use crate::fake_cassandra::jolokia::RingCall;
-use crate::fake_cassandra::node::{NodeError, RingClient};
+use crate::fake_cassandra::node::{NodeError, RingClient, percent_decode, query_escape};
 
 /// A running fake ScyllaDB node.
 #[derive(Debug)]
@@ -43,25 +43,6 @@ fn message_of(e: NodeError) -> String {
         NodeError::Refused(r) => r.message,
         other => other.to_string(),
     }
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && i + 2 < bytes.len()
-            && let Ok(b) = u8::from_str_radix(&s[i + 1..i + 3], 16)
-        {
-            out.push(b);
-            i += 3;
-            continue;
-        }
-        out.push(if bytes[i] == b'+' { b' ' } else { bytes[i] });
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn query_of(q: &str) -> BTreeMap<String, String> {
@@ -154,15 +135,8 @@ pub async fn ring_snapshot(kubesim: &str, cluster: &str) -> Result<Option<Value>
         .no_proxy()
         .build()
         .map_err(|e| e.to_string())?;
-    let escaped: String = cluster
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-' | b'.' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
     let resp = http
-        .get(format!("{url}?cluster={escaped}"))
+        .get(format!("{url}?cluster={}", query_escape(cluster)))
         .send()
         .await
         .map_err(|e| format!("ring service at {url} unreachable: {e}"))?;

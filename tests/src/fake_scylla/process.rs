@@ -19,6 +19,9 @@
 //!   replaces that node: `Replaced node with Host ID <id> not found` if no
 //!   member has it, `Cannot replace a live node...` if it is up (exit 1);
 //!   ignored once the node has bootstrapped.
+//! - only the seed with the smallest address joins without bootstrapping
+//!   (Scylla's "first node"); every other node bootstraps, seeds too
+//!   ([`config::ring_seeds`]).
 //! - no JMX and no Jolokia: nothing else listens.
 //! - SIGTERM or SIGINT: the node stops (down in the ring, data kept) and
 //!   the process exits 0, as Scylla's clean shutdown does; the ring having
@@ -249,6 +252,11 @@ pub async fn main(args: Vec<String>) -> ExitCode {
         }
     }
 
+    if data_dir_empty {
+        let replacing = config.node.replace_address_first_boot.is_some()
+            || config.node.replace_address.is_some();
+        config.node.seeds = config::ring_seeds(&config.node.seeds, &config.node.address, replacing);
+    }
     let started = match ring
         .start(&StartRequest {
             lease: true,

@@ -300,7 +300,14 @@ pub fn step(
                     .collect::<Vec<_>>()
             ))
         }
-        ("GET", "/gossiper/endpoint/live/") => Reply::ok(addresses(view, |e| e.up)),
+        // gossiper::get_live_members counts the local node unless its own
+        // gossip status is shutdown (drained).
+        ("GET", "/gossiper/endpoint/live/") => {
+            let shut_down = matches!(view.mode.as_str(), "DRAINING" | "DRAINED");
+            Reply::ok(addresses(view, |e| {
+                e.up && !(shut_down && e.host_id == view.host_id)
+            }))
+        }
         ("GET", "/gossiper/endpoint/down/") => Reply::ok(addresses(view, |e| !e.up)),
         ("GET", "/storage_service/nodes/joining") => Reply::ok(addresses(view, |e| e.state == 'J')),
         ("GET", "/storage_service/nodes/leaving") => Reply::ok(addresses(view, |e| e.state == 'L')),
@@ -463,6 +470,10 @@ pub fn scylla_words(model: &str) -> String {
         return format!(
             "A node with address {address} already exists, cancelling join. Use replace_address if you want to replace this node."
         );
+    }
+    if model.starts_with("Replacing a node without bootstrapping risks") {
+        // Scylla has no allow_unsafe_replace: a replace needs auto_bootstrap.
+        return "Trying to replace_address with auto_bootstrap disabled will not work, check your configuration".to_string();
     }
     if model.starts_with("This node was decommissioned and will not rejoin the ring") {
         // Two literals joined without a space in the source.
@@ -742,6 +753,10 @@ mod tests {
         assert_eq!(
             scylla_words(&collision.to_string()),
             "A node with address 10.0.0.3 already exists, cancelling join. Use replace_address if you want to replace this node."
+        );
+        assert_eq!(
+            scylla_words(&crate::ring::RingError::UnsafeReplace.to_string()),
+            "Trying to replace_address with auto_bootstrap disabled will not work, check your configuration"
         );
         assert!(
             scylla_words(&crate::ring::RingError::Decommissioned.to_string())
