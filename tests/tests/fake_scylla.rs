@@ -95,17 +95,19 @@ impl Drop for Node {
 struct World {
     /// The third byte of the world's addresses.
     net: u8,
+    /// The image tag its nodes run.
+    release: &'static str,
     sim: KubeSim,
     root: tempfile::TempDir,
     http: reqwest::Client,
 }
 
-fn scylla_command(dir: &Path, args: &[String]) -> Command {
+fn scylla_command(dir: &Path, args: &[String], release: &str) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fake-cassandra"));
     cmd.arg0("scylla")
         .args(args)
         .env("SCYLLA_CONF", dir.join("conf"))
-        .env("CASSANDRA_VERSION", RELEASE)
+        .env("CASSANDRA_VERSION", release)
         .env("FAKE_SCYLLA_STARTING_MS", "50")
         .env("FAKE_SCYLLA_JOINING_MS", "150");
     cmd
@@ -133,6 +135,7 @@ impl World {
         opts.ring.timing.decommission_ms = STREAM_MS;
         World {
             net,
+            release: RELEASE,
             sim: KubeSim::start(opts).await.expect("kubesim starts"),
             root: tempfile::tempdir().expect("a temp dir"),
             http: reqwest::Client::builder()
@@ -199,7 +202,7 @@ impl World {
         .map(|s| s.to_string())
         .collect();
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut cmd = scylla_command(&dir, &args);
+        let mut cmd = scylla_command(&dir, &args, self.release);
         cmd.env("KUBESIM_URL", self.sim.sim_url())
             .stdout(Stdio::from(
                 std::fs::File::create(dir.join("stdout")).expect("stdout file"),
@@ -737,13 +740,52 @@ async fn scylla_last_node_of_a_datacenter() {
     assert_eq!(world.mode(&n2).await.as_deref(), Some("NORMAL"));
 }
 
+/// ScyllaDB 6 runs its membership changes through Raft, and words the
+/// refusals of its own checks differently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scylla_6_refuses_in_raft_topologys_words() {
+    let mut world = World::new(51).await;
+    world.release = "6.2.3";
+    let cluster = "raft";
+    let n1 = world.start("n1", 1, cluster, &[1], &[]);
+    world.wait_mode(&n1, "NORMAL").await;
+    assert_eq!(
+        world
+            .call(&n1, "POST", "/storage_service/decommission")
+            .await,
+        (
+            500,
+            Some(json!({
+                "message": "std::runtime_error (Cannot decomission last node in the cluster)",
+                "code": 500
+            }))
+        )
+    );
+    let live = host_id_of(&world, &n1).await;
+    let mut bad = world.start(
+        "bad",
+        2,
+        cluster,
+        &[1],
+        &["--replace-node-first-boot", &live],
+    );
+    let (code, log) = bad.exit(20);
+    assert_eq!(code, 1, "{log}");
+    assert!(
+        log.contains(&format!(
+            "Startup failed: std::runtime_error (tried to replace alive node {live})"
+        )),
+        "{log}"
+    );
+}
+
 #[test]
 fn scylla_command_line() {
     let dir = tempfile::tempdir().expect("a temp dir");
     write_conf(dir.path(), "DC1", "B1");
     let run = |args: &[&str]| {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        let out = scylla_command(dir.path(), &args)
+        let out = scylla_command(dir.path(), &args, RELEASE)
             .output()
             .expect("the fake runs");
         (
@@ -776,6 +818,51 @@ fn scylla_command_line() {
         err.contains("Could not open configuration file /nonexistent/scylla.yaml"),
         "{err}"
     );
+    // Outside developer mode, the I/O scheduler must be set up (iotune's
+    // properties file, which must be there).
+    let workdir = dir.path().join("w").display().to_string();
+    let (code, _, err) = run(&["--workdir", &workdir, "--developer-mode", "0"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("Reason found: none of --io-properties and --io-properties-file are set.")
+            && err.contains("Startup failed: std::runtime_error (Bad I/O Scheduler configuration)"),
+        "{err}"
+    );
+    let (code, _, err) = run(&[
+        "--workdir",
+        &workdir,
+        "--io-properties-file",
+        "/nonexistent/io_properties.yaml",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(
+            "Startup failed: std::runtime_error (bad file: /nonexistent/io_properties.yaml)"
+        ),
+        "{err}"
+    );
+    // Outside developer mode a shard needs 1 GiB.
+    let io = dir.path().join("io_properties.yaml");
+    std::fs::write(&io, "disks: []\n").expect("an io properties file");
+    let io = io.display().to_string();
+    let (code, _, err) = run(&[
+        "--workdir",
+        &workdir,
+        "--io-properties-file",
+        &io,
+        "--smp",
+        "2",
+        "--memory",
+        "1G",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("Only 512 MiB per shard; this is below the recommended minimum of 1 GiB/shard; terminating.")
+            && err.contains(
+                "Startup failed: std::runtime_error (configuration (memory per shard too low))"
+            ),
+        "{err}"
+    );
     // Its directories must be the process's: a user other than the one
     // owning the workdir (the image's scylla) cannot start.
     let owned_by_root = dir.path().join("var-lib-scylla");
@@ -794,7 +881,12 @@ fn scylla_command_line() {
     let out = Command::new("setpriv")
         .args(["--reuid=1234", "--regid=1234", "--clear-groups", "--"])
         .arg(&link)
-        .args(["--workdir", &owned_by_root.display().to_string()])
+        .args([
+            "--workdir",
+            &owned_by_root.display().to_string(),
+            "--developer-mode",
+            "1",
+        ])
         .env("SCYLLA_CONF", dir.path().join("conf"))
         .env("CASSANDRA_VERSION", RELEASE)
         .output()

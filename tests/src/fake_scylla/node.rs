@@ -118,7 +118,10 @@ impl ScyllaNode {
                         .map_err(message_of)
                 });
                 match task.await {
-                    Ok(outcome) => rest::reply_of_call(outcome),
+                    Ok(outcome) => rest::reply_of_call(
+                        outcome,
+                        rest::Topology::of_release(&self.identity.release),
+                    ),
                     Err(e) => Reply::runtime_error(&e.to_string()),
                 }
             }

@@ -7,6 +7,11 @@
 //!   option: `error: unrecognised option '--x'`, `Try --help.`, exit 2;
 //!   `--version` prints the release, `--help` the usage.
 //! - the version: the image tag the kubelet passes in `CASSANDRA_VERSION`.
+//! - outside developer mode (scylla.yaml's default) a shard needs 1 GiB
+//!   (`--memory` over `--smp`), else `configuration (memory per shard too
+//!   low)`; and the I/O scheduler must
+//!   be configured: `--io-properties-file` (iotune's output, which must
+//!   exist) or `--io-properties`, else `Bad I/O Scheduler configuration`.
 //! - its directories (data, commitlog, hints, view_hints, saved_caches)
 //!   are made if missing and must be writable by the process (the image's
 //!   `scylla` user owns `/var/lib/scylla`), else exit 1.
@@ -22,6 +27,9 @@
 //! - only the seed with the smallest address joins without bootstrapping
 //!   (Scylla's "first node"); every other node bootstraps, seeds too
 //!   ([`config::ring_seeds`]).
+//! - ScyllaDB 6.0 and later (Raft topology) word some refusals their own
+//!   way: the last node's decommission, the replace of a live node
+//!   ([`super::rest::Topology`]).
 //! - no JMX and no Jolokia: nothing else listens.
 //! - SIGTERM or SIGINT: the node stops (down in the ring, data kept) and
 //!   the process exits 0, as Scylla's clean shutdown does; the ring having
@@ -34,7 +42,7 @@ use std::time::Duration;
 
 use super::config::{self, CASSANDRA_COMPAT, ScyllaConfig};
 use super::node::{ScyllaNode, ring_snapshot, serve_rest};
-use super::rest::{Identity, scylla_words};
+use super::rest::{Identity, Topology, scylla_words};
 use crate::fake_cassandra::MARKER;
 use crate::fake_cassandra::node::{NodeError, RingClient};
 use crate::fake_cassandra::process::{data_dir_identity, wait_for_signal, watch_ring};
@@ -49,6 +57,58 @@ fn log(level: &str, message: &str) {
 fn startup_failed(message: &str) -> ExitCode {
     eprintln!("ERROR [shard 0:main] init - Startup failed: std::runtime_error ({message})");
     ExitCode::from(1)
+}
+
+/// main.cc `verify_adequate_memory_per_shard`: below 1 GiB per shard
+/// (`--memory` over `--smp`, all CPUs when `--smp` is not given) only
+/// developer mode goes on. Without `--memory` Seastar takes the machine's
+/// memory, which the fake does not judge.
+fn verify_memory_per_shard(config: &ScyllaConfig) -> Result<(), String> {
+    let Some(memory) = config.memory.as_deref().and_then(config::parse_memory) else {
+        return Ok(());
+    };
+    let shards = config
+        .smp
+        .map(u64::from)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64));
+    let per_shard = memory / shards.max(1);
+    if per_shard >= 1 << 30 {
+        return Ok(());
+    }
+    let mib = per_shard >> 20;
+    if config.developer_mode {
+        println!(
+            "WARN  [shard 0:main] init - Only {mib} MiB per shard; this is below the recommended minimum of 1 GiB/shard; continuing since running in developer mode"
+        );
+        return Ok(());
+    }
+    eprintln!(
+        "ERROR [shard 0:main] init - Only {mib} MiB per shard; this is below the recommended minimum of 1 GiB/shard; terminating.Configure more memory (--memory option) or decrease shard count (--smp option)."
+    );
+    Err("configuration (memory per shard too low)".to_string())
+}
+
+/// main.cc `verify_seastar_io_scheduler`: outside developer mode the I/O
+/// scheduler must be configured (`scylla_io_setup`, iotune's properties):
+/// without `--io-properties` or `--io-properties-file` the start fails.
+/// A properties file that is not there fails yaml-cpp's `LoadFile`
+/// (`YAML::BadFile`, "bad file: <path>").
+fn verify_io_scheduler(cli: &config::CommandLine, developer_mode: bool) -> Result<(), String> {
+    if let Some(file) = cli.get("io-properties-file")
+        && !Path::new(file).is_file()
+    {
+        return Err(format!("bad file: {file}"));
+    }
+    if developer_mode
+        || cli.get("io-properties").is_some()
+        || cli.get("io-properties-file").is_some()
+    {
+        return Ok(());
+    }
+    eprintln!(
+        "ERROR [shard 0:main] init - I/O Scheduler is not properly configured! This is a non-supported setup, and performance is expected to be unpredictably bad.\n Reason found: none of --io-properties and --io-properties-file are set.\nTo properly configure the I/O Scheduler, run the scylla_io_setup utility shipped with Scylla.\nTo ignore this, see the developer-mode configuration option."
+    );
+    Err("Bad I/O Scheduler configuration".to_string())
 }
 
 /// Each directory exists (made if missing) and the process may read,
@@ -162,6 +222,12 @@ pub async fn main(args: Vec<String>) -> ExitCode {
             config.developer_mode,
         ),
     );
+    if let Err(e) = verify_memory_per_shard(&config) {
+        return startup_failed(&e);
+    }
+    if let Err(e) = verify_io_scheduler(&cli, config.developer_mode) {
+        return startup_failed(&e);
+    }
     if let Err(e) = check_directories(&config.directories.all()) {
         return startup_failed(&e);
     }
@@ -179,6 +245,7 @@ pub async fn main(args: Vec<String>) -> ExitCode {
         Err(e) => return startup_failed(&format!("Could not access {}: {e}", data_dir.display())),
     }
 
+    let topology = Topology::of_release(&config.release);
     let ring = RingClient::new(&kubesim);
     let node = Arc::new(ScyllaNode {
         ring: ring.clone(),
@@ -229,7 +296,11 @@ pub async fn main(args: Vec<String>) -> ExitCode {
             match member_of(&kubesim, &config.node.cluster_name, &id).await {
                 Ok(Some((_, true))) => {
                     server.abort();
-                    return startup_failed("Cannot replace a live node...");
+                    return startup_failed(&match topology {
+                        Topology::Gossip => "Cannot replace a live node...".to_string(),
+                        // The topology coordinator's words.
+                        Topology::Raft => format!("tried to replace alive node {id}"),
+                    });
                 }
                 Ok(Some((address, false))) => {
                     log("INFO", &format!("Replacing node {id} at {address}"));
@@ -271,7 +342,7 @@ pub async fn main(args: Vec<String>) -> ExitCode {
                 NodeError::Refused(r) => r.message,
                 other => other.to_string(),
             };
-            return startup_failed(&scylla_words(&message));
+            return startup_failed(&scylla_words(&message, topology));
         }
     };
     let host_id = started["host_id"].as_str().unwrap_or_default().to_string();

@@ -149,6 +149,32 @@ pub fn answer_schema(query: &SchemaQuery, snapshot: &Value) -> Reply {
     }
 }
 
+/// How the cluster's membership changes: ScyllaDB 6.0 and later run them
+/// through Raft (consistent topology changes, on for new clusters), with
+/// their own refusals; 5.x through gossip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topology {
+    Gossip,
+    Raft,
+}
+
+impl Topology {
+    /// The topology of a release: 6.0 and later (the 2024.x and 2025.x
+    /// enterprise numbering included) run Raft.
+    pub fn of_release(release: &str) -> Self {
+        let major = release
+            .split(['.', '-'])
+            .next()
+            .and_then(|m| m.parse::<u32>().ok())
+            .unwrap_or(0);
+        if major >= 6 {
+            Topology::Raft
+        } else {
+            Topology::Gossip
+        }
+    }
+}
+
 /// What the node is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
@@ -462,8 +488,20 @@ pub fn zero_replica_refusal(snapshot: &Value, host_id: &str) -> Option<String> {
 /// Scylla's words for a refusal of the ring model, which speaks Cassandra
 /// 3.x's: most of them Scylla's gossip topology kept as they were; these
 /// it rewrote (service/storage_service.cc, 5.x): no `cassandra.` system
-/// properties, scylla.yaml options instead.
-pub fn scylla_words(model: &str) -> String {
+/// properties, scylla.yaml options instead. Raft topology (6.0+) words
+/// the decommission refusals of its own checks differently.
+pub fn scylla_words(model: &str, topology: Topology) -> String {
+    if topology == Topology::Raft {
+        // node_ops/task_manager_module.cc raft_decommission_task_impl::run,
+        // typo included.
+        if model.starts_with("no other normal nodes in the ring") {
+            return "Cannot decomission last node in the cluster".to_string();
+        }
+        if model.starts_with("local node is not a member of the token ring yet") {
+            return "local node is not in the normal state (current state: bootstrapping)"
+                .to_string();
+        }
+    }
     if let Some(rest) = model.strip_prefix("A node with address ")
         && let Some((address, _)) = rest.split_once(" already exists")
     {
@@ -484,10 +522,10 @@ pub fn scylla_words(model: &str) -> String {
 
 /// The reply to a ring operation: `json_void` when it completed, else
 /// Scylla's `std::runtime_error` ([`scylla_words`]).
-pub fn reply_of_call(outcome: Result<(), String>) -> Reply {
+pub fn reply_of_call(outcome: Result<(), String>, topology: Topology) -> Reply {
     match outcome {
         Ok(()) => Reply::void(),
-        Err(message) => Reply::runtime_error(&scylla_words(&message)),
+        Err(message) => Reply::runtime_error(&scylla_words(&message, topology)),
     }
 }
 
@@ -746,24 +784,46 @@ mod tests {
             &BTreeMap::new(),
         );
         assert_eq!(joining, Step::Answer(Reply::ok(json!("JOINING"))));
-        assert_eq!(reply_of_call(Ok(())), Reply::void());
+        assert_eq!(reply_of_call(Ok(()), Topology::Gossip), Reply::void());
+        let last = crate::ring::RingError::NoOtherNormalNodes.to_string();
+        assert_eq!(
+            scylla_words(&last, Topology::Gossip),
+            "no other normal nodes in the ring; decommission would be pointless"
+        );
+        assert_eq!(
+            scylla_words(&last, Topology::Raft),
+            "Cannot decomission last node in the cluster"
+        );
+        assert_eq!(Topology::of_release("5.4.9"), Topology::Gossip);
+        assert_eq!(Topology::of_release("6.2"), Topology::Raft);
+        assert_eq!(Topology::of_release("2025.1.0"), Topology::Raft);
         let collision = crate::ring::RingError::EndpointCollision {
             address: "10.0.0.3".into(),
         };
         assert_eq!(
-            scylla_words(&collision.to_string()),
+            scylla_words(&collision.to_string(), Topology::Gossip),
             "A node with address 10.0.0.3 already exists, cancelling join. Use replace_address if you want to replace this node."
         );
         assert_eq!(
-            scylla_words(&crate::ring::RingError::UnsafeReplace.to_string()),
+            scylla_words(
+                &crate::ring::RingError::UnsafeReplace.to_string(),
+                Topology::Raft
+            ),
             "Trying to replace_address with auto_bootstrap disabled will not work, check your configuration"
         );
         assert!(
-            scylla_words(&crate::ring::RingError::Decommissioned.to_string())
-                .contains("unless override_decommission=true has been set,or all")
+            scylla_words(
+                &crate::ring::RingError::Decommissioned.to_string(),
+                Topology::Gossip
+            )
+            .contains("unless override_decommission=true has been set,or all")
         );
         assert_eq!(
-            reply_of_call(Err("Cannot replace a live node... ".into())).body,
+            reply_of_call(
+                Err("Cannot replace a live node... ".into()),
+                Topology::Gossip
+            )
+            .body,
             Some(
                 json!({"message": "std::runtime_error (Cannot replace a live node...)", "code": 500})
             )
