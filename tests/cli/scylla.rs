@@ -217,7 +217,7 @@ async fn a_decommission_scylla_refuses_is_reported_with_its_reason() {
             "datacenter": {"name": "dc", "racks": [{"name": "r", "members": 1,
             "storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
                 "spec": {"storageClassName": "standard", "resources": {"requests": {"storage": "1Gi"}}}}]},
-            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}
+            "resources": {"limits": {"cpu": "1", "memory": "2Gi"}}}]}}
     }))
     .unwrap();
     let clusters: Api<crds::Cluster> = Api::namespaced(world.client.clone(), NS);
@@ -264,8 +264,8 @@ async fn a_decommission_scylla_refuses_is_reported_with_its_reason() {
     let annotations = service.metadata.annotations.unwrap_or_default();
     assert_eq!(
         annotations[crds::contract::DECOMMISSION_REFUSED],
-        "std::runtime_error (no other normal nodes in the ring; decommission would be pointless)",
-        "ScyllaDB's reason, as its REST API gave it"
+        "std::runtime_error (Cannot decomission last node in the cluster)",
+        "ScyllaDB's reason (6.x, Raft topology, its typo included), as its REST API gave it"
     );
     assert_eq!(
         service.metadata.labels.unwrap_or_default()[crds::contract::DECOMMISSIONED],
@@ -335,7 +335,7 @@ async fn an_emptied_member_is_replaced_by_its_recorded_host_id() {
             "datacenter": {"name": "dc", "racks": [{"name": "r", "members": 3,
             "storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
                 "spec": {"storageClassName": "standard", "resources": {"requests": {"storage": "1Gi"}}}}]},
-            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}
+            "resources": {"limits": {"cpu": "1", "memory": "2Gi"}}}]}}
     }))
     .unwrap();
     let clusters: Api<crds::Cluster> = Api::namespaced(world.client.clone(), NS);

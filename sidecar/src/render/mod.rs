@@ -251,6 +251,14 @@ pub enum RenderError {
     },
     #[error("memory limit of {limit_mb} MiB is too small: at least {minimum_mb} MiB")]
     MemoryLimitTooSmall { limit_mb: u64, minimum_mb: u64 },
+    #[error(
+        "--memory {memory_mb}M over --smp {shards} leaves less than {minimum_mb} MiB per shard, which ScyllaDB refuses outside developer mode: raise the memory limit or lower the CPU limit"
+    )]
+    MemoryPerShardTooSmall {
+        memory_mb: u64,
+        shards: u64,
+        minimum_mb: u64,
+    },
     #[error("default {file} is not valid YAML: {source}")]
     ParseDefaults {
         file: String,

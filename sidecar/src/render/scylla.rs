@@ -23,7 +23,8 @@
 //!   entrypoint's helpers and memory Scylla allocates outside Seastar:
 //!   max(512 MiB, 1/10 of the limit). Seastar would otherwise size itself
 //!   from the node's memory and the container would be OOM-killed. A limit
-//!   below 1 GiB is refused.
+//!   below 1.5 GiB is refused, and so is one that leaves a shard less than
+//!   1 GiB: ScyllaDB terminates then outside developer mode.
 //!
 //! Replacing: an IP address becomes `--replace-address-first-boot`
 //! (deprecated by ScyllaDB, refused by releases that replace by host ID
@@ -36,8 +37,13 @@ use super::{MemberConfig, RACKDC_FILE, RenderError, Rendered, RenderedFile};
 
 /// The main file of Scylla.
 pub const SCYLLA_YAML: &str = "scylla.yaml";
-/// The smallest memory limit Scylla is started with.
-pub const MIN_MEMORY_LIMIT_MB: u64 = 1024;
+/// The smallest memory limit Scylla is started with: 1 GiB for one shard
+/// plus the least reserve.
+pub const MIN_MEMORY_LIMIT_MB: u64 = MIN_SHARD_MB + MIN_RESERVE_MB;
+/// What ScyllaDB needs per shard outside developer mode
+/// (`verify_adequate_memory_per_shard` in main.cc: below 1 GiB it
+/// terminates).
+pub const MIN_SHARD_MB: u64 = 1024;
 /// The least memory left outside Seastar.
 pub const MIN_RESERVE_MB: u64 = 512;
 /// The arguments the scylla image gives every start (`SCYLLA_ARGS` of
@@ -87,6 +93,16 @@ pub(super) fn render_scylla(
         None => None,
         Some(limit) => Some(scylla_memory_mb(super::heap::memory_mb(limit))?),
     };
+    let smp = config.cpu_limit.map(cpu_cores);
+    if let (Some(memory_mb), Some(shards)) = (memory, smp)
+        && memory_mb / shards.max(1) < MIN_SHARD_MB
+    {
+        return Err(RenderError::MemoryPerShardTooSmall {
+            memory_mb,
+            shards,
+            minimum_mb: MIN_SHARD_MB,
+        });
+    }
     let seeds = config.seeds.join(",");
     let identity = Identity {
         cluster_name: &config.cluster_name,
@@ -116,9 +132,9 @@ pub(super) fn render_scylla(
         "0".to_string(),
         "--overprovisioned".to_string(),
     ]);
-    if let Some(cpu) = config.cpu_limit {
+    if let Some(shards) = smp {
         args.push("--smp".to_string());
-        args.push(cpu_cores(cpu).to_string());
+        args.push(shards.to_string());
     }
     if let Some(mb) = memory {
         args.push("--memory".to_string());
