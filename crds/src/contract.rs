@@ -40,6 +40,14 @@ pub const DECOMMISSION_REFUSED: &str = "cassandra.rook.io/decommission-refused";
 /// sidecar removes the request once the member is NORMAL.
 pub const REPLACE_REQUESTED: &str = "cassandra.rook.io/replace-requested";
 
+/// Annotation, written by the sidecar in scylla mode once its node is
+/// NORMAL: the node's host ID. ScyllaDB replaces a lost node by host ID
+/// (`replace_node_first_boot`; `replace_address_first_boot` is deprecated),
+/// and the member Service outlives the lost node, so the replacement's
+/// sidecar reads it here (the REST API of the other members is bound to
+/// their loopback).
+pub const HOST_ID: &str = "cassandra.rook.io/host-id";
+
 /// [`DECOMMISSIONED`] value: the controller asks for a decommission.
 pub const DECOMMISSION_REQUESTED: &str = "false";
 /// [`DECOMMISSIONED`] value: the sidecar confirmed the member left the ring.
@@ -103,6 +111,8 @@ pub const JMX_EXPORTER_DIR: &str = "/mnt/jmx-exporter";
 pub const SIDECAR_PORT: u16 = 8080;
 /// The Jolokia agent's port, bound to 127.0.0.1 only.
 pub const JOLOKIA_PORT: u16 = 8778;
+/// ScyllaDB's REST API port, bound to 127.0.0.1 only (`--api-address`).
+pub const SCYLLA_API_PORT: u16 = 10000;
 
 /// The database ports every member exposes, by name (its member Service's
 /// ports and the container's).
@@ -212,6 +222,7 @@ mod tests {
             "cassandra.rook.io/decommission-refused"
         );
         assert_eq!(REPLACE_REQUESTED, "cassandra.rook.io/replace-requested");
+        assert_eq!(HOST_ID, "cassandra.rook.io/host-id");
         assert_eq!(
             DECOMMISSION_STARTED,
             "cassandra.rook.io/decommission-started"

@@ -9,8 +9,10 @@
 //! - [`sstables`]: the old-format sstables gauge (`/metrics`).
 //! - [`supervise`]: the sidecar as the container's init (child, signals, reaping).
 //! - [`member`]: the `sidecar` subcommand: start-up, the database, probes, intent.
+//! - [`node`]: the local node, whatever it runs (Cassandra or ScyllaDB).
 //! - [`jolokia`]: the Jolokia client and the StorageService facade.
-//! - [`nodetool`]: a small nodetool over Jolokia.
+//! - [`scylla`]: the ScyllaDB REST API client.
+//! - [`nodetool`]: a small nodetool over Jolokia or ScyllaDB's REST API.
 //! - [`reloader`]: the SIGHUP watcher (`cassandra-operator reloader`).
 
 pub mod decommission;
@@ -18,10 +20,12 @@ pub mod jolokia;
 pub mod jolokia_access;
 pub mod markers;
 pub mod member;
+pub mod node;
 pub mod nodetool;
 pub mod probes;
 pub mod reloader;
 pub mod render;
+pub mod scylla;
 pub mod sstables;
 pub mod supervise;
 

@@ -1,9 +1,21 @@
-//! A small nodetool over Jolokia: `status`, `info`, `operation-mode`,
-//! `drain`, `decommission`, `version`. Used by people (`kubectl exec`) and by
-//! the member Pod's preStop hook (`cassandra-operator nodetool drain`).
+//! A small nodetool over Jolokia (Cassandra) or ScyllaDB's REST API:
+//! `status`, `info`, `operation-mode`, `drain`, `decommission`, `version`.
+//! Used by people (`kubectl exec`) and by the member Pod's preStop hook
+//! (`cassandra-operator nodetool drain`).
 //!
-//! Gathering data is I/O through [`crate::jolokia::StorageService`]; the
-//! output is formatted by pure functions, unit-tested here.
+//! Which database: `--mode`, by default `auto`: ScyllaDB when the sidecar
+//! rendered `scylla.yaml` into its configuration directory (`CONFIG_DIR`,
+//! the shared volume both containers mount), Cassandra otherwise; so the
+//! same preStop hook serves both modes.
+//!
+//! Gathering data is I/O through [`crate::jolokia::StorageService`] or
+//! [`crate::scylla::Scylla`]; the output is formatted by pure functions,
+//! unit-tested here. In scylla mode `status` is composed as ScyllaDB's own
+//! `scylla nodetool status` composes it (tools/scylla-nodetool.cc): the
+//! endpoints that own tokens (`/storage_service/tokens_endpoint`), their
+//! datacenter and rack from the snitch, up/down from the gossiper,
+//! joining/leaving/moving, `load_map` and `host_id`; without a keyspace the
+//! effective ownership is unknown (`?`).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -16,6 +28,7 @@ use crate::jolokia::{
     self, ENDPOINT_SNITCH_INFO, Jolokia, OperationMode, Request, Ring, STORAGE_SERVICE,
     StorageService, endpoint_host,
 };
+use crate::scylla::{self, Scylla};
 
 /// `cassandra-operator nodetool`: talk to the local Cassandra through Jolokia.
 #[derive(clap::Args, Debug, Clone)]
@@ -27,9 +40,30 @@ pub struct NodetoolArgs {
         default_value = "http://127.0.0.1:8778/jolokia/"
     )]
     pub jolokia: String,
+    /// ScyllaDB's REST API of the node (scylla mode).
+    #[arg(long = "scylla-api", env = "SCYLLA_API_URL", default_value = scylla::DEFAULT_URL)]
+    pub scylla_api: String,
+    /// The database: cassandra, scylla, or auto (scylla when scylla.yaml
+    /// was rendered into --config-dir).
+    #[arg(long, env = "NODETOOL_MODE", default_value = "auto")]
+    pub mode: String,
+    /// Where the sidecar renders the member's configuration.
+    #[arg(long, env = "CONFIG_DIR", default_value = "/mnt/shared/conf")]
+    pub config_dir: std::path::PathBuf,
     /// What to do.
     #[command(subcommand)]
     pub command: NodetoolCommand,
+}
+
+/// Whether nodetool talks to ScyllaDB: `--mode`, or for `auto` whether the
+/// sidecar rendered scylla.yaml into the configuration directory.
+pub fn is_scylla(mode: &str, config_dir: &std::path::Path) -> Result<bool, Error> {
+    match mode {
+        "scylla" => Ok(true),
+        "cassandra" => Ok(false),
+        "auto" => Ok(config_dir.join("scylla.yaml").is_file()),
+        other => Err(Error::UnknownMode(other.to_string())),
+    }
 }
 
 /// nodetool commands.
@@ -93,6 +127,19 @@ pub enum Error {
     CleanupAborted { keyspace: String },
     #[error("writing the output failed: {source}")]
     WriteOutput { source: std::io::Error },
+    #[error("unknown mode {0:?}: expected auto, cassandra or scylla")]
+    UnknownMode(String),
+    #[error("creating the scylla rest client failed: {source}")]
+    CreateScyllaClient { source: scylla::Error },
+    /// A call to ScyllaDB's REST API failed; `action` says what nodetool
+    /// was doing (reading the ring, draining, ...).
+    #[error("{action} failed: {source}")]
+    Scylla {
+        action: &'static str,
+        source: scylla::Error,
+    },
+    #[error("cleanup is not offered in scylla mode")]
+    CleanupUnsupported,
 }
 
 /// Entry point of `cassandra-operator nodetool`: runs the command, prints
@@ -118,6 +165,11 @@ pub fn main(args: &NodetoolArgs) -> ExitCode {
 /// Run one nodetool command against the Jolokia at `args.jolokia`, writing
 /// human-readable output to `out`.
 pub async fn run(args: &NodetoolArgs, out: &mut dyn Write) -> Result<(), Error> {
+    if is_scylla(&args.mode, &args.config_dir)? {
+        let client =
+            Scylla::new(&args.scylla_api).map_err(|source| Error::CreateScyllaClient { source })?;
+        return run_scylla(&client, &args.command, out).await;
+    }
     let client = Jolokia::new(&args.jolokia).map_err(|source| Error::CreateClient { source })?;
     run_with(&StorageService::new(client), &args.command, out).await
 }
@@ -256,7 +308,14 @@ pub struct Status {
     /// Whether the node reported ownership at all (else the column is left
     /// out rather than invented).
     pub has_ownership: bool,
+    /// The line printed under the tables.
+    pub note: Option<String>,
 }
+
+/// Cassandra mode's note under `status` when Owns is shown.
+pub const RAW_OWNERSHIP_NOTE: &str = "Note: Owns is the share of the token ring (raw ownership), not the effective ownership of a keyspace.";
+/// ScyllaDB's note under `status` without a keyspace (scylla-nodetool.cc).
+pub const SCYLLA_OWNERSHIP_NOTE: &str = "Note: Non-system keyspaces don't have the same replication settings, effective ownership information is meaningless";
 
 /// Read the ring, then the tokens, datacenter and rack of every endpoint in
 /// one bulk request.
@@ -310,6 +369,10 @@ pub fn status_from(ring: &Ring, endpoints: &[String], lookups: Vec<EndpointLooku
     let mut status = Status {
         datacenters: BTreeMap::new(),
         has_ownership: ring.ownership.is_some(),
+        note: ring
+            .ownership
+            .as_ref()
+            .map(|_| RAW_OWNERSHIP_NOTE.to_string()),
     };
     for (endpoint, lookup) in endpoints.iter().zip(lookups) {
         let address = endpoint_host(endpoint).to_string();
@@ -385,10 +448,9 @@ pub fn format_status(status: &Status) -> String {
         out.push_str(&format_table(&table));
         out.push('\n');
     }
-    if status.has_ownership {
-        out.push_str(
-            "Note: Owns is the share of the token ring (raw ownership), not the effective ownership of a keyspace.\n",
-        );
+    if let Some(note) = &status.note {
+        out.push_str(note);
+        out.push('\n');
     }
     out
 }
@@ -512,6 +574,232 @@ pub fn format_info(info: &Info) -> String {
         .collect()
 }
 
+/// Runs one nodetool command against ScyllaDB's REST API.
+pub async fn run_scylla(
+    node: &Scylla,
+    command: &NodetoolCommand,
+    out: &mut dyn Write,
+) -> Result<(), Error> {
+    let failed = |action: &'static str| move |source| Error::Scylla { action, source };
+    let text = match command {
+        NodetoolCommand::Status => format_status(
+            &gather_scylla_status(node)
+                .await
+                .map_err(failed("reading the ring"))?,
+        ),
+        NodetoolCommand::Info => format_info(
+            &gather_scylla_info(node)
+                .await
+                .map_err(failed("reading the node's information"))?,
+        ),
+        NodetoolCommand::OperationMode => {
+            let mode = node
+                .operation_mode()
+                .await
+                .map_err(failed("reading the operation mode"))?;
+            format!("{mode}\n")
+        }
+        // As `scylla nodetool version`: the Cassandra version it speaks.
+        NodetoolCommand::Version => {
+            let version = node
+                .release_version()
+                .await
+                .map_err(failed("reading the release version"))?;
+            format!("ReleaseVersion: {version}\n")
+        }
+        NodetoolCommand::Drain => scylla_drain(node).await?,
+        NodetoolCommand::Decommission => scylla_decommission(node).await?,
+        NodetoolCommand::Cleanup { .. } => return Err(Error::CleanupUnsupported),
+    };
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|source| Error::WriteOutput { source })
+}
+
+/// Drains, as [`drain`] does in Cassandra mode.
+async fn scylla_drain(node: &Scylla) -> Result<String, Error> {
+    let read = |source| Error::Scylla {
+        action: "reading the operation mode",
+        source,
+    };
+    match node.operation_mode().await.map_err(read)? {
+        OperationMode::Drained => return Ok("already drained\n".to_string()),
+        OperationMode::Decommissioned => {
+            return Ok("decommissioned: nothing to drain\n".to_string());
+        }
+        _ => {}
+    }
+    let called = node.drain().await;
+    match (called, node.operation_mode().await) {
+        (_, Ok(OperationMode::Drained)) => Ok("drained\n".to_string()),
+        (Err(source), _) => Err(Error::Scylla {
+            action: "drain",
+            source,
+        }),
+        (Ok(()), Ok(mode)) => Err(Error::NotDrained { mode }),
+        (Ok(()), Err(source)) => Err(read(source)),
+    }
+}
+
+/// Decommissions and waits for DECOMMISSIONED, as [`decommission`] does in
+/// Cassandra mode.
+async fn scylla_decommission(node: &Scylla) -> Result<String, Error> {
+    let read = |source| Error::Scylla {
+        action: "reading the operation mode",
+        source,
+    };
+    match node.operation_mode().await.map_err(read)? {
+        OperationMode::Decommissioned => return Ok("already decommissioned\n".to_string()),
+        OperationMode::Leaving => {}
+        _ => node.decommission().await.map_err(|source| Error::Scylla {
+            action: "decommission",
+            source,
+        })?,
+    }
+    let timeout = node.long_timeout();
+    let started = Instant::now();
+    loop {
+        let mode = node.operation_mode().await.map_err(read)?;
+        match mode {
+            OperationMode::Decommissioned => return Ok("decommissioned\n".to_string()),
+            OperationMode::Leaving => {}
+            mode => return Err(Error::NotDecommissioned { mode }),
+        }
+        if started.elapsed() >= timeout {
+            return Err(Error::DecommissionTimedOut { timeout, mode });
+        }
+        tokio::time::sleep(DECOMMISSION_POLL).await;
+    }
+}
+
+/// What ScyllaDB's REST API says of the ring, for `status`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScyllaRing {
+    pub live: Vec<String>,
+    pub down: Vec<String>,
+    pub joining: Vec<String>,
+    pub leaving: Vec<String>,
+    pub moving: Vec<String>,
+    /// Endpoint → bytes on disk.
+    pub loads: BTreeMap<String, f64>,
+    pub host_ids: BTreeMap<String, String>,
+    /// (token, endpoint), as `/storage_service/tokens_endpoint` lists them.
+    pub tokens_endpoint: Vec<(String, String)>,
+    /// Endpoint → (datacenter, rack).
+    pub places: BTreeMap<String, (String, String)>,
+}
+
+async fn gather_scylla_status(node: &Scylla) -> Result<Status, scylla::Error> {
+    let mut ring = ScyllaRing {
+        live: node.live().await?,
+        down: node.down().await?,
+        joining: node.nodes("joining").await?,
+        leaving: node.nodes("leaving").await?,
+        moving: node.nodes("moving").await?,
+        loads: node.load_map().await?,
+        host_ids: node.host_ids().await?,
+        tokens_endpoint: node.tokens_endpoint().await?,
+        places: BTreeMap::new(),
+    };
+    let endpoints: Vec<String> = ring
+        .tokens_endpoint
+        .iter()
+        .map(|(_, endpoint)| endpoint.clone())
+        .collect();
+    for endpoint in endpoints {
+        if ring.places.contains_key(&endpoint) {
+            continue;
+        }
+        let dc = node.datacenter_of(Some(&endpoint)).await?;
+        let rack = node.rack_of(Some(&endpoint)).await?;
+        ring.places.insert(endpoint, (dc, rack));
+    }
+    Ok(scylla_status_from(&ring))
+}
+
+/// The status table of ScyllaDB's ring: one row per endpoint that owns
+/// tokens, grouped by datacenter, in the text order of the addresses; Owns
+/// is unknown without a keyspace. Pure.
+pub fn scylla_status_from(ring: &ScyllaRing) -> Status {
+    let mut tokens: BTreeMap<&str, usize> = BTreeMap::new();
+    for (_, endpoint) in &ring.tokens_endpoint {
+        *tokens.entry(endpoint.as_str()).or_default() += 1;
+    }
+    let mut status = Status {
+        datacenters: BTreeMap::new(),
+        has_ownership: true,
+        note: Some(SCYLLA_OWNERSHIP_NOTE.to_string()),
+    };
+    for (endpoint, count) in tokens {
+        let has = |list: &[String]| list.iter().any(|e| e == endpoint);
+        let up = if has(&ring.live) {
+            'U'
+        } else if has(&ring.down) {
+            'D'
+        } else {
+            '?'
+        };
+        let state = if has(&ring.joining) {
+            'J'
+        } else if has(&ring.leaving) {
+            'L'
+        } else if has(&ring.moving) {
+            'M'
+        } else {
+            'N'
+        };
+        let (dc, rack) = ring
+            .places
+            .get(endpoint)
+            .cloned()
+            .unwrap_or_else(|| ("?".to_string(), "?".to_string()));
+        status.datacenters.entry(dc).or_default().push(StatusRow {
+            state: format!("{up}{state}"),
+            address: endpoint.to_string(),
+            load: ring.loads.get(endpoint).map(|b| file_size(*b)),
+            tokens: Some(count),
+            owns: None,
+            host_id: ring.host_ids.get(endpoint).cloned(),
+            rack: Some(rack),
+        });
+    }
+    // Rows stay in the text order of their addresses, as ScyllaDB's
+    // nodetool keeps them (a set of strings).
+    status
+}
+
+/// A size in bytes as ScyllaDB's nodetool prints it (its
+/// `file_size_printer`, after Cassandra's `FileUtils.stringifyFileSize`):
+/// two decimals in the largest binary unit it exceeds, else bytes. Pure.
+pub fn file_size(bytes: f64) -> String {
+    for (unit, name) in [
+        (1u64 << 40, "TB"),
+        (1 << 30, "GB"),
+        (1 << 20, "MB"),
+        (1 << 10, "KB"),
+    ] {
+        #[allow(clippy::cast_precision_loss)]
+        let unit = unit as f64;
+        if bytes > unit {
+            return format!("{:.2} {name}", bytes / unit);
+        }
+    }
+    format!("{bytes:.0} bytes")
+}
+
+async fn gather_scylla_info(node: &Scylla) -> Result<Info, scylla::Error> {
+    Ok(Info {
+        host_id: node.local_host_id().await?,
+        release_version: node.scylla_release_version().await?,
+        cluster_name: node.cluster_name().await?,
+        operation_mode: node.operation_mode().await?.to_string(),
+        load: file_size(node.load().await?),
+        tokens: node.tokens().await?.len(),
+        datacenter: node.datacenter_of(None).await?,
+        rack: node.rack_of(None).await?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -596,6 +884,51 @@ Note: Owns is the share of the token ring (raw ownership), not the effective own
             "{text}"
         );
         assert!(!text.contains("Owns"), "{text}");
+    }
+
+    #[test]
+    fn sizes_print_as_scyllas_nodetool_prints_them() {
+        assert_eq!(file_size(100.0), "100 bytes");
+        assert_eq!(file_size(1024.0), "1024 bytes");
+        assert_eq!(file_size(1536.0), "1.50 KB");
+        assert_eq!(file_size(3.0 * 1024.0 * 1024.0 * 1024.0 + 1.0), "3.00 GB");
+    }
+
+    #[test]
+    fn scylla_status_lists_the_token_owners_by_datacenter() {
+        let ring = ScyllaRing {
+            live: vec!["10.0.0.1".into()],
+            joining: vec!["10.0.0.9".into()],
+            tokens_endpoint: vec![
+                ("1".into(), "10.0.0.1".into()),
+                ("2".into(), "10.0.0.9".into()),
+                ("3".into(), "10.0.0.1".into()),
+            ],
+            places: [
+                (
+                    "10.0.0.1".to_string(),
+                    ("dc1".to_string(), "r1".to_string()),
+                ),
+                (
+                    "10.0.0.9".to_string(),
+                    ("dc2".to_string(), "r2".to_string()),
+                ),
+            ]
+            .into(),
+            ..ScyllaRing::default()
+        };
+        let status = scylla_status_from(&ring);
+        assert_eq!(status.datacenters.len(), 2);
+        let one = &status.datacenters["dc1"][0];
+        assert_eq!((one.state.as_str(), one.tokens), ("UN", Some(2)));
+        let joining = &status.datacenters["dc2"][0];
+        assert_eq!(joining.state, "?J", "neither live nor down");
+        let text = format_status(&status);
+        assert!(text.contains("Owns"), "{text}");
+        assert!(
+            text.ends_with(&format!("{SCYLLA_OWNERSHIP_NOTE}\n")),
+            "{text}"
+        );
     }
 
     #[test]

@@ -1,22 +1,23 @@
 //! The sidecar's HTTP probes on :8080 (DESIGN.md section 6): `/healthz`
 //! (liveness: the sidecar runs) and `/readyz` (readiness: operation mode
-//! NORMAL, read through Jolokia); and `/metrics` (Prometheus text: the
-//! old-format sstables gauge of [`crate::sstables`], as last refreshed).
-//! I/O.
+//! NORMAL, read through Jolokia or ScyllaDB's REST API); and `/metrics`
+//! (Prometheus text: the old-format sstables gauge of [`crate::sstables`],
+//! as last refreshed). I/O.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::jolokia::{Jolokia, OperationMode, StorageService};
+use crate::jolokia::OperationMode;
+use crate::node::Node;
 
 /// Serves the probes on `addr` until the task is dropped; `child_alive`
 /// says whether the database process runs; `metrics` is what `/metrics`
 /// serves.
 pub async fn serve_probes(
     addr: SocketAddr,
-    jolokia: Jolokia,
+    node: Node,
     child_alive: Arc<AtomicBool>,
     metrics: crate::sstables::Gauge,
 ) {
@@ -24,7 +25,7 @@ pub async fn serve_probes(
     let routes = warp::get()
         .and(warp::path::full())
         .then(move |path: warp::path::FullPath| {
-            let jolokia = jolokia.clone();
+            let node = node.with_timeout(Duration::from_secs(3));
             let alive = child_alive.load(Ordering::Relaxed);
             let metrics = metrics.clone();
             async move {
@@ -32,16 +33,11 @@ pub async fn serve_probes(
                     // Alive while the sidecar runs: it exits when the database
                     // does, and a long start-up or bootstrap must not be killed.
                     "/healthz" => (200, if alive { "ok" } else { "starting" }.to_string()),
-                    "/readyz" => {
-                        match StorageService::new(jolokia.with_timeout(Duration::from_secs(3)))
-                            .operation_mode()
-                            .await
-                        {
-                            Ok(OperationMode::Normal) => (200, "NORMAL".to_string()),
-                            Ok(mode) => (503, mode.to_string()),
-                            Err(e) => (503, format!("database not reachable: {e}")),
-                        }
-                    }
+                    "/readyz" => match node.operation_mode().await {
+                        Ok(OperationMode::Normal) => (200, "NORMAL".to_string()),
+                        Ok(mode) => (503, mode.to_string()),
+                        Err(e) => (503, format!("database not reachable: {e}")),
+                    },
                     "/metrics" => {
                         let mut response = warp::reply::Response::new(metrics.render().into());
                         response.headers_mut().insert(

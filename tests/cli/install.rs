@@ -394,7 +394,6 @@ async fn example_converges(name: &str, namespace: &str, cluster: &str, members: 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "scylla mode cannot run until issue 18 (REST API instead of Jolokia)"]
 async fn the_scylla_example_converges() {
     example_converges("scylla", "scylla", "scylla", 3).await;
 }

@@ -59,11 +59,22 @@ pub(crate) fn pod_ready(pod: &Pod) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// The thesis cluster at `version` with small disks: rack b with 3 members,
-/// 1000 keys at RF 3, then rack c with 2 members; returns when 5 are ready.
-async fn thesis_five(world: &World, version: &str, log: &Path) -> Api<Cluster> {
+/// The thesis cluster in `mode` at `version` with small disks: rack b with
+/// 3 members, 1000 keys at RF 3, then rack c with 2 members; returns when 5
+/// are ready.
+pub(crate) async fn thesis_five(
+    world: &World,
+    mode: crds::v1alpha1::ClusterMode,
+    version: &str,
+    log: &Path,
+) -> Api<Cluster> {
     let mut cluster = thesis_cluster();
     cluster.spec.version = version.to_string();
+    if mode != cluster.spec.mode {
+        // The mode's own image (scylladb/scylla for ScyllaDB).
+        cluster.spec.mode = mode;
+        cluster.spec.repository = None;
+    }
     for rack in &mut cluster.spec.datacenter.racks {
         for template in &mut rack.storage.volume_claim_templates {
             if let Some(requests) = template
@@ -199,7 +210,7 @@ where
 /// leaving at once, members leave highest first, a member's claim and
 /// Service go only once its address left the ring. Returns when the
 /// cluster converged.
-async fn scale_rack_b_down_to_one(world: &World, clusters: &Api<Cluster>, log: &Path) {
+pub(crate) async fn scale_rack_b_down_to_one(world: &World, clusters: &Api<Cluster>, log: &Path) {
     let (sim, client) = (&world.sim, &world.client);
     let ips = cluster_ips(client).await;
     let leaving_ips: Vec<(String, String)> = [2, 1]
@@ -316,7 +327,7 @@ async fn scale_rack_b_down_to_one(world: &World, clusters: &Api<Cluster>, log: &
 
 /// Deletes the Node of member b-0 (its local disk goes with it): the
 /// member is replaced with the same ClusterIP on another Node.
-async fn lose_the_node_of_b0(world: &World, clusters: &Api<Cluster>, log: &Path) {
+pub(crate) async fn lose_the_node_of_b0(world: &World, clusters: &Api<Cluster>, log: &Path) {
     let (sim, client) = (&world.sim, &world.client);
     let member = format!("{STS_B}-0");
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
@@ -406,7 +417,13 @@ async fn scale_down_then_node_loss(version: &str) {
         NS,
     )
     .await;
-    let clusters = thesis_five(&world, version, &log).await;
+    let clusters = thesis_five(
+        &world,
+        crds::v1alpha1::ClusterMode::Cassandra,
+        version,
+        &log,
+    )
+    .await;
     scale_rack_b_down_to_one(&world, &clusters, &log).await;
     lose_the_node_of_b0(&world, &clusters, &log).await;
     delete_every_member_pod_at_once(&world, &clusters, 3, &log).await;
@@ -415,7 +432,7 @@ async fn scale_down_then_node_loss(version: &str) {
 /// Thesis 5.2.3's last step: every member Pod deleted at once (an outage
 /// of the whole cluster); all come back as themselves, the data check
 /// clean.
-async fn delete_every_member_pod_at_once(
+pub(crate) async fn delete_every_member_pod_at_once(
     world: &World,
     clusters: &Api<Cluster>,
     members: usize,

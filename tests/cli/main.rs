@@ -19,6 +19,7 @@ mod reloader;
 mod render;
 mod rings;
 mod safety;
+mod scylla;
 mod sidecar;
 mod unreachable;
 mod world;

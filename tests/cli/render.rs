@@ -149,8 +149,10 @@ fn renders_scylla_arguments() {
     );
     assert_eq!(
         std::fs::read_to_string(out.join("entrypoint.args")).unwrap(),
-        "--listen-address\n10.8.1.7\n--rpc-address\n0.0.0.0\n--broadcast-address\n10.96.0.12\n\
-         --broadcast-rpc-address\n10.96.0.12\n--seeds\n10.96.0.10,10.96.0.11\n\
+        "--log-to-syslog\n0\n--log-to-stdout\n1\n--default-log-level\ninfo\n--network-stack\nposix\n\
+         --listen-address\n10.8.1.7\n--rpc-address\n0.0.0.0\n--broadcast-address\n10.96.0.12\n\
+         --broadcast-rpc-address\n10.96.0.12\n--seed-provider-parameters\nseeds=10.96.0.10,10.96.0.11\n\
+         --api-address\n127.0.0.1\n--developer-mode\n0\n--overprovisioned\n\
          --smp\n2\n--memory\n7373M\n"
     );
     let rendered = yaml(&out.join("scylla.yaml"));

@@ -129,6 +129,9 @@ async fn unreachable_jolokia_is_a_connect_error() {
     );
     let args = NodetoolArgs {
         jolokia: url,
+        scylla_api: sidecar::scylla::DEFAULT_URL.to_string(),
+        mode: "cassandra".to_string(),
+        config_dir: "/nowhere".into(),
         command: NodetoolCommand::Drain,
     };
     let mut out = Vec::new();

@@ -1,8 +1,9 @@
 //! The member's side of the scale-down protocol at work: a watch on the
 //! member Service (that one object) for the controller's records, and the
-//! loop that observes the node through Jolokia, asks [`super::next_step`]
-//! what to do and does it (claim, call decommission, report a refusal,
-//! write the marker, confirm, clear the records, restart the database).
+//! loop that observes the node (through Jolokia, or ScyllaDB's REST API),
+//! asks [`super::next_step`] what to do and does it (claim, call
+//! decommission, report a refusal, write the marker, confirm, clear the
+//! records, restart the database).
 //! I/O.
 
 use std::path::PathBuf;
@@ -20,8 +21,8 @@ use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
 
 use super::{Claim, Intent, LastCall, NodeState, Observed, Step};
-use crate::jolokia::{Jolokia, StorageService};
 use crate::markers;
+use crate::node::Node;
 
 /// Follows the member Service (that one object) into `service`.
 pub async fn watch_own_service(
@@ -93,7 +94,8 @@ impl Calls {
 
 /// What the loop shares with the rest of the sidecar.
 pub struct Links {
-    pub jolokia: Jolokia,
+    /// The local node.
+    pub node: Node,
     pub services: Api<Service>,
     pub name: String,
     pub marker: PathBuf,
@@ -107,7 +109,7 @@ pub struct Links {
 /// operation mode until the task is dropped.
 pub async fn decommission_loop(links: Links, mut service: watch::Receiver<Service>) {
     let Links {
-        jolokia,
+        node: db,
         services,
         name,
         marker,
@@ -133,7 +135,7 @@ pub async fn decommission_loop(links: Links, mut service: watch::Receiver<Servic
         let node = if refused_decommissioned.load(Ordering::Relaxed) {
             NodeState::RefusedDecommissioned
         } else if intent == Intent::Requested || claim.started || claim.refused {
-            match StorageService::new(jolokia.clone()).operation_mode().await {
+            match db.operation_mode().await {
                 Ok(mode) => NodeState::Mode(mode),
                 Err(_) => NodeState::Unreachable,
             }
@@ -183,9 +185,9 @@ pub async fn decommission_loop(links: Links, mut service: watch::Receiver<Servic
             Step::CallDecommission => {
                 info!(member = %name, "decommissioning: streaming this node's data to the others");
                 calls.lock().unwrap_or_else(|e| e.into_inner()).in_flight = true;
-                let (jolokia, calls, name) = (jolokia.clone(), calls.clone(), name.clone());
+                let (db, calls, name) = (db.clone(), calls.clone(), name.clone());
                 tokio::spawn(async move {
-                    let result = StorageService::new(jolokia).decommission().await;
+                    let result = db.decommission().await;
                     let mut c = calls.lock().unwrap_or_else(|e| e.into_inner());
                     c.in_flight = false;
                     match result {

@@ -1,8 +1,9 @@
 //! The member's side of the scale-down protocol (DESIGN.md sections 4 and 5):
 //! the controller labels the member Service `decommissioned=false`; the
 //! sidecar claims the decommission on the member Service, decommissions the
-//! node through Jolokia, confirms the operation mode DECOMMISSIONED, and
-//! answers with `decommissioned=true`.
+//! node (through Jolokia, or ScyllaDB's REST API in scylla mode), confirms
+//! the operation mode DECOMMISSIONED, and answers with
+//! `decommissioned=true`.
 //!
 //! This module is the pure decision: from the records on the member Service,
 //! what Jolokia shows, what this process knows of its last call and what
@@ -48,9 +49,9 @@ pub use crds::contract::Decommission as Intent;
 /// What the sidecar knows of the node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodeState {
-    /// Jolokia answered with this operation mode.
+    /// The node answered with this operation mode.
     Mode(OperationMode),
-    /// Jolokia does not answer (Cassandra starting, stopped or restarting).
+    /// The node does not answer (Cassandra starting, stopped or restarting).
     Unreachable,
     /// Cassandra refused to start because the node was decommissioned.
     RefusedDecommissioned,

@@ -5,6 +5,10 @@
 //! the middle of its bootstrap must resume it on restart, and a node that is
 //! its own seed skips even an interrupted bootstrap. I/O (Jolokia, the data
 //! volume, the member Service).
+//!
+//! In scylla mode it also records the node's host ID on its member Service
+//! ([`contract::HOST_ID`]) at every start once NORMAL: ScyllaDB replaces a
+//! lost node by host ID, and the replacement's sidecar reads it there.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -15,24 +19,20 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use tracing::{info, warn};
 
-use crate::jolokia::{Jolokia, OperationMode, StorageService};
+use crate::jolokia::OperationMode;
 use crate::markers;
+use crate::node::Node;
 
 /// Watches the operation mode until it is NORMAL, then writes the
 /// bootstrapped marker (atomically, synced) and withdraws a fulfilled
 /// replace request from the member Service. Returns at once when the marker
 /// is already there.
-pub async fn record_bootstrap(
-    jolokia: Jolokia,
-    data_dir: PathBuf,
-    services: Api<Service>,
-    name: String,
-) {
+pub async fn record_bootstrap(node: Node, data_dir: PathBuf, services: Api<Service>, name: String) {
     let marker = contract::bootstrapped_marker(&data_dir);
     if marker.is_file() {
         return;
     }
-    let storage = StorageService::new(jolokia.with_timeout(Duration::from_secs(5)));
+    let storage = node.with_timeout(Duration::from_secs(5));
     loop {
         if let Ok(OperationMode::Normal) = storage.operation_mode().await {
             match markers::write_marker(&marker, "NORMAL\n") {
@@ -53,5 +53,38 @@ pub async fn record_bootstrap(
         .await
     {
         warn!(member = %name, error = %e, "withdrawing the replace request");
+    }
+}
+
+/// Records this node's host ID on its member Service (annotation
+/// [`contract::HOST_ID`]) once the node is NORMAL, unless it is there
+/// already: the address stays with the member Service, the host ID is what
+/// ScyllaDB replaces by.
+pub async fn record_host_id(node: Node, service: Service, services: Api<Service>, name: String) {
+    let node = node.with_timeout(Duration::from_secs(5));
+    let recorded = service
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(contract::HOST_ID))
+        .cloned();
+    let host_id = loop {
+        if let Ok(OperationMode::Normal) = node.operation_mode().await
+            && let Ok(Some(id)) = node.local_host_id().await
+        {
+            break id;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    if recorded.as_deref() == Some(host_id.as_str()) {
+        return;
+    }
+    let patch = serde_json::json!({"metadata": {"annotations": {contract::HOST_ID: host_id}}});
+    match services
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => info!(member = %name, %host_id, "host id recorded on the member service"),
+        Err(e) => warn!(member = %name, error = %e, "recording the host id"),
     }
 }

@@ -3,7 +3,7 @@
 //! (read for the refusals the sidecar acts on) and its drain before it
 //! stops. I/O.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,7 +14,8 @@ use tracing::{info, warn};
 
 use super::{MemberError, SidecarArgs};
 use crate::decommission;
-use crate::jolokia::{Jolokia, OperationMode, StorageService};
+use crate::jolokia::OperationMode;
+use crate::node::Node;
 use crate::render::{self, MemberConfig, Overrides, OverridesOrigin};
 use crate::supervise::Child;
 
@@ -34,6 +35,13 @@ pub fn parse_limit(
 /// live under `cassandra.storagedir`; `bin/cassandra` appends its own
 /// (`$CASSANDRA_HOME/data`) after `JVM_OPTS`, so only a `-D` of the command
 /// line, which it passes last, decides it whatever the image links there.
+///
+/// ScyllaDB's: `scylla` with the rendered scylla.yaml (`--options-file`),
+/// its work directory on the data volume (`--workdir`: the image's
+/// scylla.yaml leaves it and the data directories unset) and the I/O
+/// scheduler's properties measured for that volume
+/// (`--io-properties-file`, see [`ensure_io_properties`]), then the
+/// rendered arguments.
 pub fn database_command(
     args: &SidecarArgs,
     mode: ClusterMode,
@@ -47,7 +55,18 @@ pub fn database_command(
             "-f".to_string(),
             format!("-Dcassandra.storagedir={}", data_dir.display()),
         ],
-        (None, ClusterMode::Scylla) => vec!["/docker-entrypoint.py".to_string()],
+        (None, ClusterMode::Scylla) => vec![
+            "scylla".to_string(),
+            "--options-file".to_string(),
+            args.config_dir
+                .join(render::main_file_name(mode))
+                .display()
+                .to_string(),
+            "--workdir".to_string(),
+            data_dir.display().to_string(),
+            "--io-properties-file".to_string(),
+            io_properties_file(data_dir).display().to_string(),
+        ],
     };
     command.extend(extra.iter().cloned());
     if command.is_empty() {
@@ -164,9 +183,15 @@ pub fn start(
 ) -> Result<Child, MemberError> {
     let command = database_command(args, mode, &rendered.args, data_dir)?;
     let mut process = std::process::Command::new(&command[0]);
+    // Where each database reads its configuration directory (ScyllaDB's
+    // GossipingPropertyFileSnitch reads cassandra-rackdc.properties there).
+    let conf_variable = match mode {
+        ClusterMode::Cassandra => "CASSANDRA_CONF",
+        ClusterMode::Scylla => "SCYLLA_CONF",
+    };
     process
         .args(&command[1..])
-        .env("CASSANDRA_CONF", &args.config_dir)
+        .env(conf_variable, &args.config_dir)
         .stdout(Stdio::inherit())
         .stderr(Stdio::piped());
     for (key, value) in &rendered.env {
@@ -235,8 +260,54 @@ pub fn forward_stderr(stderr: std::process::ChildStderr, refusals: &StartRefusal
     }
 }
 
-pub async fn drain(jolokia: Jolokia) {
-    let storage = StorageService::new(jolokia);
+/// Where the I/O scheduler's properties of a data volume are kept: on the
+/// volume, since they describe its disk (a replaced disk is measured
+/// again).
+pub fn io_properties_file(data_dir: &Path) -> PathBuf {
+    crds::contract::state_dir(data_dir).join("io_properties.yaml")
+}
+
+/// ScyllaDB refuses to start outside developer mode without its I/O
+/// scheduler configured ("Bad I/O Scheduler configuration"). The image's
+/// entrypoint runs `scylla_io_setup` (iotune) for that at every start; the
+/// sidecar runs `iotune` once per data volume, on the data directory, and
+/// keeps the result there ([`io_properties_file`]).
+pub fn ensure_io_properties(iotune: &str, data_dir: &Path) -> Result<PathBuf, MemberError> {
+    let target = io_properties_file(data_dir);
+    if target.is_file() {
+        return Ok(target);
+    }
+    let dir = crds::contract::state_dir(data_dir);
+    std::fs::create_dir_all(&dir).map_err(|source| MemberError::File {
+        action: "creating",
+        path: dir.clone(),
+        source,
+    })?;
+    let measuring = target.with_extension("measuring");
+    info!(directory = %data_dir.display(), "measuring the data volume for scylla's i/o scheduler (iotune)");
+    let status = std::process::Command::new(iotune)
+        .arg("--evaluation-directory")
+        .arg(data_dir)
+        .arg("--properties-file")
+        .arg(&measuring)
+        .status()
+        .map_err(|source| MemberError::File {
+            action: "running",
+            path: PathBuf::from(iotune),
+            source,
+        })?;
+    if !status.success() {
+        return Err(MemberError::IoSetup(status.to_string()));
+    }
+    std::fs::rename(&measuring, &target).map_err(|source| MemberError::File {
+        action: "renaming over",
+        path: target.clone(),
+        source,
+    })?;
+    Ok(target)
+}
+
+pub async fn drain(storage: Node) {
     match storage.operation_mode().await {
         Ok(OperationMode::Drained | OperationMode::Decommissioned) => {}
         Ok(_) => {
@@ -266,6 +337,13 @@ mod tests {
         assert_eq!(refusals.collision().as_deref(), Some(collision));
         refusals.read("ERROR [main] This node was decommissioned and will not rejoin the ring unless cassandra.override_decommission=true has been set, or all existing data is removed and the node is bootstrapped again");
         assert!(refusals.decommissioned.load(Ordering::Relaxed));
+        // ScyllaDB's words (service/storage_service.cc) begin the same.
+        let scylla = StartRefusals::default();
+        scylla.read("ERROR 2025-01-20 10:00:00,000 [shard 0:main] storage_service - This node was decommissioned and will not rejoin the ring unless override_decommission=true has been set and consistent cluster management is not in use,or all existing data is removed and the node is bootstrapped again");
+        assert!(scylla.decommissioned.load(Ordering::Relaxed));
+        let line = "ERROR 2025-01-20 10:00:00,000 [shard 0:main] init - Startup failed: std::runtime_error (A node with address 10.96.0.12 already exists, cancelling join. Use replace_address if you want to replace this node.)";
+        scylla.read(line);
+        assert_eq!(scylla.collision().as_deref(), Some(line));
         assert!(!is_endpoint_collision(
             "A node with address 10.0.0.1 is joining"
         ));

@@ -125,6 +125,16 @@ impl Member {
             .map(String::as_str)
     }
 
+    /// An annotation of the member Service as read at start-up.
+    pub fn service_annotation(&self, key: &str) -> Option<&str> {
+        self.service
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
+    }
+
     /// The seeds this member starts with (DESIGN.md section 4), from the
     /// seed Services of the whole cluster; `bootstrapped` is whether its
     /// data volume records a completed bootstrap.

@@ -9,7 +9,7 @@
 //!
 //! Settings come from the environment a Pod gives (downward API) and from
 //! variables with defaults that suit the real images (`JOLOKIA_URL`,
-//! `PROBE_ADDR`: the test world's Pods have their own network namespaces
+//! `SCYLLA_API_URL`, `IOTUNE_COMMAND`, `PROBE_ADDR`: the test world's Pods have their own network namespaces
 //! and run with these defaults; tests that run a sidecar on the host set
 //! them, and the directories).
 
@@ -28,10 +28,11 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::decommission::{self, Intent, act};
-use crate::jolokia::Jolokia;
+use crate::node::Node;
 use crate::render::{self, MemberConfig};
 use crate::supervise;
 use crate::{markers, probes, sstables};
+use crds::v1alpha1::ClusterMode;
 use database::StartRefusals;
 use kube::api::{Patch, PatchParams};
 use nix::sys::signal::Signal;
@@ -72,6 +73,12 @@ pub struct SidecarArgs {
     /// The database's Jolokia endpoint (bound to the Pod's loopback).
     #[arg(long, env = "JOLOKIA_URL", default_value = crate::jolokia::DEFAULT_URL)]
     pub jolokia_url: String,
+    /// ScyllaDB's REST API (bound to the Pod's loopback), in scylla mode.
+    #[arg(long, env = "SCYLLA_API_URL", default_value = crate::scylla::DEFAULT_URL)]
+    pub scylla_api_url: String,
+    /// ScyllaDB's disk benchmark, run once per data volume (scylla mode).
+    #[arg(long, env = "IOTUNE_COMMAND", default_value = "iotune")]
+    pub iotune_command: String,
     /// Where to serve /healthz and /readyz.
     #[arg(long, env = "PROBE_ADDR", default_value_t = SocketAddr::from(([0, 0, 0, 0], contract::SIDECAR_PORT)))]
     pub probe_addr: SocketAddr,
@@ -142,9 +149,14 @@ pub enum MemberError {
     /// Rendering the configuration failed (nothing was started).
     #[error("rendering the configuration: {0}")]
     Render(#[from] render::RenderError),
-    /// The Jolokia client could not be built.
-    #[error("jolokia: {0}")]
-    Jolokia(#[from] crate::jolokia::Error),
+    /// The client of the node could not be built.
+    #[error("the database's client: {0}")]
+    Node(#[from] crate::node::NodeError),
+    /// ScyllaDB's I/O setup (iotune) failed.
+    #[error(
+        "iotune failed ({0}): scylla cannot start outside developer mode without its i/o scheduler's properties"
+    )]
+    IoSetup(String),
     /// Starting or supervising the database failed.
     #[error(transparent)]
     Supervise(#[from] supervise::SuperviseError),
@@ -181,6 +193,11 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
     let replace_address = render::replace_address_for(
         member.service_label(contract::REPLACE),
         !bootstrapped || markers::data_dir_is_empty(&data_dir),
+    );
+    let replace_address = replace_target(
+        member.mode,
+        replace_address,
+        member.service_annotation(contract::HOST_ID),
     );
 
     // 4. Its configuration, rendered from the image's defaults.
@@ -228,14 +245,14 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
     ));
 
     // 6. Probes, the bootstrap record, and the decommission protocol.
-    let jolokia = Jolokia::new(&args.jolokia_url)?;
+    let node = Node::for_mode(mode, &args.jolokia_url, &args.scylla_api_url)?;
     let refusals = Arc::new(StartRefusals::default());
     let child_alive = Arc::new(AtomicBool::new(false));
     let restart = Arc::new(Notify::new());
     let gauge = sstables::Gauge::default();
     tokio::spawn(probes::serve_probes(
         args.probe_addr,
-        jolokia.clone(),
+        node.clone(),
         child_alive.clone(),
         gauge.clone(),
     ));
@@ -249,7 +266,7 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
     }
     tokio::spawn(act::decommission_loop(
         act::Links {
-            jolokia: jolokia.clone(),
+            node: node.clone(),
             services: services.clone(),
             name: name.clone(),
             marker: marker.clone(),
@@ -270,11 +287,21 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
     }
     if !bootstrapped {
         tokio::spawn(bootstrap::record_bootstrap(
-            jolokia.clone(),
+            node.clone(),
             data_dir.clone(),
             services.clone(),
             name.clone(),
         ));
+    }
+
+    if mode == ClusterMode::Scylla {
+        tokio::spawn(bootstrap::record_host_id(
+            node.clone(),
+            member.service.clone(),
+            services.clone(),
+            name.clone(),
+        ));
+        database::ensure_io_properties(&args.iotune_command, &data_dir)?;
     }
 
     // 7. The database, supervised until it ends, the Pod stops, or the
@@ -282,7 +309,7 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
     let child = database::start(&args, mode, &rendered, &data_dir, refusals.clone())?;
     child_alive.store(true, Ordering::Relaxed);
 
-    let drain_jolokia = jolokia.clone();
+    let drain_node = node.clone();
     let stop = async {
         tokio::select! {
             signal = &mut shutdown => signal,
@@ -295,7 +322,7 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
     let code = supervise::supervise(
         &child,
         stop,
-        || async move { database::drain(drain_jolokia).await },
+        || async move { database::drain(drain_node).await },
         Duration::from_secs(args.drain_timeout_seconds),
     )
     .await;
@@ -346,6 +373,23 @@ fn old_format_rule(
     latest
 }
 
+/// What a replacing member starts with: Cassandra replaces the address;
+/// ScyllaDB by host ID (`replace_node_first_boot`; the address alone is
+/// deprecated there), the one the lost node recorded on the member Service,
+/// falling back on the address when none was recorded. Pure.
+pub fn replace_target(
+    mode: ClusterMode,
+    replace_address: Option<String>,
+    recorded_host_id: Option<&str>,
+) -> Option<String> {
+    match (mode, replace_address, recorded_host_id) {
+        (ClusterMode::Scylla, Some(_), Some(host_id)) if !host_id.trim().is_empty() => {
+            Some(host_id.trim().to_string())
+        }
+        (_, replace, _) => replace,
+    }
+}
+
 /// The ring still knows this member's address while its data directory was
 /// never bootstrapped (the disk was swapped or emptied, the Node survived):
 /// asks the controller for a replace on the member Service, then waits,
@@ -393,12 +437,63 @@ async fn request_replace(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crds::v1alpha1::ClusterMode;
     use database::database_command;
     use std::path::Path;
 
     fn ips(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn scylla_replaces_by_the_recorded_host_id() {
+        let id = "6f0c2e4e-1d0a-4a8e-9a52-3f1f1f2b7c11";
+        let ip = || Some("10.96.0.12".to_string());
+        assert_eq!(
+            replace_target(ClusterMode::Scylla, ip(), Some(id)).as_deref(),
+            Some(id)
+        );
+        // Nothing recorded: the (deprecated) address.
+        assert_eq!(replace_target(ClusterMode::Scylla, ip(), None), ip());
+        assert_eq!(replace_target(ClusterMode::Scylla, ip(), Some(" ")), ip());
+        // No replace: a recorded host ID alone is no intent.
+        assert_eq!(replace_target(ClusterMode::Scylla, None, Some(id)), None);
+        // Cassandra replaces the address.
+        assert_eq!(replace_target(ClusterMode::Cassandra, ip(), Some(id)), ip());
+    }
+
+    #[test]
+    fn iotune_runs_once_per_data_volume() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        let count = dir.path().join("count");
+        let iotune = dir.path().join("iotune");
+        // A stand-in that records its runs and writes what it is asked to.
+        std::fs::write(
+            &iotune,
+            format!(
+                "#!/bin/sh\necho run >> {}\n[ \"$1\" = --evaluation-directory ] || exit 2\n[ \"$3\" = --properties-file ] || exit 2\necho 'disks: []' > \"$4\"\n",
+                count.display()
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&iotune, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let iotune = iotune.display().to_string();
+        let first = database::ensure_io_properties(&iotune, &data).unwrap();
+        assert_eq!(first, database::io_properties_file(&data));
+        assert_eq!(std::fs::read_to_string(&first).unwrap(), "disks: []\n");
+        let again = database::ensure_io_properties(&iotune, &data).unwrap();
+        assert_eq!(again, first);
+        assert_eq!(std::fs::read_to_string(&count).unwrap(), "run\n");
+        // A failing benchmark is an error, and leaves nothing behind.
+        let other = dir.path().join("other");
+        std::fs::create_dir(&other).unwrap();
+        assert!(matches!(
+            database::ensure_io_properties("false", &other),
+            Err(MemberError::IoSetup(_))
+        ));
+        assert!(!database::io_properties_file(&other).exists());
     }
 
     #[test]
@@ -413,6 +508,8 @@ mod tests {
             cpu_limit: None,
             memory_limit: None,
             jolokia_url: crate::jolokia::DEFAULT_URL.into(),
+            scylla_api_url: crate::scylla::DEFAULT_URL.into(),
+            iotune_command: "iotune".into(),
             probe_addr: "127.0.0.1:0".parse().unwrap(),
             config_defaults_dir: None,
             config_dir: "/c".into(),
@@ -434,8 +531,24 @@ mod tests {
             ]
         );
         assert_eq!(
-            database_command(&args, ClusterMode::Scylla, &ips(&["--smp", "2"]), data).unwrap(),
-            vec!["/docker-entrypoint.py", "--smp", "2"]
+            database_command(
+                &args,
+                ClusterMode::Scylla,
+                &ips(&["--smp", "2"]),
+                Path::new("/var/lib/scylla")
+            )
+            .unwrap(),
+            vec![
+                "scylla",
+                "--options-file",
+                "/c/scylla.yaml",
+                "--workdir",
+                "/var/lib/scylla",
+                "--io-properties-file",
+                "/var/lib/scylla/.cassandra-operator/io_properties.yaml",
+                "--smp",
+                "2"
+            ]
         );
         let custom = SidecarArgs {
             database_command: Some("  ".into()),

@@ -24,8 +24,8 @@
 //!   `-Dcassandra.replace_address_first_boot` ([`jvm`]).
 //!
 //! Scylla mode: `scylla.yaml` with the same keys, the same
-//! `cassandra-rackdc.properties`, and the arguments of the scylla image's
-//! entrypoint ([`scylla`]).
+//! `cassandra-rackdc.properties`, and the arguments of the `scylla` binary
+//! ([`scylla`]).
 //!
 //! Overrides may not set the member's identity nor what would defeat the
 //! safety rules ([`crds::overrides::REFUSED_KEYS`]: `auto_bootstrap`, the
@@ -62,15 +62,16 @@ pub use jvm::DEFAULT_JOLOKIA_AGENT_JAR;
 pub const RACKDC_FILE: &str = "cassandra-rackdc.properties";
 /// `config render` writes the environment of the Cassandra process here.
 pub const ENV_FILE: &str = "entrypoint.env";
-/// `config render` writes the arguments of the Scylla entrypoint here, one
-/// per line.
+/// `config render` writes the arguments of the `scylla` binary here, one
+/// per line (the sidecar adds the paths: `--options-file`, `--workdir`,
+/// `--io-properties-file`).
 pub const ARGS_FILE: &str = "entrypoint.args";
 
 /// `cassandra-operator config render`: render a member's configuration files
 /// offline, from the image's default configuration and the given inputs.
 /// Writes cassandra.yaml (or scylla.yaml) and cassandra-rackdc.properties,
 /// plus entrypoint.env (Cassandra: MAX_HEAP_SIZE, HEAP_NEWSIZE,
-/// JVM_EXTRA_OPTS) or entrypoint.args (Scylla: the entrypoint's arguments).
+/// JVM_EXTRA_OPTS) or entrypoint.args (Scylla: the scylla binary's arguments).
 #[derive(clap::Args, Debug, Clone)]
 pub struct RenderArgs {
     /// Database: cassandra or scylla.
@@ -200,7 +201,7 @@ pub struct Rendered {
     /// container's environment (append a `JVM_EXTRA_OPTS` the container
     /// already has to ours rather than dropping it).
     pub env: Vec<(String, String)>,
-    /// Arguments of the image's entrypoint (Scylla).
+    /// Arguments of the `scylla` binary (Scylla).
     pub args: Vec<String>,
     /// The heap sizes behind `MAX_HEAP_SIZE` / `HEAP_NEWSIZE`, when a memory
     /// limit was given (Cassandra).
@@ -250,6 +251,14 @@ pub enum RenderError {
     },
     #[error("memory limit of {limit_mb} MiB is too small: at least {minimum_mb} MiB")]
     MemoryLimitTooSmall { limit_mb: u64, minimum_mb: u64 },
+    #[error(
+        "--memory {memory_mb}M over --smp {shards} leaves less than {minimum_mb} MiB per shard, which ScyllaDB refuses outside developer mode: raise the memory limit or lower the CPU limit"
+    )]
+    MemoryPerShardTooSmall {
+        memory_mb: u64,
+        shards: u64,
+        minimum_mb: u64,
+    },
     #[error("default {file} is not valid YAML: {source}")]
     ParseDefaults {
         file: String,

@@ -1,12 +1,20 @@
 //! Scylla mode: scylla.yaml, cassandra-rackdc.properties and the arguments
-//! of the scylla image's entrypoint (`docker-entrypoint.py`). Pure.
+//! of the `scylla` binary. Pure.
 //!
-//! The entrypoint rewrites addresses itself when it is not told them: it
-//! listens on `hostname -i`, serves clients on the listen address, and
-//! seeds the node with its own address when `--seeds` is missing (a node
-//! that seeds itself does not bootstrap). So the addresses and seeds go
-//! into the arguments as well as into scylla.yaml; they are the same
-//! values.
+//! The sidecar runs `scylla` itself, as the image's entrypoint
+//! (`docker-entrypoint.py` → supervisord → `scylla-server.sh`) would, with
+//! the image's `SCYLLA_ARGS` ([`IMAGE_ARGS`]) and the arguments
+//! `scyllasetup.py` composes: `--listen-address`,
+//! `--rpc-address`, `--seed-provider-parameters seeds=...`,
+//! `--broadcast-address`, `--broadcast-rpc-address`, `--api-address`,
+//! `--smp`, `--memory`, `--overprovisioned` (no cpuset is pinned: Kubernetes
+//! shares the Node's CPUs unless its static CPU manager says otherwise),
+//! plus `--developer-mode 0` (the entrypoint's default is 1, which skips
+//! ScyllaDB's production checks). The addresses and seeds are in
+//! scylla.yaml as well; they are the same values. The REST API is bound to
+//! the Pod's loopback: the sidecar is its only client, and it is
+//! unauthenticated. The paths (`--options-file`, `--workdir`,
+//! `--io-properties-file`) are added by the sidecar, which knows them.
 //!
 //! Sizing:
 //! - `--smp`: the CPU limit rounded up, at least 1 (none without a limit:
@@ -15,7 +23,8 @@
 //!   entrypoint's helpers and memory Scylla allocates outside Seastar:
 //!   max(512 MiB, 1/10 of the limit). Seastar would otherwise size itself
 //!   from the node's memory and the container would be OOM-killed. A limit
-//!   below 1 GiB is refused.
+//!   below 1.5 GiB is refused, and so is one that leaves a shard less than
+//!   1 GiB: ScyllaDB terminates then outside developer mode.
 //!
 //! Replacing: an IP address becomes `--replace-address-first-boot`
 //! (deprecated by ScyllaDB, refused by releases that replace by host ID
@@ -28,10 +37,29 @@ use super::{MemberConfig, RACKDC_FILE, RenderError, Rendered, RenderedFile};
 
 /// The main file of Scylla.
 pub const SCYLLA_YAML: &str = "scylla.yaml";
-/// The smallest memory limit Scylla is started with.
-pub const MIN_MEMORY_LIMIT_MB: u64 = 1024;
+/// The smallest memory limit Scylla is started with: 1 GiB for one shard
+/// plus the least reserve.
+pub const MIN_MEMORY_LIMIT_MB: u64 = MIN_SHARD_MB + MIN_RESERVE_MB;
+/// What ScyllaDB needs per shard outside developer mode
+/// (`verify_adequate_memory_per_shard` in main.cc: below 1 GiB it
+/// terminates).
+pub const MIN_SHARD_MB: u64 = 1024;
 /// The least memory left outside Seastar.
 pub const MIN_RESERVE_MB: u64 = 512;
+/// The arguments the scylla image gives every start (`SCYLLA_ARGS` of
+/// /etc/default/scylla-server in dist/docker/debian/build_docker.sh).
+pub const IMAGE_ARGS: [&str; 8] = [
+    "--log-to-syslog",
+    "0",
+    "--log-to-stdout",
+    "1",
+    "--default-log-level",
+    "info",
+    "--network-stack",
+    "posix",
+];
+/// Where ScyllaDB serves its REST API: the Pod's loopback.
+pub const API_ADDRESS: &str = "127.0.0.1";
 
 /// `--memory` in MiB for a memory limit in MiB.
 pub fn scylla_memory_mb(limit_mb: u64) -> Result<u64, RenderError> {
@@ -65,6 +93,16 @@ pub(super) fn render_scylla(
         None => None,
         Some(limit) => Some(scylla_memory_mb(super::heap::memory_mb(limit))?),
     };
+    let smp = config.cpu_limit.map(cpu_cores);
+    if let (Some(memory_mb), Some(shards)) = (memory, smp)
+        && memory_mb / shards.max(1) < MIN_SHARD_MB
+    {
+        return Err(RenderError::MemoryPerShardTooSmall {
+            memory_mb,
+            shards,
+            minimum_mb: MIN_SHARD_MB,
+        });
+    }
     let seeds = config.seeds.join(",");
     let identity = Identity {
         cluster_name: &config.cluster_name,
@@ -74,7 +112,10 @@ pub(super) fn render_scylla(
     };
     let yaml = render_main_file(SCYLLA_YAML, defaults, &identity, config.overrides.as_ref())?;
 
-    let mut args = vec![
+    // The image's own (`SCYLLA_ARGS` in /etc/default/scylla-server, as
+    // dist/docker's build script sets it): logs on the container's output.
+    let mut args: Vec<String> = IMAGE_ARGS.iter().map(|a| a.to_string()).collect();
+    args.extend([
         "--listen-address".to_string(),
         config.pod_ip.to_string(),
         "--rpc-address".to_string(),
@@ -83,12 +124,17 @@ pub(super) fn render_scylla(
         config.broadcast_address.to_string(),
         "--broadcast-rpc-address".to_string(),
         config.broadcast_address.to_string(),
-        "--seeds".to_string(),
-        seeds,
-    ];
-    if let Some(cpu) = config.cpu_limit {
+        "--seed-provider-parameters".to_string(),
+        format!("seeds={seeds}"),
+        "--api-address".to_string(),
+        API_ADDRESS.to_string(),
+        "--developer-mode".to_string(),
+        "0".to_string(),
+        "--overprovisioned".to_string(),
+    ]);
+    if let Some(shards) = smp {
         args.push("--smp".to_string());
-        args.push(cpu_cores(cpu).to_string());
+        args.push(shards.to_string());
     }
     if let Some(mb) = memory {
         args.push("--memory".to_string());

@@ -540,6 +540,14 @@ fn scylla_entrypoint_arguments() {
     assert_eq!(
         rendered.args,
         [
+            "--log-to-syslog",
+            "0",
+            "--log-to-stdout",
+            "1",
+            "--default-log-level",
+            "info",
+            "--network-stack",
+            "posix",
             "--listen-address",
             "10.8.1.7",
             "--rpc-address",
@@ -548,8 +556,13 @@ fn scylla_entrypoint_arguments() {
             "10.96.0.12",
             "--broadcast-rpc-address",
             "10.96.0.12",
-            "--seeds",
-            "10.96.0.10,10.96.0.11",
+            "--seed-provider-parameters",
+            "seeds=10.96.0.10,10.96.0.11",
+            "--api-address",
+            "127.0.0.1",
+            "--developer-mode",
+            "0",
+            "--overprovisioned",
             "--smp",
             "2",
             "--memory",
@@ -562,14 +575,14 @@ fn scylla_entrypoint_arguments() {
 
 #[test]
 fn scylla_sizing_rule() {
-    assert_eq!(scylla::scylla_memory_mb(1024).unwrap(), 512);
+    assert_eq!(scylla::scylla_memory_mb(1536).unwrap(), 1024);
     assert_eq!(scylla::scylla_memory_mb(4096).unwrap(), 3584);
     assert_eq!(scylla::scylla_memory_mb(5120).unwrap(), 4608);
     assert_eq!(scylla::scylla_memory_mb(5130).unwrap(), 4617);
     assert_eq!(scylla::scylla_memory_mb(65536).unwrap(), 58983);
     assert_eq!(
-        scylla::scylla_memory_mb(1023).unwrap_err().to_string(),
-        "memory limit of 1023 MiB is too small: at least 1024 MiB"
+        scylla::scylla_memory_mb(1535).unwrap_err().to_string(),
+        "memory limit of 1535 MiB is too small: at least 1536 MiB"
     );
     let defaults = fixtures::read("scylla/scylla.yaml");
     let mut config = member(ClusterMode::Scylla);
@@ -583,6 +596,15 @@ fn scylla_sizing_rule() {
         !args.iter().any(|a| a == "--smp" || a == "--memory"),
         "{args:?}"
     );
+    // 8 shards in 7373 MiB: 921 MiB each, below ScyllaDB's 1 GiB.
+    config.cpu_limit = Some(q("8"));
+    config.memory_limit = Some(q("8Gi"));
+    assert_eq!(
+        render(&config, &defaults).unwrap_err().to_string(),
+        "--memory 7373M over --smp 8 leaves less than 1024 MiB per shard, which ScyllaDB refuses outside developer mode: raise the memory limit or lower the CPU limit"
+    );
+    config.cpu_limit = Some(q("7"));
+    assert!(render(&config, &defaults).is_ok(), "1053 MiB per shard");
 }
 
 #[test]

@@ -354,6 +354,11 @@ pub(super) async fn start_container(
             let _ = std::os::unix::fs::symlink(fake, bin.join("cassandra"));
             if kind == "scylla" {
                 let _ = std::os::unix::fs::symlink(fake, bin.join("scylla"));
+                // The image's disk benchmark (tests/src/bin/fake-iotune.rs).
+                let iotune = fake.with_file_name("fake-iotune");
+                if iotune.is_file() {
+                    let _ = std::os::unix::fs::symlink(iotune, bin.join("iotune"));
+                }
             }
         }
         if let Some(root) = &ctx.opts.fixtures {
