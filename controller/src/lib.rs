@@ -28,4 +28,9 @@ pub struct ControllerArgs {
     /// Cluster names its own sidecarImage.
     #[arg(long, env = "OPERATOR_IMAGE", default_value = resources::DEFAULT_OPERATOR_IMAGE)]
     pub operator_image: String,
+    /// How long a member a roll took down may take to come back Ready on
+    /// the new template before the roll stops (a condition and a Warning
+    /// Event name it), in seconds.
+    #[arg(long, env = "MEMBER_RESTART_TIMEOUT_SECONDS", default_value_t = 600)]
+    pub member_restart_timeout_seconds: u64,
 }

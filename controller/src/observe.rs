@@ -153,6 +153,13 @@ pub fn observe<'a>(
                 })
                 .and_then(|c| c.image.as_deref())
                 .and_then(Version::of_image);
+            entry.update_revision = sts.status.as_ref().and_then(|s| s.update_revision.clone());
+            let generation = sts.metadata.generation.unwrap_or_default();
+            entry.status_stale = sts
+                .status
+                .as_ref()
+                .and_then(|s| s.observed_generation)
+                .is_none_or(|seen| seen < generation);
             sts_of_rack.insert(rack.to_string(), sts_name);
         } else if wanted.contains_key(&sts_name) {
             observed.foreign.push(ForeignObject {
@@ -216,6 +223,7 @@ pub fn observe<'a>(
                 .and_then(|s| s.cluster_ip.clone())
                 .filter(|ip| !ip.is_empty() && ip != "None"),
             resource_version: meta.resource_version.clone(),
+            restarting: annotation(meta, RESTARTING).map(str::to_string),
         });
     }
 
@@ -242,6 +250,13 @@ pub fn observe<'a>(
         member.pod_ready = ready;
         member.pod_major = image.and_then(image_major);
         member.pod_version = image.and_then(Version::of_image);
+        member.revision = label(&pod.metadata, REVISION_LABEL).map(str::to_string);
+        member.pod_terminating = pod.metadata.deletion_timestamp.is_some();
+        member.pod_created = pod
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.as_second());
     }
 
     // Claims: `<template>-<pod>` for the rack's templates.
@@ -298,6 +313,40 @@ pub fn observe<'a>(
         }
     }
     observed
+}
+
+/// The annotation on a member Service recording that a roll restarts the
+/// member, with the time it was recorded (RFC 3339): the roll's only state,
+/// so that a controller restarted mid-roll resumes it.
+pub const RESTARTING: &str = "cassandra.rook.io/restarting";
+/// The label the StatefulSet controller puts on each Pod with the revision
+/// of the template it was made from.
+pub const REVISION_LABEL: &str = "controller-revision-hash";
+
+/// Marks the members whose restart has not brought them back Ready within
+/// `bound_seconds`: counted from the later of the restart's record and the
+/// creation of the Pod that runs the new template (an eviction the
+/// PodDisruptionBudget held back does not count against the member).
+pub fn overdue_restarts(observed: &mut Observed, now_seconds: i64, bound_seconds: i64) {
+    for rack in observed.racks.values_mut() {
+        let update_revision = rack.update_revision.clone();
+        for member in rack.members.values_mut() {
+            let Some(recorded) = member
+                .service
+                .as_ref()
+                .and_then(|s| s.restarting.as_deref())
+                .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+            else {
+                continue;
+            };
+            let on_new = member.revision.is_some() && member.revision == update_revision;
+            let since = match member.pod_created {
+                Some(created) if on_new => created.max(recorded.as_second()),
+                _ => recorded.as_second(),
+            };
+            member.restart_overdue = !member.pod_ready && now_seconds - since > bound_seconds;
+        }
+    }
 }
 
 fn member_entry<'a>(

@@ -40,7 +40,8 @@ use crate::ControllerArgs;
 use crate::decide::{Action, Observed, Refusal, WaitReason, decide};
 use crate::metrics::{ClusterLabels, ErrorLabels, MemberOperationLabels, Metrics};
 use crate::observe::{
-    Storage, observe, owned_by, references_config_map, refused_overrides, volume_hostnames,
+    Storage, observe, overdue_restarts, owned_by, references_config_map, refused_overrides,
+    volume_hostnames,
 };
 use crate::resources::{self, BuildContext};
 use crate::status::{Outcome, compute_status, refusal_reason};
@@ -72,6 +73,12 @@ pub enum Error {
         replicas: i32,
         source: kube::Error,
     },
+    /// Applying a rack's StatefulSet (server-side apply) failed.
+    #[error("applying StatefulSet {name}: {source}")]
+    ApplyStatefulSet { name: String, source: kube::Error },
+    /// Evicting a member's Pod for a roll failed.
+    #[error("evicting Pod {name}: {source}")]
+    EvictPod { name: String, source: kube::Error },
     /// Writing the status failed.
     #[error("patching the status of {name}: {source}")]
     PatchStatus { name: String, source: kube::Error },
@@ -100,6 +107,8 @@ impl Error {
             Error::CreateObject { .. } => "CreateObject",
             Error::GetObject { .. } => "GetObject",
             Error::ScaleStatefulSet { .. } => "ScaleStatefulSet",
+            Error::ApplyStatefulSet { .. } => "ApplyStatefulSet",
+            Error::EvictPod { .. } => "EvictPod",
             Error::PatchStatus { .. } => "PatchStatus",
             Error::PatchMemberService { .. } => "PatchMemberService",
             Error::DeleteObject { .. } => "DeleteObject",
@@ -126,6 +135,8 @@ pub struct Context {
     recorder: Recorder,
     metrics: Arc<Metrics>,
     build: BuildContext,
+    /// [`crate::ControllerArgs::member_restart_timeout_seconds`].
+    restart_timeout_seconds: i64,
     /// Every cache holds its first full list.
     synced: Arc<AtomicBool>,
 }
@@ -238,7 +249,10 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
         metrics,
         build: BuildContext {
             operator_image: args.operator_image.clone(),
+            ..BuildContext::default()
         },
+        restart_timeout_seconds: i64::try_from(args.member_restart_timeout_seconds)
+            .unwrap_or(i64::MAX),
         synced: ready.clone(),
     });
 
@@ -478,8 +492,32 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Requeue, Er
         pods.iter().map(|p| p.as_ref()),
         &storage,
     );
-    observed.refused_overrides =
-        refused_overrides(cluster, ctx.config_maps.state().iter().map(|c| c.as_ref()));
+    let config_maps = ctx.config_maps.state();
+    observed.refused_overrides = refused_overrides(cluster, config_maps.iter().map(|c| c.as_ref()));
+    let now = k8s_openapi::jiff::Timestamp::now();
+    overdue_restarts(&mut observed, now.as_second(), ctx.restart_timeout_seconds);
+
+    // build: what each rack's StatefulSet should hold, and whether it does
+    let build = BuildContext {
+        config_map_hashes: config_maps
+            .iter()
+            .filter(|c| c.metadata.namespace.as_deref() == Some(namespace.as_str()))
+            .filter(|c| references_config_map(cluster, c))
+            .map(|c| (c.name_any(), resources::config_map_hash(c)))
+            .collect(),
+        ..ctx.build.clone()
+    };
+    for rack in &cluster.spec.datacenter.racks {
+        let desired = resources::applied_statefulset(cluster, rack, &build);
+        let reference = ObjectRef::<StatefulSet>::new(&desired.name_any()).within(&namespace);
+        let outdated = ctx.statefulsets.get(&reference).is_some_and(|cached| {
+            owned_by(cached.meta(), cluster)
+                && resources::applied_hash(&cached) != resources::applied_hash(&desired)
+        });
+        if let Some(observed_rack) = observed.racks.get_mut(&rack.name) {
+            observed_rack.statefulset_outdated = outdated;
+        }
+    }
 
     // validate, decide, act
     let outcome = match crds::validate(cluster) {
@@ -489,7 +527,7 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Requeue, Er
                 Some(refusal) => Action::Refuse(refusal),
                 None => decide(&cluster.spec, &observed),
             };
-            let action = act(cluster, &namespace, &action, ctx)
+            let action = act(cluster, &namespace, &action, &build, ctx)
                 .await?
                 .unwrap_or(action);
             Outcome::Decided(action)
@@ -497,12 +535,7 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Requeue, Er
     };
 
     // status, and a Warning Event when the cluster newly became degraded
-    let status = compute_status(
-        cluster,
-        &observed,
-        &outcome,
-        &Time(k8s_openapi::jiff::Timestamp::now()),
-    );
+    let status = compute_status(cluster, &observed, &outcome, &Time(now));
     record_metrics(cluster, &namespace, &observed, &status, &outcome, ctx);
     let previous = cluster.status.clone().unwrap_or_default();
     if status != previous {
@@ -703,6 +736,7 @@ async fn act(
     cluster: &Cluster,
     namespace: &str,
     action: &Action,
+    build: &BuildContext,
     ctx: &Context,
 ) -> Result<Option<Action>, Error> {
     let find_rack = |rack: &str| {
@@ -719,7 +753,7 @@ async fn act(
                 let Some(rack) = find_rack(rack) else {
                     continue;
                 };
-                let sts = resources::statefulset_for_rack(cluster, rack, *replicas, &ctx.build);
+                let sts = resources::statefulset_for_rack(cluster, rack, *replicas, build);
                 let sts_name = sts.name_any();
                 if let Some(refusal) =
                     create(&ctx.client, namespace, cluster, sts, "StatefulSet").await?
@@ -941,8 +975,120 @@ async fn act(
             )
             .await;
         }
+        Action::UpdateStatefulSets { racks } => {
+            for rack in racks {
+                let Some(rack) = find_rack(rack) else {
+                    continue;
+                };
+                let sts = resources::applied_statefulset(cluster, rack, build);
+                apply_statefulset(ctx, namespace, &sts).await?;
+                info!(cluster = %cluster.name_any(), rack = %rack.name, "StatefulSet applied");
+            }
+        }
+        Action::RestartMember {
+            rack,
+            member,
+            resource_version,
+        } => {
+            let service = member_name(cluster, rack, *member);
+            let since = k8s_openapi::jiff::Timestamp::now().to_string();
+            let patch = serde_json::json!({"metadata": {
+                "resourceVersion": resource_version,
+                "annotations": {crate::observe::RESTARTING: since},
+            }});
+            match patch_member_service(ctx, namespace, &service, &patch).await {
+                Err(Error::PatchMemberService {
+                    source: kube::Error::Api(status),
+                    ..
+                }) if status.code == 409 => {
+                    info!(cluster = %cluster.name_any(), rack, member, "the member Service changed meanwhile; looking again");
+                    return Ok(Some(Action::Wait(WaitReason::MemberRestarting {
+                        rack: rack.clone(),
+                        member: *member,
+                    })));
+                }
+                other => other?,
+            }
+            return evict_member(cluster, namespace, rack, *member, ctx).await;
+        }
+        Action::EvictMember { rack, member } => {
+            return evict_member(cluster, namespace, rack, *member, ctx).await;
+        }
+        Action::FinishRestart { rack, member } => {
+            let service = member_name(cluster, rack, *member);
+            let patch = serde_json::json!({"metadata": {"annotations": {crate::observe::RESTARTING: null}}});
+            patch_member_service(ctx, namespace, &service, &patch).await?;
+            info!(cluster = %cluster.name_any(), rack, member, "member restarted");
+            publish(
+                ctx,
+                cluster,
+                EventType::Normal,
+                "MemberRestarted",
+                "Restart",
+                format!("Member {member} of rack {rack} ({service}) is back Ready on the rack's new template"),
+                Some(related_statefulset(cluster, rack)),
+            )
+            .await;
+        }
         Action::Wait(_) | Action::Refuse(_) | Action::Converged => {}
     }
+    Ok(None)
+}
+
+/// Writes a rack's StatefulSet with server-side apply, forcing the
+/// operator's ownership of every field it sets (replicas are not among
+/// them).
+async fn apply_statefulset(ctx: &Context, namespace: &str, sts: &StatefulSet) -> Result<(), Error> {
+    let name = sts.name_any();
+    let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(sts),
+    )
+    .await
+    .map_err(|source| Error::ApplyStatefulSet { name, source })?;
+    Ok(())
+}
+
+/// Evicts a member's Pod through the Eviction API, so that the
+/// PodDisruptionBudget holds: a refusal (429) is a wait, not an error.
+/// Its sidecar drains Cassandra on SIGTERM; the StatefulSet controller
+/// makes the Pod anew from the current template.
+async fn evict_member(
+    cluster: &Cluster,
+    namespace: &str,
+    rack: &str,
+    member: i32,
+    ctx: &Context,
+) -> Result<Option<Action>, Error> {
+    let pod = member_name(cluster, rack, member);
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    match api.evict(&pod, &kube::api::EvictParams::default()).await {
+        Ok(_) => {}
+        Err(e) if not_found(&e) => {}
+        Err(kube::Error::Api(status)) if status.code == 429 => {
+            info!(cluster = %cluster.name_any(), rack, member, message = %status.message, "the PodDisruptionBudget refuses the eviction for now");
+            return Ok(Some(Action::Wait(WaitReason::EvictionRefused {
+                rack: rack.to_string(),
+                member,
+            })));
+        }
+        Err(source) => {
+            return Err(Error::EvictPod { name: pod, source });
+        }
+    }
+    info!(cluster = %cluster.name_any(), rack, member, "member evicted for a roll");
+    publish(
+        ctx,
+        cluster,
+        EventType::Normal,
+        "MemberRestarting",
+        "Restart",
+        format!("Member {member} of rack {rack} ({pod}) evicted: it drains and comes back on the rack's new template"),
+        Some(related_statefulset(cluster, rack)),
+    )
+    .await;
     Ok(None)
 }
 
@@ -1444,6 +1590,10 @@ fn record_metrics(
         .ready_members
         .get_or_create(&labels)
         .set(status.ready_members.into());
+    ctx.metrics
+        .members_on_old_template
+        .get_or_create(&labels)
+        .set(i64::try_from(crate::decide::members_on_old_template(observed)).unwrap_or(i64::MAX));
     let operation = match outcome {
         Outcome::Invalid(_) => "InvalidSpec".to_string(),
         Outcome::Decided(Action::Refuse(refusal)) => refusal_reason(refusal).0.to_string(),

@@ -109,6 +109,7 @@ fn statefulset_of_the_thesis_rack() {
             "replicas": 0,
             "serviceName": "cassandra-client",
             "podManagementPolicy": "OrderedReady",
+            "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": rack_labels()},
             "template": {
                 "metadata": {
@@ -202,7 +203,112 @@ fn statefulset_of_the_thesis_rack() {
             }]
         }
     });
-    assert_eq!(to_json(&sts), expected);
+    // The applied hash is checked by the next test: compare the rest.
+    let mut built = to_json(&sts);
+    let hash = built["metadata"]
+        .as_object_mut()
+        .and_then(|m| m.remove("annotations"))
+        .expect("the applied hash");
+    assert!(hash[APPLIED_HASH].is_string());
+    assert_eq!(built, expected);
+}
+
+#[test]
+fn the_applied_statefulset_leaves_replicas_out_and_hashes_itself() {
+    let cluster = thesis();
+    let rack = &cluster.spec.datacenter.racks[0];
+    let ctx = BuildContext::default();
+    let applied = applied_statefulset(&cluster, rack, &ctx);
+    assert_eq!(applied.spec.as_ref().and_then(|s| s.replicas), None);
+    // The hash is of the object without it: the same spec, the same hash.
+    let mut without = applied.clone();
+    let hash = without
+        .metadata
+        .annotations
+        .as_mut()
+        .and_then(|a| a.remove(APPLIED_HASH))
+        .expect("the applied hash");
+    without.metadata.annotations = None;
+    assert_eq!(
+        hash,
+        stable_hash(&serde_json::to_vec(&without).expect("serializes"))
+    );
+    // The created StatefulSet carries the same hash: no apply right after
+    // a create.
+    let created = statefulset_for_rack(&cluster, rack, 2, &ctx);
+    assert_eq!(applied_hash(&created), Some(hash.as_str()));
+    assert_eq!(applied_hash(&applied), Some(hash.as_str()));
+}
+
+/// Every trigger of a roll changes the Pod template (and so the hash), and
+/// only the template: an unchanged spec builds the identical object.
+#[test]
+fn each_roll_trigger_changes_the_template() {
+    let base = thesis();
+    let ctx = BuildContext::default();
+    let template = |cluster: &Cluster, ctx: &BuildContext| {
+        let sts = applied_statefulset(cluster, &cluster.spec.datacenter.racks[0], ctx);
+        (
+            applied_hash(&sts).map(str::to_string),
+            to_json(&sts.spec.expect("a spec").template),
+        )
+    };
+    let (base_hash, base_template) = template(&base, &ctx);
+    assert_eq!(template(&base, &ctx).0, base_hash, "deterministic");
+    let mut triggers: Vec<(&str, Cluster, BuildContext)> = Vec::new();
+    let mut c = base.clone();
+    c.spec.version = "3.11.7".into();
+    triggers.push(("version", c, ctx.clone()));
+    let mut c = base.clone();
+    c.spec.datacenter.racks[0].resources.limits = None;
+    triggers.push(("resources", c, ctx.clone()));
+    let mut c = base.clone();
+    c.spec.datacenter.racks[0].annotations = None;
+    triggers.push(("annotations", c, ctx.clone()));
+    let mut c = base.clone();
+    c.spec.datacenter.racks[0].placement = None;
+    triggers.push(("placement", c, ctx.clone()));
+    let mut c = base.clone();
+    c.spec.datacenter.racks[0].jmx_exporter_config_map_name = Some("exporter".into());
+    triggers.push(("jmxExporterConfigMapName", c, ctx.clone()));
+    let mut c = base.clone();
+    c.metadata.annotations = Some(
+        [(
+            crds::labels::RESTARTED_AT.to_string(),
+            "2026-11-24T08:00:00Z".to_string(),
+        )]
+        .into(),
+    );
+    triggers.push(("restartedAt", c, ctx.clone()));
+    let mut hashed = ctx.clone();
+    hashed
+        .config_map_hashes
+        .insert("overrides".into(), "0123456789abcdef".into());
+    triggers.push(("overrides content", base.clone(), hashed.clone()));
+    let mut other = ctx.clone();
+    other
+        .config_map_hashes
+        .insert("overrides".into(), "fedcba9876543210".into());
+    assert_ne!(
+        template(&base, &hashed).1,
+        template(&base, &other).1,
+        "another content, another template"
+    );
+    for (trigger, cluster, ctx) in triggers {
+        let (hash, built) = template(&cluster, &ctx);
+        assert_ne!(built, base_template, "{trigger} changes the Pod template");
+        assert_ne!(hash, base_hash, "{trigger} changes the applied hash");
+    }
+}
+
+#[test]
+fn a_config_map_hash_is_of_its_content() {
+    let cm = |value: &str| k8s_openapi::api::core::v1::ConfigMap {
+        data: Some([("cassandra.yaml".to_string(), value.to_string())].into()),
+        ..Default::default()
+    };
+    assert_eq!(config_map_hash(&cm("a: 1")), config_map_hash(&cm("a: 1")));
+    assert_ne!(config_map_hash(&cm("a: 1")), config_map_hash(&cm("a: 2")));
 }
 
 #[test]
