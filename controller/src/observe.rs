@@ -155,11 +155,12 @@ pub fn observe<'a>(
                 .and_then(Version::of_image);
             entry.update_revision = sts.status.as_ref().and_then(|s| s.update_revision.clone());
             let generation = sts.metadata.generation.unwrap_or_default();
+            // No status at all: no revisions either, so nothing to roll.
             entry.status_stale = sts
                 .status
                 .as_ref()
                 .and_then(|s| s.observed_generation)
-                .is_none_or(|seen| seen < generation);
+                .is_some_and(|seen| seen < generation);
             sts_of_rack.insert(rack.to_string(), sts_name);
         } else if wanted.contains_key(&sts_name) {
             observed.foreign.push(ForeignObject {

@@ -17,6 +17,7 @@ mod rbac;
 mod reloader;
 mod render;
 mod rings;
+mod roll;
 mod safety;
 mod sidecar;
 mod unreachable;
