@@ -3,6 +3,7 @@
 //!
 //! - [`resources`]: the pure builders of every object a Cluster is made of.
 //! - [`observe`]: from the cached objects to the observed state (pure).
+//! - [`validated`]: the validated Cluster the builders take.
 //! - [`decide`]: the pure decision step: (spec, observed state) -> next action.
 //! - [`status`]: the status and conditions a reconcile writes (pure).
 //! - [`reconcile`]: the caches, the reconcile pipeline and the kube-runtime
@@ -14,6 +15,7 @@ pub mod observe;
 pub mod reconcile;
 pub mod resources;
 pub mod status;
+pub mod validated;
 
 /// `cassandra-operator controller`.
 #[derive(clap::Args, Debug, Clone)]

@@ -460,8 +460,18 @@ spec:
         let cluster = cluster();
         let ctx = BuildContext::default();
         let rack_a = &cluster.spec.datacenter.racks[0];
-        let sts = resources::statefulset_for_rack(&cluster, rack_a, 2, &ctx);
-        let mut leaving = resources::member_service(&cluster, rack_a, 1, true);
+        let sts = resources::statefulset_for_rack(
+            &resources::ValidCluster::unchecked(&cluster),
+            rack_a,
+            2,
+            &ctx,
+        );
+        let mut leaving = resources::member_service(
+            &resources::ValidCluster::unchecked(&cluster),
+            rack_a,
+            1,
+            true,
+        );
         leaving
             .metadata
             .labels
@@ -469,7 +479,12 @@ spec:
             .unwrap()
             .insert(contract::DECOMMISSIONED.into(), "false".into());
         let services = [
-            resources::member_service(&cluster, rack_a, 0, true),
+            resources::member_service(
+                &resources::ValidCluster::unchecked(&cluster),
+                rack_a,
+                0,
+                true,
+            ),
             leaving,
         ];
         let pods = [pod("c-dc-a-0", true), pod("c-dc-a-1", false)];
@@ -508,14 +523,25 @@ spec:
         let cluster = cluster();
         let ctx = BuildContext::default();
         let rack_a = &cluster.spec.datacenter.racks[0];
-        let mut sts = resources::statefulset_for_rack(&cluster, rack_a, 0, &ctx);
+        let mut sts = resources::statefulset_for_rack(
+            &resources::ValidCluster::unchecked(&cluster),
+            rack_a,
+            0,
+            &ctx,
+        );
         sts.metadata.owner_references = None;
-        let mut service = resources::member_service(&cluster, rack_a, 0, true);
+        let mut service = resources::member_service(
+            &resources::ValidCluster::unchecked(&cluster),
+            rack_a,
+            0,
+            true,
+        );
         service.metadata.owner_references.as_mut().unwrap()[0].uid = "someone-else".into();
-        let mut client = resources::client_service(&cluster);
+        let mut client = resources::client_service(&resources::ValidCluster::unchecked(&cluster));
         client.metadata.owner_references = None;
         // objects of other namespaces are ignored whatever their names
-        let mut elsewhere = resources::client_service(&cluster);
+        let mut elsewhere =
+            resources::client_service(&resources::ValidCluster::unchecked(&cluster));
         elsewhere.metadata.namespace = Some("other".into());
         elsewhere.metadata.owner_references = None;
 
@@ -549,8 +575,12 @@ spec:
     fn statefulsets_of_another_datacenter_name_are_reported() {
         let mut cluster = cluster();
         let ctx = BuildContext::default();
-        let sts =
-            resources::statefulset_for_rack(&cluster, &cluster.spec.datacenter.racks[0], 3, &ctx);
+        let sts = resources::statefulset_for_rack(
+            &resources::ValidCluster::unchecked(&cluster),
+            &cluster.spec.datacenter.racks[0],
+            3,
+            &ctx,
+        );
         cluster.spec.datacenter.name = "renamed".into();
         let observed = observe(&cluster, [&sts], &[], &[], &Storage::default());
         assert_eq!(observed.other_datacenters, vec!["dc".to_string()]);
@@ -561,8 +591,12 @@ spec:
     fn a_pod_being_deleted_is_not_ready() {
         let cluster = cluster();
         let ctx = BuildContext::default();
-        let sts =
-            resources::statefulset_for_rack(&cluster, &cluster.spec.datacenter.racks[0], 1, &ctx);
+        let sts = resources::statefulset_for_rack(
+            &resources::ValidCluster::unchecked(&cluster),
+            &cluster.spec.datacenter.racks[0],
+            1,
+            &ctx,
+        );
         let mut p = pod("c-dc-a-0", true);
         p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
@@ -604,8 +638,12 @@ spec:
             serde_json::from_value(serde_json::json!({"metadata": {"name": "data"}})).unwrap(),
         ];
         let ctx = BuildContext::default();
-        let sts =
-            resources::statefulset_for_rack(&cluster, &cluster.spec.datacenter.racks[0], 3, &ctx);
+        let sts = resources::statefulset_for_rack(
+            &resources::ValidCluster::unchecked(&cluster),
+            &cluster.spec.datacenter.racks[0],
+            3,
+            &ctx,
+        );
         let claims = [
             claim("data-c-dc-a-0", "pv0"),
             claim("data-c-dc-a-1", "pv1"),
@@ -647,8 +685,18 @@ spec:
         let cluster = cluster();
         let ctx = BuildContext::default();
         let rack_a = &cluster.spec.datacenter.racks[0];
-        let sts = resources::statefulset_for_rack(&cluster, rack_a, 1, &ctx);
-        let mut service = resources::member_service(&cluster, rack_a, 0, true);
+        let sts = resources::statefulset_for_rack(
+            &resources::ValidCluster::unchecked(&cluster),
+            rack_a,
+            1,
+            &ctx,
+        );
+        let mut service = resources::member_service(
+            &resources::ValidCluster::unchecked(&cluster),
+            rack_a,
+            0,
+            true,
+        );
         service.metadata.resource_version = Some("42".into());
         service.metadata.annotations = Some(BTreeMap::from([
             (contract::DECOMMISSION_STARTED.to_string(), "t".to_string()),
@@ -661,12 +709,17 @@ spec:
         service.spec.as_mut().unwrap().cluster_ip = Some("10.96.0.7".into());
         let mut p = pod("c-dc-a-0", true);
         p.spec = Some(
-            resources::statefulset_for_rack(&cluster, rack_a, 1, &ctx)
-                .spec
-                .unwrap()
-                .template
-                .spec
-                .unwrap(),
+            resources::statefulset_for_rack(
+                &resources::ValidCluster::unchecked(&cluster),
+                rack_a,
+                1,
+                &ctx,
+            )
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap(),
         );
         let observed = observe(&cluster, [&sts], &[service], &[p], &Storage::default());
         let m = &observed.racks["a"].members[&0];

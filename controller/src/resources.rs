@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use crds::labels;
 use crds::names;
 use crds::v1alpha1::{Cluster, ClusterMode, RackSpec};
+
+pub use crate::validated::ValidCluster;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
@@ -112,7 +114,7 @@ fn meta(cluster: &Cluster, name: String, labels: BTreeMap<String, String>) -> Ob
 /// The StatefulSet of one rack as it is created, with the given number of
 /// replicas (the members that exist, 0 for a new rack).
 pub fn statefulset_for_rack(
-    cluster: &Cluster,
+    cluster: &ValidCluster<'_>,
     rack: &RackSpec,
     replicas: i32,
     ctx: &BuildContext,
@@ -127,19 +129,37 @@ pub fn statefulset_for_rack(
 /// The StatefulSet of one rack as the apply step writes it with
 /// server-side apply: everything but `replicas`, which the
 /// one-member-at-a-time steps own, and with the [`APPLIED_HASH`] of itself.
-pub fn applied_statefulset(cluster: &Cluster, rack: &RackSpec, ctx: &BuildContext) -> StatefulSet {
-    let mut sts = statefulset_without_hash(cluster, rack, ctx);
-    let hash = stable_hash(&serde_json::to_vec(&sts).unwrap_or_default());
-    sts.metadata
+pub fn applied_statefulset(
+    cluster: &ValidCluster<'_>,
+    rack: &RackSpec,
+    ctx: &BuildContext,
+) -> StatefulSet {
+    hashed(statefulset_without_hash(cluster, rack, ctx))
+}
+
+/// A desired object with the [`APPLIED_HASH`] of itself (of all but that
+/// annotation): what the apply step writes, and compares with what the
+/// cache holds to write only what changed.
+pub fn hashed<K: Resource + serde::Serialize>(mut object: K) -> K {
+    if let Some(annotations) = object.meta_mut().annotations.as_mut() {
+        annotations.remove(APPLIED_HASH);
+        if annotations.is_empty() {
+            object.meta_mut().annotations = None;
+        }
+    }
+    let hash = stable_hash(&serde_json::to_vec(&object).unwrap_or_default());
+    object
+        .meta_mut()
         .annotations
         .get_or_insert_with(BTreeMap::new)
         .insert(APPLIED_HASH.to_string(), hash);
-    sts
+    object
 }
 
-/// The [`APPLIED_HASH`] a StatefulSet carries, if any.
-pub fn applied_hash(sts: &StatefulSet) -> Option<&str> {
-    sts.metadata
+/// The [`APPLIED_HASH`] an object carries, if any.
+pub fn applied_hash<K: Resource>(object: &K) -> Option<&str> {
+    object
+        .meta()
         .annotations
         .as_ref()?
         .get(APPLIED_HASH)
@@ -487,7 +507,12 @@ fn downward_env() -> Vec<EnvVar> {
 
 /// The member Service of one member: its stable ClusterIP and identity,
 /// carrying the seed label when the member is a seed.
-pub fn member_service(cluster: &Cluster, rack: &RackSpec, ordinal: i32, seed: bool) -> Service {
+pub fn member_service(
+    cluster: &ValidCluster<'_>,
+    rack: &RackSpec,
+    ordinal: i32,
+    seed: bool,
+) -> Service {
     let name = cluster_name(cluster);
     let statefulset = names::statefulset_name(name, &cluster.spec.datacenter.name, &rack.name);
     let member = names::member_name(&statefulset, ordinal);
@@ -523,7 +548,7 @@ pub fn member_service(cluster: &Cluster, rack: &RackSpec, ordinal: i32, seed: bo
 
 /// The headless Service clients connect through: it selects the cluster's
 /// ready members.
-pub fn client_service(cluster: &Cluster) -> Service {
+pub fn client_service(cluster: &ValidCluster<'_>) -> Service {
     let name = cluster_name(cluster);
     let labels = labels::cluster_labels(name);
     Service {
@@ -552,7 +577,7 @@ pub fn client_service(cluster: &Cluster) -> Service {
 
 /// At most one member of the cluster may be disrupted at a time: Cassandra's
 /// usual replication factor of 3 keeps quorum with one replica down.
-pub fn pod_disruption_budget(cluster: &Cluster) -> PodDisruptionBudget {
+pub fn pod_disruption_budget(cluster: &ValidCluster<'_>) -> PodDisruptionBudget {
     let name = cluster_name(cluster);
     let labels = labels::cluster_labels(name);
     PodDisruptionBudget {
@@ -570,7 +595,7 @@ pub fn pod_disruption_budget(cluster: &Cluster) -> PodDisruptionBudget {
 }
 
 /// The members' ServiceAccount.
-pub fn member_service_account(cluster: &Cluster) -> ServiceAccount {
+pub fn member_service_account(cluster: &ValidCluster<'_>) -> ServiceAccount {
     let name = cluster_name(cluster);
     ServiceAccount {
         metadata: meta(
@@ -586,7 +611,7 @@ pub fn member_service_account(cluster: &Cluster) -> ServiceAccount {
 /// watch and label member Services (the shipped admission policy narrows
 /// the labelling to its own Service's records of intent). Its Pod's labels
 /// come from the downward API.
-pub fn member_role(cluster: &Cluster) -> Role {
+pub fn member_role(cluster: &ValidCluster<'_>) -> Role {
     let name = cluster_name(cluster);
     let rule = |group: &str, resource: &str, verbs: &[&str]| PolicyRule {
         api_groups: Some(vec![group.to_string()]),
@@ -689,7 +714,7 @@ pub fn binds_the_same(provided: &RoleBinding, needed: &RoleBinding) -> bool {
 }
 
 /// Binds [`member_role`] to [`member_service_account`].
-pub fn member_role_binding(cluster: &Cluster) -> RoleBinding {
+pub fn member_role_binding(cluster: &ValidCluster<'_>) -> RoleBinding {
     let name = cluster_name(cluster);
     let account = names::member_service_account_name(name);
     RoleBinding {

@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 use crds::Cluster;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use testworld::harness::{self, World, WorldOptions, container_logs, fast_ring, tail};
@@ -499,6 +501,65 @@ async fn every_trigger_rolls_one_member_at_a_time_and_refusals_change_nothing() 
             other => panic!("{version}: the schema let it through: {other:?}"),
         }
     }
+
+    // Objects as an older operator left them (no applied hash, a
+    // StatefulSet with RollingUpdate, another budget): one apply each
+    // brings them to what the builders make, and restarts nobody.
+    let before = members(&world).await;
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(world.client.clone(), NS);
+    let sts: Api<StatefulSet> = Api::namespaced(world.client.clone(), NS);
+    let pdb_name = crds::names::pdb_name("c");
+    let no_hash = json!({"cassandra.rook.io/applied-hash": null});
+    pdbs.patch(
+        &pdb_name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": no_hash}, "spec": {"maxUnavailable": 2}})),
+    )
+    .await
+    .unwrap();
+    sts.patch(
+        STS,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": no_hash},
+            "spec": {"updateStrategy": {"type": "RollingUpdate"}}})),
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let pdb = pdbs.get(&pdb_name).await.unwrap();
+        let set = sts.get(STS).await.unwrap();
+        let hashed = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            meta.annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key("cassandra.rook.io/applied-hash"))
+        };
+        let budget = pdb.spec.as_ref().and_then(|s| s.max_unavailable.clone());
+        let strategy = set
+            .spec
+            .as_ref()
+            .and_then(|s| s.update_strategy.as_ref())
+            .and_then(|u| u.type_.clone());
+        if hashed(&pdb.metadata)
+            && hashed(&set.metadata)
+            && budget == Some(IntOrString::Int(1))
+            && strategy.as_deref() == Some("OnDelete")
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not applied: budget {budget:?}, strategy {strategy:?}\n{}",
+            tail(&log)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let after = members(&world).await;
+    assert_eq!(
+        before.values().map(|m| &m.0).collect::<Vec<_>>(),
+        after.values().map(|m| &m.0).collect::<Vec<_>>(),
+        "applying restarted a member"
+    );
 
     // A member that does not come back (its rack's new placement fits
     // no Node): the roll stops at it, with a condition and a Warning

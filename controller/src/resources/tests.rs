@@ -93,7 +93,12 @@ fn restricted() -> Value {
 fn statefulset_of_the_thesis_rack() {
     let cluster = thesis();
     let rack = &cluster.spec.datacenter.racks[0];
-    let sts = statefulset_for_rack(&cluster, rack, 0, &BuildContext::default());
+    let sts = statefulset_for_rack(
+        &ValidCluster::unchecked(&cluster),
+        rack,
+        0,
+        &BuildContext::default(),
+    );
     let env_field = |name: &str, path: &str| json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}});
     let env_resource = |name: &str, res: &str| json!({"name": name, "valueFrom": {"resourceFieldRef": {"resource": res}}});
     let expected = json!({
@@ -218,7 +223,7 @@ fn the_applied_statefulset_leaves_replicas_out_and_hashes_itself() {
     let cluster = thesis();
     let rack = &cluster.spec.datacenter.racks[0];
     let ctx = BuildContext::default();
-    let applied = applied_statefulset(&cluster, rack, &ctx);
+    let applied = applied_statefulset(&ValidCluster::unchecked(&cluster), rack, &ctx);
     assert_eq!(applied.spec.as_ref().and_then(|s| s.replicas), None);
     // The hash is of the object without it: the same spec, the same hash.
     let mut without = applied.clone();
@@ -235,7 +240,7 @@ fn the_applied_statefulset_leaves_replicas_out_and_hashes_itself() {
     );
     // The created StatefulSet carries the same hash: no apply right after
     // a create.
-    let created = statefulset_for_rack(&cluster, rack, 2, &ctx);
+    let created = statefulset_for_rack(&ValidCluster::unchecked(&cluster), rack, 2, &ctx);
     assert_eq!(applied_hash(&created), Some(hash.as_str()));
     assert_eq!(applied_hash(&applied), Some(hash.as_str()));
 }
@@ -247,7 +252,11 @@ fn each_roll_trigger_changes_the_template() {
     let base = thesis();
     let ctx = BuildContext::default();
     let template = |cluster: &Cluster, ctx: &BuildContext| {
-        let sts = applied_statefulset(cluster, &cluster.spec.datacenter.racks[0], ctx);
+        let sts = applied_statefulset(
+            &ValidCluster::unchecked(cluster),
+            &cluster.spec.datacenter.racks[0],
+            ctx,
+        );
         (
             applied_hash(&sts).map(str::to_string),
             to_json(&sts.spec.expect("a spec").template),
@@ -324,7 +333,7 @@ spec:
 "#,
     );
     let sts = to_json(&statefulset_for_rack(
-        &cluster,
+        &ValidCluster::unchecked(&cluster),
         &cluster.spec.datacenter.racks[0],
         2,
         &BuildContext::default(),
@@ -352,7 +361,12 @@ fn member_services_of_seeds_and_others() {
     let mut seed_labels = rack_labels();
     seed_labels["cassandra.rook.io/seed"] = json!("");
     assert_eq!(
-        to_json(&member_service(&cluster, rack, 0, true)),
+        to_json(&member_service(
+            &ValidCluster::unchecked(&cluster),
+            rack,
+            0,
+            true
+        )),
         json!({
             "apiVersion": "v1",
             "kind": "Service",
@@ -370,7 +384,12 @@ fn member_services_of_seeds_and_others() {
             }
         })
     );
-    let other = to_json(&member_service(&cluster, rack, 2, false));
+    let other = to_json(&member_service(
+        &ValidCluster::unchecked(&cluster),
+        rack,
+        2,
+        false,
+    ));
     assert_eq!(
         other["metadata"]["name"],
         "cassandra-europe-west1-europe-west1-b-2"
@@ -382,7 +401,7 @@ fn member_services_of_seeds_and_others() {
 fn client_service_is_headless_over_ready_members() {
     let cluster = thesis();
     assert_eq!(
-        to_json(&client_service(&cluster)),
+        to_json(&client_service(&ValidCluster::unchecked(&cluster))),
         json!({
             "apiVersion": "v1",
             "kind": "Service",
@@ -409,7 +428,7 @@ fn client_service_is_headless_over_ready_members() {
 fn pdb_allows_one_member_down() {
     let cluster = thesis();
     assert_eq!(
-        to_json(&pod_disruption_budget(&cluster)),
+        to_json(&pod_disruption_budget(&ValidCluster::unchecked(&cluster))),
         json!({
             "apiVersion": "policy/v1",
             "kind": "PodDisruptionBudget",
@@ -433,11 +452,11 @@ fn member_rbac_is_least_privilege() {
     let labels = json!({"app": "rook-cassandra", "cassandra.rook.io/cluster": "cassandra"});
     let meta = json!({"name": "cassandra-member", "namespace": "db", "labels": labels, "ownerReferences": owner()});
     assert_eq!(
-        to_json(&member_service_account(&cluster)),
+        to_json(&member_service_account(&ValidCluster::unchecked(&cluster))),
         json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta})
     );
     assert_eq!(
-        to_json(&member_role(&cluster)),
+        to_json(&member_role(&ValidCluster::unchecked(&cluster))),
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
@@ -449,7 +468,7 @@ fn member_rbac_is_least_privilege() {
         })
     );
     assert_eq!(
-        to_json(&member_role_binding(&cluster)),
+        to_json(&member_role_binding(&ValidCluster::unchecked(&cluster))),
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
@@ -469,7 +488,7 @@ fn role(rules: Value) -> Role {
 
 #[test]
 fn a_provided_member_role_is_used_when_it_grants_what_members_need() {
-    let needed = member_role(&thesis());
+    let needed = member_role(&ValidCluster::unchecked(&thesis()));
     // Rook's example Role: broader (any Cluster's name), and so enough.
     let rook = role(json!([
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
@@ -483,7 +502,7 @@ fn a_provided_member_role_is_used_when_it_grants_what_members_need() {
 
 #[test]
 fn a_provided_member_role_that_lacks_a_grant_is_named() {
-    let needed = member_role(&thesis());
+    let needed = member_role(&ValidCluster::unchecked(&thesis()));
     let short = role(json!([
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
         {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch"]},
@@ -512,7 +531,7 @@ fn a_provided_member_role_that_lacks_a_grant_is_named() {
 
 #[test]
 fn a_provided_member_role_binding_must_bind_the_members_account_to_the_role() {
-    let needed = member_role_binding(&thesis());
+    let needed = member_role_binding(&ValidCluster::unchecked(&thesis()));
     let binding = |role: &str, account: &str, namespace: Option<&str>| -> RoleBinding {
         serde_json::from_value(json!({
             "metadata": {"name": "cassandra-member", "namespace": "db"},
@@ -563,7 +582,7 @@ spec:
 "#,
     );
     let sts = to_json(&statefulset_for_rack(
-        &cluster,
+        &ValidCluster::unchecked(&cluster),
         &cluster.spec.datacenter.racks[0],
         1,
         &BuildContext::default(),
