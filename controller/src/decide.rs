@@ -439,7 +439,11 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
         })
         .map(|r| r.name.clone())
         .collect();
-    if !outdated.is_empty() {
+    // Except a new version while a topology change is under way: a member
+    // made from the new template would stream with members of another
+    // version, which Cassandra refuses. The change waits for its end (the
+    // steps below carry on meanwhile).
+    if !outdated.is_empty() && !version_change_held(spec, observed, &outdated) {
         return Action::UpdateStatefulSets { racks: outdated };
     }
 
@@ -691,6 +695,36 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
         };
     }
     Action::Converged
+}
+
+/// Whether applying the racks' new templates changes the database version
+/// while a topology change is under way: a rack not at its spec's
+/// members, a decommission or replace recorded, or a member not Ready that
+/// no roll took down (joining, or failing).
+fn version_change_held(spec: &ClusterSpec, observed: &Observed, outdated: &[String]) -> bool {
+    let Some(wanted) = Version::of_tag(&spec.version) else {
+        return false;
+    };
+    let changes_version = outdated.iter().any(|rack| {
+        observed
+            .racks
+            .get(rack)
+            .and_then(|r| r.template_version)
+            .is_some_and(|running| running != wanted)
+    });
+    changes_version
+        && spec.datacenter.racks.iter().any(|rack| {
+            let Some(observed_rack) = observed.racks.get(&rack.name) else {
+                return false;
+            };
+            let replicas = observed_rack.replicas.unwrap_or(0);
+            replicas != rack.members
+                || observed_rack.members.range(..replicas).any(|(_, m)| {
+                    let service = m.service.as_ref();
+                    service.is_some_and(|s| s.decommissioned.is_some() || s.replace.is_some())
+                        || (!m.pod_ready && service.is_none_or(|s| s.restarting.is_none()))
+                })
+        })
 }
 
 /// The member whose restart is recorded, if any: what its restart needs
@@ -2125,6 +2159,52 @@ mod tests {
         for (name, spec, observed, expected) in cases {
             assert_eq!(decide(&spec, &observed), expected, "{name}");
         }
+    }
+
+    #[test]
+    fn a_new_version_waits_for_the_topology_change_under_way() {
+        let mut spec = spec(&[("b", 3)]);
+        spec.version = "5.0.3".into();
+        let template = |o: &mut Observed, replicas: i32| {
+            let rack = o.racks.get_mut("b").expect("b");
+            rack.statefulset_outdated = true;
+            rack.template_version = Version::of_tag("4.1.8");
+            rack.replicas = Some(replicas);
+        };
+        // member 2 joins: the scale-up finishes on the old version first
+        let mut joining = rolling(vec![member(0), member(1), unready(member(2))]);
+        template(&mut joining, 3);
+        assert_eq!(
+            decide(&spec, &joining),
+            Action::Wait(WaitReason::MemberNotReady {
+                rack: "b".into(),
+                member: 2
+            })
+        );
+        // the next member of a scale-up still starts on the old template
+        let mut growing = rolling(vec![member(0), member(1)]);
+        template(&mut growing, 2);
+        assert!(matches!(
+            decide(&spec, &growing),
+            Action::CreateMemberService { member: 2, .. }
+        ));
+        // once the topology is settled, the new version is applied
+        let mut settled = rolling(vec![member(0), member(1), member(2)]);
+        template(&mut settled, 3);
+        assert_eq!(
+            decide(&spec, &settled),
+            Action::UpdateStatefulSets {
+                racks: vec!["b".into()]
+            }
+        );
+        // another template change (not the version) is applied at once
+        spec.version = "4.1.8".into();
+        assert_eq!(
+            decide(&spec, &joining),
+            Action::UpdateStatefulSets {
+                racks: vec!["b".into()]
+            }
+        );
     }
 
     #[test]

@@ -381,6 +381,28 @@ fn operator_writes(sim: &KubeSim) -> Vec<String> {
         .collect()
 }
 
+/// The controller's gauge of members on an old template for cluster c,
+/// from its metrics endpoint (the default address, in the test's network
+/// namespace).
+fn old_template_gauge() -> Option<i64> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect("127.0.0.1:8080").ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .ok()?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).ok()?;
+    body.lines()
+        .find(|l| {
+            l.starts_with("cassandra_operator_cluster_members_on_old_template{")
+                && l.contains("cluster=\"c\"")
+        })?
+        .rsplit(' ')
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// A Warning Event with `reason` whose note contains `text`.
 async fn warning(world: &World, reason: &str, text: &str) -> bool {
     let list: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(world.client.clone(), NS);
@@ -561,6 +583,12 @@ async fn every_trigger_rolls_one_member_at_a_time_and_refusals_change_nothing() 
         "applying restarted a member"
     );
 
+    assert_eq!(
+        old_template_gauge(),
+        Some(0),
+        "every member runs its template"
+    );
+
     // A member that does not come back (its rack's new placement fits
     // no Node): the roll stops at it, with a condition and a Warning
     // Event naming it; the others are left alone.
@@ -601,6 +629,11 @@ async fn every_trigger_rolls_one_member_at_a_time_and_refusals_change_nothing() 
     assert_ne!(
         now.get(&stuck_member).map(|p| &p.0),
         Some(&before[&stuck_member].0)
+    );
+    assert_eq!(
+        old_template_gauge(),
+        Some(2),
+        "members 0 and 1 still run the old template"
     );
 
     // What CEL cannot see: two edits, each allowed from the one before
