@@ -17,6 +17,14 @@
 //!   (NORMAL), or when Cassandra refused it; one under way is finished
 //!   first, and the scale-up waits;
 //! - nothing starts while members run different major versions.
+//!
+//! Rolls (a rack's Pods not all on its StatefulSet's update revision, the
+//! StatefulSets being `OnDelete`) take one member down at a time, highest
+//! ordinal first, racks in spec order, only when every member is Ready and
+//! no topology change is under way; no topology change starts while a
+//! member runs an old template. The roll's only state is the record of a
+//! restart on the member Service (`cassandra.rook.io/restarting`) and the
+//! Pods' revision labels, so a controller restarted mid-roll resumes it.
 
 use std::collections::{BTreeMap, BTreeSet};
 

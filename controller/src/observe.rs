@@ -862,4 +862,57 @@ spec:
         assert_eq!(refused["b"].file, "scylla.yaml");
         assert_eq!(refused["b"].keys[0].key, "auto_bootstrap");
     }
+
+    #[test]
+    fn a_restart_is_overdue_only_when_not_back_within_the_bound() {
+        let recorded = "2026-01-01T00:00:00Z";
+        let t = recorded
+            .parse::<k8s_openapi::jiff::Timestamp>()
+            .expect("a time")
+            .as_second();
+        let observed = |revision: Option<&str>, created: Option<i64>, ready: bool| {
+            let member = MemberObserved {
+                service: Some(ServiceObserved {
+                    restarting: Some(recorded.into()),
+                    ..ServiceObserved::default()
+                }),
+                pod_exists: created.is_some(),
+                pod_ready: ready,
+                pod_created: created,
+                revision: revision.map(str::to_string),
+                ..MemberObserved::default()
+            };
+            let rack = RackObserved {
+                replicas: Some(1),
+                update_revision: Some("new".into()),
+                members: [(0, member)].into(),
+                ..RackObserved::default()
+            };
+            Observed {
+                racks: [("a".to_string(), rack)].into(),
+                ..Observed::default()
+            }
+        };
+        let overdue = |mut o: Observed, now: i64| {
+            overdue_restarts(&mut o, now, 60);
+            o.racks["a"].members[&0].restart_overdue
+        };
+        // no Pod yet: counted from the record
+        assert!(!overdue(observed(None, None, false), t + 60));
+        assert!(overdue(observed(None, None, false), t + 61));
+        // on the new template: counted from its Pod's creation (an eviction
+        // the budget held back does not count)
+        assert!(!overdue(
+            observed(Some("new"), Some(t + 100), false),
+            t + 150
+        ));
+        assert!(overdue(
+            observed(Some("new"), Some(t + 100), false),
+            t + 161
+        ));
+        // still the old Pod: from the record
+        assert!(overdue(observed(Some("old"), Some(t - 500), false), t + 61));
+        // Ready: never
+        assert!(!overdue(observed(Some("new"), Some(t), true), t + 10_000));
+    }
 }
