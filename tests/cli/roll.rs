@@ -635,6 +635,16 @@ async fn every_trigger_rolls_one_member_at_a_time_and_refusals_change_nothing() 
         Some(2),
         "members 0 and 1 still run the old template"
     );
+    // Putting the spec back lets the stopped member come back (its
+    // Pending Pod is evicted: no budget holds a Pod that never started).
+    change_rack(&clusters, |rack| {
+        rack.as_object_mut().unwrap().remove("placement");
+    })
+    .await;
+    wait_converged(&world, &clusters, &log, Duration::from_secs(90)).await;
+    let (up, status, report) = ring_summary(&world.sim);
+    assert_eq!(up, MEMBERS, "{status}");
+    assert!(report.is_clean(), "{report}\n{status}");
 
     // What CEL cannot see: two edits, each allowed from the one before
     // (5.0 → 6.0 → 7.0) while the controller is stopped, and the members
