@@ -5,7 +5,8 @@
 //! - [`decommission`]: the member's side of the scale-down protocol (the pure
 //!   decision, and its loop in `decommission::act`).
 //! - [`markers`]: what the sidecar records on the data volume.
-//! - [`probes`]: `/healthz` and `/readyz`.
+//! - [`probes`]: `/healthz`, `/readyz` and `/metrics`.
+//! - [`sstables`]: the old-format sstables gauge (`/metrics`).
 //! - [`supervise`]: the sidecar as the container's init (child, signals, reaping).
 //! - [`member`]: the `sidecar` subcommand: start-up, the database, probes, intent.
 //! - [`jolokia`]: the Jolokia client and the StorageService facade.
@@ -21,6 +22,7 @@ pub mod nodetool;
 pub mod probes;
 pub mod reloader;
 pub mod render;
+pub mod sstables;
 pub mod supervise;
 
 pub use member::SidecarArgs;

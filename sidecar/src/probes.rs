@@ -1,6 +1,8 @@
 //! The sidecar's HTTP probes on :8080 (DESIGN.md section 6): `/healthz`
 //! (liveness: the sidecar runs) and `/readyz` (readiness: operation mode
-//! NORMAL, read through Jolokia). I/O.
+//! NORMAL, read through Jolokia); and `/metrics` (Prometheus text: the
+//! old-format sstables gauge of [`crate::sstables`], as last refreshed).
+//! I/O.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,14 +12,21 @@ use std::time::Duration;
 use crate::jolokia::{Jolokia, OperationMode, StorageService};
 
 /// Serves the probes on `addr` until the task is dropped; `child_alive`
-/// says whether the database process runs.
-pub async fn serve_probes(addr: SocketAddr, jolokia: Jolokia, child_alive: Arc<AtomicBool>) {
+/// says whether the database process runs; `metrics` is what `/metrics`
+/// serves.
+pub async fn serve_probes(
+    addr: SocketAddr,
+    jolokia: Jolokia,
+    child_alive: Arc<AtomicBool>,
+    metrics: crate::sstables::Gauge,
+) {
     use warp::Filter;
     let routes = warp::get()
         .and(warp::path::full())
         .then(move |path: warp::path::FullPath| {
             let jolokia = jolokia.clone();
             let alive = child_alive.load(Ordering::Relaxed);
+            let metrics = metrics.clone();
             async move {
                 let (status, body) = match path.as_str() {
                     // Alive while the sidecar runs: it exits when the database
@@ -32,6 +41,16 @@ pub async fn serve_probes(addr: SocketAddr, jolokia: Jolokia, child_alive: Arc<A
                             Ok(mode) => (503, mode.to_string()),
                             Err(e) => (503, format!("database not reachable: {e}")),
                         }
+                    }
+                    "/metrics" => {
+                        let mut response = warp::reply::Response::new(metrics.render().into());
+                        response.headers_mut().insert(
+                            "content-type",
+                            warp::http::HeaderValue::from_static(
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            ),
+                        );
+                        return response;
                     }
                     _ => (404, "not found".to_string()),
                 };

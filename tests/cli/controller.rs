@@ -47,7 +47,7 @@ fn start_controller(kubeconfig: &Path, metrics: &str, log: &Path) -> Controller 
     )
 }
 
-fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+pub(crate) fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;

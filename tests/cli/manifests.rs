@@ -349,7 +349,13 @@ fn exported_metrics() -> Vec<String> {
     );
     m.count_operation(&labels, "decommission", true);
     m.count_operation(&labels, "decommission", false);
-    m.encode()
+    // and the members' sidecar (the old-format sstables gauge)
+    let sidecar = sidecar::sstables::Gauge::default();
+    sidecar.set(&std::collections::BTreeMap::from([(
+        ("ks".to_string(), "t".to_string()),
+        1,
+    )]));
+    (m.encode() + &sidecar.render())
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
         .map(|l| l.split(['{', ' ']).next().unwrap().to_string())
@@ -493,6 +499,20 @@ fn the_pod_monitor_scrapes_ports_that_serve_metrics() {
                 monitor["metadata"]["name"]
             );
         }
+    }
+    // the members' sidecar: its container port `sidecar` (the probes'
+    // port, where it serves /metrics too), on every member Pod
+    let members = &monitors[2];
+    assert_eq!(
+        members["spec"]["podMetricsEndpoints"][0]["port"], "sidecar",
+        "{members}"
+    );
+    let member_labels = crds::labels::rack_labels("c", "dc", "r");
+    for (k, v) in members["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(member_labels.get(k).map(String::as_str), v.as_str(), "{k}");
     }
     // the controller's port is where it serves /metrics (METRICS_ADDR's default)
     assert_eq!(operator["ports"][0]["containerPort"], 8080);

@@ -19,7 +19,7 @@ use crate::common::ONE_WORLD;
 use crate::world::{ring_summary, thesis_cluster, wait_ready, world};
 
 /// Every log line the containers of `pod` wrote (all restarts).
-fn pod_logs(work: &Path, pod: &str) -> String {
+pub(crate) fn pod_logs(work: &Path, pod: &str) -> String {
     let mut out = String::new();
     for dir in std::fs::read_dir(work.join("pods"))
         .into_iter()

@@ -31,10 +31,16 @@ fn ip(n: u8) -> String {
     format!("127.0.47.{n}")
 }
 
-fn defaults() -> String {
-    let path = format!("{FIXTURES}/cassandra/4.1/cassandra.yaml");
+/// The shipped cassandra.yaml of `release`'s line (4.1 or 5.0).
+fn defaults_of(release: &str) -> String {
+    let line = if release.starts_with("5.") {
+        "5.0"
+    } else {
+        "4.1"
+    };
+    let path = format!("{FIXTURES}/cassandra/{line}/cassandra.yaml");
     std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!("the 4.1 fixture {path} is missing ({e}): the test needs /work/shared/fixtures")
+        panic!("the {line} fixture {path} is missing ({e}): the test needs /work/shared/fixtures")
     })
 }
 
@@ -100,6 +106,10 @@ struct World {
     /// operator's (what the sidecar and its nodetool may call), or one that
     /// allows everything, for calls real nodetool makes over JMX (repair).
     policy: String,
+    /// The release the next node started runs (the image's
+    /// CASSANDRA_VERSION) and the rack's cassandra.yaml overrides.
+    release: String,
+    overrides: Option<String>,
 }
 
 impl World {
@@ -116,6 +126,8 @@ impl World {
                 .build()
                 .expect("a client"),
             policy: sidecar::jolokia_access::policy_xml(),
+            release: RELEASE.to_string(),
+            overrides: None,
         }
     }
 
@@ -161,7 +173,13 @@ impl World {
             cpu_limit: None,
             node_cpu_cores: 2,
             replace_address: replace.map(ip),
-            overrides: None,
+            overrides: self
+                .overrides
+                .clone()
+                .map(|text| sidecar::render::Overrides {
+                    origin: sidecar::render::OverridesOrigin::File(dir.join("overrides.yaml")),
+                    text,
+                }),
             // Where the sidecar would write the access policy beside it.
             jolokia_agent_jar: dir.join("jolokia-jvm-agent.jar").display().to_string(),
         };
@@ -170,7 +188,7 @@ impl World {
             &self.policy,
         )
         .expect("the access policy");
-        let rendered = render(&member, &defaults()).expect("renders");
+        let rendered = render(&member, &defaults_of(&self.release)).expect("renders");
         for f in &rendered.files {
             std::fs::write(conf.join(&f.name), &f.content).expect("write a rendered file");
         }
@@ -190,7 +208,7 @@ impl World {
                 (k.clone(), v)
             }))
             .env("CASSANDRA_CONF", &conf)
-            .env("CASSANDRA_VERSION", RELEASE)
+            .env("CASSANDRA_VERSION", &self.release)
             .env("KUBESIM_URL", self.sim.sim_url())
             .stdout(Stdio::from(
                 std::fs::File::create(dir.join("stdout")).expect("stdout file"),
@@ -835,6 +853,182 @@ async fn repair_and_cleanup_through_jolokia() {
     assert_eq!(copies_on(&world, 11, "app"), owned, "exactly what it owns");
     assert!(copies_on(&world, 12, "app") < 100, "n2 cleaned up too");
     assert_eq!(copies_on(&world, 13, "app"), 100, "n3 did not clean up");
+    let (status, report) = world.check().await;
+    assert_eq!(status, 200, "nothing lost: {report}");
+    drop((n1, n2, n3, n4));
+}
+
+/// The `Data.db` files under a node's data directory: (keyspace, name).
+fn data_files(node: &Node) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (keyspace, _, files) in sidecar::sstables::list(&node.data_dir()) {
+        out.extend(files.into_iter().map(|f| (keyspace.clone(), f)));
+    }
+    out.sort();
+    out
+}
+
+/// Waits until `node` has flushed an sstable of `version` for `keyspace`.
+async fn wait_flushed(node: &Node, keyspace: &str, version: &str) {
+    let prefix = format!("{version}-");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !data_files(node)
+        .iter()
+        .any(|(ks, f)| ks == keyspace && f.starts_with(&prefix))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{} flushed no {version} sstable of {keyspace}: {:?}\n{}",
+            node.name,
+            data_files(node),
+            node.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The old-format count the sidecar's gauge reports for `node` running
+/// `release` under the shipped 5.0 storage_compatibility_mode.
+fn old_format(node: &Node, release: &str, mode: Option<&str>) -> u64 {
+    let latest = sidecar::sstables::latest_versions(release, mode).expect("a known release");
+    sidecar::sstables::old_format_counts(&sidecar::sstables::list(&node.data_dir()), &latest)
+        .values()
+        .sum()
+}
+
+/// A major upgrade by hand, 4.1.8 → 5.0.3 (issue 14), with real fake
+/// processes: the ring runs mixed (`kubesim ring` shows each member's
+/// release, `nodetool version` the node's), takes writes and checks clean;
+/// the upgraded node keeps the `nb` sstables 4.1 wrote and writes `nc`
+/// ones (5.0's shipped CASSANDRA_4 mode), which the sidecar's gauge counts
+/// until `upgradeSSTables` over Jolokia rewrites them; a node bootstrapping
+/// on 5.0 past CASSANDRA_4 (messaging 13) fails its stream from the 4.1
+/// members (12), JOINING_FAILED, with Cassandra's message in its log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_major_upgrade_by_hand_runs_mixed_and_keeps_old_sstables() {
+    // nodetool upgradesstables goes over JMX, which the operator's Jolokia
+    // policy does not cover (the operator never runs it).
+    let mut world = World::new().await;
+    world.policy = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<restrict>\n</restrict>\n".into();
+    let seeds = [31, 32];
+    let mut n1 = world.start("u1", 31, &seeds, "r1", None, CLUSTER);
+    wait_mode(&n1, OperationMode::Normal).await;
+    let n2 = world.start("u2", 32, &seeds, "r1", None, CLUSTER);
+    wait_mode(&n2, OperationMode::Normal).await;
+    let n3 = world.start("u3", 33, &seeds, "r1", None, CLUSTER);
+    wait_mode(&n3, OperationMode::Normal).await;
+    let (status, body) = world
+        .post(
+            "/sim/ring/keyspaces",
+            json!({"name": "app", "replication": {"class": "SimpleStrategy", "replication_factor": 3}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = world
+        .post(
+            "/sim/ring/keyspaces/app/keys",
+            json!({"prefix": "k", "count": 300}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    wait_flushed(&n1, "app", "nb").await;
+    assert_eq!(old_format(&n1, RELEASE, None), 0, "4.1's own format");
+
+    // n1 restarts on 5.0 on its data.
+    assert_eq!(n1.terminate(), 143);
+    world.release = "5.0.3".into();
+    let n1 = world.start("u1", 31, &seeds, "r1", None, CLUSTER);
+    wait_mode(&n1, OperationMode::Normal).await;
+    world
+        .wait_statuses(&[(31, "UN"), (32, "UN"), (33, "UN")])
+        .await;
+    assert_eq!(
+        n1.jolokia()
+            .release_version()
+            .await
+            .expect("ReleaseVersion")
+            .to_string(),
+        "5.0.3"
+    );
+    assert_eq!(
+        n2.jolokia()
+            .release_version()
+            .await
+            .expect("ReleaseVersion")
+            .to_string(),
+        RELEASE
+    );
+    let (code, text) = world.kubesim_ring(false);
+    assert_eq!(code, 0, "{text}");
+    let release_of = |address: String| {
+        text.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(address.as_str()))
+            .and_then(|l| l.split_whitespace().last())
+            .map(str::to_string)
+    };
+    assert!(text.lines().any(|l| l.ends_with("Rack  Version")), "{text}");
+    assert_eq!(release_of(ip(31)).as_deref(), Some("5.0.3"), "{text}");
+    assert_eq!(release_of(ip(32)).as_deref(), Some(RELEASE), "{text}");
+
+    // Mixed: writes reach every replica, the data check is clean; n1
+    // writes 5.0's format beside 4.1's files.
+    let (status, body) = world
+        .post(
+            "/sim/ring/keyspaces/app/keys",
+            json!({"prefix": "mixed-", "count": 100}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, report) = world.check().await;
+    assert_eq!(status, 200, "{report}");
+    wait_flushed(&n1, "app", "nc").await;
+    let old = old_format(&n1, "5.0.3", Some("CASSANDRA_4"));
+    let nb = data_files(&n1)
+        .iter()
+        .filter(|(_, f)| f.starts_with("nb-"))
+        .count() as u64;
+    assert!(old > 0 && old == nb, "{:?}", data_files(&n1));
+    assert_eq!(old_format(&n2, RELEASE, None), 0);
+
+    // nodetool upgradesstables app: the old files are rewritten.
+    let done = exec(
+        &world,
+        &n1,
+        "upgradeSSTables(java.lang.String,boolean,int,[Ljava.lang.String;)",
+        json!(["app", true, 0, []]),
+    )
+    .await;
+    assert_eq!(done["value"], json!(0), "{done}");
+    assert_eq!(
+        old_format(&n1, "5.0.3", Some("CASSANDRA_4")),
+        0,
+        "{:?}",
+        data_files(&n1)
+    );
+    assert!(
+        data_files(&n1).iter().all(|(_, f)| f.starts_with("nc-")),
+        "{:?}",
+        data_files(&n1)
+    );
+    let (status, report) = world.check().await;
+    assert_eq!(status, 200, "{report}");
+
+    // A new node on 5.0 past CASSANDRA_4 cannot stream from the 4.1
+    // members: its bootstrap fails.
+    world.overrides = Some("storage_compatibility_mode: UPGRADING\n".into());
+    let n4 = world.start("u4", 34, &seeds, "r1", None, CLUSTER);
+    wait_mode(&n4, OperationMode::JoiningFailed).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !n4.log().contains("Error during bootstrap: Stream failed") {
+        assert!(Instant::now() < deadline, "{}", n4.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        n4.log()
+            .contains("only supports messaging versions lower (12) than this node supports (13)"),
+        "{}",
+        n4.log()
+    );
     let (status, report) = world.check().await;
     assert_eq!(status, 200, "nothing lost: {report}");
     drop((n1, n2, n3, n4));

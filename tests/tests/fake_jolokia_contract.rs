@@ -134,6 +134,7 @@ async fn peer(
         storage_service_at: std::time::Instant::now(),
         policy,
         repairs: Default::default(),
+        sstables: None,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

@@ -31,7 +31,7 @@ use crate::decommission::{self, Intent, act};
 use crate::jolokia::Jolokia;
 use crate::render::{self, MemberConfig};
 use crate::supervise;
-use crate::{markers, probes};
+use crate::{markers, probes, sstables};
 use database::StartRefusals;
 use kube::api::{Patch, PatchParams};
 use nix::sys::signal::Signal;
@@ -99,6 +99,13 @@ pub struct SidecarArgs {
     /// How long to let the database drain on SIGTERM before signalling it.
     #[arg(long, env = "DRAIN_TIMEOUT_SECONDS", default_value_t = 600)]
     pub drain_timeout_seconds: u64,
+    /// How often to count the old-format sstables of the data directory
+    /// (a listing of file names, no reads).
+    #[arg(long, env = "SSTABLE_SCAN_SECONDS", default_value_t = 300)]
+    pub sstable_scan_seconds: u64,
+    /// The release the image runs (the official images set it).
+    #[arg(long, env = "CASSANDRA_VERSION")]
+    pub cassandra_version: Option<String>,
 }
 
 /// A start-up or runtime step of the sidecar that failed.
@@ -225,11 +232,21 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
     let refusals = Arc::new(StartRefusals::default());
     let child_alive = Arc::new(AtomicBool::new(false));
     let restart = Arc::new(Notify::new());
+    let gauge = sstables::Gauge::default();
     tokio::spawn(probes::serve_probes(
         args.probe_addr,
         jolokia.clone(),
         child_alive.clone(),
+        gauge.clone(),
     ));
+    if let Some(latest) = old_format_rule(mode, args.cassandra_version.as_deref(), &rendered) {
+        tokio::spawn(sstables::refresh_every(
+            gauge,
+            data_dir.join("data"),
+            latest,
+            Duration::from_secs(args.sstable_scan_seconds.max(1)),
+        ));
+    }
     tokio::spawn(act::decommission_loop(
         act::Links {
             jolokia: jolokia.clone(),
@@ -302,6 +319,31 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
         request_replace(&services, &name, &line, service_rx, shutdown).await;
     }
     Ok(code)
+}
+
+/// What counts as an old sstable for the Cassandra this member runs: the
+/// image's release (`CASSANDRA_VERSION`, which the official images set)
+/// under the rendered cassandra.yaml's `storage_compatibility_mode`. None
+/// for Scylla (its own formats) or a release it cannot read: no gauge.
+fn old_format_rule(
+    mode: crds::v1alpha1::ClusterMode,
+    release: Option<&str>,
+    rendered: &render::Rendered,
+) -> Option<sstables::Latest> {
+    if mode != crds::v1alpha1::ClusterMode::Cassandra {
+        return None;
+    }
+    let release = release?;
+    let yaml = rendered.files.iter().find(|f| f.name == "cassandra.yaml")?;
+    let doc: serde_json::Value = serde_norway::from_str(&yaml.content).ok()?;
+    let compatibility = doc
+        .get("storage_compatibility_mode")
+        .and_then(serde_json::Value::as_str);
+    let latest = sstables::latest_versions(release, compatibility);
+    if latest.is_none() {
+        warn!(%release, "unknown Cassandra release: no old-format sstables gauge");
+    }
+    latest
 }
 
 /// The ring still knows this member's address while its data directory was
@@ -379,6 +421,8 @@ mod tests {
             database_command: None,
             jolokia_agent_jar: "j".into(),
             drain_timeout_seconds: 1,
+            sstable_scan_seconds: 1,
+            cassandra_version: None,
         };
         let data = Path::new("/var/lib/cassandra");
         assert_eq!(

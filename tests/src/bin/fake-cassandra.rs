@@ -33,6 +33,12 @@
 //! knew of it). The process holds a lease by reading its view every
 //! 250 ms, and exits (1) when the ring has it down (killed behind its
 //! back, disk lost) or kubesim has been unreachable for 10 s.
+//!
+//! Its sstables: one per keyspace whose copies changed, flushed every
+//! second and on shutdown, named as its line names them
+//! ([`testworld::fake_cassandra::sstables`]). With `FAKE_CASSANDRA_JMX`
+//! set, it also serves the stand-in of the local JMX port nodetool uses
+//! (see `main`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -44,6 +50,7 @@ use testworld::fake_cassandra::config::{self, FakeConfig};
 use testworld::fake_cassandra::jolokia::Identity;
 use testworld::fake_cassandra::node::{FakeNode, NodeError, RingClient, serve_jolokia};
 use testworld::fake_cassandra::ring_service::StartRequest;
+use testworld::fake_cassandra::sstables::{self, Sstables};
 
 fn log(level: &str, message: &str) {
     println!("{level:<5} [main] {message}");
@@ -267,6 +274,10 @@ async fn main() -> ExitCode {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(300);
+    let sstables = Arc::new(std::sync::Mutex::new(Sstables::open(
+        &data_dir,
+        sstables::format_of(&config),
+    )));
     let fake = Arc::new(FakeNode {
         ring: ring.clone(),
         host_id: host_id.clone(),
@@ -274,6 +285,7 @@ async fn main() -> ExitCode {
         storage_service_at: Instant::now() + Duration::from_millis(starting),
         policy: testworld::fake_cassandra::policy::Policy::load(config.jolokia_policy.as_deref()),
         repairs: Default::default(),
+        sstables: Some(sstables.clone()),
     });
     let server = match &config.jolokia {
         Some((host, port)) => match tokio::net::TcpListener::bind((host.as_str(), *port)).await {
@@ -292,22 +304,49 @@ async fn main() -> ExitCode {
         },
         None => None,
     };
+    // FAKE_CASSANDRA_JMX=<host:port>: a stand-in for Cassandra's local JMX
+    // port (cassandra-env.sh: 7199, LOCAL_JMX=yes, so localhost only and no
+    // authentication), which real nodetool uses: the same MBeans as the
+    // agent's, without the agent's access policy, in Jolokia's JSON (the
+    // test world has no JVM to speak RMI). Off unless set.
+    let jmx = match std::env::var("FAKE_CASSANDRA_JMX")
+        .ok()
+        .filter(|a| !a.is_empty())
+    {
+        Some(address) => match tokio::net::TcpListener::bind(address.as_str()).await {
+            Ok(listener) => {
+                log("INFO", &format!("JMX (stand-in) listening on {address}"));
+                let unrestricted = Arc::new(FakeNode {
+                    policy: testworld::fake_cassandra::policy::Policy::AllowAll,
+                    ..(*fake).clone()
+                });
+                Some(tokio::spawn(serve_jolokia(listener, unrestricted)))
+            }
+            Err(e) => {
+                eprintln!("ERROR [main] JMX: cannot bind {address}: {e}");
+                None
+            }
+        },
+        None => None,
+    };
 
     let code = tokio::select! {
         code = wait_for_signal() => code,
-        reason = watch_ring(&ring, &host_id) => {
+        reason = watch_ring(&ring, &host_id, &sstables) => {
             eprintln!("ERROR [main] {reason}: exiting");
-            if let Some(s) = server {
+            for s in [server, jmx].into_iter().flatten() {
                 s.abort();
             }
             return ExitCode::from(1);
         }
     };
     log("INFO", "Cassandra shutting down...");
+    // StorageService's shutdown hook flushes the memtables.
+    flush(&ring, &host_id, &sstables).await;
     if let Err(e) = ring.stop(&host_id).await {
         eprintln!("WARN  [StorageServiceShutdownHook] {e}");
     }
-    if let Some(s) = server {
+    for s in [server, jmx].into_iter().flatten() {
         s.abort();
     }
     ExitCode::from(code)
@@ -316,13 +355,39 @@ async fn main() -> ExitCode {
 /// Returns once the ring no longer runs this process (the kubelet reported
 /// it dead, its disk was lost) or kubesim has been gone for 10 s, so that
 /// no fake outlives its world.
-async fn watch_ring(ring: &RingClient, host_id: &str) -> String {
+async fn watch_ring(
+    ring: &RingClient,
+    host_id: &str,
+    sstables: &std::sync::Mutex<Sstables>,
+) -> String {
     const GONE_FOR: Duration = Duration::from_secs(10);
     let mut unreachable_since: Option<Instant> = None;
+    let mut failure: Option<String> = None;
+    let mut tick = 0u64;
     loop {
+        tick += 1;
         tokio::time::sleep(Duration::from_millis(250)).await;
         match ring.view(host_id).await {
-            Ok(view) if view.running => unreachable_since = None,
+            Ok(view) if view.running => {
+                unreachable_since = None;
+                // Memtables flush as they fill; here every second, from
+                // the view just read.
+                if tick.is_multiple_of(4) {
+                    let mut sstables = sstables.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Err(e) = sstables.flush(&view.copies) {
+                        eprintln!("ERROR [MemtableFlushWriter] {e}");
+                    }
+                }
+                // A streaming operation that failed, logged once, as
+                // StorageService logs it.
+                if view.failure.is_some() && view.failure != failure {
+                    eprintln!(
+                        "ERROR [StreamReceiveTask] {}",
+                        view.failure.as_deref().unwrap_or_default()
+                    );
+                }
+                failure = view.failure;
+            }
             Ok(_) => return "the ring has this node down (killed, or its disk was lost)".into(),
             Err(NodeError::Refused(r)) => return r.message,
             Err(e) => {
@@ -332,6 +397,17 @@ async fn watch_ring(ring: &RingClient, host_id: &str) -> String {
                 }
             }
         }
+    }
+}
+
+/// Writes the sstables of what the node's data directory gained.
+async fn flush(ring: &RingClient, host_id: &str, sstables: &std::sync::Mutex<Sstables>) {
+    let Ok(view) = ring.view(host_id).await else {
+        return;
+    };
+    let mut sstables = sstables.lock().unwrap_or_else(|e| e.into_inner());
+    if let Err(e) = sstables.flush(&view.copies) {
+        eprintln!("ERROR [MemtableFlushWriter] {e}");
     }
 }
 

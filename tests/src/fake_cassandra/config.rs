@@ -22,7 +22,7 @@
 
 use serde_json::Value;
 
-use crate::ring::{NodeConfig, Version};
+use crate::ring::{NodeConfig, StorageCompatibility, Version};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
@@ -147,6 +147,13 @@ pub struct FakeConfig {
     pub heap_newsize: Option<String>,
     /// Where the files go; `node.data_dir` is the first data directory.
     pub directories: Directories,
+    /// The sstables it writes: format version (`nb`) and format name
+    /// (`big`, or `bti` with 5.0's `sstable: selected_format: bti`).
+    pub sstable_version: &'static str,
+    pub sstable_format: &'static str,
+    /// `uuid_sstable_identifiers_enabled` (4.1+, false in the shipped
+    /// files): new sstables get a time-UUID generation instead of a number.
+    pub uuid_sstable_identifiers: bool,
 }
 
 /// The environment the process got, as name -> value lookups.
@@ -317,6 +324,25 @@ pub fn parse(
     };
     let snitch = yaml_str(&doc, "endpoint_snitch").unwrap_or_else(|| "SimpleSnitch".into());
     let (dc, rack) = location(&snitch, rackdc);
+    // 5.0's settings: older lines have neither.
+    let v5 = version >= Version::V5_0;
+    let storage_compatibility = match yaml_str(&doc, "storage_compatibility_mode") {
+        Some(mode) if v5 => match StorageCompatibility::parse(&mode) {
+            Some(m) => m,
+            None => {
+                return Err(ConfigError::Invalid {
+                    what: "storage_compatibility_mode",
+                    value: mode,
+                });
+            }
+        },
+        _ => StorageCompatibility::default(),
+    };
+    let bti = v5
+        && doc
+            .pointer("/sstable/selected_format")
+            .and_then(Value::as_str)
+            .is_some_and(|f| f == "bti");
     let node = NodeConfig {
         cluster_name: yaml_str(&doc, "cluster_name").unwrap_or_else(|| "Test Cluster".into()),
         address,
@@ -336,6 +362,8 @@ pub fn parse(
         allow_unsafe_replace: jvm.flag("cassandra.allow_unsafe_replace"),
         override_decommission: jvm.flag("cassandra.override_decommission"),
         version,
+        release: Some(release.clone()),
+        storage_compatibility,
         data_dir: directories.data[0].clone(),
     };
     Ok(FakeConfig {
@@ -353,6 +381,10 @@ pub fn parse(
         max_heap_size,
         heap_newsize,
         directories,
+        sstable_version: version.sstable_version(storage_compatibility, bti),
+        sstable_format: if bti { "bti" } else { "big" },
+        uuid_sstable_identifiers: version >= Version::V4_1
+            && yaml_str(&doc, "uuid_sstable_identifiers_enabled").is_some_and(|v| v == "true"),
     })
 }
 
@@ -370,6 +402,56 @@ mod tests {
     }
 
     const YAML: &str = "cluster_name: c1\nnum_tokens: 16\nlisten_address: 127.0.3.1\nbroadcast_address: 127.0.3.9\nendpoint_snitch: GossipingPropertyFileSnitch\ndata_file_directories: [/d/1]\nseed_provider:\n  - class_name: org.apache.cassandra.locator.SimpleSeedProvider\n    parameters:\n      - seeds: \"127.0.3.1:7000,127.0.3.2\"\n";
+
+    /// 5.0's storage_compatibility_mode and sstable format decide what it
+    /// writes and speaks; 4.1 has neither setting (its value is ignored
+    /// here), and uuid_sstable_identifiers_enabled came with 4.1.
+    #[test]
+    fn sstable_format_and_compatibility_per_line() {
+        let parse_as = |release: &str, extra: &str| {
+            parse(
+                &format!("{YAML}{extra}"),
+                None,
+                &env(&[
+                    ("CASSANDRA_VERSION", release),
+                    ("CASSANDRA_HOME", "/opt/cassandra"),
+                ]),
+                &[],
+            )
+            .expect("valid")
+        };
+        let shipped = parse_as("5.0.3", "storage_compatibility_mode: CASSANDRA_4\n");
+        assert_eq!(
+            (shipped.sstable_version, shipped.sstable_format),
+            ("nc", "big")
+        );
+        assert_eq!(shipped.node.messaging_version(), 12);
+        let bti = parse_as(
+            "5.0.3",
+            "storage_compatibility_mode: NONE\nsstable:\n  selected_format: bti\nuuid_sstable_identifiers_enabled: true\n",
+        );
+        assert_eq!((bti.sstable_version, bti.sstable_format), ("da", "bti"));
+        assert!(bti.uuid_sstable_identifiers);
+        assert_eq!(bti.node.messaging_version(), 13);
+        let old = parse_as("4.1.8", "storage_compatibility_mode: NONE\n");
+        assert_eq!(
+            (old.sstable_version, old.node.messaging_version()),
+            ("nb", 12)
+        );
+        assert_eq!(old.node.release.as_deref(), Some("4.1.8"));
+        assert!(matches!(
+            parse(
+                &format!("{YAML}storage_compatibility_mode: FIVE\n"),
+                None,
+                &env(&[
+                    ("CASSANDRA_VERSION", "5.0.3"),
+                    ("CASSANDRA_HOME", "/opt/cassandra"),
+                ]),
+                &[],
+            ),
+            Err(ConfigError::Invalid { .. })
+        ));
+    }
 
     #[test]
     fn reads_yaml_rackdc_and_jvm_options() {

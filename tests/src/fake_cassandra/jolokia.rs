@@ -131,6 +131,12 @@ pub enum RingCall {
     RepairStatus {
         cmd: i64,
     },
+    /// `upgradeSSTables`: rewrites the node's old sstables (its own files,
+    /// no ring change); answers the status code (0 SUCCESSFUL).
+    UpgradeSstables {
+        keyspace: String,
+        exclude_current_version: bool,
+    },
 }
 
 /// What a request needs.
@@ -652,8 +658,20 @@ fn operations(id: &Identity, mbean: &str) -> Vec<(&'static str, Vec<&'static str
         // NodeProbe.repairAsync calls `int repairAsync(String keyspace,
         // Map<String, String> options)` (3.11, 4.x, 5.0).
         ("repairAsync", vec![STRING, "java.util.Map"]),
+        // StorageServiceMBean.upgradeSSTables: the deprecated overload
+        // (CASSANDRA-11179) and the one with `jobs` on every line; 4.1
+        // added one with `long maxSSTableTimestamp` before `jobs`
+        // (CASSANDRA-16837), so a caller names a signature.
+        ("upgradeSSTables", vec![STRING, "boolean", STRINGS]),
+        ("upgradeSSTables", vec![STRING, "boolean", "int", STRINGS]),
     ]
     .into_iter()
+    .chain((id.version >= Version::V4_1).then(|| {
+        (
+            "upgradeSSTables",
+            vec![STRING, "boolean", "long", "int", STRINGS],
+        )
+    }))
     // `List<String> getParentRepairStatus(int cmd)` came with 4.0
     // (CASSANDRA-13480): 3.11's nodetool hears of repairs only through
     // JMX notifications.
@@ -839,6 +857,13 @@ fn exec(id: &Identity, view: &NodeView, request: &Value) -> Result<Exec, JavaErr
                 keyspace: string_arg(&args[0]),
             }))
         }
+        // StorageService.upgradeSSTables(String keyspaceName, boolean
+        // excludeCurrentVersion, [long maxSSTableTimestamp,] [int jobs,]
+        // String... tableNames).
+        (_, "upgradeSSTables") => Ok(Exec::Call(RingCall::UpgradeSstables {
+            keyspace: string_arg(&args[0]),
+            exclude_current_version: bool_arg(&args[1])?,
+        })),
         (_, "getParentRepairStatus") => {
             let cmd = match &args[0] {
                 Value::Number(n) => n.as_i64(),
@@ -947,6 +972,8 @@ mod tests {
             bootstrap_state: "COMPLETED".into(),
             decommissioning: false,
             decommission_failed: false,
+            copies: Default::default(),
+            failure: None,
             endpoints: vec![
                 ep("10.0.0.1", true, 'N', "rack1"),
                 ep("10.0.0.2", false, 'N', "rack2"),

@@ -10,6 +10,7 @@ pub mod jolokia;
 pub mod node;
 pub mod policy;
 pub mod ring_service;
+pub mod sstables;
 pub mod view;
 pub mod writer;
 

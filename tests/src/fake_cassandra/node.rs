@@ -19,6 +19,7 @@ use tokio::net::TcpListener;
 use super::jolokia::{self, Identity, JavaError, RingCall, Step};
 use super::view::NodeView;
 use crate::fake_cassandra::ring_service::{Refusal, StartRequest};
+use crate::fake_cassandra::sstables::Sstables;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
@@ -140,8 +141,11 @@ impl RingClient {
             RingCall::Repair { keyspace } => {
                 format!("nodes/{host_id}/repair?keyspace={}", query_escape(keyspace))
             }
-            // Kept by the node itself (see FakeNode::repairs).
-            RingCall::RepairStatus { .. } => return Ok(Value::Null),
+            // Kept by the node itself (see FakeNode::repairs and
+            // FakeNode::sstables).
+            RingCall::RepairStatus { .. } | RingCall::UpgradeSstables { .. } => {
+                return Ok(Value::Null);
+            }
         };
         self.post(&path, None).await
     }
@@ -179,6 +183,8 @@ pub struct FakeNode {
     pub policy: super::policy::Policy,
     /// The repairs it ran.
     pub repairs: Repairs,
+    /// Its sstables on the data volume (none when it writes no files).
+    pub sstables: Option<Arc<std::sync::Mutex<Sstables>>>,
 }
 
 /// The StorageService MBean's name, whatever properties follow.
@@ -213,6 +219,17 @@ impl FakeNode {
         };
         match jolokia::step(&self.identity, &view, request) {
             Step::Answer(v) => v,
+            Step::Call {
+                call:
+                    RingCall::UpgradeSstables {
+                        keyspace,
+                        exclude_current_version,
+                    },
+                echo,
+            } => {
+                let outcome = self.upgrade_sstables(&keyspace, exclude_current_version);
+                jolokia::answer_call(&echo, outcome)
+            }
             Step::Call { call, echo } => {
                 let outcome = self
                     .ring
@@ -223,6 +240,22 @@ impl FakeNode {
                 jolokia::answer_call(&echo, outcome)
             }
         }
+    }
+
+    /// `upgradeSSTables`, on the node's own files: 0 (SUCCESSFUL).
+    fn upgrade_sstables(
+        &self,
+        keyspace: &str,
+        exclude_current_version: bool,
+    ) -> Result<Value, JavaError> {
+        let Some(sstables) = &self.sstables else {
+            return Ok(json!(0));
+        };
+        let mut sstables = sstables.lock().unwrap_or_else(|e| e.into_inner());
+        sstables
+            .upgrade(keyspace, exclude_current_version)
+            .map(|_| json!(0))
+            .map_err(|e| JavaError::thrown("java.io.IOException", e.to_string()))
     }
 
     /// What the JMX operation returns, from the ring service's answer.
@@ -382,6 +415,7 @@ mod starting_tests {
             storage_service_at: std::time::Instant::now() + Duration::from_secs(60),
             policy: crate::fake_cassandra::policy::Policy::AllowAll,
             repairs: Repairs::default(),
+            sstables: None,
         };
         let read = json!({"type": "read", "mbean": STORAGE_SERVICE, "attribute": "OperationMode"});
         let answer = node.answer(&read).await;

@@ -23,10 +23,10 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 use super::jolokia::exception_class;
-use super::view::node_view;
+use super::view::{NodeView, node_view};
 use crate::ring::{
     Consistency, DecommissionStart, HostId, NodeConfig, OperationMode, Replication, Ring,
-    RingError, Version,
+    RingError, StorageCompatibility, Version,
 };
 
 /// Whether the data directory `id` (`<path>@<dev>:<inode>`, as the fake
@@ -64,6 +64,9 @@ pub struct StartRequest {
     pub override_decommission: bool,
     /// The release (`4.1.8`).
     pub version: String,
+    /// `storage_compatibility_mode` of cassandra.yaml (5.0), as written.
+    #[serde(default)]
+    pub storage_compatibility_mode: Option<String>,
     pub data_dir: String,
     /// The fake found no marker of an earlier start in its data directory:
     /// whatever the model remembers of that directory is lost.
@@ -89,6 +92,14 @@ impl StartRequest {
             allow_unsafe_replace: config.allow_unsafe_replace,
             override_decommission: config.override_decommission,
             version: release.to_string(),
+            storage_compatibility_mode: Some(
+                match config.storage_compatibility {
+                    StorageCompatibility::Cassandra4 => "CASSANDRA_4",
+                    StorageCompatibility::Upgrading => "UPGRADING",
+                    StorageCompatibility::None => "NONE",
+                }
+                .to_string(),
+            ),
             data_dir: config.data_dir.clone(),
             data_dir_empty,
             lease: false,
@@ -110,6 +121,12 @@ impl StartRequest {
             override_decommission: self.override_decommission,
             version: Version::parse(&self.version)
                 .ok_or_else(|| format!("invalid version {:?}", self.version))?,
+            release: Some(self.version.clone()),
+            storage_compatibility: match self.storage_compatibility_mode.as_deref() {
+                None => StorageCompatibility::default(),
+                Some(mode) => StorageCompatibility::parse(mode)
+                    .ok_or_else(|| format!("invalid storage_compatibility_mode {mode:?}"))?,
+            },
             data_dir: self.data_dir.clone(),
         })
     }
@@ -611,10 +628,16 @@ pub async fn handle(
         }
         ("GET", ["nodes", host_id]) => {
             service.renew(host_id);
+            let failure = service
+                .lock()
+                .failures
+                .get(*host_id)
+                .map(ToString::to_string);
             match service
                 .with_host(host_id, |r| Ok(node_view(r, host_id)))
                 .ok()
                 .flatten()
+                .map(|view| NodeView { failure, ..view })
             {
                 Some(view) => json_reply(200, &serde_json::to_value(view).unwrap_or_default()),
                 None => refused(

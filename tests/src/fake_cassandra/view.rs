@@ -47,6 +47,14 @@ pub struct NodeView {
     pub bootstrap_state: String,
     pub decommissioning: bool,
     pub decommission_failed: bool,
+    /// Keyspace -> copies its data directory holds (what its sstables
+    /// hold; the fake flushes them to files).
+    #[serde(default)]
+    pub copies: std::collections::BTreeMap<String, usize>,
+    /// How its last streaming operation failed, if it did (what Cassandra
+    /// logs of a failed bootstrap, replacement or decommission).
+    #[serde(default)]
+    pub failure: Option<String>,
     /// Every member that has not left (this node too while it is one).
     pub endpoints: Vec<EndpointView>,
 }
@@ -144,6 +152,16 @@ pub fn node_view(ring: &Ring, host_id: &str) -> Option<NodeView> {
         rack: me.rack.clone(),
         tokens: me.tokens.iter().map(|t| t.to_string()).collect(),
         load_bytes: copies(&me.host_id) * BYTES_PER_COPY,
+        copies: ring
+            .disk_of(&me.host_id)
+            .map(|d| {
+                d.copies
+                    .iter()
+                    .map(|(ks, keys)| (ks.clone(), keys.len()))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        failure: None,
         bootstrap_state: ring
             .data_dir(&me.data_dir)
             .map_or("NEEDS_BOOTSTRAP", |d| bootstrap_name(d.bootstrap))

@@ -167,6 +167,8 @@ impl Ring {
             tokens,
             state,
             version: config.version,
+            release: config.release(),
+            messaging_version: config.messaging_version(),
             data_dir: config.data_dir.clone(),
             process,
             down_since_ms: None,
@@ -245,6 +247,9 @@ impl Ring {
                 let node = self.nodes.get_mut(&replaced).expect("found");
                 node.state = RingState::Normal;
                 node.data_dir = config.data_dir.clone();
+                node.version = config.version;
+                node.messaging_version = config.messaging_version();
+                node.release = config.release();
                 node.process = process;
                 node.down_since_ms = None;
             } else {
@@ -273,6 +278,8 @@ impl Ring {
             node.dc = config.dc.clone();
             node.rack = config.rack.clone();
             node.version = config.version;
+            node.messaging_version = config.messaging_version();
+            node.release = config.release();
             node.process = process;
         } else {
             let node = Self::new_member(
@@ -383,6 +390,8 @@ impl Ring {
                     node.dc = config.dc.clone();
                     node.rack = config.rack.clone();
                     node.version = config.version;
+                    node.messaging_version = config.messaging_version();
+                    node.release = config.release();
                     node.tokens = disk.tokens.clone();
                     node.data_dir = config.data_dir.clone();
                     node.process = process;
@@ -545,6 +554,28 @@ impl Ring {
             .copied()
     }
 
+    /// The stream session between `from` (which initiates it) and `peer`
+    /// sets up only when both speak the same messaging version
+    /// ([`RingError::StreamVersionMismatch`]).
+    pub(super) fn check_stream(
+        &self,
+        from: &str,
+        peer: &str,
+        operation: Operation,
+    ) -> Result<(), RingError> {
+        let own_version = self.nodes[from].messaging_version;
+        let peer_node = &self.nodes[peer];
+        if peer_node.messaging_version == own_version {
+            return Ok(());
+        }
+        Err(RingError::StreamVersionMismatch {
+            operation,
+            peer: peer_node.address.clone(),
+            peer_version: peer_node.messaging_version,
+            own_version,
+        })
+    }
+
     fn finish_bootstrap(&mut self, host_id: &str) -> Result<(), RingError> {
         match self.plan_bootstrap(host_id) {
             Ok(plan) => {
@@ -588,6 +619,7 @@ impl Ring {
                 };
                 match source {
                     Some(s) => {
+                        self.check_stream(host_id, s, Operation::Bootstrap)?;
                         if self.holds(s, &ks.name, key) {
                             plan.push((joining.data_dir.clone(), ks.name.clone(), key.clone()));
                         }
@@ -653,6 +685,7 @@ impl Ring {
                 let others: Vec<HostId> = old.iter().filter(|h| *h != target).cloned().collect();
                 match self.pick_source(host_id, &others) {
                     Some(s) => {
+                        self.check_stream(host_id, s, Operation::Replace)?;
                         if self.holds(s, &ks.name, key) {
                             plan.push((dir.clone(), ks.name.clone(), key.clone()));
                         }

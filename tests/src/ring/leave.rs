@@ -131,6 +131,7 @@ impl Ring {
                             address: self.address_of(&new),
                         });
                     }
+                    self.check_stream(host_id, &new, Operation::Decommission)?;
                     if self.holds(host_id, &ks.name, key) {
                         plan.push((
                             self.nodes[&new].data_dir.clone(),

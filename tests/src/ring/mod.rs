@@ -57,7 +57,7 @@ pub use placement::{Endpoint, Replication, TokenMap};
 pub use types::{
     BootstrapState, Busy, Completion, Consistency, DataDir, DecommissionStart, HostId, Keyspace,
     Node, NodeConfig, Operation, OperationMode, Options, Process, RingError, RingState,
-    SYSTEM_KEYSPACES, Started, Startup, Timing, Version,
+    SYSTEM_KEYSPACES, Started, Startup, StorageCompatibility, Timing, Version,
 };
 pub use view::{
     BYTES_PER_COPY, CheckReport, KeyReport, NodeStatus, ReplicaCopy, StatusRow, StatusTable,

@@ -1052,6 +1052,8 @@ fn advance_completes_operations_in_due_order() {
 
 // ---- views ----
 
+/// nodetool status, plus the sim's Version column (the release each member
+/// runs).
 #[test]
 fn status_prints_like_nodetool() {
     let mut ring = Ring::new(Options {
@@ -1085,17 +1087,17 @@ fn status_prints_like_nodetool() {
 ===============
 Status=Up/Down
 |/ State=Normal/Leaving/Joining/Moving
---  Address   Load     Tokens  Owns (effective)  Host ID                               Rack
-UN  10.0.0.1  3 KiB    4       100.0%            {}  r1
-UN  10.0.0.2  3 KiB    4       100.0%            {}  r2
-UJ  10.0.0.3  0 bytes  4       ?                 {}  r3
+--  Address   Load     Tokens  Owns (effective)  Host ID                               Rack  Version
+UN  10.0.0.1  3 KiB    4       100.0%            {}  r1    4.1
+UN  10.0.0.2  3 KiB    4       100.0%            {}  r2    4.1
+UJ  10.0.0.3  0 bytes  4       ?                 {}  r3    4.1
 
 Datacenter: dc2
 ===============
 Status=Up/Down
 |/ State=Normal/Leaving/Joining/Moving
---  Address    Load   Tokens  Owns (effective)  Host ID                               Rack
-UN  10.0.0.10  3 KiB  4       100.0%            {}  r1
+--  Address    Load   Tokens  Owns (effective)  Host ID                               Rack  Version
+UN  10.0.0.10  3 KiB  4       100.0%            {}  r1    4.1
 ",
         ids[0], ids[1], ids[2], ids[3]
     );

@@ -279,3 +279,240 @@ fn cleanup_of_a_keyspace_as_force_keyspace_cleanup_runs_it() {
     assert_eq!(ks2(&ring, &ids[0]), ks2_before, "other keyspaces untouched");
     assert!(ring.check().is_clean());
 }
+
+/// Restarts node `i` of `ring` on `version` (its data kept), as a rolling
+/// upgrade does.
+fn upgrade(
+    ring: &mut Ring,
+    host_id: &str,
+    i: usize,
+    version: Version,
+    compatibility: StorageCompatibility,
+) {
+    ring.kill(host_id).expect("kill");
+    let mut c = versioned(config(i, &["10.0.0.1"]), version);
+    c.storage_compatibility = compatibility;
+    assert_eq!(
+        ring.start(&c).expect("restarts").startup,
+        Startup::Restarted
+    );
+}
+
+/// Streaming needs both ends on the same messaging version
+/// (`accept_streaming = (current, current)`): a node bootstrapping on 5.0
+/// past `CASSANDRA_4` (messaging 13) from 4.1 sources (12) fails its
+/// bootstrap with the stream's failure, JOINING_FAILED as 5.0 marks it; the
+/// data stays where it was and the mixed ring keeps serving writes.
+#[test]
+fn a_bootstrap_across_messaging_versions_fails_its_stream() {
+    let (mut ring, ids) = three_nodes(Version::V4_1);
+    load(&mut ring);
+    upgrade(
+        &mut ring,
+        &ids[0],
+        1,
+        Version::V5_0,
+        StorageCompatibility::Upgrading,
+    );
+    // mixed 4.1/5.0: writes and the data check work across versions
+    ring.write_keys("ks3", "mixed-", 100, Consistency::Quorum)
+        .expect("a mixed ring takes writes");
+    assert!(ring.check().is_clean(), "{}", ring.check());
+
+    let mut joiner = versioned(config(4, &["10.0.0.1"]), Version::V5_0);
+    joiner.storage_compatibility = StorageCompatibility::Upgrading;
+    let started = ring.start(&joiner).expect("the bootstrap starts");
+    let err = ring.finish(&started.host_id).unwrap_err();
+    let RingError::StreamVersionMismatch {
+        operation,
+        peer_version,
+        own_version,
+        ..
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!(
+        (*operation, *peer_version, *own_version),
+        (Operation::Bootstrap, 12, 13)
+    );
+    let message = err.to_string();
+    assert!(
+        message.starts_with("Error during bootstrap: Stream failed: peer 10.0.0.")
+            && message.ends_with(
+                "only supports messaging versions lower (12) than this node supports (13)"
+            ),
+        "{message}"
+    );
+    let node = ring.node(&started.host_id).expect("still in gossip");
+    assert_eq!(node.mode(), Some(OperationMode::JoiningFailed));
+    assert_eq!(copies_of(&ring, &started.host_id), 0, "nothing streamed");
+    assert!(ring.check().is_clean());
+}
+
+/// The same rule on 3.11 → 4.1 (messaging 11 against 12): a 4.1 node does
+/// not bootstrap from 3.11 sources, still JOINING as 4.x leaves it.
+#[test]
+fn a_bootstrap_from_3_11_sources_fails_on_4_1() {
+    let (mut ring, ids) = three_nodes(Version::V3_11);
+    load(&mut ring);
+    upgrade(
+        &mut ring,
+        &ids[2],
+        3,
+        Version::V4_1,
+        StorageCompatibility::default(),
+    );
+    let joiner = versioned(config(4, &["10.0.0.1"]), Version::V4_1);
+    let started = ring.start(&joiner).expect("starts");
+    let err = ring.finish(&started.host_id).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RingError::StreamVersionMismatch {
+                operation: Operation::Bootstrap,
+                peer_version: 11,
+                own_version: 12,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        ring.node(&started.host_id).and_then(Node::mode),
+        Some(OperationMode::Joining)
+    );
+}
+
+/// Cassandra 5.0 under its shipped `storage_compatibility_mode:
+/// CASSANDRA_4` keeps messaging version 12: it streams with 4.1 like a 4.1
+/// node would (the rule against topology changes while majors are mixed is
+/// the operator's, not Cassandra's, in that mode).
+#[test]
+fn a_5_0_node_in_cassandra_4_mode_streams_with_4_1() {
+    let (mut ring, ids) = three_nodes(Version::V4_1);
+    load(&mut ring);
+    upgrade(
+        &mut ring,
+        &ids[0],
+        1,
+        Version::V5_0,
+        StorageCompatibility::Cassandra4,
+    );
+    let joiner = versioned(config(4, &["10.0.0.1"]), Version::V5_0);
+    let host = join(&mut ring, &joiner);
+    assert_eq!(ring.node(&host).unwrap().messaging_version, 12);
+    assert!(ring.check().is_clean());
+}
+
+/// A replacement streams the dead member's ranges from the others: on a
+/// messaging version they do not speak, the stream fails as a bootstrap's.
+#[test]
+fn a_replacement_across_messaging_versions_fails_its_stream() {
+    let (mut ring, ids) = three_nodes(Version::V4_1);
+    load(&mut ring);
+    ring.kill(&ids[2]).expect("node 3 dies");
+    ring.wipe_data_dir("pvc-3");
+    let mut replacement = versioned(config(3, &["10.0.0.1"]), Version::V5_0);
+    replacement.storage_compatibility = StorageCompatibility::None;
+    replacement.replace_address_first_boot = Some(addr(3));
+    let started = ring.start(&replacement).expect("the replacement starts");
+    let err = ring.finish(&started.host_id).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RingError::StreamVersionMismatch {
+                operation: Operation::Replace,
+                peer_version: 12,
+                own_version: 13,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("Error during bootstrap: Stream failed")
+    );
+    assert_eq!(
+        ring.node(&started.host_id).and_then(Node::mode),
+        Some(OperationMode::JoiningFailed)
+    );
+}
+
+/// A decommissioning node streams its ranges to their new replicas: a
+/// 4.1 node whose new replicas run 5.0 past CASSANDRA_4 fails with
+/// "Error while decommissioning node: Stream failed", stays LEAVING (4.x)
+/// and keeps its data; the keys stay fully replicated.
+#[test]
+fn a_decommission_across_messaging_versions_fails_its_stream() {
+    let mut ring = Ring::new(Options::default());
+    let seeds = ["10.0.0.1"];
+    let ids: Vec<HostId> = (1..=4)
+        .map(|i| join(&mut ring, &versioned(config(i, &seeds), Version::V4_1)))
+        .collect();
+    ring.create_keyspace("two", Replication::simple(2))
+        .expect("ks");
+    ring.write_keys("two", "k", 500, Consistency::All)
+        .expect("writes");
+    for (i, id) in ids.iter().enumerate().take(3) {
+        upgrade(
+            &mut ring,
+            id,
+            i + 1,
+            Version::V5_0,
+            StorageCompatibility::None,
+        );
+    }
+    ring.start_decommission(&ids[3], false)
+        .expect("the checks pass");
+    let err = ring.finish(&ids[3]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RingError::StreamVersionMismatch {
+                operation: Operation::Decommission,
+                peer_version: 13,
+                own_version: 12,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.starts_with("Error while decommissioning node: Stream failed: peer 10.0.0.")
+            && message.contains("higher (13) than this node supports (12)"),
+        "{message}"
+    );
+    assert_eq!(
+        ring.node(&ids[3]).and_then(Node::mode),
+        Some(OperationMode::Leaving)
+    );
+    assert!(copies_of(&ring, &ids[3]) > 0, "it kept its data");
+}
+
+fn copies_of(ring: &Ring, host: &str) -> usize {
+    ring.disk_of(host).map_or(0, DataDir::copy_count)
+}
+
+/// The sstable version each line writes (`BigFormat.BigVersion.current_version`,
+/// `BtiFormat`): 3.11 `me`, 4.x `nb`, 5.0 `nc` under CASSANDRA_4 and `oa`
+/// past it, `da` in the trie-indexed format; and the messaging versions.
+#[test]
+fn sstable_and_messaging_versions_per_line() {
+    use StorageCompatibility::*;
+    let cases = [
+        (Version::V3_11, Cassandra4, false, "me", 11),
+        (Version::V4_0, Cassandra4, false, "nb", 12),
+        (Version::V4_1, None, false, "nb", 12),
+        (Version::V5_0, Cassandra4, false, "nc", 12),
+        (Version::V5_0, Upgrading, false, "oa", 13),
+        (Version::V5_0, None, false, "oa", 13),
+        (Version::V5_0, None, true, "da", 13),
+    ];
+    for (v, mode, bti, sstable, messaging) in cases {
+        assert_eq!(v.sstable_version(mode, bti), sstable, "{v} {mode:?}");
+        assert_eq!(v.messaging_version(mode), messaging, "{v} {mode:?}");
+    }
+}

@@ -53,6 +53,64 @@ impl Version {
     }
 }
 
+/// `storage_compatibility_mode` of Cassandra 5.0 (`StorageCompatibilityMode`;
+/// the 5.0 cassandra.yaml ships `CASSANDRA_4`): under `CASSANDRA_4` a 5.0
+/// node keeps the 4.x messaging version and writes `nc` sstables, which 4.x
+/// reads; `UPGRADING` and `NONE` move it to messaging version 13 and `oa`.
+/// Before 5.0 the setting does not exist and changes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum StorageCompatibility {
+    #[default]
+    Cassandra4,
+    Upgrading,
+    None,
+}
+
+impl StorageCompatibility {
+    /// The setting's value as cassandra.yaml spells it.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "CASSANDRA_4" => Some(StorageCompatibility::Cassandra4),
+            "UPGRADING" => Some(StorageCompatibility::Upgrading),
+            "NONE" => Some(StorageCompatibility::None),
+            _ => None,
+        }
+    }
+}
+
+impl Version {
+    /// `MessagingService.current_version`, which is also the only version
+    /// a node streams at (`accept_streaming = (current, current)` in 4.0+;
+    /// 3.11's `IncomingStreamingConnection` wants `StreamMessage.CURRENT_VERSION`):
+    /// 3.0/3.11 `VERSION_3014` (11), 4.x `VERSION_40` (12), 5.0
+    /// `VERSION_40` under `CASSANDRA_4` and `VERSION_50` (13) otherwise
+    /// (`MessagingService.Version.CURRENT = isBefore(5) ? VERSION_40 :
+    /// VERSION_50`; `UPGRADING` is `Integer.MAX_VALUE - 1`, not before 5).
+    pub fn messaging_version(self, compatibility: StorageCompatibility) -> u32 {
+        match self.major {
+            0..=3 => 11,
+            4 => 12,
+            _ if compatibility == StorageCompatibility::Cassandra4 => 12,
+            _ => 13,
+        }
+    }
+
+    /// The sstable version a node of this line writes (`BigVersion.current_version`,
+    /// `BtiVersion` for `sstable: selected_format: bti`): 3.11 `me` (3.11.11+),
+    /// 4.0/4.1 `nb`, 5.0 `nc` under `CASSANDRA_4` and `oa` otherwise, or
+    /// `da` in the trie-indexed format (which `CASSANDRA_4` refuses).
+    pub fn sstable_version(self, compatibility: StorageCompatibility, bti: bool) -> &'static str {
+        match self.major {
+            0..=3 => "me",
+            4 => "nb",
+            _ if bti => "da",
+            _ if compatibility == StorageCompatibility::Cassandra4 => "nc",
+            _ => "oa",
+        }
+    }
+}
+
 impl fmt::Display for Version {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}.{}", self.major, self.minor)
@@ -175,6 +233,11 @@ pub struct Node {
     pub tokens: Vec<Token>,
     pub state: RingState,
     pub version: Version,
+    /// The release it runs (`ReleaseVersion`, e.g. `4.1.8`).
+    pub release: String,
+    /// The messaging (and streaming) version it speaks
+    /// ([`Version::messaging_version`]).
+    pub messaging_version: u32,
     /// The data directory the member runs (or last ran) on.
     pub data_dir: String,
     /// `None` when the process is not running.
@@ -297,6 +360,10 @@ pub struct NodeConfig {
     /// `-Dcassandra.override_decommission`.
     pub override_decommission: bool,
     pub version: Version,
+    /// The full release (`4.1.8`); the line's `major.minor` when None.
+    pub release: Option<String>,
+    /// `storage_compatibility_mode` (5.0).
+    pub storage_compatibility: StorageCompatibility,
     /// Identity of the data directory the process runs on.
     pub data_dir: String,
 }
@@ -325,8 +392,22 @@ impl NodeConfig {
             allow_unsafe_replace: false,
             override_decommission: false,
             version: Version::V4_1,
+            release: None,
+            storage_compatibility: StorageCompatibility::default(),
             data_dir: data_dir.to_string(),
         }
+    }
+
+    /// The release the node runs.
+    pub fn release(&self) -> String {
+        self.release
+            .clone()
+            .unwrap_or_else(|| self.version.to_string())
+    }
+
+    /// The messaging version the node will speak.
+    pub fn messaging_version(&self) -> u32 {
+        self.version.messaging_version(self.storage_compatibility)
     }
 
     pub fn is_seed(&self) -> bool {
@@ -559,6 +640,31 @@ pub enum RingError {
         keyspace: String,
         start: Token,
         end: Token,
+    },
+    /// A stream session whose two ends speak different messaging versions:
+    /// the receiving side refuses the handshake (4.0+
+    /// `InboundConnectionInitiator`: "peer ... only supports messaging
+    /// versions lower/higher (..) than this node supports (..)"; a pre-4.0
+    /// peer: "Received stream using protocol version .. (my version ..).
+    /// Terminating connection"), the session fails ("Stream failed") and
+    /// with it the operation, as `StorageService` reports it ("Error during
+    /// bootstrap: ", "Error while decommissioning node: "). Streaming
+    /// between majors is not supported (the upgrade guides; CASSANDRA-19211:
+    /// "Repair (and streaming in general) are not supported when multiple
+    /// major versions are running in the cluster").
+    #[error(
+        "{prefix}Stream failed: peer {peer} only supports messaging versions {direction} ({peer_version}) than this node supports ({own_version})",
+        prefix = match operation {
+            Operation::Decommission => "Error while decommissioning node: ",
+            Operation::Bootstrap | Operation::Replace => "Error during bootstrap: ",
+        },
+        direction = if peer_version < own_version { "lower" } else { "higher" }
+    )]
+    StreamVersionMismatch {
+        operation: Operation,
+        peer: String,
+        peer_version: u32,
+        own_version: u32,
     },
     #[error("Error while decommissioning node: Stream failed (to {address})")]
     StreamTargetDown { address: String },

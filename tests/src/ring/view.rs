@@ -61,6 +61,10 @@ pub struct StatusRow {
     pub owns: Option<f64>,
     pub host_id: HostId,
     pub rack: String,
+    /// The release the member runs (`ReleaseVersion`): a column nodetool
+    /// status does not have, shown by the sim so that a rolling upgrade's
+    /// progress can be read at a glance.
+    pub release: String,
 }
 
 /// `nodetool status [keyspace]`.
@@ -126,7 +130,7 @@ impl fmt::Display for StatusTable {
             writeln!(f, "{}", "=".repeat(title.len()))?;
             writeln!(f, "Status=Up/Down")?;
             writeln!(f, "|/ State=Normal/Leaving/Joining/Moving")?;
-            let cells: Vec<[String; 7]> = rows
+            let cells: Vec<[String; 8]> = rows
                 .iter()
                 .map(|r| {
                     [
@@ -139,6 +143,7 @@ impl fmt::Display for StatusTable {
                             .unwrap_or_else(|| "?".to_string()),
                         r.host_id.clone(),
                         r.rack.clone(),
+                        r.release.clone(),
                     ]
                 })
                 .collect();
@@ -150,8 +155,9 @@ impl fmt::Display for StatusTable {
                 owns_header.to_string(),
                 "Host ID".to_string(),
                 "Rack".to_string(),
+                "Version".to_string(),
             ];
-            let mut widths = [0usize; 7];
+            let mut widths = [0usize; 8];
             for line in std::iter::once(&header).chain(cells.iter()) {
                 for (w, cell) in widths.iter_mut().zip(line.iter()) {
                     *w = (*w).max(cell.len());
@@ -160,7 +166,7 @@ impl fmt::Display for StatusTable {
             for line in std::iter::once(&header).chain(cells.iter()) {
                 let mut out = String::new();
                 for (k, cell) in line.iter().enumerate() {
-                    if k == 6 {
+                    if k == 7 {
                         out.push_str(cell);
                     } else {
                         out.push_str(&format!("{cell:<width$}  ", width = widths[k]));
@@ -307,6 +313,7 @@ impl Ring {
                     },
                     host_id: n.host_id.clone(),
                     rack: n.rack.clone(),
+                    release: n.release.clone(),
                 }
             })
             .collect();
