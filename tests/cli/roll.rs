@@ -6,7 +6,8 @@
 //! to the members' Pods (kubesim's store, in commit order, not sampled)
 //! and records any moment at which more than one member is not Ready.
 //! Each roll ends with every Pod on its StatefulSet's update revision,
-//! on the new image, the ring all UN and a clean data check.
+//! on the new image, the ring all UN on the new release and a clean data
+//! check.
 //!
 //! Also: the refusals (the schema's CEL for a single edit, the controller
 //! for what CEL cannot see), an unchanged cluster costing zero writes, a
@@ -296,7 +297,7 @@ async fn wait_converged(world: &World, clusters: &Api<Cluster>, log: &Path, time
 
 /// Starts a roll with `trigger`, watches it whole and checks its end:
 /// every member restarted once, one at a time, on the new revision and
-/// `image`, the ring all UN, the data check clean.
+/// `image`, the ring all UN on its release, the data check clean.
 async fn roll<F, Fut>(
     world: &World,
     clusters: &Api<Cluster>,
@@ -340,6 +341,18 @@ async fn roll<F, Fut>(
     assert!(
         report.is_clean(),
         "{what}: the roll lost data:\n{report}\n{status}"
+    );
+    // The ring (kubesim ring's release column) runs the new version.
+    let release = image.rsplit(':').next().unwrap_or_default();
+    let releases: Vec<String> = world.sim.ring().with(|ring| {
+        ring.status(None)
+            .map(|s| s.rows.iter().map(|r| r.release.clone()).collect())
+            .unwrap_or_default()
+    });
+    assert_eq!(
+        releases,
+        vec![release.to_string(); MEMBERS],
+        "{what}: {status}"
     );
     eprintln!("{what}: rolled in {:.1} s", started.elapsed().as_secs_f64());
 }
