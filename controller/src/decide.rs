@@ -17,6 +17,14 @@
 //!   (NORMAL), or when Cassandra refused it; one under way is finished
 //!   first, and the scale-up waits;
 //! - nothing starts while members run different major versions.
+//!
+//! Rolls (a rack's Pods not all on its StatefulSet's update revision, the
+//! StatefulSets being `OnDelete`) take one member down at a time, highest
+//! ordinal first, racks in spec order, only when every member is Ready and
+//! no topology change is under way; no topology change starts while a
+//! member runs an old template. The roll's only state is the record of a
+//! restart on the member Service (`cassandra.rook.io/restarting`) and the
+//! Pods' revision labels, so a controller restarted mid-roll resumes it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -43,6 +51,26 @@ pub struct MemberObserved {
     /// One of its claims is bound to a local PersistentVolume whose node
     /// affinity names only Nodes that no longer exist: the disk is gone.
     pub disk_lost: bool,
+    /// The StatefulSet revision its Pod runs (`controller-revision-hash`).
+    pub revision: Option<String>,
+    /// Its Pod is being deleted (evicted and draining).
+    pub pod_terminating: bool,
+    /// When its Pod was created (seconds since the epoch).
+    pub pod_created: Option<i64>,
+    /// Its restart (a roll) has not brought it back Ready within the bound:
+    /// set by [`crate::observe::overdue_restarts`].
+    pub restart_overdue: bool,
+}
+
+impl MemberObserved {
+    /// Its Pod runs a revision other than the rack's update revision: the
+    /// rack's template changed since it started.
+    pub fn outdated(&self, rack: &RackObserved) -> bool {
+        match (&self.revision, &rack.update_revision) {
+            (Some(runs), Some(wanted)) => self.pod_exists && runs != wanted,
+            _ => false,
+        }
+    }
 }
 
 /// The records of intent on a member Service.
@@ -62,6 +90,9 @@ pub struct ServiceObserved {
     pub cluster_ip: Option<String>,
     /// Its resourceVersion, to guard writes that race the sidecar.
     pub resource_version: Option<String>,
+    /// The controller's record of a restart under way (a roll evicts the
+    /// member): when it was recorded, RFC 3339.
+    pub restarting: Option<String>,
 }
 
 impl ServiceObserved {
@@ -84,6 +115,15 @@ pub struct RackObserved {
     pub claim_templates: Option<Vec<ClaimTemplate>>,
     /// Its members by ordinal (Pods, member Services and claims found).
     pub members: BTreeMap<i32, MemberObserved>,
+    /// Its StatefulSet's `status.updateRevision`: the revision of its
+    /// current template, which every member should run.
+    pub update_revision: Option<String>,
+    /// Its StatefulSet's status is behind its spec (`observedGeneration`
+    /// below `generation`): `update_revision` may not be the template's.
+    pub status_stale: bool,
+    /// Its StatefulSet differs from what the builders make of the spec
+    /// (its applied hash is another): set by the reconcile, which builds.
+    pub statefulset_outdated: bool,
 }
 
 impl RackObserved {
@@ -190,6 +230,14 @@ pub enum WaitReason {
     /// Members run different major versions: Cassandra cannot stream
     /// between majors, so no topology change starts.
     MixedMajorVersions { majors: Vec<u32> },
+    /// A member was taken down by a roll and is not back Ready on the new
+    /// template yet.
+    MemberRestarting { rack: String, member: i32 },
+    /// A rack's StatefulSet controller has not caught up with its spec:
+    /// whether its members run its template is not known yet.
+    StatefulSetNotObserved { rack: String },
+    /// The PodDisruptionBudget does not allow the member's eviction now.
+    EvictionRefused { rack: String, member: i32 },
 }
 
 /// Why the controller refuses to act (until the spec or the objects change).
@@ -243,6 +291,13 @@ pub enum Refusal {
         rack: String,
         overrides: RefusedOverrides,
     },
+    /// A member a roll took down did not come back Ready within the bound:
+    /// the roll stops there, nothing else is touched.
+    MemberRestartStuck {
+        rack: String,
+        member: i32,
+        since: String,
+    },
 }
 
 /// The next thing to do.
@@ -251,6 +306,22 @@ pub enum Action {
     /// Create the StatefulSets of these racks, each with the replicas its
     /// existing members need (0 for a new rack).
     CreateStatefulSets { racks: Vec<(String, i32)> },
+    /// Apply the desired StatefulSet (all but replicas) of these racks:
+    /// what the spec asks for differs from what they hold.
+    UpdateStatefulSets { racks: Vec<String> },
+    /// Roll a member: record the restart on its Service (guarded by the
+    /// resourceVersion read), then evict its Pod.
+    RestartMember {
+        rack: String,
+        member: i32,
+        resource_version: String,
+    },
+    /// A member with a recorded restart still runs the old template: evict
+    /// its Pod (again: the first eviction was refused or never sent).
+    EvictMember { rack: String, member: i32 },
+    /// A restarted member is back Ready on its rack's template: remove the
+    /// record of its restart.
+    FinishRestart { rack: String, member: i32 },
     /// Create the member Service of a member (before its Pod exists, or
     /// because it went missing).
     CreateMemberService {
@@ -361,6 +432,27 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
         .collect();
     if !missing.is_empty() {
         return Action::CreateStatefulSets { racks: missing };
+    }
+    // With `OnDelete`, a new template reaches no running member by itself:
+    // applying it is safe at any time, and the roll below carries it.
+    let outdated: Vec<String> = spec
+        .datacenter
+        .racks
+        .iter()
+        .filter(|r| {
+            observed
+                .racks
+                .get(&r.name)
+                .is_some_and(|o| o.statefulset_outdated)
+        })
+        .map(|r| r.name.clone())
+        .collect();
+    // Except a new version while a topology change is under way: a member
+    // made from the new template would stream with members of another
+    // version, which Cassandra refuses. The change waits for its end (the
+    // steps below carry on meanwhile).
+    if !outdated.is_empty() && !version_change_held(spec, observed, &outdated) {
+        return Action::UpdateStatefulSets { racks: outdated };
     }
 
     // Leftovers of confirmed decommissions, first: a stale Service or claim
@@ -506,6 +598,13 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
         }
     }
 
+    // A restart under way (a roll took the member down): it comes back on
+    // its rack's template, then its record goes. Nothing else starts
+    // meanwhile.
+    if let Some(action) = restart_under_way(spec, observed) {
+        return action;
+    }
+
     // A member that needs a replace: its local disk is gone with its Node,
     // or its sidecar found an empty disk the ring still knows. One at a
     // time, only when every other member is ready (members that need a
@@ -553,6 +652,12 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
         return Action::Wait(wait);
     }
 
+    // Every member is Ready: roll the next one, if any runs an old template,
+    // before any topology change starts.
+    if let Some(action) = next_restart(spec, observed) {
+        return action;
+    }
+
     for rack in &spec.datacenter.racks {
         let observed_rack = &observed.racks[&rack.name];
         let replicas = observed_rack.replicas.unwrap_or(0);
@@ -598,6 +703,141 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
         };
     }
     Action::Converged
+}
+
+/// Whether applying the racks' new templates changes the database version
+/// while a topology change is under way: a rack not at its spec's
+/// members, a decommission or replace recorded, or a member not Ready that
+/// no roll took down (joining, or failing).
+fn version_change_held(spec: &ClusterSpec, observed: &Observed, outdated: &[String]) -> bool {
+    let Some(wanted) = Version::of_tag(&spec.version) else {
+        return false;
+    };
+    let changes_version = outdated.iter().any(|rack| {
+        observed
+            .racks
+            .get(rack)
+            .and_then(|r| r.template_version)
+            .is_some_and(|running| running != wanted)
+    });
+    changes_version
+        && spec.datacenter.racks.iter().any(|rack| {
+            let Some(observed_rack) = observed.racks.get(&rack.name) else {
+                return false;
+            };
+            let replicas = observed_rack.replicas.unwrap_or(0);
+            replicas != rack.members
+                || observed_rack.members.range(..replicas).any(|(_, m)| {
+                    let service = m.service.as_ref();
+                    service.is_some_and(|s| s.decommissioned.is_some() || s.replace.is_some())
+                        || (!m.pod_ready && service.is_none_or(|s| s.restarting.is_none()))
+                })
+        })
+}
+
+/// The member whose restart is recorded, if any: what its restart needs
+/// next (its eviction, a wait, the end of the restart, or a refusal when it
+/// did not come back within the bound).
+fn restart_under_way(spec: &ClusterSpec, observed: &Observed) -> Option<Action> {
+    for rack in &spec.datacenter.racks {
+        let observed_rack = observed.racks.get(&rack.name)?;
+        let replicas = observed_rack.replicas.unwrap_or(0);
+        for (&member, state) in observed_rack.members.range(..replicas).rev() {
+            let Some(since) = state.service.as_ref().and_then(|s| s.restarting.clone()) else {
+                continue;
+            };
+            let rack_name = rack.name.clone();
+            if observed_rack.status_stale {
+                return Some(Action::Wait(WaitReason::StatefulSetNotObserved {
+                    rack: rack_name,
+                }));
+            }
+            let outdated = state.outdated(observed_rack);
+            if state.pod_ready && !outdated {
+                return Some(Action::FinishRestart {
+                    rack: rack_name,
+                    member,
+                });
+            }
+            if outdated && !state.pod_terminating {
+                return Some(Action::EvictMember {
+                    rack: rack_name,
+                    member,
+                });
+            }
+            if state.restart_overdue {
+                return Some(Action::Refuse(Refusal::MemberRestartStuck {
+                    rack: rack_name,
+                    member,
+                    since,
+                }));
+            }
+            return Some(Action::Wait(WaitReason::MemberRestarting {
+                rack: rack_name,
+                member,
+            }));
+        }
+    }
+    None
+}
+
+/// The next member to roll: racks in spec order, in each the highest
+/// ordinal whose Pod runs a revision other than its StatefulSet's update
+/// revision. Called only when every member is Ready.
+fn next_restart(spec: &ClusterSpec, observed: &Observed) -> Option<Action> {
+    for rack in &spec.datacenter.racks {
+        let observed_rack = observed.racks.get(&rack.name)?;
+        if observed_rack.status_stale && observed_rack.replicas.unwrap_or(0) > 0 {
+            return Some(Action::Wait(WaitReason::StatefulSetNotObserved {
+                rack: rack.name.clone(),
+            }));
+        }
+    }
+    for rack in &spec.datacenter.racks {
+        let observed_rack = observed.racks.get(&rack.name)?;
+        let replicas = observed_rack.replicas.unwrap_or(0);
+        let Some((&member, state)) = observed_rack
+            .members
+            .range(..replicas)
+            .rev()
+            .find(|(_, m)| m.outdated(observed_rack))
+        else {
+            continue;
+        };
+        return Some(
+            match state
+                .service
+                .as_ref()
+                .and_then(|s| s.resource_version.clone())
+            {
+                Some(resource_version) => Action::RestartMember {
+                    rack: rack.name.clone(),
+                    member,
+                    resource_version,
+                },
+                // The repair above makes a missing member Service first.
+                None => Action::Wait(WaitReason::MemberNotReady {
+                    rack: rack.name.clone(),
+                    member,
+                }),
+            },
+        );
+    }
+    None
+}
+
+/// How many running members run a template other than their rack's.
+pub fn members_on_old_template(observed: &Observed) -> usize {
+    observed
+        .racks
+        .values()
+        .map(|r| {
+            r.members
+                .range(..r.replicas.unwrap_or(0))
+                .filter(|(_, m)| m.outdated(r))
+                .count()
+        })
+        .sum()
 }
 
 /// The first running member (other than those in `skip`) that is not
@@ -806,6 +1046,7 @@ mod tests {
                     )
                 })
                 .collect(),
+            ..RackObserved::default()
         }
     }
 
@@ -1053,7 +1294,7 @@ mod tests {
             pod_major: Some(4),
             pod_version: None,
             claims: vec![format!("data-c-dc-b-{i}")],
-            disk_lost: false,
+            ..MemberObserved::default()
         }
     }
 
@@ -1101,6 +1342,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, m)| (i as i32, m))
                 .collect(),
+            ..RackObserved::default()
         };
         observed(vec![("b", rack)])
     }
@@ -1704,5 +1946,337 @@ mod tests {
                 "{what}: fixed overrides go on"
             );
         }
+    }
+
+    /// A member running revision `revision`.
+    fn on(m: MemberObserved, revision: &str) -> MemberObserved {
+        with(m, |m| m.revision = Some(revision.to_string()))
+    }
+
+    /// A member whose restart the controller recorded.
+    fn restarting(m: MemberObserved) -> MemberObserved {
+        with(m, |m| {
+            m.service.as_mut().expect("a Service").restarting = Some("2026-01-01T00:00:00Z".into())
+        })
+    }
+
+    /// Rack "b" of 3 replicas whose StatefulSet's update revision is "new".
+    fn rolling(members: Vec<MemberObserved>) -> Observed {
+        let mut observed = racks(members.len() as i32, members);
+        observed.racks.get_mut("b").expect("rack b").update_revision = Some("new".into());
+        observed
+    }
+
+    #[test]
+    fn roll_table() {
+        use Action::*;
+        let b = || "b".to_string();
+        let old = |i| on(member(i), "old");
+        let new = |i| on(member(i), "new");
+        let rv = |i: i32| format!("{}", 100 + i);
+        let cases: Vec<(&str, ClusterSpec, Observed, Action)> = vec![
+            (
+                "every member on the update revision: nothing to roll",
+                spec(&[("b", 3)]),
+                rolling(vec![new(0), new(1), new(2)]),
+                Converged,
+            ),
+            (
+                "a new template: the highest member goes first",
+                spec(&[("b", 3)]),
+                rolling(vec![old(0), old(1), old(2)]),
+                RestartMember {
+                    rack: b(),
+                    member: 2,
+                    resource_version: rv(2),
+                },
+            ),
+            (
+                "recorded but still on the old template (eviction refused, or a crash before it): evict",
+                spec(&[("b", 3)]),
+                rolling(vec![old(0), old(1), restarting(old(2))]),
+                EvictMember {
+                    rack: b(),
+                    member: 2,
+                },
+            ),
+            (
+                "evicted and draining: wait, never evict twice",
+                spec(&[("b", 3)]),
+                rolling(vec![
+                    old(0),
+                    old(1),
+                    restarting(with(unready(old(2)), |m| m.pod_terminating = true)),
+                ]),
+                Wait(WaitReason::MemberRestarting {
+                    rack: b(),
+                    member: 2,
+                }),
+            ),
+            (
+                "its Pod is gone: wait for the StatefulSet to make it anew",
+                spec(&[("b", 3)]),
+                rolling(vec![old(0), old(1), restarting(gone(member(2)))]),
+                Wait(WaitReason::MemberRestarting {
+                    rack: b(),
+                    member: 2,
+                }),
+            ),
+            (
+                "back on the new template but not Ready yet: wait",
+                spec(&[("b", 3)]),
+                rolling(vec![old(0), old(1), restarting(unready(new(2)))]),
+                Wait(WaitReason::MemberRestarting {
+                    rack: b(),
+                    member: 2,
+                }),
+            ),
+            (
+                "back Ready on the new template: the record goes",
+                spec(&[("b", 3)]),
+                rolling(vec![old(0), old(1), restarting(new(2))]),
+                FinishRestart {
+                    rack: b(),
+                    member: 2,
+                },
+            ),
+            (
+                "then the next one down",
+                spec(&[("b", 3)]),
+                rolling(vec![old(0), old(1), new(2)]),
+                RestartMember {
+                    rack: b(),
+                    member: 1,
+                    resource_version: rv(1),
+                },
+            ),
+            (
+                "one at a time: a member not Ready holds the roll",
+                spec(&[("b", 3)]),
+                rolling(vec![old(0), old(1), unready(new(2))]),
+                Wait(WaitReason::MemberNotReady {
+                    rack: b(),
+                    member: 2,
+                }),
+            ),
+            (
+                "an old member not Ready holds the roll too",
+                spec(&[("b", 3)]),
+                rolling(vec![unready(old(0)), old(1), new(2)]),
+                Wait(WaitReason::MemberNotReady {
+                    rack: b(),
+                    member: 0,
+                }),
+            ),
+            (
+                "not back within the bound: the roll stops, naming the member",
+                spec(&[("b", 3)]),
+                rolling(vec![
+                    old(0),
+                    old(1),
+                    restarting(with(unready(new(2)), |m| m.restart_overdue = true)),
+                ]),
+                Refuse(Refusal::MemberRestartStuck {
+                    rack: b(),
+                    member: 2,
+                    since: "2026-01-01T00:00:00Z".into(),
+                }),
+            ),
+            (
+                "no scale-up starts while a roll is under way",
+                spec(&[("b", 5)]),
+                rolling(vec![old(0), old(1), new(2)]),
+                RestartMember {
+                    rack: b(),
+                    member: 1,
+                    resource_version: rv(1),
+                },
+            ),
+            (
+                "no decommission starts while a roll is under way",
+                spec(&[("b", 2)]),
+                rolling(vec![old(0), new(1), new(2)]),
+                RestartMember {
+                    rack: b(),
+                    member: 0,
+                    resource_version: rv(0),
+                },
+            ),
+            (
+                "no roll while a decommission is under way",
+                spec(&[("b", 2)]),
+                rolling(vec![
+                    old(0),
+                    old(1),
+                    unready(started(label(old(2), "false"))),
+                ]),
+                Wait(WaitReason::MemberLeaving {
+                    rack: b(),
+                    member: 2,
+                }),
+            ),
+            (
+                "no roll while a member joins",
+                spec(&[("b", 4)]),
+                {
+                    let mut o = rolling(vec![old(0), old(1), old(2), unready(new(3))]);
+                    o.racks.get_mut("b").expect("b").replicas = Some(4);
+                    o
+                },
+                Wait(WaitReason::MemberNotReady {
+                    rack: b(),
+                    member: 3,
+                }),
+            ),
+            (
+                "no roll while a member is replaced",
+                spec(&[("b", 3)]),
+                rolling(vec![
+                    old(0),
+                    old(1),
+                    with(unready(new(2)), |m| {
+                        m.service.as_mut().expect("a Service").replace = Some("10.96.0.2".into())
+                    }),
+                ]),
+                Wait(WaitReason::MemberReplacing {
+                    rack: b(),
+                    member: 2,
+                }),
+            ),
+            (
+                "a StatefulSet behind the spec is applied first",
+                spec(&[("b", 3)]),
+                {
+                    let mut o = rolling(vec![new(0), new(1), new(2)]);
+                    o.racks.get_mut("b").expect("b").statefulset_outdated = true;
+                    o
+                },
+                UpdateStatefulSets { racks: vec![b()] },
+            ),
+            (
+                "a StatefulSet whose controller has not seen its template yet: wait, never Converged",
+                spec(&[("b", 3)]),
+                {
+                    let mut o = rolling(vec![new(0), new(1), new(2)]);
+                    o.racks.get_mut("b").expect("b").status_stale = true;
+                    o
+                },
+                Wait(WaitReason::StatefulSetNotObserved { rack: b() }),
+            ),
+        ];
+        for (name, spec, observed, expected) in cases {
+            assert_eq!(decide(&spec, &observed), expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_new_version_waits_for_the_topology_change_under_way() {
+        let mut spec = spec(&[("b", 3)]);
+        spec.version = "5.0.3".into();
+        let template = |o: &mut Observed, replicas: i32| {
+            let rack = o.racks.get_mut("b").expect("b");
+            rack.statefulset_outdated = true;
+            rack.template_version = Version::of_tag("4.1.8");
+            rack.replicas = Some(replicas);
+        };
+        // member 2 joins: the scale-up finishes on the old version first
+        let mut joining = rolling(vec![member(0), member(1), unready(member(2))]);
+        template(&mut joining, 3);
+        assert_eq!(
+            decide(&spec, &joining),
+            Action::Wait(WaitReason::MemberNotReady {
+                rack: "b".into(),
+                member: 2
+            })
+        );
+        // the next member of a scale-up still starts on the old template
+        let mut growing = rolling(vec![member(0), member(1)]);
+        template(&mut growing, 2);
+        assert!(matches!(
+            decide(&spec, &growing),
+            Action::CreateMemberService { member: 2, .. }
+        ));
+        // once the topology is settled, the new version is applied
+        let mut settled = rolling(vec![member(0), member(1), member(2)]);
+        template(&mut settled, 3);
+        assert_eq!(
+            decide(&spec, &settled),
+            Action::UpdateStatefulSets {
+                racks: vec!["b".into()]
+            }
+        );
+        // another template change (not the version) is applied at once
+        spec.version = "4.1.8".into();
+        assert_eq!(
+            decide(&spec, &joining),
+            Action::UpdateStatefulSets {
+                racks: vec!["b".into()]
+            }
+        );
+    }
+
+    #[test]
+    fn racks_roll_one_after_another_in_spec_order() {
+        let rack_of = |revisions: [&str; 2]| RackObserved {
+            replicas: Some(2),
+            update_revision: Some("new".into()),
+            members: revisions
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (i as i32, on(member(i as i32), r)))
+                .collect(),
+            ..RackObserved::default()
+        };
+        let spec = spec(&[("c", 2), ("b", 2)]);
+        let both = observed(vec![
+            ("b", rack_of(["old", "old"])),
+            ("c", rack_of(["old", "old"])),
+        ]);
+        assert!(
+            matches!(decide(&spec, &both), Action::RestartMember { ref rack, member: 1, .. } if rack == "c"),
+            "the spec's first rack first"
+        );
+        let second = observed(vec![
+            ("b", rack_of(["old", "old"])),
+            ("c", rack_of(["new", "new"])),
+        ]);
+        assert!(
+            matches!(decide(&spec, &second), Action::RestartMember { ref rack, member: 1, .. } if rack == "b"),
+            "then the next rack"
+        );
+        // A member of rack c restarting holds rack b's roll.
+        let mut holding = second.clone();
+        let c = holding.racks.get_mut("c").expect("c");
+        let m = c.members.get_mut(&0).expect("member 0");
+        *m = restarting(unready(on(member(0), "new")));
+        assert_eq!(
+            decide(&spec, &holding),
+            Action::Wait(WaitReason::MemberRestarting {
+                rack: "c".into(),
+                member: 0
+            })
+        );
+        let old_template = crate::decide::members_on_old_template(&second);
+        assert_eq!(old_template, 2);
+    }
+
+    #[test]
+    fn a_refused_version_change_writes_no_statefulset() {
+        let mut spec = spec(&[("b", 3)]);
+        spec.version = "5.0.3".into();
+        let mut o = rolling(vec![member(0), member(1), member(2)]);
+        let rack = o.racks.get_mut("b").expect("b");
+        rack.statefulset_outdated = true;
+        rack.template_version = Version::of_tag("3.11.6");
+        assert!(matches!(
+            decide(&spec, &o),
+            Action::Refuse(Refusal::VersionChangeRefused { .. })
+        ));
+        // a downgrade across minors
+        spec.version = "3.0.0".into();
+        assert!(matches!(
+            decide(&spec, &o),
+            Action::Refuse(Refusal::VersionChangeRefused { .. })
+        ));
     }
 }

@@ -3,6 +3,7 @@
 //!
 //! - [`resources`]: the pure builders of every object a Cluster is made of.
 //! - [`observe`]: from the cached objects to the observed state (pure).
+//! - [`validated`]: the validated Cluster the builders take.
 //! - [`decide`]: the pure decision step: (spec, observed state) -> next action.
 //! - [`status`]: the status and conditions a reconcile writes (pure).
 //! - [`reconcile`]: the caches, the reconcile pipeline and the kube-runtime
@@ -14,6 +15,7 @@ pub mod observe;
 pub mod reconcile;
 pub mod resources;
 pub mod status;
+pub mod validated;
 
 /// `cassandra-operator controller`.
 #[derive(clap::Args, Debug, Clone)]
@@ -28,4 +30,9 @@ pub struct ControllerArgs {
     /// Cluster names its own sidecarImage.
     #[arg(long, env = "OPERATOR_IMAGE", default_value = resources::DEFAULT_OPERATOR_IMAGE)]
     pub operator_image: String,
+    /// How long a member a roll took down may take to come back Ready on
+    /// the new template before the roll stops (a condition and a Warning
+    /// Event name it), in seconds.
+    #[arg(long, env = "MEMBER_RESTART_TIMEOUT_SECONDS", default_value_t = 600)]
+    pub member_restart_timeout_seconds: u64,
 }

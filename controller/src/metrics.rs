@@ -79,6 +79,9 @@ pub struct Metrics {
     pub members: Family<ClusterLabels, Gauge>,
     /// Ready members per cluster.
     pub ready_members: Family<ClusterLabels, Gauge>,
+    /// Members per cluster whose Pod runs a template other than their
+    /// rack's: what a roll still has to restart.
+    pub members_on_old_template: Family<ClusterLabels, Gauge>,
     /// 1 for the operation a cluster is in.
     pub operation: Family<OperationLabels, Gauge>,
     /// Member operations in progress: the Unix time each started at.
@@ -102,6 +105,12 @@ impl Metrics {
         let duration = Histogram::new(exponential_buckets(0.001, 2.0, 14));
         let members = Family::<ClusterLabels, Gauge>::default();
         let ready_members = Family::<ClusterLabels, Gauge>::default();
+        let members_on_old_template = Family::<ClusterLabels, Gauge>::default();
+        registry.register(
+            "cluster_members_on_old_template",
+            "Members of a cluster whose Pod runs an older template than their rack's StatefulSet (a roll is due or under way)",
+            members_on_old_template.clone(),
+        );
         let operation = Family::<OperationLabels, Gauge>::default();
         let member_operations = Family::<MemberOperationLabels, Gauge>::default();
         let operations_completed = Family::<OperationKindLabels, Counter>::default();
@@ -149,6 +158,7 @@ impl Metrics {
             duration,
             members,
             ready_members,
+            members_on_old_template,
             operation,
             member_operations,
             operations_completed,

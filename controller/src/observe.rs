@@ -153,6 +153,14 @@ pub fn observe<'a>(
                 })
                 .and_then(|c| c.image.as_deref())
                 .and_then(Version::of_image);
+            entry.update_revision = sts.status.as_ref().and_then(|s| s.update_revision.clone());
+            let generation = sts.metadata.generation.unwrap_or_default();
+            // No status at all: no revisions either, so nothing to roll.
+            entry.status_stale = sts
+                .status
+                .as_ref()
+                .and_then(|s| s.observed_generation)
+                .is_some_and(|seen| seen < generation);
             sts_of_rack.insert(rack.to_string(), sts_name);
         } else if wanted.contains_key(&sts_name) {
             observed.foreign.push(ForeignObject {
@@ -216,6 +224,7 @@ pub fn observe<'a>(
                 .and_then(|s| s.cluster_ip.clone())
                 .filter(|ip| !ip.is_empty() && ip != "None"),
             resource_version: meta.resource_version.clone(),
+            restarting: annotation(meta, RESTARTING).map(str::to_string),
         });
     }
 
@@ -242,6 +251,13 @@ pub fn observe<'a>(
         member.pod_ready = ready;
         member.pod_major = image.and_then(image_major);
         member.pod_version = image.and_then(Version::of_image);
+        member.revision = label(&pod.metadata, REVISION_LABEL).map(str::to_string);
+        member.pod_terminating = pod.metadata.deletion_timestamp.is_some();
+        member.pod_created = pod
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.as_second());
     }
 
     // Claims: `<template>-<pod>` for the rack's templates.
@@ -298,6 +314,40 @@ pub fn observe<'a>(
         }
     }
     observed
+}
+
+/// The annotation on a member Service recording that a roll restarts the
+/// member, with the time it was recorded (RFC 3339): the roll's only state,
+/// so that a controller restarted mid-roll resumes it.
+pub const RESTARTING: &str = "cassandra.rook.io/restarting";
+/// The label the StatefulSet controller puts on each Pod with the revision
+/// of the template it was made from.
+pub const REVISION_LABEL: &str = "controller-revision-hash";
+
+/// Marks the members whose restart has not brought them back Ready within
+/// `bound_seconds`: counted from the later of the restart's record and the
+/// creation of the Pod that runs the new template (an eviction the
+/// PodDisruptionBudget held back does not count against the member).
+pub fn overdue_restarts(observed: &mut Observed, now_seconds: i64, bound_seconds: i64) {
+    for rack in observed.racks.values_mut() {
+        let update_revision = rack.update_revision.clone();
+        for member in rack.members.values_mut() {
+            let Some(recorded) = member
+                .service
+                .as_ref()
+                .and_then(|s| s.restarting.as_deref())
+                .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+            else {
+                continue;
+            };
+            let on_new = member.revision.is_some() && member.revision == update_revision;
+            let since = match member.pod_created {
+                Some(created) if on_new => created.max(recorded.as_second()),
+                _ => recorded.as_second(),
+            };
+            member.restart_overdue = !member.pod_ready && now_seconds - since > bound_seconds;
+        }
+    }
 }
 
 fn member_entry<'a>(
@@ -410,8 +460,18 @@ spec:
         let cluster = cluster();
         let ctx = BuildContext::default();
         let rack_a = &cluster.spec.datacenter.racks[0];
-        let sts = resources::statefulset_for_rack(&cluster, rack_a, 2, &ctx);
-        let mut leaving = resources::member_service(&cluster, rack_a, 1, true);
+        let sts = resources::statefulset_for_rack(
+            &resources::ValidCluster::unchecked(&cluster),
+            rack_a,
+            2,
+            &ctx,
+        );
+        let mut leaving = resources::member_service(
+            &resources::ValidCluster::unchecked(&cluster),
+            rack_a,
+            1,
+            true,
+        );
         leaving
             .metadata
             .labels
@@ -419,7 +479,12 @@ spec:
             .unwrap()
             .insert(contract::DECOMMISSIONED.into(), "false".into());
         let services = [
-            resources::member_service(&cluster, rack_a, 0, true),
+            resources::member_service(
+                &resources::ValidCluster::unchecked(&cluster),
+                rack_a,
+                0,
+                true,
+            ),
             leaving,
         ];
         let pods = [pod("c-dc-a-0", true), pod("c-dc-a-1", false)];
@@ -458,14 +523,25 @@ spec:
         let cluster = cluster();
         let ctx = BuildContext::default();
         let rack_a = &cluster.spec.datacenter.racks[0];
-        let mut sts = resources::statefulset_for_rack(&cluster, rack_a, 0, &ctx);
+        let mut sts = resources::statefulset_for_rack(
+            &resources::ValidCluster::unchecked(&cluster),
+            rack_a,
+            0,
+            &ctx,
+        );
         sts.metadata.owner_references = None;
-        let mut service = resources::member_service(&cluster, rack_a, 0, true);
+        let mut service = resources::member_service(
+            &resources::ValidCluster::unchecked(&cluster),
+            rack_a,
+            0,
+            true,
+        );
         service.metadata.owner_references.as_mut().unwrap()[0].uid = "someone-else".into();
-        let mut client = resources::client_service(&cluster);
+        let mut client = resources::client_service(&resources::ValidCluster::unchecked(&cluster));
         client.metadata.owner_references = None;
         // objects of other namespaces are ignored whatever their names
-        let mut elsewhere = resources::client_service(&cluster);
+        let mut elsewhere =
+            resources::client_service(&resources::ValidCluster::unchecked(&cluster));
         elsewhere.metadata.namespace = Some("other".into());
         elsewhere.metadata.owner_references = None;
 
@@ -499,8 +575,12 @@ spec:
     fn statefulsets_of_another_datacenter_name_are_reported() {
         let mut cluster = cluster();
         let ctx = BuildContext::default();
-        let sts =
-            resources::statefulset_for_rack(&cluster, &cluster.spec.datacenter.racks[0], 3, &ctx);
+        let sts = resources::statefulset_for_rack(
+            &resources::ValidCluster::unchecked(&cluster),
+            &cluster.spec.datacenter.racks[0],
+            3,
+            &ctx,
+        );
         cluster.spec.datacenter.name = "renamed".into();
         let observed = observe(&cluster, [&sts], &[], &[], &Storage::default());
         assert_eq!(observed.other_datacenters, vec!["dc".to_string()]);
@@ -511,8 +591,12 @@ spec:
     fn a_pod_being_deleted_is_not_ready() {
         let cluster = cluster();
         let ctx = BuildContext::default();
-        let sts =
-            resources::statefulset_for_rack(&cluster, &cluster.spec.datacenter.racks[0], 1, &ctx);
+        let sts = resources::statefulset_for_rack(
+            &resources::ValidCluster::unchecked(&cluster),
+            &cluster.spec.datacenter.racks[0],
+            1,
+            &ctx,
+        );
         let mut p = pod("c-dc-a-0", true);
         p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
@@ -554,8 +638,12 @@ spec:
             serde_json::from_value(serde_json::json!({"metadata": {"name": "data"}})).unwrap(),
         ];
         let ctx = BuildContext::default();
-        let sts =
-            resources::statefulset_for_rack(&cluster, &cluster.spec.datacenter.racks[0], 3, &ctx);
+        let sts = resources::statefulset_for_rack(
+            &resources::ValidCluster::unchecked(&cluster),
+            &cluster.spec.datacenter.racks[0],
+            3,
+            &ctx,
+        );
         let claims = [
             claim("data-c-dc-a-0", "pv0"),
             claim("data-c-dc-a-1", "pv1"),
@@ -597,8 +685,18 @@ spec:
         let cluster = cluster();
         let ctx = BuildContext::default();
         let rack_a = &cluster.spec.datacenter.racks[0];
-        let sts = resources::statefulset_for_rack(&cluster, rack_a, 1, &ctx);
-        let mut service = resources::member_service(&cluster, rack_a, 0, true);
+        let sts = resources::statefulset_for_rack(
+            &resources::ValidCluster::unchecked(&cluster),
+            rack_a,
+            1,
+            &ctx,
+        );
+        let mut service = resources::member_service(
+            &resources::ValidCluster::unchecked(&cluster),
+            rack_a,
+            0,
+            true,
+        );
         service.metadata.resource_version = Some("42".into());
         service.metadata.annotations = Some(BTreeMap::from([
             (contract::DECOMMISSION_STARTED.to_string(), "t".to_string()),
@@ -611,12 +709,17 @@ spec:
         service.spec.as_mut().unwrap().cluster_ip = Some("10.96.0.7".into());
         let mut p = pod("c-dc-a-0", true);
         p.spec = Some(
-            resources::statefulset_for_rack(&cluster, rack_a, 1, &ctx)
-                .spec
-                .unwrap()
-                .template
-                .spec
-                .unwrap(),
+            resources::statefulset_for_rack(
+                &resources::ValidCluster::unchecked(&cluster),
+                rack_a,
+                1,
+                &ctx,
+            )
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap(),
         );
         let observed = observe(&cluster, [&sts], &[service], &[p], &Storage::default());
         let m = &observed.racks["a"].members[&0];
@@ -758,5 +861,58 @@ spec:
         let refused = refused_overrides(&cluster, &maps);
         assert_eq!(refused["b"].file, "scylla.yaml");
         assert_eq!(refused["b"].keys[0].key, "auto_bootstrap");
+    }
+
+    #[test]
+    fn a_restart_is_overdue_only_when_not_back_within_the_bound() {
+        let recorded = "2026-01-01T00:00:00Z";
+        let t = recorded
+            .parse::<k8s_openapi::jiff::Timestamp>()
+            .expect("a time")
+            .as_second();
+        let observed = |revision: Option<&str>, created: Option<i64>, ready: bool| {
+            let member = MemberObserved {
+                service: Some(ServiceObserved {
+                    restarting: Some(recorded.into()),
+                    ..ServiceObserved::default()
+                }),
+                pod_exists: created.is_some(),
+                pod_ready: ready,
+                pod_created: created,
+                revision: revision.map(str::to_string),
+                ..MemberObserved::default()
+            };
+            let rack = RackObserved {
+                replicas: Some(1),
+                update_revision: Some("new".into()),
+                members: [(0, member)].into(),
+                ..RackObserved::default()
+            };
+            Observed {
+                racks: [("a".to_string(), rack)].into(),
+                ..Observed::default()
+            }
+        };
+        let overdue = |mut o: Observed, now: i64| {
+            overdue_restarts(&mut o, now, 60);
+            o.racks["a"].members[&0].restart_overdue
+        };
+        // no Pod yet: counted from the record
+        assert!(!overdue(observed(None, None, false), t + 60));
+        assert!(overdue(observed(None, None, false), t + 61));
+        // on the new template: counted from its Pod's creation (an eviction
+        // the budget held back does not count)
+        assert!(!overdue(
+            observed(Some("new"), Some(t + 100), false),
+            t + 150
+        ));
+        assert!(overdue(
+            observed(Some("new"), Some(t + 100), false),
+            t + 161
+        ));
+        // still the old Pod: from the record
+        assert!(overdue(observed(Some("old"), Some(t - 500), false), t + 61));
+        // Ready: never
+        assert!(!overdue(observed(Some("new"), Some(t), true), t + 10_000));
     }
 }

@@ -1,15 +1,20 @@
 //! The reconcile loop (I/O): reflector caches of the cluster's objects, the
-//! pipeline read → validate → decide → act → status, Events, and the
-//! kube-runtime Controller that runs it.
+//! pipeline read → validate → build → decide → apply → status, Events, and
+//! the kube-runtime Controller that runs it.
 //!
-//! A reconcile reads only from the caches. It writes only what the decision
-//! step asks for (creating a missing object, one scale step, one record of
-//! intent, one deletion), an Event for each action and for each new refusal,
-//! and the status when it changed: a cluster with nothing to do costs zero
-//! writes. Before a write that destroys or shrinks (a claim, a member
-//! Service, a Pod, fewer replicas), the apply step reads the objects it
-//! depends on afresh from the API server and does nothing unless they still
-//! say what the decision read from the caches.
+//! A reconcile reads only from the caches. The builders make every object
+//! in full from the validated Cluster, each with a hash of itself in an
+//! annotation; an object is written only when it is missing (created) or
+//! its cached hash differs (server-side apply with the operator's field
+//! manager, forcing its fields; a StatefulSet's replicas are never
+//! applied: the one-member-at-a-time steps own them). Besides, it writes
+//! what the decision step asks for (one scale step, one record of intent,
+//! one eviction, one deletion), an Event for each action and for each new
+//! refusal, and the status when it changed: a cluster with nothing to do
+//! costs zero writes. Before a write that destroys or shrinks (a claim, a
+//! member Service, a Pod, fewer replicas), the apply step reads the
+//! objects it depends on afresh from the API server and does nothing
+//! unless they still say what the decision read from the caches.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,10 +45,12 @@ use crate::ControllerArgs;
 use crate::decide::{Action, Observed, Refusal, WaitReason, decide};
 use crate::metrics::{ClusterLabels, ErrorLabels, MemberOperationLabels, Metrics};
 use crate::observe::{
-    Storage, observe, owned_by, references_config_map, refused_overrides, volume_hostnames,
+    Storage, observe, overdue_restarts, owned_by, references_config_map, refused_overrides,
+    volume_hostnames,
 };
 use crate::resources::{self, BuildContext};
 use crate::status::{Outcome, compute_status, refusal_reason};
+use crate::validated::{ValidCluster, validate};
 
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "cassandra-operator";
@@ -54,6 +61,13 @@ pub enum Error {
     /// Creating an object failed.
     #[error("creating {kind} {name}: {source}")]
     CreateObject {
+        kind: &'static str,
+        name: String,
+        source: kube::Error,
+    },
+    /// Applying an object (server-side apply) failed.
+    #[error("applying {kind} {name}: {source}")]
+    ApplyObject {
         kind: &'static str,
         name: String,
         source: kube::Error,
@@ -72,6 +86,12 @@ pub enum Error {
         replicas: i32,
         source: kube::Error,
     },
+    /// Applying a rack's StatefulSet (server-side apply) failed.
+    #[error("applying StatefulSet {name}: {source}")]
+    ApplyStatefulSet { name: String, source: kube::Error },
+    /// Evicting a member's Pod for a roll failed.
+    #[error("evicting Pod {name}: {source}")]
+    EvictPod { name: String, source: kube::Error },
     /// Writing the status failed.
     #[error("patching the status of {name}: {source}")]
     PatchStatus { name: String, source: kube::Error },
@@ -98,8 +118,11 @@ impl Error {
     fn kind(&self) -> &'static str {
         match self {
             Error::CreateObject { .. } => "CreateObject",
+            Error::ApplyObject { .. } => "ApplyObject",
             Error::GetObject { .. } => "GetObject",
             Error::ScaleStatefulSet { .. } => "ScaleStatefulSet",
+            Error::ApplyStatefulSet { .. } => "ApplyStatefulSet",
+            Error::EvictPod { .. } => "EvictPod",
             Error::PatchStatus { .. } => "PatchStatus",
             Error::PatchMemberService { .. } => "PatchMemberService",
             Error::DeleteObject { .. } => "DeleteObject",
@@ -126,6 +149,8 @@ pub struct Context {
     recorder: Recorder,
     metrics: Arc<Metrics>,
     build: BuildContext,
+    /// [`crate::ControllerArgs::member_restart_timeout_seconds`].
+    restart_timeout_seconds: i64,
     /// Every cache holds its first full list.
     synced: Arc<AtomicBool>,
 }
@@ -238,7 +263,10 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
         metrics,
         build: BuildContext {
             operator_image: args.operator_image.clone(),
+            ..BuildContext::default()
         },
+        restart_timeout_seconds: i64::try_from(args.member_restart_timeout_seconds)
+            .unwrap_or(i64::MAX),
         synced: ready.clone(),
     });
 
@@ -478,18 +506,29 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Requeue, Er
         pods.iter().map(|p| p.as_ref()),
         &storage,
     );
-    observed.refused_overrides =
-        refused_overrides(cluster, ctx.config_maps.state().iter().map(|c| c.as_ref()));
+    let config_maps = ctx.config_maps.state();
+    observed.refused_overrides = refused_overrides(cluster, config_maps.iter().map(|c| c.as_ref()));
+    let now = k8s_openapi::jiff::Timestamp::now();
+    overdue_restarts(&mut observed, now.as_second(), ctx.restart_timeout_seconds);
 
-    // validate, decide, act
-    let outcome = match crds::validate(cluster) {
+    // validate, build, decide, apply
+    let outcome = match validate(cluster) {
         Err(errors) => Outcome::Invalid(errors),
-        Ok(()) => {
-            let action = match ensure_supporting_objects(cluster, &namespace, ctx).await? {
+        Ok(valid) => {
+            let build = BuildContext {
+                config_map_hashes: config_maps
+                    .iter()
+                    .filter(|c| references_config_map(cluster, c))
+                    .map(|c| (c.name_any(), resources::config_map_hash(c)))
+                    .collect(),
+                ..ctx.build.clone()
+            };
+            mark_outdated_statefulsets(&valid, &namespace, &build, &mut observed, ctx);
+            let action = match apply_supporting_objects(&valid, &namespace, ctx).await? {
                 Some(refusal) => Action::Refuse(refusal),
                 None => decide(&cluster.spec, &observed),
             };
-            let action = act(cluster, &namespace, &action, ctx)
+            let action = act(&valid, &namespace, &action, &build, ctx)
                 .await?
                 .unwrap_or(action);
             Outcome::Decided(action)
@@ -497,12 +536,7 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Requeue, Er
     };
 
     // status, and a Warning Event when the cluster newly became degraded
-    let status = compute_status(
-        cluster,
-        &observed,
-        &outcome,
-        &Time(k8s_openapi::jiff::Timestamp::now()),
-    );
+    let status = compute_status(cluster, &observed, &outcome, &Time(now));
     record_metrics(cluster, &namespace, &observed, &status, &outcome, ctx);
     let previous = cluster.status.clone().unwrap_or_default();
     if status != previous {
@@ -521,26 +555,50 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Requeue, Er
     })
 }
 
-/// Creates the cluster-wide objects (client Service, PDB, member RBAC) that
-/// are missing from the caches. Returns a refusal when one of their names is
-/// taken by an object the Cluster does not own.
-async fn ensure_supporting_objects(
-    cluster: &Cluster,
+/// Builds each rack's StatefulSet and marks the racks whose cached
+/// StatefulSet (ours) carries another applied hash: the plan applies them.
+fn mark_outdated_statefulsets(
+    cluster: &ValidCluster<'_>,
+    namespace: &str,
+    build: &BuildContext,
+    observed: &mut Observed,
+    ctx: &Context,
+) {
+    for rack in &cluster.spec.datacenter.racks {
+        let desired = resources::applied_statefulset(cluster, rack, build);
+        let reference = ObjectRef::<StatefulSet>::new(&desired.name_any()).within(namespace);
+        let outdated = ctx.statefulsets.get(&reference).is_some_and(|cached| {
+            owned_by(cached.meta(), cluster)
+                && resources::applied_hash(cached.as_ref()) != resources::applied_hash(&desired)
+        });
+        if let Some(observed_rack) = observed.racks.get_mut(&rack.name) {
+            observed_rack.statefulset_outdated = outdated;
+        }
+    }
+}
+
+/// Applies the cluster-wide objects (client Service, PDB, member RBAC):
+/// each is built in full and written only when the cache shows it missing
+/// (created) or different (its applied hash differs: server-side apply).
+/// Returns a refusal when one of their names is taken by an object the
+/// Cluster does not own.
+async fn apply_supporting_objects(
+    cluster: &ValidCluster<'_>,
     namespace: &str,
     ctx: &Context,
 ) -> Result<Option<Refusal>, Error> {
     let client = &ctx.client;
     // In order, stopping at the first name held by someone else: a refused
-    // cluster gets nothing more created. `$unowned` judges an object of the
+    // cluster gets nothing more written. `$unowned` judges an object of the
     // name that the Cluster does not own (None: usable as it is).
-    macro_rules! ensure_or_refuse {
+    macro_rules! apply_or_refuse {
         ($store:expr, $desired:expr, $kind:literal) => {{
             let desired = $desired;
             let name = desired.name_any();
-            ensure_or_refuse!($store, desired, $kind, |_| Some(foreign($kind, &name)))
+            apply_or_refuse!($store, desired, $kind, |_| Some(foreign($kind, &name)))
         }};
         ($store:expr, $desired:expr, $kind:literal, $unowned:expr) => {
-            if let Some(refusal) = ensure(
+            if let Some(refusal) = apply_object(
                 client, namespace, cluster, $store, $desired, $kind, $unowned,
             )
             .await?
@@ -549,10 +607,10 @@ async fn ensure_supporting_objects(
             }
         };
     }
-    ensure_or_refuse!(&ctx.services, resources::client_service(cluster), "Service");
+    apply_or_refuse!(&ctx.services, resources::client_service(cluster), "Service");
     // The members' RBAC may be the user's own (Rook's example brings it):
     // used as it is when it gives members what they need.
-    ensure_or_refuse!(
+    apply_or_refuse!(
         &ctx.service_accounts,
         resources::member_service_account(cluster),
         "ServiceAccount",
@@ -560,7 +618,7 @@ async fn ensure_supporting_objects(
         |_: &ServiceAccount| None
     );
     let role = resources::member_role(cluster);
-    ensure_or_refuse!(&ctx.roles, role.clone(), "Role", |provided: &Role| {
+    apply_or_refuse!(&ctx.roles, role.clone(), "Role", |provided: &Role| {
         let missing = resources::missing_grants(provided, &role);
         (!missing.is_empty()).then(|| Refusal::MemberRbacInsufficient {
             kind: "Role".to_string(),
@@ -570,7 +628,7 @@ async fn ensure_supporting_objects(
     });
     let binding = resources::member_role_binding(cluster);
     let account = crds::names::member_service_account_name(&cluster.name_any());
-    ensure_or_refuse!(
+    apply_or_refuse!(
         &ctx.role_bindings,
         binding.clone(),
         "RoleBinding",
@@ -587,7 +645,7 @@ async fn ensure_supporting_objects(
             })
         }
     );
-    ensure_or_refuse!(
+    apply_or_refuse!(
         &ctx.pdbs,
         resources::pod_disruption_budget(cluster),
         "PodDisruptionBudget"
@@ -614,13 +672,43 @@ impl<K> NamespacedObject for K where
 {
 }
 
-/// Creates `desired` unless it exists. An object of its name that the
-/// Cluster does not own is never adopted nor changed: `unowned` says whether
-/// it is in the way (a refusal) or usable as it is (the members' RBAC a user
-/// made, as Rook's example does). Such an object lacks the cluster's labels,
-/// so the caches never hold it: it is read before anything is created, so
-/// that it costs a read per reconcile, never a failed write.
-async fn ensure<K>(
+/// The object of `name` as the cache holds it or, when the cache does not
+/// (an object without the cluster's labels, or a cache behind), as the API
+/// server does: a foreign object costs a read per reconcile, never a
+/// failed write.
+async fn existing<K>(
+    client: &Client,
+    namespace: &str,
+    store: &Store<K>,
+    name: &str,
+    kind: &'static str,
+) -> Result<Option<Arc<K>>, Error>
+where
+    K: NamespacedObject,
+{
+    let reference = ObjectRef::<K>::new(name).within(namespace);
+    match store.get(&reference) {
+        Some(cached) => Ok(Some(cached)),
+        None => Ok(Api::<K>::namespaced(client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map_err(|source| Error::GetObject {
+                kind,
+                name: name.to_string(),
+                source,
+            })?
+            .map(Arc::new)),
+    }
+}
+
+/// Writes `desired` when what exists differs: creates it when missing,
+/// applies it (server-side apply, forcing the operator's fields) when the
+/// Cluster owns it and its applied hash differs, and leaves it alone
+/// otherwise. An object of its name that the Cluster does not own is never
+/// adopted nor changed: `unowned` says whether it is in the way (a
+/// refusal) or usable as it is (the members' RBAC a user made, as Rook's
+/// example does).
+async fn apply_object<K>(
     client: &Client,
     namespace: &str,
     cluster: &Cluster,
@@ -632,25 +720,53 @@ async fn ensure<K>(
 where
     K: NamespacedObject,
 {
+    let desired = resources::hashed(desired);
     let name = desired.name_any();
-    let reference = ObjectRef::<K>::new(&name).within(namespace);
-    let existing = match store.get(&reference) {
-        Some(cached) => Some(cached),
-        None => Api::<K>::namespaced(client.clone(), namespace)
-            .get_opt(&name)
-            .await
-            .map_err(|source| Error::GetObject {
-                kind,
-                name: name.clone(),
-                source,
-            })?
-            .map(Arc::new),
-    };
-    match existing {
-        // ours (from the API server when the cache is behind)
-        Some(existing) if owned_by(existing.meta(), cluster) => Ok(None),
+    match existing(client, namespace, store, &name, kind).await? {
+        Some(existing) if owned_by(existing.meta(), cluster) => {
+            if resources::applied_hash(existing.as_ref()) != resources::applied_hash(&desired) {
+                let api: Api<K> = Api::namespaced(client.clone(), namespace);
+                api.patch(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&desired),
+                )
+                .await
+                .map_err(|source| Error::ApplyObject {
+                    kind,
+                    name: name.clone(),
+                    source,
+                })?;
+                info!(cluster = %cluster.name_any(), kind, name = %name, "applied");
+            }
+            Ok(None)
+        }
         Some(existing) => Ok(unowned(&existing)),
-        None => create(client, namespace, cluster, desired, kind).await,
+        None => {
+            create(client, namespace, cluster, desired, kind).await?;
+            Ok(None)
+        }
+    }
+}
+
+/// Creates `desired` unless an object of its name exists: a foreign one
+/// is refused, one of ours is left as it is.
+async fn create_unless_present<K>(
+    client: &Client,
+    namespace: &str,
+    cluster: &Cluster,
+    store: &Store<K>,
+    desired: K,
+    kind: &'static str,
+) -> Result<Result<bool, Refusal>, Error>
+where
+    K: NamespacedObject,
+{
+    let name = desired.name_any();
+    match existing(client, namespace, store, &name, kind).await? {
+        Some(existing) if owned_by(existing.meta(), cluster) => Ok(Ok(false)),
+        Some(_) => Ok(Err(foreign(kind, &name))),
+        None => Ok(Ok(create(client, namespace, cluster, desired, kind).await?)),
     }
 }
 
@@ -661,16 +777,15 @@ fn foreign(kind: &str, name: &str) -> Refusal {
     })
 }
 
-/// Creates an object; when the name is taken (by an object the caches do not
-/// hold, because it lacks the cluster's labels) reads it to tell a foreign
-/// object from one of ours that the cache has not seen yet.
+/// Creates an object as built. False when the name was taken meanwhile
+/// (409): the next reconcile reads who holds it.
 async fn create<K>(
     client: &Client,
     namespace: &str,
     cluster: &Cluster,
     desired: K,
     kind: &'static str,
-) -> Result<Option<Refusal>, Error>
+) -> Result<bool, Error>
 where
     K: NamespacedObject,
 {
@@ -683,15 +798,11 @@ where
     match api.create(&params, &desired).await {
         Ok(_) => {
             info!(cluster = %cluster.name_any(), kind, name = %name, "created");
-            Ok(None)
+            Ok(true)
         }
         Err(kube::Error::Api(status)) if status.code == 409 => {
-            let existing = api.get(&name).await.map_err(|source| Error::GetObject {
-                kind,
-                name: name.clone(),
-                source,
-            })?;
-            Ok((!owned_by(existing.meta(), cluster)).then(|| foreign(kind, &name)))
+            info!(cluster = %cluster.name_any(), kind, name = %name, "the name was taken meanwhile; looking again");
+            Ok(false)
         }
         Err(source) => Err(Error::CreateObject { kind, name, source }),
     }
@@ -700,9 +811,10 @@ where
 /// Carries out the decision. Returns a different action when acting showed
 /// that the decision cannot be carried out (a name taken by a foreign object).
 async fn act(
-    cluster: &Cluster,
+    cluster: &ValidCluster<'_>,
     namespace: &str,
     action: &Action,
+    build: &BuildContext,
     ctx: &Context,
 ) -> Result<Option<Action>, Error> {
     let find_rack = |rack: &str| {
@@ -719,12 +831,21 @@ async fn act(
                 let Some(rack) = find_rack(rack) else {
                     continue;
                 };
-                let sts = resources::statefulset_for_rack(cluster, rack, *replicas, &ctx.build);
+                let sts = resources::statefulset_for_rack(cluster, rack, *replicas, build);
                 let sts_name = sts.name_any();
-                if let Some(refusal) =
-                    create(&ctx.client, namespace, cluster, sts, "StatefulSet").await?
+                match create_unless_present(
+                    &ctx.client,
+                    namespace,
+                    cluster,
+                    &ctx.statefulsets,
+                    sts,
+                    "StatefulSet",
+                )
+                .await?
                 {
-                    return Ok(Some(Action::Refuse(refusal)));
+                    Err(refusal) => return Ok(Some(Action::Refuse(refusal))),
+                    Ok(false) => continue,
+                    Ok(true) => {}
                 }
                 let (reason, note) = if *replicas == 0 {
                     (
@@ -760,8 +881,15 @@ async fn act(
         Action::CreateMemberService { rack, member, seed } => {
             if let Some(spec) = find_rack(rack) {
                 let service = resources::member_service(cluster, spec, *member, *seed);
-                if let Some(refusal) =
-                    create(&ctx.client, namespace, cluster, service, "Service").await?
+                if let Err(refusal) = create_unless_present(
+                    &ctx.client,
+                    namespace,
+                    cluster,
+                    &ctx.services,
+                    service,
+                    "Service",
+                )
+                .await?
                 {
                     return Ok(Some(Action::Refuse(refusal)));
                 }
@@ -941,8 +1069,142 @@ async fn act(
             )
             .await;
         }
+        Action::UpdateStatefulSets { racks } => {
+            for rack in racks {
+                let Some(rack) = find_rack(rack) else {
+                    continue;
+                };
+                let sts = resources::applied_statefulset(cluster, rack, build);
+                apply_statefulset(ctx, namespace, &sts).await?;
+                info!(cluster = %cluster.name_any(), rack = %rack.name, "StatefulSet applied");
+            }
+        }
+        Action::RestartMember {
+            rack,
+            member,
+            resource_version,
+        } => {
+            let service = member_name(cluster, rack, *member);
+            let since = k8s_openapi::jiff::Timestamp::now().to_string();
+            let patch = serde_json::json!({"metadata": {
+                "resourceVersion": resource_version,
+                "annotations": {crate::observe::RESTARTING: since},
+            }});
+            match patch_member_service(ctx, namespace, &service, &patch).await {
+                Err(Error::PatchMemberService {
+                    source: kube::Error::Api(status),
+                    ..
+                }) if status.code == 409 => {
+                    info!(cluster = %cluster.name_any(), rack, member, "the member Service changed meanwhile; looking again");
+                    return Ok(Some(Action::Wait(WaitReason::MemberRestarting {
+                        rack: rack.clone(),
+                        member: *member,
+                    })));
+                }
+                other => other?,
+            }
+            return evict_member(cluster, namespace, rack, *member, ctx).await;
+        }
+        Action::EvictMember { rack, member } => {
+            return evict_member(cluster, namespace, rack, *member, ctx).await;
+        }
+        Action::FinishRestart { rack, member } => {
+            let service = member_name(cluster, rack, *member);
+            let patch = serde_json::json!({"metadata": {"annotations": {crate::observe::RESTARTING: null}}});
+            patch_member_service(ctx, namespace, &service, &patch).await?;
+            info!(cluster = %cluster.name_any(), rack, member, "member restarted");
+            publish(
+                ctx,
+                cluster,
+                EventType::Normal,
+                "MemberRestarted",
+                "Restart",
+                format!("Member {member} of rack {rack} ({service}) is back Ready on the rack's new template"),
+                Some(related_statefulset(cluster, rack)),
+            )
+            .await;
+        }
         Action::Wait(_) | Action::Refuse(_) | Action::Converged => {}
     }
+    Ok(None)
+}
+
+/// Writes a rack's StatefulSet with server-side apply, forcing the
+/// operator's ownership of every field it sets (replicas are not among
+/// them).
+async fn apply_statefulset(ctx: &Context, namespace: &str, sts: &StatefulSet) -> Result<(), Error> {
+    let name = sts.name_any();
+    let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
+    // A StatefulSet made with the default strategy (RollingUpdate, as this
+    // operator's earlier versions made them) holds `rollingUpdate`, which
+    // the API server defaulted and no apply owns: applying `OnDelete`
+    // leaves it, and the API server refuses the pair. A merge patch
+    // switches the strategy and removes it first.
+    let reference = ObjectRef::<StatefulSet>::new(&name).within(namespace);
+    let rolling = ctx.statefulsets.get(&reference).is_some_and(|cached| {
+        cached
+            .spec
+            .as_ref()
+            .and_then(|s| s.update_strategy.as_ref())
+            .is_some_and(|u| u.rolling_update.is_some())
+    });
+    if rolling {
+        let patch = serde_json::json!({"spec": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": null}}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| Error::ApplyStatefulSet {
+                name: name.clone(),
+                source,
+            })?;
+    }
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(sts),
+    )
+    .await
+    .map_err(|source| Error::ApplyStatefulSet { name, source })?;
+    Ok(())
+}
+
+/// Evicts a member's Pod through the Eviction API, so that the
+/// PodDisruptionBudget holds: a refusal (429) is a wait, not an error.
+/// Its sidecar drains Cassandra on SIGTERM; the StatefulSet controller
+/// makes the Pod anew from the current template.
+async fn evict_member(
+    cluster: &Cluster,
+    namespace: &str,
+    rack: &str,
+    member: i32,
+    ctx: &Context,
+) -> Result<Option<Action>, Error> {
+    let pod = member_name(cluster, rack, member);
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    match api.evict(&pod, &kube::api::EvictParams::default()).await {
+        Ok(_) => {}
+        Err(e) if not_found(&e) => {}
+        Err(kube::Error::Api(status)) if status.code == 429 => {
+            info!(cluster = %cluster.name_any(), rack, member, message = %status.message, "the PodDisruptionBudget refuses the eviction for now");
+            return Ok(Some(Action::Wait(WaitReason::EvictionRefused {
+                rack: rack.to_string(),
+                member,
+            })));
+        }
+        Err(source) => {
+            return Err(Error::EvictPod { name: pod, source });
+        }
+    }
+    info!(cluster = %cluster.name_any(), rack, member, "member evicted for a roll");
+    publish(
+        ctx,
+        cluster,
+        EventType::Normal,
+        "MemberRestarting",
+        "Restart",
+        format!("Member {member} of rack {rack} ({pod}) evicted: it drains and comes back on the rack's new template"),
+        Some(related_statefulset(cluster, rack)),
+    )
+    .await;
     Ok(None)
 }
 
@@ -1444,6 +1706,10 @@ fn record_metrics(
         .ready_members
         .get_or_create(&labels)
         .set(status.ready_members.into());
+    ctx.metrics
+        .members_on_old_template
+        .get_or_create(&labels)
+        .set(i64::try_from(crate::decide::members_on_old_template(observed)).unwrap_or(i64::MAX));
     let operation = match outcome {
         Outcome::Invalid(_) => "InvalidSpec".to_string(),
         Outcome::Decided(Action::Refuse(refusal)) => refusal_reason(refusal).0.to_string(),

@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 use crds::labels;
 use crds::names;
 use crds::v1alpha1::{Cluster, ClusterMode, RackSpec};
-use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
+
+pub use crate::validated::ValidCluster;
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
     ExecAction, HTTPGetAction, Lifecycle, LifecycleHandler, ObjectFieldSelector,
@@ -36,19 +38,51 @@ pub const TERMINATION_GRACE_SECONDS: i64 = 1800;
 pub const CASSANDRA_UID: i64 = 999;
 pub use crds::v1alpha1::DEFAULT_OPERATOR_IMAGE;
 
+/// The StatefulSet annotation holding the hash of what the controller
+/// applied (the object without replicas): the apply step compares it with
+/// the hash of the desired object, so that an unchanged rack costs no write.
+pub const APPLIED_HASH: &str = "cassandra.rook.io/applied-hash";
+/// The Pod template annotation holding a hash of the rack's overrides
+/// ConfigMap's content: a content change is a template change, and so a roll.
+pub const OVERRIDES_HASH: &str = "cassandra.rook.io/overrides-hash";
+
 /// What the builders need besides the Cluster.
 #[derive(Debug, Clone)]
 pub struct BuildContext {
     /// Image of the operator itself (the default sidecar image).
     pub operator_image: String,
+    /// A hash of the content of each ConfigMap of the Cluster's namespace
+    /// that a rack names as its overrides, by name (filled per reconcile
+    /// from the cache; a missing ConfigMap has none).
+    pub config_map_hashes: BTreeMap<String, String>,
 }
 
 impl Default for BuildContext {
     fn default() -> Self {
         BuildContext {
             operator_image: DEFAULT_OPERATOR_IMAGE.to_string(),
+            config_map_hashes: BTreeMap::new(),
         }
     }
+}
+
+/// FNV-1a, 64 bits, in hex: a hash that stays the same across Rust
+/// releases and operator restarts (std's `DefaultHasher` promises neither),
+/// which the hashes stored in annotations need.
+pub fn stable_hash(bytes: &[u8]) -> String {
+    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{hash:016x}")
+}
+
+/// The hash of a ConfigMap's content (`data` and `binaryData`, keys sorted).
+pub fn config_map_hash(config_map: &k8s_openapi::api::core::v1::ConfigMap) -> String {
+    let content = serde_json::json!({
+        "data": config_map.data,
+        "binaryData": config_map.binary_data,
+    });
+    stable_hash(content.to_string().as_bytes())
 }
 
 fn cluster_name(cluster: &Cluster) -> &str {
@@ -77,13 +111,62 @@ fn meta(cluster: &Cluster, name: String, labels: BTreeMap<String, String>) -> Ob
     }
 }
 
-/// The StatefulSet of one rack, with the given number of replicas.
+/// The StatefulSet of one rack as it is created, with the given number of
+/// replicas (the members that exist, 0 for a new rack).
 pub fn statefulset_for_rack(
-    cluster: &Cluster,
+    cluster: &ValidCluster<'_>,
     rack: &RackSpec,
     replicas: i32,
     ctx: &BuildContext,
 ) -> StatefulSet {
+    let mut sts = applied_statefulset(cluster, rack, ctx);
+    if let Some(spec) = sts.spec.as_mut() {
+        spec.replicas = Some(replicas);
+    }
+    sts
+}
+
+/// The StatefulSet of one rack as the apply step writes it with
+/// server-side apply: everything but `replicas`, which the
+/// one-member-at-a-time steps own, and with the [`APPLIED_HASH`] of itself.
+pub fn applied_statefulset(
+    cluster: &ValidCluster<'_>,
+    rack: &RackSpec,
+    ctx: &BuildContext,
+) -> StatefulSet {
+    hashed(statefulset_without_hash(cluster, rack, ctx))
+}
+
+/// A desired object with the [`APPLIED_HASH`] of itself (of all but that
+/// annotation): what the apply step writes, and compares with what the
+/// cache holds to write only what changed.
+pub fn hashed<K: Resource + serde::Serialize>(mut object: K) -> K {
+    if let Some(annotations) = object.meta_mut().annotations.as_mut() {
+        annotations.remove(APPLIED_HASH);
+        if annotations.is_empty() {
+            object.meta_mut().annotations = None;
+        }
+    }
+    let hash = stable_hash(&serde_json::to_vec(&object).unwrap_or_default());
+    object
+        .meta_mut()
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(APPLIED_HASH.to_string(), hash);
+    object
+}
+
+/// The [`APPLIED_HASH`] an object carries, if any.
+pub fn applied_hash<K: Resource>(object: &K) -> Option<&str> {
+    object
+        .meta()
+        .annotations
+        .as_ref()?
+        .get(APPLIED_HASH)
+        .map(String::as_str)
+}
+
+fn statefulset_without_hash(cluster: &Cluster, rack: &RackSpec, ctx: &BuildContext) -> StatefulSet {
     let name = cluster_name(cluster);
     let dc = &cluster.spec.datacenter.name;
     let labels = labels::rack_labels(name, dc, &rack.name);
@@ -94,7 +177,14 @@ pub fn statefulset_for_rack(
             labels.clone(),
         ),
         spec: Some(StatefulSetSpec {
-            replicas: Some(replicas),
+            replicas: None,
+            // The controller rolls members itself, one at a time, when the
+            // whole cluster is ready (DESIGN.md): the StatefulSet controller
+            // only recreates the Pods it deletes.
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some("OnDelete".to_string()),
+                rolling_update: None,
+            }),
             service_name: Some(names::client_service_name(name)),
             pod_management_policy: Some("OrderedReady".to_string()),
             selector: LabelSelector {
@@ -141,6 +231,23 @@ fn pod_template(
 ) -> PodTemplateSpec {
     let mut annotations = cluster.spec.annotations.clone().unwrap_or_default();
     annotations.extend(rack.annotations.clone().unwrap_or_default());
+    if let Some(hash) = rack
+        .config_map_name
+        .as_ref()
+        .and_then(|name| ctx.config_map_hashes.get(name))
+    {
+        annotations.insert(OVERRIDES_HASH.to_string(), hash.clone());
+    }
+    // `kubectl rollout restart` for a Cluster: the request's time in the
+    // template makes a new revision, which the controller rolls.
+    if let Some(at) = cluster
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(labels::RESTARTED_AT))
+    {
+        annotations.insert(labels::RESTARTED_AT.to_string(), at.clone());
+    }
     let mode = cluster.spec.mode;
     let sidecar_image = cluster
         .spec
@@ -400,7 +507,12 @@ fn downward_env() -> Vec<EnvVar> {
 
 /// The member Service of one member: its stable ClusterIP and identity,
 /// carrying the seed label when the member is a seed.
-pub fn member_service(cluster: &Cluster, rack: &RackSpec, ordinal: i32, seed: bool) -> Service {
+pub fn member_service(
+    cluster: &ValidCluster<'_>,
+    rack: &RackSpec,
+    ordinal: i32,
+    seed: bool,
+) -> Service {
     let name = cluster_name(cluster);
     let statefulset = names::statefulset_name(name, &cluster.spec.datacenter.name, &rack.name);
     let member = names::member_name(&statefulset, ordinal);
@@ -436,7 +548,7 @@ pub fn member_service(cluster: &Cluster, rack: &RackSpec, ordinal: i32, seed: bo
 
 /// The headless Service clients connect through: it selects the cluster's
 /// ready members.
-pub fn client_service(cluster: &Cluster) -> Service {
+pub fn client_service(cluster: &ValidCluster<'_>) -> Service {
     let name = cluster_name(cluster);
     let labels = labels::cluster_labels(name);
     Service {
@@ -465,7 +577,7 @@ pub fn client_service(cluster: &Cluster) -> Service {
 
 /// At most one member of the cluster may be disrupted at a time: Cassandra's
 /// usual replication factor of 3 keeps quorum with one replica down.
-pub fn pod_disruption_budget(cluster: &Cluster) -> PodDisruptionBudget {
+pub fn pod_disruption_budget(cluster: &ValidCluster<'_>) -> PodDisruptionBudget {
     let name = cluster_name(cluster);
     let labels = labels::cluster_labels(name);
     PodDisruptionBudget {
@@ -483,7 +595,7 @@ pub fn pod_disruption_budget(cluster: &Cluster) -> PodDisruptionBudget {
 }
 
 /// The members' ServiceAccount.
-pub fn member_service_account(cluster: &Cluster) -> ServiceAccount {
+pub fn member_service_account(cluster: &ValidCluster<'_>) -> ServiceAccount {
     let name = cluster_name(cluster);
     ServiceAccount {
         metadata: meta(
@@ -499,7 +611,7 @@ pub fn member_service_account(cluster: &Cluster) -> ServiceAccount {
 /// watch and label member Services (the shipped admission policy narrows
 /// the labelling to its own Service's records of intent). Its Pod's labels
 /// come from the downward API.
-pub fn member_role(cluster: &Cluster) -> Role {
+pub fn member_role(cluster: &ValidCluster<'_>) -> Role {
     let name = cluster_name(cluster);
     let rule = |group: &str, resource: &str, verbs: &[&str]| PolicyRule {
         api_groups: Some(vec![group.to_string()]),
@@ -602,7 +714,7 @@ pub fn binds_the_same(provided: &RoleBinding, needed: &RoleBinding) -> bool {
 }
 
 /// Binds [`member_role`] to [`member_service_account`].
-pub fn member_role_binding(cluster: &Cluster) -> RoleBinding {
+pub fn member_role_binding(cluster: &ValidCluster<'_>) -> RoleBinding {
     let name = cluster_name(cluster);
     let account = names::member_service_account_name(name);
     RoleBinding {

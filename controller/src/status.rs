@@ -179,6 +179,42 @@ fn conditions(outcome: &Outcome) -> [(&'static str, Cond); 3] {
                     "MemberLeaving",
                     format!("member {member} of rack {rack} is being decommissioned"),
                 ),
+                Action::UpdateStatefulSets { racks } => progressing(
+                    "TemplateChanging",
+                    format!(
+                        "applying the spec to the StatefulSet of rack(s) {}",
+                        racks.join(", ")
+                    ),
+                ),
+                Action::RestartMember { rack, member, .. }
+                | Action::EvictMember { rack, member } => progressing(
+                    "RollingRestart",
+                    format!("rolling the new template of rack {rack}: restarting member {member}"),
+                ),
+                Action::FinishRestart { rack, member } => progressing(
+                    "RollingRestart",
+                    format!(
+                        "rolling the new template of rack {rack}: member {member} is back Ready"
+                    ),
+                ),
+                Action::Wait(WaitReason::MemberRestarting { rack, member }) => progressing(
+                    "RollingRestart",
+                    format!(
+                        "rolling the new template of rack {rack}: waiting for member {member} to come back Ready"
+                    ),
+                ),
+                Action::Wait(WaitReason::EvictionRefused { rack, member }) => progressing(
+                    "RollingRestart",
+                    format!(
+                        "rolling the new template of rack {rack}: the PodDisruptionBudget holds the eviction of member {member} for now"
+                    ),
+                ),
+                Action::Wait(WaitReason::StatefulSetNotObserved { rack }) => progressing(
+                    "TemplateChanging",
+                    format!(
+                        "waiting for the StatefulSet controller to take in the new spec of rack {rack}"
+                    ),
+                ),
                 Action::Wait(WaitReason::MemberReplacing { rack, member }) => progressing(
                     "MemberReplacing",
                     format!("member {member} of rack {rack} is being replaced"),
@@ -276,6 +312,16 @@ pub fn refusal_reason(refusal: &Refusal) -> (&'static str, String) {
             format!(
                 "the member Service of member {member} of rack {rack} has {}={value:?}, neither \"false\" nor \"true\"; nothing was done",
                 crds::contract::DECOMMISSIONED
+            ),
+        ),
+        Refusal::MemberRestartStuck {
+            rack,
+            member,
+            since,
+        } => (
+            "MemberRestartStuck",
+            format!(
+                "the roll stopped: member {member} of rack {rack}, restarted at {since}, is not back Ready on the new template; the other members are left alone until it is (look at its Pod), or change the spec back"
             ),
         ),
         Refusal::OverridesRefused { rack, overrides } => (
@@ -409,12 +455,18 @@ pub fn compute_status(
         })
         .collect();
 
+    // A generation is observed once what it asks for is done: every member
+    // Ready on its rack's template, the racks at their members.
+    let observed_generation = match outcome {
+        Outcome::Decided(Action::Converged) => generation,
+        _ => previous.observed_generation,
+    };
     ClusterStatus {
         members: racks.values().map(|r| r.members).sum(),
         ready_members: racks.values().map(|r| r.ready_members).sum(),
         racks,
         conditions,
-        observed_generation: generation,
+        observed_generation,
     }
 }
 

@@ -19,6 +19,13 @@ pub const RACK: &str = "cassandra.rook.io/rack";
 /// a member Service selects its Pod with it.
 pub const POD_NAME: &str = "statefulset.kubernetes.io/pod-name";
 
+/// The annotation on a Cluster that asks for a rolling restart of every
+/// member, as `kubectl rollout restart` writes `kubectl.kubernetes.io/restartedAt`
+/// into a workload's template: set it to the time of the request (any new
+/// value restarts again). The controller copies it into the racks' Pod
+/// templates, so the request is a template change like any other.
+pub const RESTARTED_AT: &str = "cassandra.rook.io/restartedAt";
+
 /// The labels of every object of a cluster.
 pub fn cluster_labels(cluster: &str) -> BTreeMap<String, String> {
     BTreeMap::from([

@@ -18,6 +18,7 @@ mod rbac;
 mod reloader;
 mod render;
 mod rings;
+mod roll;
 mod safety;
 mod scylla;
 mod sidecar;

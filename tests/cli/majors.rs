@@ -292,11 +292,12 @@ async fn a_member_restarted_on_the_next_major_runs_mixed_and_counts_old_sstables
         .await
         .unwrap();
     let live = clusters.get("c").await.unwrap();
+    let valid = controller::validated::validate(&live).expect("a valid Cluster");
     let rack = &live.spec.datacenter.racks[0];
     services
         .create(
             &PostParams::default(),
-            &controller::resources::member_service(&live, rack, 3, false),
+            &controller::resources::member_service(&valid, rack, 3, false),
         )
         .await
         .unwrap();

@@ -25,9 +25,9 @@ use testworld::kubesim::auth::rbac::{Attributes, rule_allows};
 use testworld::kubesim::faults::RequestRecord;
 use testworld::kubesim::store::Target;
 
-/// A create that finds its name taken reads the object to refuse a foreign
-/// one (controller.rs: a_foreign_object_is_never_adopted).
-const FOREIGN: &str = "a name taken by a foreign object: the create's 409 is followed by a get";
+/// A name the cache does not hold is read before anything is created, to
+/// refuse a foreign object (controller.rs: a_foreign_object_is_never_adopted).
+const FOREIGN: &str = "a name taken by a foreign object: read before creating";
 
 /// The member Role grants it, and the API server refuses a Role that grants
 /// what its creator does not hold (RBAC escalation prevention).
@@ -60,6 +60,12 @@ const NEEDED_ELSEWHERE: &[(&str, &str, &str, &str)] = &[
         "pods",
         "delete",
         "local disk loss: the replaced member's Pod (DESIGN 5)",
+    ),
+    (
+        "",
+        "pods/eviction",
+        "create",
+        "rolls: each member is taken down through the Eviction API, so that the PodDisruptionBudget holds (roll.rs)",
     ),
     (
         "",

@@ -95,7 +95,8 @@ async fn sidecar_renders_starts_probes_and_stops_the_database() {
 
     // the member Service (with the replace label: the data dir is empty) and Pod
     let rack = &cluster.spec.datacenter.racks[0];
-    let mut service = resources::member_service(&cluster, rack, 0, true);
+    let valid = controller::validated::validate(&cluster).expect("a valid Cluster");
+    let mut service = resources::member_service(&valid, rack, 0, true);
     service.spec.as_mut().unwrap().cluster_ip = Some("127.2.0.10".into());
     service
         .metadata

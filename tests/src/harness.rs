@@ -247,12 +247,24 @@ impl World {
         log: &Path,
         metrics: Option<&str>,
     ) -> Result<Process, HarnessError> {
+        self.start_controller_with(log, metrics, &[])
+    }
+
+    /// [`World::start_controller`] with extra arguments to `controller`
+    /// (e.g. `--member-restart-timeout-seconds 5`).
+    pub fn start_controller_with(
+        &self,
+        log: &Path,
+        metrics: Option<&str>,
+        args: &[&str],
+    ) -> Result<Process, HarnessError> {
         let failed = |source| HarnessError::StartController {
             binary: self.operator.clone(),
             source,
         };
         let mut cmd = Command::new(&self.operator);
         cmd.arg("controller")
+            .args(args)
             .env("KUBECONFIG", &self.operator_kubeconfig)
             .env_remove("METRICS_ADDR")
             .stdout(Stdio::null())

@@ -1611,3 +1611,54 @@ async fn updates_record_their_manager() {
         "Apply failed with 1 conflict: conflict with \"creator\" using v1: .data.j"
     );
 }
+
+/// An applier that stops applying a struct removes it whole when no other
+/// manager owns anything in it (structured-merge-diff#184), even on an
+/// object created by a POST of the same manager name and scaled by a
+/// merge patch: a StatefulSet's affinity, dropped from the operator's
+/// applied configuration, leaves the template.
+#[tokio::test]
+async fn an_apply_that_drops_a_struct_removes_it() {
+    let (_sim, client) = sim().await;
+    let sts: Api<StatefulSet> = Api::default_namespaced(client);
+    let desired = |affinity: bool| {
+        let mut d = json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "rack"}, "spec": {
+            "serviceName": "rack", "selector": {"matchLabels": {"app": "c"}},
+            "template": {"metadata": {"labels": {"app": "c"}}, "spec": {"containers": [{"name": "cassandra", "image": "cassandra:4.1.8"}]}}
+        }});
+        if affinity {
+            d["spec"]["template"]["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}});
+        }
+        d
+    };
+    let mut created = desired(false);
+    created["spec"]["replicas"] = json!(0);
+    let post = PostParams {
+        field_manager: Some("cassandra-operator".into()),
+        ..Default::default()
+    };
+    sts.create(&post, &serde_json::from_value(created).unwrap())
+        .await
+        .unwrap();
+    sts.patch(
+        "rack",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 3}})),
+    )
+    .await
+    .unwrap();
+    let apply = PatchParams::apply("cassandra-operator").force();
+    let with = sts
+        .patch("rack", &apply, &Patch::Apply(&desired(true)))
+        .await
+        .unwrap();
+    assert!(with.spec.unwrap().template.spec.unwrap().affinity.is_some());
+    let without = sts
+        .patch("rack", &apply, &Patch::Apply(&desired(false)))
+        .await
+        .unwrap();
+    let spec = without.spec.unwrap();
+    assert_eq!(spec.template.spec.unwrap().affinity, None);
+    assert_eq!(spec.replicas, Some(3), "what the apply never owned stays");
+}

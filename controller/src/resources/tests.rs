@@ -93,7 +93,12 @@ fn restricted() -> Value {
 fn statefulset_of_the_thesis_rack() {
     let cluster = thesis();
     let rack = &cluster.spec.datacenter.racks[0];
-    let sts = statefulset_for_rack(&cluster, rack, 0, &BuildContext::default());
+    let sts = statefulset_for_rack(
+        &ValidCluster::unchecked(&cluster),
+        rack,
+        0,
+        &BuildContext::default(),
+    );
     let env_field = |name: &str, path: &str| json!({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}});
     let env_resource = |name: &str, res: &str| json!({"name": name, "valueFrom": {"resourceFieldRef": {"resource": res}}});
     let expected = json!({
@@ -109,6 +114,7 @@ fn statefulset_of_the_thesis_rack() {
             "replicas": 0,
             "serviceName": "cassandra-client",
             "podManagementPolicy": "OrderedReady",
+            "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": rack_labels()},
             "template": {
                 "metadata": {
@@ -202,7 +208,116 @@ fn statefulset_of_the_thesis_rack() {
             }]
         }
     });
-    assert_eq!(to_json(&sts), expected);
+    // The applied hash is checked by the next test: compare the rest.
+    let mut built = to_json(&sts);
+    let hash = built["metadata"]
+        .as_object_mut()
+        .and_then(|m| m.remove("annotations"))
+        .expect("the applied hash");
+    assert!(hash[APPLIED_HASH].is_string());
+    assert_eq!(built, expected);
+}
+
+#[test]
+fn the_applied_statefulset_leaves_replicas_out_and_hashes_itself() {
+    let cluster = thesis();
+    let rack = &cluster.spec.datacenter.racks[0];
+    let ctx = BuildContext::default();
+    let applied = applied_statefulset(&ValidCluster::unchecked(&cluster), rack, &ctx);
+    assert_eq!(applied.spec.as_ref().and_then(|s| s.replicas), None);
+    // The hash is of the object without it: the same spec, the same hash.
+    let mut without = applied.clone();
+    let hash = without
+        .metadata
+        .annotations
+        .as_mut()
+        .and_then(|a| a.remove(APPLIED_HASH))
+        .expect("the applied hash");
+    without.metadata.annotations = None;
+    assert_eq!(
+        hash,
+        stable_hash(&serde_json::to_vec(&without).expect("serializes"))
+    );
+    // The created StatefulSet carries the same hash: no apply right after
+    // a create.
+    let created = statefulset_for_rack(&ValidCluster::unchecked(&cluster), rack, 2, &ctx);
+    assert_eq!(applied_hash(&created), Some(hash.as_str()));
+    assert_eq!(applied_hash(&applied), Some(hash.as_str()));
+}
+
+/// Every trigger of a roll changes the Pod template (and so the hash), and
+/// only the template: an unchanged spec builds the identical object.
+#[test]
+fn each_roll_trigger_changes_the_template() {
+    let base = thesis();
+    let ctx = BuildContext::default();
+    let template = |cluster: &Cluster, ctx: &BuildContext| {
+        let sts = applied_statefulset(
+            &ValidCluster::unchecked(cluster),
+            &cluster.spec.datacenter.racks[0],
+            ctx,
+        );
+        (
+            applied_hash(&sts).map(str::to_string),
+            to_json(&sts.spec.expect("a spec").template),
+        )
+    };
+    let (base_hash, base_template) = template(&base, &ctx);
+    assert_eq!(template(&base, &ctx).0, base_hash, "deterministic");
+    let mut triggers: Vec<(&str, Cluster, BuildContext)> = Vec::new();
+    let mut c = base.clone();
+    c.spec.version = "3.11.7".into();
+    triggers.push(("version", c, ctx.clone()));
+    let mut c = base.clone();
+    c.spec.datacenter.racks[0].resources.limits = None;
+    triggers.push(("resources", c, ctx.clone()));
+    let mut c = base.clone();
+    c.spec.datacenter.racks[0].annotations = None;
+    triggers.push(("annotations", c, ctx.clone()));
+    let mut c = base.clone();
+    c.spec.datacenter.racks[0].placement = None;
+    triggers.push(("placement", c, ctx.clone()));
+    let mut c = base.clone();
+    c.spec.datacenter.racks[0].jmx_exporter_config_map_name = Some("exporter".into());
+    triggers.push(("jmxExporterConfigMapName", c, ctx.clone()));
+    let mut c = base.clone();
+    c.metadata.annotations = Some(
+        [(
+            crds::labels::RESTARTED_AT.to_string(),
+            "2026-11-24T08:00:00Z".to_string(),
+        )]
+        .into(),
+    );
+    triggers.push(("restartedAt", c, ctx.clone()));
+    let mut hashed = ctx.clone();
+    hashed
+        .config_map_hashes
+        .insert("overrides".into(), "0123456789abcdef".into());
+    triggers.push(("overrides content", base.clone(), hashed.clone()));
+    let mut other = ctx.clone();
+    other
+        .config_map_hashes
+        .insert("overrides".into(), "fedcba9876543210".into());
+    assert_ne!(
+        template(&base, &hashed).1,
+        template(&base, &other).1,
+        "another content, another template"
+    );
+    for (trigger, cluster, ctx) in triggers {
+        let (hash, built) = template(&cluster, &ctx);
+        assert_ne!(built, base_template, "{trigger} changes the Pod template");
+        assert_ne!(hash, base_hash, "{trigger} changes the applied hash");
+    }
+}
+
+#[test]
+fn a_config_map_hash_is_of_its_content() {
+    let cm = |value: &str| k8s_openapi::api::core::v1::ConfigMap {
+        data: Some([("cassandra.yaml".to_string(), value.to_string())].into()),
+        ..Default::default()
+    };
+    assert_eq!(config_map_hash(&cm("a: 1")), config_map_hash(&cm("a: 1")));
+    assert_ne!(config_map_hash(&cm("a: 1")), config_map_hash(&cm("a: 2")));
 }
 
 #[test]
@@ -218,7 +333,7 @@ spec:
 "#,
     );
     let sts = to_json(&statefulset_for_rack(
-        &cluster,
+        &ValidCluster::unchecked(&cluster),
         &cluster.spec.datacenter.racks[0],
         2,
         &BuildContext::default(),
@@ -246,7 +361,12 @@ fn member_services_of_seeds_and_others() {
     let mut seed_labels = rack_labels();
     seed_labels["cassandra.rook.io/seed"] = json!("");
     assert_eq!(
-        to_json(&member_service(&cluster, rack, 0, true)),
+        to_json(&member_service(
+            &ValidCluster::unchecked(&cluster),
+            rack,
+            0,
+            true
+        )),
         json!({
             "apiVersion": "v1",
             "kind": "Service",
@@ -264,7 +384,12 @@ fn member_services_of_seeds_and_others() {
             }
         })
     );
-    let other = to_json(&member_service(&cluster, rack, 2, false));
+    let other = to_json(&member_service(
+        &ValidCluster::unchecked(&cluster),
+        rack,
+        2,
+        false,
+    ));
     assert_eq!(
         other["metadata"]["name"],
         "cassandra-europe-west1-europe-west1-b-2"
@@ -276,7 +401,7 @@ fn member_services_of_seeds_and_others() {
 fn client_service_is_headless_over_ready_members() {
     let cluster = thesis();
     assert_eq!(
-        to_json(&client_service(&cluster)),
+        to_json(&client_service(&ValidCluster::unchecked(&cluster))),
         json!({
             "apiVersion": "v1",
             "kind": "Service",
@@ -303,7 +428,7 @@ fn client_service_is_headless_over_ready_members() {
 fn pdb_allows_one_member_down() {
     let cluster = thesis();
     assert_eq!(
-        to_json(&pod_disruption_budget(&cluster)),
+        to_json(&pod_disruption_budget(&ValidCluster::unchecked(&cluster))),
         json!({
             "apiVersion": "policy/v1",
             "kind": "PodDisruptionBudget",
@@ -327,11 +452,11 @@ fn member_rbac_is_least_privilege() {
     let labels = json!({"app": "rook-cassandra", "cassandra.rook.io/cluster": "cassandra"});
     let meta = json!({"name": "cassandra-member", "namespace": "db", "labels": labels, "ownerReferences": owner()});
     assert_eq!(
-        to_json(&member_service_account(&cluster)),
+        to_json(&member_service_account(&ValidCluster::unchecked(&cluster))),
         json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta})
     );
     assert_eq!(
-        to_json(&member_role(&cluster)),
+        to_json(&member_role(&ValidCluster::unchecked(&cluster))),
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
@@ -343,7 +468,7 @@ fn member_rbac_is_least_privilege() {
         })
     );
     assert_eq!(
-        to_json(&member_role_binding(&cluster)),
+        to_json(&member_role_binding(&ValidCluster::unchecked(&cluster))),
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
@@ -363,7 +488,7 @@ fn role(rules: Value) -> Role {
 
 #[test]
 fn a_provided_member_role_is_used_when_it_grants_what_members_need() {
-    let needed = member_role(&thesis());
+    let needed = member_role(&ValidCluster::unchecked(&thesis()));
     // Rook's example Role: broader (any Cluster's name), and so enough.
     let rook = role(json!([
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
@@ -377,7 +502,7 @@ fn a_provided_member_role_is_used_when_it_grants_what_members_need() {
 
 #[test]
 fn a_provided_member_role_that_lacks_a_grant_is_named() {
-    let needed = member_role(&thesis());
+    let needed = member_role(&ValidCluster::unchecked(&thesis()));
     let short = role(json!([
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
         {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch"]},
@@ -406,7 +531,7 @@ fn a_provided_member_role_that_lacks_a_grant_is_named() {
 
 #[test]
 fn a_provided_member_role_binding_must_bind_the_members_account_to_the_role() {
-    let needed = member_role_binding(&thesis());
+    let needed = member_role_binding(&ValidCluster::unchecked(&thesis()));
     let binding = |role: &str, account: &str, namespace: Option<&str>| -> RoleBinding {
         serde_json::from_value(json!({
             "metadata": {"name": "cassandra-member", "namespace": "db"},
@@ -457,7 +582,7 @@ spec:
 "#,
     );
     let sts = to_json(&statefulset_for_rack(
-        &cluster,
+        &ValidCluster::unchecked(&cluster),
         &cluster.spec.datacenter.racks[0],
         1,
         &BuildContext::default(),

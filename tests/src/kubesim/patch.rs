@@ -316,6 +316,10 @@ pub fn subtract(a: &Value, b: &Value) -> Value {
 }
 
 /// Removes from an object the fields of a field set (as [`subtract`] gives).
+/// A struct or map left empty by the removal goes too, as
+/// structured-merge-diff removes a struct none of whose items another
+/// manager owns (kubernetes-sigs/structured-merge-diff#184): an applier that
+/// stops applying `affinity` removes it, not just its leaves.
 pub fn remove_fields(obj: &mut Value, fields: &Value) {
     let Some(fm) = fields.as_object() else { return };
     for (k, sub) in fm {
@@ -327,7 +331,11 @@ pub fn remove_fields(obj: &mut Value, fields: &Value) {
             if leaf {
                 o.remove(name);
             } else if let Some(child) = o.get_mut(name) {
+                let had_items = child.as_object().is_some_and(|c| !c.is_empty());
                 remove_fields(child, sub);
+                if had_items && child.as_object().is_some_and(|c| c.is_empty()) {
+                    o.remove(name);
+                }
             }
         } else if let Some(kv) = k.strip_prefix("k:") {
             let Ok(Value::Object(want)) = serde_json::from_str::<Value>(kv) else {
