@@ -333,6 +333,7 @@ fn exported_metrics() -> Vec<String> {
     m.duration.observe(0.01);
     m.members.get_or_create(&labels).set(3);
     m.ready_members.get_or_create(&labels).set(2);
+    m.members_on_old_template.get_or_create(&labels).set(1);
     m.set_operation(&labels, "Converged");
     m.set_member_operations(
         &labels,
