@@ -13,6 +13,7 @@ use crds::contract;
 use k8s_openapi::api::core::v1::Service;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
+use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::jolokia::{Jolokia, OperationMode, StorageService};
@@ -20,12 +21,13 @@ use crate::markers;
 
 /// Watches the operation mode until it is NORMAL, then writes the
 /// bootstrapped marker (atomically, synced) and withdraws a fulfilled
-/// replace request from the member Service. Returns at once when the marker
-/// is already there.
+/// replace request from the member Service (`service`, followed by a
+/// watch). Returns at once when the marker is already there.
 pub async fn record_bootstrap(
     jolokia: Jolokia,
     data_dir: PathBuf,
     services: Api<Service>,
+    service: watch::Receiver<Service>,
     name: String,
 ) {
     let marker = contract::bootstrapped_marker(&data_dir);
@@ -45,7 +47,18 @@ pub async fn record_bootstrap(
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    // The member joined: a replace request it made is fulfilled.
+    // The member joined: a replace request it made is fulfilled. Without
+    // one there is nothing to write (the member Service is not touched on
+    // every bootstrap).
+    let requested = service
+        .borrow()
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(contract::REPLACE_REQUESTED));
+    if !requested {
+        return;
+    }
     let patch =
         serde_json::json!({"metadata": {"annotations": {contract::REPLACE_REQUESTED: null}}});
     if let Err(e) = services

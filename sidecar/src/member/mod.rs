@@ -256,6 +256,7 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
             jolokia.clone(),
             data_dir.clone(),
             services.clone(),
+            service_rx.clone(),
             name.clone(),
         ));
     }
