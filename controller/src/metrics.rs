@@ -12,7 +12,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use warp::Filter;
 
 /// Labels of per-cluster series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -239,39 +238,28 @@ impl Default for Metrics {
 /// Serves `/healthz` (the process runs), `/readyz` (the caches are synced)
 /// and `/metrics` until the process ends.
 pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>, ready: Arc<AtomicBool>) {
-    let routes = warp::get()
-        .and(warp::path::full())
-        .map(move |path: warp::path::FullPath| {
-            let (status, content_type, body) = match path.as_str() {
-                "/healthz" => (200, "text/plain", "ok".to_string()),
-                "/readyz" if ready.load(Ordering::Relaxed) => (200, "text/plain", "ok".to_string()),
-                "/readyz" => (503, "text/plain", "caches not synced".to_string()),
-                "/metrics" => (
-                    200,
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    metrics.encode(),
-                ),
-                _ => (404, "text/plain", "not found".to_string()),
-            };
-            let mut response = warp::reply::Response::new(body.into());
-            *response.status_mut() = warp::http::StatusCode::from_u16(status).unwrap_or_default();
-            if let Ok(value) = warp::http::HeaderValue::from_str(content_type) {
-                response.headers_mut().insert("content-type", value);
-            }
-            response
-        });
-    // Bind ourselves: warp's own bind panics when the port is taken (a
-    // previous process still closing it); retry instead.
-    let listener = loop {
-        match tokio::net::TcpListener::bind(addr).await {
-            Ok(listener) => break listener,
-            Err(e) => {
-                tracing::warn!(%addr, error = %e, "cannot listen yet; retrying");
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-            }
-        }
-    };
-    warp::serve(routes).incoming(listener).run().await;
+    use crds::http::Reply;
+    let listener = crds::http::bind_retrying(addr).await;
+    crds::http::serve(listener, move |path: String| {
+        let text = |status, body: &str| Reply {
+            status,
+            content_type: Some("text/plain"),
+            body: body.to_string(),
+        };
+        let reply = match path.as_str() {
+            "/healthz" => text(200, "ok"),
+            "/readyz" if ready.load(Ordering::Relaxed) => text(200, "ok"),
+            "/readyz" => text(503, "caches not synced"),
+            "/metrics" => Reply {
+                status: 200,
+                content_type: Some("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+                body: metrics.encode(),
+            },
+            _ => text(404, "not found"),
+        };
+        async move { reply }
+    })
+    .await;
 }
 
 #[cfg(test)]

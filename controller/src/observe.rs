@@ -63,6 +63,23 @@ pub fn volume_hostnames(pv: &PersistentVolume) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Whether a volume is pinned to this Node (by its name or hostname
+/// label): only such a volume's disk can be lost or found again when the
+/// Node goes or comes.
+pub fn volume_pinned_to(pv: &PersistentVolume, node: &Node) -> bool {
+    let hostname = label(&node.metadata, "kubernetes.io/hostname");
+    volume_hostnames(pv)
+        .iter()
+        .any(|h| node.metadata.name.as_deref() == Some(h) || hostname == Some(h))
+}
+
+/// The claim a volume is bound to, `(namespace, name)`, as its `claimRef`
+/// says; a volume's change can only concern the member of that claim.
+pub fn claim_of_volume(pv: &PersistentVolume) -> Option<(String, String)> {
+    let claim = pv.spec.as_ref()?.claim_ref.as_ref()?;
+    Some((claim.namespace.clone()?, claim.name.clone()?))
+}
+
 /// Whether a volume is pinned to Nodes none of which exists any more.
 fn volume_lost(pv: &PersistentVolume, hostnames: &BTreeSet<String>) -> bool {
     let pinned = volume_hostnames(pv);
@@ -627,6 +644,30 @@ spec:
             "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_volume_concerns_the_claim_it_is_bound_to_and_the_node_it_is_pinned_to() {
+        let mut pv = local_volume("pv0", "n0");
+        assert_eq!(claim_of_volume(&pv), None, "not bound");
+        pv.spec.as_mut().unwrap().claim_ref = Some(
+            serde_json::from_value(serde_json::json!({"namespace": "db", "name": "data-c-dc-a-0"}))
+                .unwrap(),
+        );
+        assert_eq!(
+            claim_of_volume(&pv),
+            Some(("db".to_string(), "data-c-dc-a-0".to_string()))
+        );
+        assert!(volume_pinned_to(&pv, &node("n0")));
+        assert!(!volume_pinned_to(&pv, &node("n1")));
+        // A Node named otherwise whose hostname label is the pinned one.
+        let mut renamed = node("n1");
+        renamed.metadata.labels =
+            Some([("kubernetes.io/hostname".to_string(), "n0".to_string())].into());
+        assert!(volume_pinned_to(&pv, &renamed));
+        let mut unpinned = pv.clone();
+        unpinned.spec.as_mut().unwrap().node_affinity = None;
+        assert!(!volume_pinned_to(&unpinned, &node("n0")));
     }
 
     #[test]

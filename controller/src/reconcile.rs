@@ -45,8 +45,8 @@ use crate::ControllerArgs;
 use crate::decide::{Action, Observed, Refusal, WaitReason, decide};
 use crate::metrics::{ClusterLabels, ErrorLabels, MemberOperationLabels, Metrics};
 use crate::observe::{
-    Storage, observe, overdue_restarts, owned_by, references_config_map, refused_overrides,
-    volume_hostnames,
+    Storage, claim_of_volume, observe, overdue_restarts, owned_by, references_config_map,
+    refused_overrides, volume_hostnames, volume_pinned_to,
 };
 use crate::resources::{self, BuildContext};
 use crate::status::{Outcome, compute_status, refusal_reason};
@@ -329,23 +329,45 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
             ObjectRef::<Cluster>::new(name).within(namespace.as_deref().unwrap_or_default())
         })
     };
-    // A claim, a volume or a Node changes what a member's disk is: every
-    // Cluster of the claim's namespace (volumes and Nodes: of any) looks.
-    let all_clusters = controller.store();
-    let claim_to_cluster = |claim: PersistentVolumeClaim| {
+    // A claim, a volume or a Node changes what a member's disk is, and only
+    // that member's: a claim concerns its cluster; a volume, the cluster of
+    // the claim it is bound to; a Node, the clusters of the volumes pinned
+    // to it (a lost local disk is a volume whose Node is gone). Not every
+    // Cluster: with a thousand of them, each volume's binding and each
+    // Node's update would reconcile them all.
+    fn cluster_of_claim(claim: &PersistentVolumeClaim) -> Option<ObjectRef<Cluster>> {
         let namespace = claim.namespace();
         claim.labels().get(crds::labels::CLUSTER).map(|name| {
             ObjectRef::<Cluster>::new(name).within(namespace.as_deref().unwrap_or_default())
         })
+    }
+    fn cluster_of_volume(
+        pv: &PersistentVolume,
+        claims: &Store<PersistentVolumeClaim>,
+    ) -> Option<ObjectRef<Cluster>> {
+        let (namespace, name) = claim_of_volume(pv)?;
+        cluster_of_claim(
+            claims
+                .get(&ObjectRef::new(&name).within(&namespace))?
+                .as_ref(),
+        )
+    }
+    let claim_to_cluster = |claim: PersistentVolumeClaim| cluster_of_claim(&claim);
+    let volume_to_cluster = {
+        let claims = ctx.claims.clone();
+        move |pv: PersistentVolume| cluster_of_volume(&pv, &claims)
     };
-    let every_cluster = move || {
-        all_clusters
-            .state()
-            .iter()
-            .map(|c| ObjectRef::from_obj(c.as_ref()))
-            .collect::<Vec<_>>()
+    let node_to_clusters = {
+        let (claims, volumes) = (ctx.claims.clone(), ctx.volumes.clone());
+        move |node: Node| {
+            volumes
+                .state()
+                .iter()
+                .filter(|pv| volume_pinned_to(pv, &node))
+                .filter_map(|pv| cluster_of_volume(pv, &claims))
+                .collect::<std::collections::HashSet<_>>()
+        }
     };
-    let every_cluster_too = every_cluster.clone();
     // A ConfigMap change concerns the Clusters that name it as overrides.
     let clusters_of_config_map = {
         let clusters = controller.store();
@@ -371,8 +393,8 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
         .owns_stream(rb_stream)
         .watches_stream(pod_stream, pod_to_cluster)
         .watches_stream(claim_stream, claim_to_cluster)
-        .watches_stream(volume_stream, move |_| every_cluster())
-        .watches_stream(node_stream, move |_| every_cluster_too())
+        .watches_stream(volume_stream, volume_to_cluster)
+        .watches_stream(node_stream, node_to_clusters)
         .watches_stream(config_map_stream, clusters_of_config_map)
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)

@@ -4,6 +4,7 @@
 
 pub mod contract;
 pub mod crd;
+pub mod http;
 pub mod labels;
 pub mod names;
 pub mod overrides;

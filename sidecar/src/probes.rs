@@ -9,6 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crds::http::Reply;
+
 use crate::jolokia::OperationMode;
 use crate::node::Node;
 
@@ -21,51 +23,38 @@ pub async fn serve_probes(
     child_alive: Arc<AtomicBool>,
     metrics: crate::sstables::Gauge,
 ) {
-    use warp::Filter;
-    let routes = warp::get()
-        .and(warp::path::full())
-        .then(move |path: warp::path::FullPath| {
-            let node = node.with_timeout(Duration::from_secs(3));
-            let alive = child_alive.load(Ordering::Relaxed);
-            let metrics = metrics.clone();
-            async move {
-                let (status, body) = match path.as_str() {
-                    // Alive while the sidecar runs: it exits when the database
-                    // does, and a long start-up or bootstrap must not be killed.
-                    "/healthz" => (200, if alive { "ok" } else { "starting" }.to_string()),
-                    "/readyz" => match node.operation_mode().await {
-                        Ok(OperationMode::Normal) => (200, "NORMAL".to_string()),
-                        Ok(mode) => (503, mode.to_string()),
-                        Err(e) => (503, format!("database not reachable: {e}")),
-                    },
-                    "/metrics" => {
-                        let mut response = warp::reply::Response::new(metrics.render().into());
-                        response.headers_mut().insert(
-                            "content-type",
-                            warp::http::HeaderValue::from_static(
-                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                            ),
-                        );
-                        return response;
-                    }
-                    _ => (404, "not found".to_string()),
-                };
-                let mut response = warp::reply::Response::new(body.into());
-                *response.status_mut() =
-                    warp::http::StatusCode::from_u16(status).unwrap_or_default();
-                response
-            }
-        });
-    // Bind ourselves: warp's own bind panics when the port is taken (a
-    // previous process still closing it); retry instead.
-    let listener = loop {
-        match tokio::net::TcpListener::bind(addr).await {
-            Ok(listener) => break listener,
-            Err(e) => {
-                tracing::warn!(%addr, error = %e, "cannot listen yet; retrying");
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let listener = crds::http::bind_retrying(addr).await;
+    crds::http::serve(listener, move |path: String| {
+        let node = node.with_timeout(Duration::from_secs(3));
+        let alive = child_alive.load(Ordering::Relaxed);
+        let metrics = metrics.clone();
+        async move {
+            let (status, body) = match path.as_str() {
+                // Alive while the sidecar runs: it exits when the database
+                // does, and a long start-up or bootstrap must not be killed.
+                "/healthz" => (200, if alive { "ok" } else { "starting" }.to_string()),
+                "/readyz" => match node.operation_mode().await {
+                    Ok(OperationMode::Normal) => (200, "NORMAL".to_string()),
+                    Ok(mode) => (503, mode.to_string()),
+                    Err(e) => (503, format!("database not reachable: {e}")),
+                },
+                "/metrics" => {
+                    return Reply {
+                        status: 200,
+                        content_type: Some(
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        ),
+                        body: metrics.render(),
+                    };
+                }
+                _ => (404, "not found".to_string()),
+            };
+            Reply {
+                status,
+                content_type: None,
+                body,
             }
         }
-    };
-    warp::serve(routes).incoming(listener).run().await;
+    })
+    .await;
 }

@@ -336,19 +336,27 @@ async fn serve_metrics(
     addr: SocketAddr,
     metrics: Metrics,
 ) -> Result<tokio::task::JoinHandle<()>, ReloaderError> {
-    use warp::Filter;
+    use crds::http::Reply;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| ReloaderError::BindMetrics { addr, source })?;
-    let route = warp::path!("metrics").and(warp::get()).map(move || {
-        warp::reply::with_header(
-            metrics.render(),
-            "content-type",
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )
-    });
     info!(%addr, "serving metrics on /metrics");
-    Ok(tokio::spawn(warp::serve(route).incoming(listener).run()))
+    Ok(tokio::spawn(crds::http::serve(
+        listener,
+        move |path: String| {
+            let reply = match path.as_str() {
+                "/metrics" => Reply {
+                    status: 200,
+                    content_type: Some(
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    ),
+                    body: metrics.render(),
+                },
+                _ => Reply::not_found(),
+            };
+            async move { reply }
+        },
+    )))
 }
 
 /// How long to let inotify events gather before looking (it also bounds how

@@ -49,40 +49,51 @@ impl Replay {
         self.asked.lock().unwrap().clone()
     }
 
-    /// Serves the answers on 127.0.0.1 until the test ends.
+    /// Serves the answers on 127.0.0.1 until the test ends (hyper, as
+    /// Seastar's httpd: HTTP/1.1, any method).
     async fn serve(&self) -> SocketAddr {
-        use warp::Filter;
-        let replay = self.clone();
-        let route = warp::method()
-            .and(warp::path::full())
-            .and(warp::query::raw().or(warp::any().map(String::new)).unify())
-            .map(
-                move |method: warp::http::Method, path: warp::path::FullPath, query: String| {
-                    let key = if query.is_empty() {
-                        format!("{method} {}", path.as_str())
-                    } else {
-                        format!("{method} {}?{query}", path.as_str())
-                    };
-                    replay.asked.lock().unwrap().push(key.clone());
-                    let mut answers = replay.answers.lock().unwrap();
-                    let answer = match answers.get_mut(&key) {
-                        Some(list) if list.len() > 1 => list.remove(0),
-                        Some(list) if !list.is_empty() => list[0].clone(),
-                        // Seastar's httpd on an unknown path.
-                        _ => Answer {
-                            status: 404,
-                            body: json!({"message": "Not found", "code": 404}),
-                        },
-                    };
-                    let mut response = warp::reply::Response::new(answer.body.to_string().into());
-                    *response.status_mut() =
-                        warp::http::StatusCode::from_u16(answer.status).unwrap();
-                    response
-                },
-            );
+        use http_body_util::Full;
+        use hyper::body::{Bytes, Incoming};
+        use hyper::{Request, Response, StatusCode};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(warp::serve(route).incoming(listener).run());
+        let replay = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let replay = replay.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                        let key = match request.uri().query() {
+                            Some(query) if !query.is_empty() => {
+                                format!("{} {}?{query}", request.method(), request.uri().path())
+                            }
+                            _ => format!("{} {}", request.method(), request.uri().path()),
+                        };
+                        replay.asked.lock().unwrap().push(key.clone());
+                        let mut answers = replay.answers.lock().unwrap();
+                        let answer = match answers.get_mut(&key) {
+                            Some(list) if list.len() > 1 => list.remove(0),
+                            Some(list) if !list.is_empty() => list[0].clone(),
+                            // Seastar's httpd on an unknown path.
+                            _ => Answer {
+                                status: 404,
+                                body: json!({"message": "Not found", "code": 404}),
+                            },
+                        };
+                        let mut response =
+                            Response::new(Full::new(Bytes::from(answer.body.to_string())));
+                        *response.status_mut() = StatusCode::from_u16(answer.status).unwrap();
+                        async move { Ok::<_, std::convert::Infallible>(response) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
         addr
     }
 }

@@ -17,6 +17,7 @@ use crds::contract;
 use k8s_openapi::api::core::v1::Service;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
+use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::jolokia::OperationMode;
@@ -25,9 +26,15 @@ use crate::node::Node;
 
 /// Watches the operation mode until it is NORMAL, then writes the
 /// bootstrapped marker (atomically, synced) and withdraws a fulfilled
-/// replace request from the member Service. Returns at once when the marker
-/// is already there.
-pub async fn record_bootstrap(node: Node, data_dir: PathBuf, services: Api<Service>, name: String) {
+/// replace request from the member Service (`service`, followed by a
+/// watch). Returns at once when the marker is already there.
+pub async fn record_bootstrap(
+    node: Node,
+    data_dir: PathBuf,
+    services: Api<Service>,
+    service: watch::Receiver<Service>,
+    name: String,
+) {
     let marker = contract::bootstrapped_marker(&data_dir);
     if marker.is_file() {
         return;
@@ -45,7 +52,18 @@ pub async fn record_bootstrap(node: Node, data_dir: PathBuf, services: Api<Servi
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    // The member joined: a replace request it made is fulfilled.
+    // The member joined: a replace request it made is fulfilled. Without
+    // one there is nothing to write (the member Service is not touched on
+    // every bootstrap).
+    let requested = service
+        .borrow()
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(contract::REPLACE_REQUESTED));
+    if !requested {
+        return;
+    }
     let patch =
         serde_json::json!({"metadata": {"annotations": {contract::REPLACE_REQUESTED: null}}});
     if let Err(e) = services

@@ -290,6 +290,7 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
             node.clone(),
             data_dir.clone(),
             services.clone(),
+            service_rx.clone(),
             name.clone(),
         ));
     }

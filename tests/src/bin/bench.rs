@@ -104,8 +104,8 @@ struct Recorded {
     ready: Vec<(String, u64)>,
     /// A StatefulSet created or given more replicas: (cluster, name, µs).
     growth: Vec<(String, String, u64)>,
-    /// A member Service given the decommission label: (name, µs).
-    labelled: Vec<(String, u64)>,
+    /// A member Service given the decommission label: (cluster, name, µs).
+    labelled: Vec<(String, String, u64)>,
 }
 
 fn pod_ready(p: &Value) -> bool {
@@ -167,8 +167,11 @@ fn record(store: &Store) -> Arc<Mutex<Recorded>> {
                     );
                     let has = |o: &Value| o.pointer(&key).is_some();
                     if has(&ev.object) && !ev.prev.as_deref().is_some_and(has) {
-                        r.labelled
-                            .push((s(&ev.object, "/metadata/name").to_string(), ev.at_us));
+                        r.labelled.push((
+                            cluster,
+                            s(&ev.object, "/metadata/name").to_string(),
+                            ev.at_us,
+                        ));
                     }
                 }
                 _ => {}
@@ -209,6 +212,51 @@ fn scale_up_reactions(rec: &Recorded, log: &[RequestRecord]) -> Vec<f64> {
         })
         .collect();
     reactions(&rec.ready, &actions)
+}
+
+/// The host IDs of every ring node, by cluster (a node's decommission
+/// call on `/sim/ring/nodes/<host id>/decommission` names only the host).
+fn host_clusters(world: &World) -> BTreeMap<String, String> {
+    let ring = world.sim.ring();
+    ring.clusters()
+        .into_iter()
+        .flat_map(|cluster| {
+            ring.with_cluster(&cluster, |r| {
+                r.nodes()
+                    .map(|n| (n.host_id.to_string(), cluster.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// Decommission reactions: the controller's label write on a member
+/// Service → that cluster's next decommission call reaching the ring
+/// (ms). A cluster decommissions one member at a time, so the cluster
+/// pairs them.
+fn decommission_reactions(
+    rec: &Recorded,
+    log: &[RequestRecord],
+    sim_log: &[RequestRecord],
+    hosts: &BTreeMap<String, String>,
+) -> Vec<f64> {
+    let causes: Vec<(String, u64)> = rec
+        .labelled
+        .iter()
+        .filter_map(|(cluster, name, at)| {
+            write_before(log, "services", name, *at).map(|w| (cluster.clone(), w))
+        })
+        .collect();
+    let actions: Vec<(String, u64)> = sim_log
+        .iter()
+        .filter(|q| q.method == "POST" && q.path.ends_with("/decommission"))
+        .filter_map(|q| {
+            let host = q.path.rsplit('/').nth(1)?;
+            Some((hosts.get(host)?.clone(), q.at_us))
+        })
+        .collect();
+    reactions(&causes, &actions)
 }
 
 fn cluster(
@@ -358,6 +406,7 @@ async fn real_members(
     quick: bool,
     f: &mut Figures,
     scale_ups: &mut Vec<f64>,
+    decommissions: &mut Vec<f64>,
 ) -> Result<(), Error> {
     let work = tempfile::tempdir()?;
     let ring = harness::fast_ring();
@@ -402,6 +451,7 @@ async fn real_members(
     f.bringup_reads = reads.len() as u64;
     f.bringup_writes = writes.len() as u64;
     eprintln!("bench: 12 members up in {:.1} s", took / 1000.0);
+    let hosts = host_clusters(&world);
 
     // Steady: nothing to do.
     let steady = if quick { 60 } else { 600 };
@@ -418,12 +468,19 @@ async fn real_members(
     }
     f.steady_seconds = steady;
     f.sidecar_steady_mib = samples.iter().sum::<u64>() as f64 / samples.len().max(1) as f64 / MIB;
-    f.steady_writes = world
+    let steady_writes: Vec<RequestRecord> = world
         .sim
         .requests()
-        .iter()
+        .into_iter()
         .filter(|r| r.seq > seq1 && operators(r) && r.is_write())
-        .count() as u64;
+        .collect();
+    for w in &steady_writes {
+        eprintln!(
+            "bench: steady write by {}: {} {} {}/{} {}",
+            w.user, w.verb, w.resource, w.subresource, w.name, w.code
+        );
+    }
+    f.steady_writes = steady_writes.len() as u64;
     eprintln!("bench: steady period done");
 
     // A restarted controller's reconciles of the unchanged cluster, and
@@ -492,20 +549,72 @@ async fn real_members(
     let log_all = world.sim.requests();
     let sim_log = world.sim.sim_requests();
     let r = rec.lock().unwrap_or_else(|e| e.into_inner());
-    // Decommission: the label's write → the ring's decommission call.
-    let causes: Vec<(String, u64)> = r
-        .labelled
-        .iter()
-        .filter_map(|(name, at)| write_before(&log_all, "services", name, *at))
-        .map(|w| (String::new(), w))
-        .collect();
-    let actions: Vec<(String, u64)> = sim_log
-        .iter()
-        .filter(|q| q.method == "POST" && q.path.ends_with("/decommission"))
-        .map(|q| (String::new(), q.at_us))
-        .collect();
-    f.decommission_label_ms = Percentiles::of(&reactions(&causes, &actions));
+    decommissions.extend(decommission_reactions(&r, &log_all, &sim_log, &hosts));
     scale_ups.extend(scale_up_reactions(&r, &log_all));
+    drop(controller);
+    Ok(())
+}
+
+/// Clusters of the decommission phase: three decommissions each, so that
+/// the reaction figure rests on at least 100 events.
+const DECOMMISSION_CLUSTERS: usize = 34;
+
+/// World 1b: [`DECOMMISSION_CLUSTERS`] clusters of 6 real members, created
+/// at once, then each scaled down to 3: three decommissions per cluster,
+/// one after the other within a cluster, the clusters side by side. Not
+/// below 3: Cassandra refuses to decommission a node when fewer nodes than
+/// `system_distributed`'s replication factor (3) would remain.
+async fn decommission_phase(paths: &Paths, out: &mut Vec<f64>) -> Result<(), Error> {
+    let work = tempfile::tempdir()?;
+    let mut opts = WorldOptions::new(
+        paths.operator.clone(),
+        paths.fake.clone(),
+        paths.fixtures.clone(),
+        &["a"],
+    );
+    opts.nodes_per_zone = 6;
+    opts.ring = harness::fast_ring();
+    let world = World::start(opts, work.path()).await?;
+    world.install(NS).await?;
+    let log = work.path().join("controller.log");
+    let controller = world.start_controller(&log, Some(&free_addr()?))?;
+    let store = world.sim.store().clone();
+    let rec = record(&store);
+    let clusters: Api<Cluster> = Api::namespaced(world.client.clone(), NS);
+    let n = DECOMMISSION_CLUSTERS;
+    let began = Instant::now();
+    for i in 0..n {
+        create(
+            &clusters,
+            &cluster(&format!("d{i}"), &["r"], 6, "100m", "256Mi")?,
+        )
+        .await?;
+    }
+    until("the clusters of 6 Ready", 900, &log, || {
+        clusters_ready(&store, 6) == n
+    })
+    .await?;
+    eprintln!(
+        "bench: {n} clusters of 6 up in {:.1} s",
+        began.elapsed().as_secs_f64()
+    );
+    let hosts = host_clusters(&world);
+    for i in 0..n {
+        scale(&clusters, &format!("d{i}"), 3).await?;
+    }
+    until("the clusters scaled down to 3", 900, &log, || {
+        clusters_ready(&store, 3) == n
+    })
+    .await?;
+    let r = rec.lock().unwrap_or_else(|e| e.into_inner());
+    let found =
+        decommission_reactions(&r, &world.sim.requests(), &world.sim.sim_requests(), &hosts);
+    eprintln!(
+        "bench: {} decommissions in {n} clusters, done at {:.1} s",
+        found.len(),
+        began.elapsed().as_secs_f64()
+    );
+    out.extend(found);
     drop(controller);
     Ok(())
 }
@@ -648,8 +757,20 @@ fn failed_real(f: &mut Figures) {
     };
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> Result<(), Error> {
+fn main() -> Result<(), Error> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let result = runtime.block_on(run());
+    // A world's helpers may still sit in blocking calls: do not wait for
+    // them once the figures are out (the worlds are dropped, their
+    // processes stopped, by then).
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    result
+}
+
+async fn run() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
     let json_file = args
@@ -676,17 +797,41 @@ async fn main() -> Result<(), Error> {
     };
     let started = Instant::now();
     let mut scale_ups = Vec::new();
+    let mut decommissions = Vec::new();
     // A phase that fails leaves its figures unknown (NaN: null in the
     // JSON), never a number it did not measure.
     // BENCH_SKIP_REAL=1: the hollow phases alone (trying the benchmark out).
     let real = if std::env::var("BENCH_SKIP_REAL").is_ok_and(|v| v == "1") {
         Err("skipped (BENCH_SKIP_REAL=1)".into())
     } else {
-        real_members(&paths, quick, &mut f, &mut scale_ups).await
+        real_members(&paths, quick, &mut f, &mut scale_ups, &mut decommissions).await
     };
     if let Err(e) = real {
         eprintln!("bench: the real-members phase failed: {e}");
         failed_real(&mut f);
+    }
+    let skip_decommissions = std::env::var("BENCH_SKIP_REAL").is_ok_and(|v| v == "1");
+    let decommissioned = if skip_decommissions {
+        Err("skipped (BENCH_SKIP_REAL=1)".into())
+    } else {
+        decommission_phase(&paths, &mut decommissions).await
+    };
+    match decommissioned {
+        // The real-members phase's decommissions still count (the table
+        // shows how many there were).
+        Err(e) if !decommissions.is_empty() => {
+            eprintln!("bench: the decommission phase failed: {e}");
+            f.decommission_label_ms = Percentiles::of(&decommissions);
+        }
+        Err(e) => {
+            eprintln!("bench: the decommission phase failed: {e}");
+            f.decommission_label_ms = Percentiles {
+                p50: f64::NAN,
+                p99: f64::NAN,
+                count: 0,
+            };
+        }
+        Ok(()) => f.decommission_label_ms = Percentiles::of(&decommissions),
     }
     eprint!("{}", f.table());
     eprintln!(
