@@ -106,6 +106,11 @@ pub struct Kubelet {
     kubelets: Arc<Kubelets>,
     /// The Pods (UIDs) whose processes are stopped with their machine.
     frozen: Mutex<BTreeSet<String>>,
+    /// Set by [`Kubelet::kill_all`]: the world is going away, start nothing
+    /// more. A pass already under way when the world stops (a synchronous
+    /// pass outlives the abort of its task) would otherwise start Pods on
+    /// a torn-down network, and hollow Pods that nobody ever stops.
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 /// The kubelet's final DELETE: grace 0 with the Pod's UID as
@@ -131,6 +136,7 @@ impl Kubelet {
         Kubelet {
             kubelets,
             frozen: Mutex::default(),
+            stopped: std::sync::atomic::AtomicBool::new(false),
             ring,
             store,
             opts,
@@ -149,6 +155,10 @@ impl Kubelet {
 
     /// Kills every container (no grace).
     pub fn kill_all(&self) {
+        // Before taking the lock: a pass holds it throughout, so it either
+        // ends before the drain below or sees the flag.
+        self.stopped
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         for (_, h) in lock(&self.pods).drain() {
             h.kill_now();
             h.task.abort();
@@ -241,6 +251,9 @@ impl Kubelet {
             .collect();
         let pods = list_all(&self.store, "", "pods");
         let mut handles = lock(&self.pods);
+        if self.stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         let mut live = BTreeSet::new();
         for pod in &pods {
             let node = s(pod, "/spec/nodeName");
