@@ -49,7 +49,7 @@ fn member(ordinal: usize) -> String {
 /// Records, at every committed change of the namespace's Pods, how many
 /// of the rack's members are not Ready (no Pod, a Pod not Ready, or one
 /// being deleted), and every moment more than one is.
-struct RollWatch {
+pub(crate) struct RollWatch {
     breaches: Arc<Mutex<Vec<String>>>,
     /// Pods deleted, by member.
     deletions: Arc<Mutex<BTreeMap<String, usize>>>,
@@ -68,10 +68,13 @@ fn healthy(pod: &Value) -> bool {
 }
 
 impl RollWatch {
-    fn start(sim: &KubeSim) -> RollWatch {
+    /// Watches the Pods `members` of namespace `ns`.
+    pub(crate) fn start(sim: &KubeSim, ns: &str, members: &[String]) -> RollWatch {
         let mut events = sim.store().subscribe();
-        let pods = Target::new("", "v1", "pods", Some(NS));
-        let mut ready: BTreeMap<String, bool> = (0..MEMBERS).map(|o| (member(o), false)).collect();
+        let ns = ns.to_string();
+        let pods = Target::new("", "v1", "pods", Some(&ns));
+        let mut ready: BTreeMap<String, bool> =
+            members.iter().map(|m| (m.clone(), false)).collect();
         for pod in sim
             .store()
             .list(&pods, &Default::default())
@@ -113,7 +116,7 @@ impl RollWatch {
                     }
                     Err(RecvError::Closed) => return,
                 };
-                if event.plural != "pods" || event.namespace() != NS {
+                if event.plural != "pods" || event.namespace() != ns {
                     continue;
                 }
                 let name = event
@@ -147,7 +150,7 @@ impl RollWatch {
         }
     }
 
-    fn assert_one_at_a_time(&self, what: &str) {
+    pub(crate) fn assert_one_at_a_time(&self, what: &str) {
         let breaches = self.breaches.lock().unwrap();
         assert!(
             breaches.is_empty(),
@@ -156,7 +159,7 @@ impl RollWatch {
         );
     }
 
-    fn deletions(&self) -> BTreeMap<String, usize> {
+    pub(crate) fn deletions(&self) -> BTreeMap<String, usize> {
         self.deletions.lock().unwrap().clone()
     }
 }
@@ -312,7 +315,11 @@ async fn roll<F, Fut>(
     let started = Instant::now();
     let before = members(world).await;
     let revision_before = update_revision(world).await;
-    let watch = RollWatch::start(&world.sim);
+    let watch = RollWatch::start(
+        &world.sim,
+        NS,
+        &(0..MEMBERS).map(member).collect::<Vec<_>>(),
+    );
     trigger().await;
     // The new template first, then the roll to its end.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -728,7 +735,11 @@ async fn rolls_survive_the_controller_killed_at_random_moments() {
     let work = tempfile::tempdir().unwrap();
     let (world, controller, log) = roll_world(work.path()).await;
     let clusters = rack_of_three(&world, "4.1.8", &log).await;
-    let watch = RollWatch::start(&world.sim);
+    let watch = RollWatch::start(
+        &world.sim,
+        NS,
+        &(0..MEMBERS).map(member).collect::<Vec<_>>(),
+    );
     let mut controller = Some(controller);
     // `ROLL_CRASH_KILLS` (scripts/soak: 40) raises the bar.
     let wanted: usize = std::env::var("ROLL_CRASH_KILLS")

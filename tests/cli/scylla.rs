@@ -20,7 +20,8 @@ use crate::lifecycle::{
     NS, STS_B, cluster_ips, delete_every_member_pod_at_once, lose_the_node_of_b0,
     scale_rack_b_down_to_one, thesis_five,
 };
-use crate::world::world;
+use crate::roll::RollWatch;
+use crate::world::{ring_summary, wait_ready, world};
 
 /// The ScyllaDB release of manifests/examples/scylla.
 const SCYLLA_VERSION: &str = "6.2.3";
@@ -197,6 +198,111 @@ async fn the_thesis_scenario_in_scylla_mode() {
     }
     delete_every_member_pod_at_once(&world, &clusters, 3, log).await;
     status_lists_every_member(&world, &format!("{STS_B}-0"), 3).await;
+    a_restart_request_rolls_each_member_once(&world, &clusters, work.path(), log).await;
+}
+
+/// The rolling workflow in scylla mode: `cassandra.rook.io/restartedAt`
+/// on the Cluster rolls each member once, one at a time (a watch on every
+/// committed Pod change), each draining through ScyllaDB's REST API on its
+/// way down; the ring ends all up with a clean data check.
+async fn a_restart_request_rolls_each_member_once(
+    world: &World,
+    clusters: &Api<crds::Cluster>,
+    work: &Path,
+    log: &Path,
+) {
+    let members = vec![
+        format!("{STS_B}-0"),
+        "cassandra-europe-west1-europe-west1-c-0".to_string(),
+        "cassandra-europe-west1-europe-west1-c-1".to_string(),
+    ];
+    let drained_before = count_in_logs(work, "drained");
+    let watch = RollWatch::start(&world.sim, NS, &members);
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        crds::labels::RESTARTED_AT: "2026-11-24T10:00:00Z"
+    }}});
+    clusters
+        .patch("cassandra", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    loop {
+        let deleted = watch.deletions();
+        let status = clusters
+            .get("cassandra")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        if members.iter().all(|m| deleted.get(m) == Some(&1)) && status.ready_members == 3 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the roll did not restart every member once: {deleted:?}, {}/3 ready",
+            status.ready_members
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    wait_ready(
+        clusters,
+        "cassandra",
+        3,
+        std::time::Duration::from_secs(60),
+        log,
+    )
+    .await;
+    watch.assert_one_at_a_time("a restart roll in scylla mode");
+    assert_eq!(
+        watch.deletions(),
+        members.iter().map(|m| (m.clone(), 1)).collect(),
+        "each member restarted exactly once"
+    );
+    let drained = count_in_logs(work, "drained");
+    assert!(
+        drained >= drained_before + members.len(),
+        "every member drained on its way down: {drained_before} drained lines before, {drained} after; lines about draining:\n{}",
+        lines_in_logs(work, "drain").join("\n")
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (up, status, report) = ring_summary(&world.sim);
+        if up == 3 {
+            assert!(report.is_clean(), "the roll lost data:\n{report}\n{status}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{status}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// How many lines of every container log of the world contain `needle`.
+fn count_in_logs(work: &Path, needle: &str) -> usize {
+    lines_in_logs(work, needle).len()
+}
+
+/// The lines of every container log of the world that contain `needle`.
+fn lines_in_logs(work: &Path, needle: &str) -> Vec<String> {
+    let files = |dir: &Path| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    files(&work.join("pods"))
+        .iter()
+        .flat_map(|pod| files(&pod.join("logs")))
+        .flat_map(|container| files(&container))
+        .flat_map(|log| {
+            std::fs::read_to_string(log)
+                .map(|text| {
+                    text.lines()
+                        .filter(|l| l.contains(needle))
+                        .map(str::to_string)
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+        })
+        .collect()
 }
 
 /// A one-member cluster in scylla mode, the controller stopped: member 0's

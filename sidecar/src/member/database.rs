@@ -309,7 +309,9 @@ pub fn ensure_io_properties(iotune: &str, data_dir: &Path) -> Result<PathBuf, Me
 
 pub async fn drain(storage: Node) {
     match storage.operation_mode().await {
-        Ok(OperationMode::Drained | OperationMode::Decommissioned) => {}
+        // The preStop hook's `nodetool drain` ran first, as it should.
+        Ok(OperationMode::Drained) => info!("drained already (the preStop hook)"),
+        Ok(OperationMode::Decommissioned) => {}
         Ok(_) => {
             if let Err(e) = storage.drain().await {
                 warn!(error = %e, "drain failed");
