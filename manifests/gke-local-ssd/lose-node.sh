@@ -6,9 +6,9 @@
 #
 #   ./lose-node.sh cassandra-europe-west1-europe-west1-b-2
 #
-# Replacing the lost member (DESIGN.md section 5, "Local disk loss") is
-# being built: with this version of the operator the member's Pod stays
-# Pending, bound by its claim to a disk that is gone.
+# The operator then replaces the lost member (DESIGN.md section 5, "Local
+# disk loss") on another Node of the zone, which needs a spare one (the
+# guide's step 6 leaves one per zone).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=env.sh
