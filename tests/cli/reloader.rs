@@ -38,6 +38,8 @@ impl Drop for Reaped {
 
 /// A script named `name` that appends a line to `log` on each SIGHUP;
 /// returns once its trap is installed.
+// pre_exec, to give the recorder SIGHUP's default disposition (below).
+#[allow(unsafe_code)]
 fn start_recorder(dir: &Path, name: &str, log: &Path) -> Reaped {
     let script = dir.join(name);
     std::fs::write(
@@ -50,7 +52,28 @@ fn start_recorder(dir: &Path, name: &str, log: &Path) -> Reaped {
     let ready = dir.join(format!("{name}.ready"));
     let mut tries = 0;
     let child = loop {
-        match Command::new(&script).arg(log).arg(&ready).spawn() {
+        let mut command = Command::new(&script);
+        command.arg(log).arg(&ready);
+        // A shell started with SIGHUP ignored cannot trap it (POSIX: signals
+        // ignored on entry to a non-interactive shell stay ignored), and a
+        // test runner started under nohup passes SIGHUP on ignored: give the
+        // recorder the default disposition, as a container's process has.
+        use std::os::unix::process::CommandExt;
+        // SAFETY: only async-signal-safe calls (sigaction, sigprocmask)
+        // between fork and exec.
+        unsafe {
+            command.pre_exec(|| {
+                use nix::sys::signal::{
+                    SigHandler, SigSet, SigmaskHow, Signal, signal, sigprocmask,
+                };
+                signal(Signal::SIGHUP, SigHandler::SigDfl)?;
+                let mut hup = SigSet::empty();
+                hup.add(Signal::SIGHUP);
+                sigprocmask(SigmaskHow::SIG_UNBLOCK, Some(&hup), None)?;
+                Ok(())
+            });
+        }
+        match command.spawn() {
             Ok(child) => break child,
             // ETXTBSY: another test thread forked while the script was open.
             Err(e) if e.raw_os_error() == Some(26) && tries < 50 => {
