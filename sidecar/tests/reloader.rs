@@ -45,8 +45,24 @@ fn hup_script(dir: &Path, name: &str) -> PathBuf {
 }
 
 /// Spawns, retrying for a moment on ETXTBSY: another test thread may fork
-/// while a script file is still open for writing.
+/// while a script file is still open for writing. The child gets SIGHUP's
+/// default disposition: a test runner started under nohup passes SIGHUP on
+/// ignored, and a shell cannot trap a signal ignored on entry.
+#[allow(unsafe_code)]
 fn spawn(command: &mut Command) -> Child {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only async-signal-safe calls (sigaction, sigprocmask) between
+    // fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            use nix::sys::signal::{SigHandler, SigSet, SigmaskHow, Signal, signal, sigprocmask};
+            signal(Signal::SIGHUP, SigHandler::SigDfl)?;
+            let mut hup = SigSet::empty();
+            hup.add(Signal::SIGHUP);
+            sigprocmask(SigmaskHow::SIG_UNBLOCK, Some(&hup), None)?;
+            Ok(())
+        });
+    }
     let mut tries = 0;
     loop {
         match command.spawn() {
