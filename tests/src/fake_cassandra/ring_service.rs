@@ -193,6 +193,7 @@ impl State {
         }
         let mut options = self.options.clone();
         options.seed = seed_for(options.seed, name);
+        options.epoch_s = wall_epoch_s();
         let mut ring = Ring::new(options);
         ring.set_timing(self.rings[0].options().timing);
         self.rings.push(ring);
@@ -256,8 +257,18 @@ pub struct RingService {
     changed: Notify,
 }
 
+/// Now in epoch seconds: the model clock follows real time, so a ring's
+/// zero is the moment it is made and its gossip generations are real ones.
+fn wall_epoch_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(crate::ring::DEFAULT_EPOCH_S)
+}
+
 impl RingService {
-    pub fn new(options: crate::ring::Options) -> Self {
+    pub fn new(mut options: crate::ring::Options) -> Self {
+        options.epoch_s = wall_epoch_s();
         RingService {
             state: Mutex::new(State {
                 rings: vec![Ring::new(options.clone())],
