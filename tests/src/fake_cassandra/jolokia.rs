@@ -166,18 +166,24 @@ pub fn failure(echo: Option<&Value>, error: &JavaError) -> Value {
     if let Some(echo) = echo {
         out.insert("request".into(), echo.clone());
     }
+    // An empty message stands for Java's null: `Throwable.toString()` and
+    // Jolokia's `error` are then the class name alone.
+    let (thrown, error_text) = if error.message.is_empty() {
+        (error.class.clone(), error.class.clone())
+    } else {
+        (
+            format!("{}: {}", error.class, error.message),
+            format!("{} : {}", error.class, error.message),
+        )
+    };
     out.insert(
         "stacktrace".into(),
         json!(format!(
-            "{}: {}\n\tat org.apache.cassandra.service.StorageService (fake-cassandra)\n",
-            error.class, error.message
+            "{thrown}\n\tat org.apache.cassandra.service.StorageService (fake-cassandra)\n"
         )),
     );
     out.insert("error_type".into(), json!(error.class));
-    out.insert(
-        "error".into(),
-        json!(format!("{} : {}", error.class, error.message)),
-    );
+    out.insert("error".into(), json!(error_text));
     out.insert("status".into(), json!(error.status));
     Value::Object(out)
 }
@@ -845,7 +851,7 @@ fn exec(id: &Identity, view: &NodeView, request: &Value) -> Result<Exec, JavaErr
                     id.storage_port,
                     e
                 )))),
-                None => Err(JavaError::thrown("java.lang.NullPointerException", "null")),
+                None => Err(JavaError::thrown("java.lang.NullPointerException", "")),
             }
         }
         (_, "getTokens") => {

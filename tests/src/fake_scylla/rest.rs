@@ -713,7 +713,11 @@ mod tests {
         assert_eq!(b_row["is_alive"], json!(false));
         assert_eq!(b_row["generation"], json!(old), "the old one, still");
         assert!(b_row["version"].as_i64().is_some_and(|v| v > 0));
-        assert!(b_row["update_time"].as_i64().is_some_and(|t| t > 1_000_000_000_000));
+        assert!(
+            b_row["update_time"]
+                .as_i64()
+                .is_some_and(|t| t > 1_000_000_000_000)
+        );
         let states = b_row["application_state"].as_array().expect("states");
         let of = |id: u32| {
             states
@@ -721,7 +725,10 @@ mod tests {
                 .find(|s| s["application_state"] == json!(id))
                 .map(|s| s["value"].as_str().unwrap_or_default().to_string())
         };
-        assert!(of(0).is_some_and(|s| s.starts_with("NORMAL,")), "{states:?}");
+        assert!(
+            of(0).is_some_and(|s| s.starts_with("NORMAL,")),
+            "{states:?}"
+        );
         assert_eq!(of(12), Some(b.host_id.clone()));
         assert_eq!(of(5), Some("3.0".to_string()));
         assert_eq!(of(3), Some("DC1".to_string()));
