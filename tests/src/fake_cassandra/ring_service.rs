@@ -564,6 +564,13 @@ pub async fn handle(
         // Each running member's gossip view: whom it sees UP and DOWN, at
         // which generation; `disagreements` lists who does not yet see
         // every member UP at its current generation.
+        ("GET", ["gossip"]) if text => on_cluster(&mut |r| {
+            let mut out = String::new();
+            for view in r.gossip_views() {
+                out.push_str(&format!("{view}\n"));
+            }
+            text_reply(200, out)
+        }),
         ("GET", ["gossip"]) => on_cluster(&mut |r| {
             json_reply(
                 200,

@@ -77,6 +77,28 @@ pub struct GossipView {
     pub down: BTreeMap<String, i64>,
 }
 
+impl std::fmt::Display for GossipView {
+    /// `10.0.0.1 (generation G): UP 10.0.0.1@G 10.0.0.2@G2; DOWN 10.0.0.3@G3`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let list = |m: &BTreeMap<String, i64>| {
+            let items: Vec<String> = m.iter().map(|(a, g)| format!("{a}@{g}")).collect();
+            if items.is_empty() {
+                "-".to_string()
+            } else {
+                items.join(" ")
+            }
+        };
+        write!(
+            f,
+            "{} (generation {}): UP {}; DOWN {}",
+            self.address,
+            self.generation,
+            list(&self.up),
+            list(&self.down)
+        )
+    }
+}
+
 impl Ring {
     /// The generation the process starting now for `host_id` gossips
     /// under: max(previous + 1, now in epoch seconds), the previous one
