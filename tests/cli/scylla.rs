@@ -56,9 +56,19 @@ async fn nodetool_in(world: &World, member: &str, args: &[&str]) -> String {
 }
 
 /// `nodetool status` through the member's REST API lists every member
-/// Service's address as UN, with its rack.
+/// Service's address as UN, with its rack: once its own gossip has marked
+/// the others UP, which a node that just (re)started does after a moment,
+/// so the status is read again until then, as an operator would.
 async fn status_lists_every_member(world: &World, member: &str, expected: usize) {
-    let text = nodetool_in(world, member, &["--mode", "scylla", "status"]).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let text = loop {
+        let text = nodetool_in(world, member, &["--mode", "scylla", "status"]).await;
+        let up = text.lines().filter(|l| l.starts_with("UN ")).count();
+        if up >= expected || std::time::Instant::now() > deadline {
+            break text;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
     let ips = cluster_ips(&world.client).await;
     let services: Api<Service> = Api::namespaced(world.client.clone(), NS);
     let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("UN ")).collect();

@@ -1,6 +1,7 @@
 // A real Jolokia (jolokia-core 1.7.1, Debian's libjolokia-core-java) in front of
 // in-memory MBeans with the exact JMX signatures of Cassandra's
-// StorageServiceMBean (the members the sidecar uses) and EndpointSnitchInfoMBean,
+// StorageServiceMBean (the members the sidecar uses), EndpointSnitchInfoMBean and
+// FailureDetectorMBean (the gossip view),
 // for Cassandra 3.11, 4.1 or 5.0. The contract peer of the sidecar's Jolokia
 // client and of the test world's fake Jolokia: see
 // tests/tests/jolokia_contract.rs.
@@ -174,6 +175,22 @@ public class FakeCassandraJolokia {
         String getRemovalStatusWithPort();
     }
 
+    /** The FailureDetectorMBean members of 3.11 the contract reads. */
+    public interface FailureDetector311MBean {
+        String getAllEndpointStates();
+        Map<String, String> getSimpleStates();
+        int getUpEndpointCount();
+        int getDownEndpointCount();
+        String getEndpointState(String address) throws UnknownHostException;
+    }
+
+    /** 4.1 and 5.0 add the WithPort forms (JMX-FACTS §4). */
+    public interface FailureDetector41MBean extends FailureDetector311MBean {
+        String getAllEndpointStatesWithPort();
+        String getAllEndpointStatesWithPortAndResolveIp();
+        Map<String, String> getSimpleStatesWithPort();
+    }
+
     /** Identical in 3.11, 4.1 and 5.0. */
     public interface EndpointSnitchInfoMBean {
         String getRack(String host) throws UnknownHostException;
@@ -196,8 +213,10 @@ public class FakeCassandraJolokia {
         final UUID hostId;
         final List<String> tokens = new ArrayList<>();
         final String load;
+        final int index;
 
         Peer(String ip, String state, String rack, int index) {
+            this.index = index;
             this.ip = ip;
             this.state = state;
             this.rack = rack;
@@ -499,6 +518,109 @@ public class FakeCassandraJolokia {
         public String getSnitchName() { return "org.apache.cassandra.locator.GossipingPropertyFileSnitch"; }
     }
 
+    /**
+     * The gossip dump of FailureDetector.appendEndpointState (3.11, 4.1, 5.0): per
+     * endpoint a key line (InetAddress.toString(): "/10.0.0.2"; with port
+     * "/10.0.0.2:7000"; with port and resolved name "10.0.0.2:7000", as no reverse
+     * name exists), "  generation:", "  heartbeat:", each application state but
+     * TOKENS as "  NAME:version:value" in ApplicationState order, then
+     * "  TOKENS:version:<hidden>". Down peers are DOWN in SimpleStates.
+     */
+    public static class FailureDetector311 implements FailureDetector311MBean {
+        static final long GENERATION = 1700000000L;
+        final Node node;
+
+        FailureDetector311(Node node) { this.node = node; }
+
+        boolean v4() { return !node.version.equals("3.11"); }
+
+        boolean up(Peer p) { return p.ip.equals(SELF) || p.state.startsWith("U"); }
+
+        String status(Peer p) {
+            String st = p.ip.equals(SELF) ? ("LEAVING".equals(node.mode) ? "UL" : "UN") : p.state;
+            String token = p.tokens.get(0);
+            switch (st.substring(1)) {
+                case "J": return "BOOT," + token;
+                case "L": return "LEAVING," + token;
+                case "M": return "MOVING," + token;
+                default: return "NORMAL," + token;
+            }
+        }
+
+        String append(Peer p) {
+            StringBuilder sb = new StringBuilder();
+            sb.append("  generation:").append(GENERATION + p.index).append("\n");
+            sb.append("  heartbeat:").append(100 + p.index).append("\n");
+            sb.append("  STATUS:").append(v4() ? 21 : 20).append(":").append(status(p)).append("\n");
+            sb.append("  SCHEMA:14:").append(node.getSchemaVersion()).append("\n");
+            sb.append("  DC:9:dc1\n");
+            sb.append("  RACK:10:").append(p.rack).append("\n");
+            sb.append("  RELEASE_VERSION:5:").append(node.releaseVersion).append("\n");
+            sb.append("  INTERNAL_IP:7:").append(p.ip).append("\n");
+            sb.append("  RPC_ADDRESS:3:").append(p.ip).append("\n");
+            sb.append("  NET_VERSION:1:").append(v4() ? 12 : 11).append("\n");
+            sb.append("  HOST_ID:2:").append(p.hostId).append("\n");
+            sb.append("  RPC_READY:22:").append(up(p)).append("\n");
+            if (v4()) {
+                sb.append("  INTERNAL_ADDRESS_AND_PORT:8:").append(p.withPort()).append("\n");
+                sb.append("  NATIVE_ADDRESS_AND_PORT:4:").append(p.ip).append(":9042\n");
+                sb.append("  STATUS_WITH_PORT:20:").append(status(p)).append("\n");
+                sb.append("  SSTABLE_VERSIONS:6:big-").append(node.version.equals("5.0") ? "nc" : "nb").append("\n");
+            }
+            sb.append("  TOKENS:19:<hidden>\n");
+            return sb.toString();
+        }
+
+        String dump(boolean withPort, boolean resolveIp) {
+            StringBuilder sb = new StringBuilder();
+            for (Peer p : node.peers.values()) {
+                String key = withPort ? p.withPort() : p.ip;
+                sb.append(resolveIp ? key : "/" + key).append("\n");
+                sb.append(append(p));
+            }
+            return sb.toString();
+        }
+
+        Map<String, String> simple(boolean withPort) {
+            Map<String, String> m = new HashMap<>();
+            for (Peer p : node.peers.values()) {
+                m.put("/" + (withPort ? p.withPort() : p.ip), up(p) ? "UP" : "DOWN");
+            }
+            return m;
+        }
+
+        public String getAllEndpointStates() { return dump(false, false); }
+        public String getAllEndpointStatesWithPort() { return dump(true, false); }
+        public String getAllEndpointStatesWithPortAndResolveIp() { return dump(true, true); }
+        public Map<String, String> getSimpleStates() { return simple(false); }
+        public Map<String, String> getSimpleStatesWithPort() { return simple(true); }
+
+        public int getUpEndpointCount() {
+            int n = 0;
+            for (Peer p : node.peers.values()) if (up(p)) n++;
+            return n;
+        }
+
+        public int getDownEndpointCount() { return node.peers.size() - getUpEndpointCount(); }
+
+        // Gossiper.getEndpointStateForEndpoint answers null for an endpoint gossip
+        // does not know, and appendEndpointState dereferences it.
+        public String getEndpointState(String address) throws UnknownHostException {
+            String ip = address;
+            if (v4() && address.matches("[0-9.]+:[0-9]+")) {
+                ip = address.substring(0, address.lastIndexOf(':'));
+            }
+            InetAddress.getByName(ip);
+            Peer p = node.peers.get(ip);
+            if (p == null) throw new NullPointerException();
+            return append(p);
+        }
+    }
+
+    public static class FailureDetector41 extends FailureDetector311 implements FailureDetector41MBean {
+        FailureDetector41(Node node) { super(node); }
+    }
+
     // ---- Jolokia over the JDK's HTTP server, as the Jolokia JVM agent does ----
 
     static Map<String, String[]> parseQuery(String query) {
@@ -585,6 +707,9 @@ public class FakeCassandraJolokia {
         MBeanServer mbs = ManagementFactory.getPlatformMBeanServer();
         mbs.registerMBean(node, new ObjectName("org.apache.cassandra.db:type=StorageService"));
         mbs.registerMBean(new EndpointSnitchInfo(node), new ObjectName("org.apache.cassandra.db:type=EndpointSnitchInfo"));
+        mbs.registerMBean(
+                version.equals("3.11") ? new FailureDetector311(node) : new FailureDetector41(node),
+                new ObjectName("org.apache.cassandra.net:type=FailureDetector"));
 
         LogHandler quiet = new LogHandler() {
             public void debug(String m) {}

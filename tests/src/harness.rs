@@ -88,12 +88,14 @@ pub fn beside(exe: &Path, name: &str) -> Result<PathBuf, HarnessError> {
     }
 }
 
-/// Ring timings for tests: streams of 300 ms.
+/// Ring timings for tests: streams of 300 ms; gossip tells a node of a
+/// peer's (re)start within 400 ms.
 pub fn fast_ring() -> crate::ring::Options {
     let mut ring = crate::ring::Options::default();
     ring.timing.bootstrap_ms = 300;
     ring.timing.decommission_ms = 300;
     ring.timing.replace_ms = 300;
+    ring.timing.gossip_lag_ms = 400;
     ring
 }
 

@@ -42,6 +42,7 @@
 //! | unknown operation | 400 | `java.lang.IllegalArgumentException` | `java.lang.IllegalArgumentException : No operation nope found on MBean org.apache.cassandra.db:type=StorageService` |
 //! | signature that does not exist | 400 | `java.lang.IllegalArgumentException` | `java.lang.IllegalArgumentException : No operation decommission(boolean) on MBean org.apache.cassandra.db:type=StorageService exists. Known signatures: )` |
 //! | exception thrown by the MBean | 500 | the exception's class, e.g. `java.lang.UnsupportedOperationException`, `java.lang.IllegalStateException` | `java.lang.IllegalStateException : Node is still decommissioning. Check nodetool netstats.` |
+//! | exception without a message (e.g. `getEndpointState` of an endpoint gossip does not know) | 500 | `java.lang.NullPointerException` | `java.lang.NullPointerException` (the class alone, no ` : `) |
 //! | body that is not JSON | 400 | `java.lang.IllegalArgumentException` | `java.lang.IllegalArgumentException : Invalid JSON request java.io.InputStreamReader@…` (no `request` key) |
 //!
 //! A path outside the agent's context (e.g. `/nope/`) is a plain HTTP 404
@@ -228,6 +229,10 @@ fn assert_error(
         "stack trace starts with the class: {stacktrace:.200}"
     );
     let error = response["error"].as_str().expect("an error text");
+    // An exception without a message (`getMessage()` null): the class alone.
+    if error == error_type {
+        return String::new();
+    }
     let prefix = format!("{error_type} : ");
     error
         .strip_prefix(&prefix)
@@ -237,6 +242,154 @@ fn assert_error(
 
 fn ss_read(attribute: Value) -> Value {
     json!({"type": "read", "mbean": STORAGE_SERVICE, "attribute": attribute})
+}
+
+/// The FailureDetector (JMX-FACTS §4): `SimpleStates` (keys
+/// `InetAddress.toString()`), the counts, and the gossip dump
+/// `AllEndpointStates` (4.x also `WithPort` and `WithPortAndResolveIp`) in
+/// `appendEndpointState`'s form, read back with the world's parser; the
+/// operation `getEndpointState` gives one endpoint's lines. Read only.
+pub async fn check_failure_detector(url: &str, ring: &RingSpec) {
+    use crate::fake_cassandra::gossipinfo::{ParsedEndpoint, parse_all_endpoint_states};
+    const FD: &str = "org.apache.cassandra.net:type=FailureDetector";
+    let read = |attribute: &str| json!({"type": "read", "mbean": FD, "attribute": attribute});
+    let value = |request: Value| async move {
+        let response = post_json(url, &request).await;
+        assert_success(&response, &request)
+    };
+    let nodes = ring.nodes();
+    let up = |state: &str| state.starts_with('U');
+
+    // SimpleStates: every member, by InetAddress.toString().
+    let simple = value(read("SimpleStates")).await;
+    let expected: Value = nodes
+        .iter()
+        .map(|(ip, state, _)| {
+            (
+                format!("/{ip}"),
+                json!(if up(state) { "UP" } else { "DOWN" }),
+            )
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into();
+    assert_eq!(simple, expected, "SimpleStates");
+    let ups = nodes.iter().filter(|(_, s, _)| up(s)).count();
+    assert_eq!(value(read("UpEndpointCount")).await, json!(ups));
+    assert_eq!(
+        value(read("DownEndpointCount")).await,
+        json!(nodes.len() - ups)
+    );
+
+    let parse = |v: Value| -> Vec<ParsedEndpoint> {
+        let text = v
+            .as_str()
+            .unwrap_or_else(|| panic!("a String: {v}"))
+            .to_string();
+        parse_all_endpoint_states(&text).unwrap_or_else(|e| panic!("{e}:\n{text}"))
+    };
+    let dump = parse(value(read("AllEndpointStates")).await);
+    let dump_keys: BTreeSet<String> = dump.iter().map(|e| e.key.clone()).collect();
+    let expected: BTreeSet<String> = nodes.iter().map(|(ip, _, _)| format!("/{ip}")).collect();
+    assert_eq!(dump_keys, expected, "one entry per endpoint");
+    let local_host_id = value(ss_read(json!("LocalHostId"))).await;
+    for (ip, state, rack) in &nodes {
+        let e = dump
+            .iter()
+            .find(|e| e.address() == ip)
+            .unwrap_or_else(|| panic!("{ip} in the dump"));
+        assert!(
+            e.generation > 1_000_000_000,
+            "{ip}: an epoch-second generation"
+        );
+        assert!(e.heartbeat > 0, "{ip}: a heartbeat");
+        let status = e.state("STATUS").unwrap_or_else(|| panic!("{ip}: STATUS"));
+        let word = match &state[1..] {
+            "J" => "BOOT,",
+            "L" => "LEAVING,",
+            "M" => "MOVING,",
+            _ => "NORMAL,",
+        };
+        assert!(status.starts_with(word), "{ip} ({state}): STATUS {status}");
+        assert_eq!(e.state("DC"), Some(ring.datacenter.as_str()), "{ip}");
+        assert_eq!(e.state("RACK"), Some(rack.as_str()), "{ip}");
+        assert_eq!(
+            e.state("RELEASE_VERSION")
+                .map(|r| r.split('.').take(2).collect::<Vec<_>>().join(".")),
+            Some(ring.line.arg().to_string()),
+            "{ip}"
+        );
+        assert!(e.state("HOST_ID").is_some(), "{ip}: HOST_ID");
+        assert!(
+            e.tokens_version.is_some(),
+            "{ip}: TOKENS hidden, with a version"
+        );
+        assert!(e.states.iter().all(|(n, _, _)| n != "TOKENS"));
+        // 3.11 publishes STATUS alone; 4.x STATUS_WITH_PORT with it.
+        assert_eq!(
+            e.state("STATUS_WITH_PORT"),
+            ring.with_port().then_some(status),
+            "{ip}"
+        );
+    }
+    let me = dump
+        .iter()
+        .find(|e| e.address() == ring.self_ip)
+        .expect("itself");
+    assert_eq!(me.state("HOST_ID").map(|h| json!(h)), Some(local_host_id));
+
+    // One endpoint's lines (the heartbeat moves on between two reads).
+    let peer = &nodes[1].0;
+    let request =
+        json!({"type": "exec", "mbean": FD, "operation": "getEndpointState", "arguments": [peer]});
+    let one = parse(json!(format!(
+        "/{peer}\n{}",
+        value(request).await.as_str().expect("a String")
+    )));
+    let of_dump = dump
+        .iter()
+        .find(|e| e.address() == peer)
+        .expect("in the dump");
+    assert_eq!(
+        (&one[0].states, one[0].generation, one[0].tokens_version),
+        (&of_dump.states, of_dump.generation, of_dump.tokens_version),
+        "getEndpointState({peer})"
+    );
+    let request = json!({"type": "exec", "mbean": FD, "operation": "getEndpointState", "arguments": ["10.9.9.9"]});
+    let response = post_json(url, &request).await;
+    assert_error(
+        &response,
+        Some(&request),
+        500,
+        "java.lang.NullPointerException",
+    );
+
+    if ring.with_port() {
+        let with_port = value(read("SimpleStatesWithPort")).await;
+        let keys: BTreeSet<&str> = keys(&with_port);
+        let expected: BTreeSet<String> = nodes
+            .iter()
+            .map(|(ip, _, _)| format!("/{ip}:7000"))
+            .collect();
+        assert_eq!(keys, expected.iter().map(String::as_str).collect());
+        let dump = parse(value(read("AllEndpointStatesWithPort")).await);
+        let keys: BTreeSet<String> = dump.iter().map(|e| e.key.clone()).collect();
+        assert_eq!(keys, expected, "WithPort keys");
+        let resolved = parse(value(read("AllEndpointStatesWithPortAndResolveIp")).await);
+        let keys: BTreeSet<String> = resolved.iter().map(|e| e.key.clone()).collect();
+        let expected: BTreeSet<String> = nodes
+            .iter()
+            .map(|(ip, _, _)| format!("{ip}:7000"))
+            .collect();
+        assert_eq!(keys, expected, "no reverse name: the address");
+    } else {
+        let response = post_json(url, &read("AllEndpointStatesWithPort")).await;
+        assert_error(
+            &response,
+            Some(&read("AllEndpointStatesWithPort")),
+            404,
+            "javax.management.AttributeNotFoundException",
+        );
+    }
 }
 
 /// The protocol itself, by raw POSTs: success and error shapes, bulk,

@@ -348,8 +348,33 @@ async fn fake_cassandra_ring_lifecycle() {
     world
         .wait_statuses(&[(1, "UN"), (2, "UN"), (3, "UN")])
         .await;
+    // UN in the ring is the processes' truth; n1's own failure detector
+    // marks n3 UP once gossip told it, as a client of a real node waits.
     let s1 = n1.jolokia();
-    assert_eq!(s1.live_nodes().await.expect("live"), with_port(&[1, 2, 3]));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let live = s1.live_nodes().await.expect("live");
+        if live == with_port(&[1, 2, 3]) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "n1 never saw all three: {live:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // `kubesim ring --gossip`: each node's view, itself UP among the others.
+    let out = Command::new(env!("CARGO_BIN_EXE_kubesim"))
+        .args(["ring", "--url", &world.sim.sim_url(), "--gossip"])
+        .output()
+        .expect("kubesim ring runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{} (generation ", ip(1))))
+        .unwrap_or_else(|| panic!("n1's view in {text}"));
+    assert!(line.contains(&format!("UP {}@", ip(1))), "{line}");
     assert_eq!(s1.cluster_name().await.expect("name"), CLUSTER);
     assert_eq!(s1.rack().await.expect("rack"), "r1");
     assert_eq!(

@@ -127,6 +127,41 @@ async fn peer(
         .find(|(ip, _, _)| *ip == ring.self_ip)
         .map(|(_, _, h)| h.clone())
         .expect("self");
+    // The real peer is configured with its view; here gossip has to tell
+    // this node of the others first, as in a real cluster just started.
+    let up: Vec<&str> = all
+        .iter()
+        .filter(|(_, state, _)| state.starts_with('U'))
+        .map(|(ip, _, _)| ip.as_str())
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let gossip: Value = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .expect("a client")
+            .get(format!("{base}/sim/ring/gossip"))
+            .send()
+            .await
+            .expect("kubesim answers")
+            .json()
+            .await
+            .expect("json");
+        let view = gossip["views"]
+            .as_array()
+            .and_then(|views| views.iter().find(|v| v["host_id"] == json!(self_id)))
+            .cloned()
+            .unwrap_or_default();
+        if up.iter().all(|ip| view["up"].get(*ip).is_some()) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} does not see {up:?} up: {gossip}",
+            ring.self_ip
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let node = Arc::new(FakeNode {
         ring: RingClient::new(&base),
         host_id: self_id,
@@ -170,6 +205,7 @@ async fn contract_for(line: CassandraLine) {
     contract::check_protocol(&first.url, &ring).await;
     contract::check_client(&first.url, &ring).await;
     contract::check_nodetool_reads(&first.url, &ring).await;
+    contract::check_failure_detector(&first.url, &ring).await;
     if line != CassandraLine::V3_11 {
         contract::check_decommission_refused(&first.url, line).await;
     }

@@ -77,6 +77,7 @@ async fn contract_for(line: CassandraLine) {
     contract::check_protocol(&url, &ring).await;
     contract::check_client(&url, &ring).await;
     contract::check_nodetool_reads(&url, &ring).await;
+    contract::check_failure_detector(&url, &ring).await;
     if line != CassandraLine::V3_11 {
         contract::check_decommission_refused(&url, line).await;
     }

@@ -11,7 +11,9 @@
 //! each cluster has its own; the first by default) like `nodetool
 //! status`; with
 //! `--check`, also the data check, exiting 1 when any key has fewer live
-//! copies than its replication factor (the keys are named).
+//! copies than its replication factor (the keys are named); with
+//! `--gossip`, also each running node's own (lagging) view: whom it sees UP
+//! and DOWN, at which gossip generation.
 //!
 //! `kubesim node recreate NAME [--url URL | --dir DIR]`: GKE auto-repair,
 //! the Node re-created under its name on a new machine with empty local
@@ -152,7 +154,8 @@ async fn main() -> std::process::ExitCode {
     std::process::ExitCode::SUCCESS
 }
 
-const RING_USAGE: &str = "usage: kubesim ring [--url URL | --dir DIR] [--cluster NAME] [--check]";
+const RING_USAGE: &str =
+    "usage: kubesim ring [--url URL | --dir DIR] [--cluster NAME] [--check] [--gossip]";
 
 /// The test world's URL that `serve` wrote to `DIR/sim-url`.
 fn url_of_dir(dir: &str) -> Result<String, String> {
@@ -164,10 +167,20 @@ fn url_of_dir(dir: &str) -> Result<String, String> {
         .ok_or_else(|| format!("{} names no URL", path.display()))
 }
 
-fn parse_ring_args(args: &[String]) -> Result<(String, String, bool), String> {
+/// What `kubesim ring` shows.
+struct RingArgs {
+    url: String,
+    /// `cluster=NAME` or empty.
+    cluster: String,
+    check: bool,
+    gossip: bool,
+}
+
+fn parse_ring_args(args: &[String]) -> Result<RingArgs, String> {
     let mut url = None;
     let mut cluster = String::new();
     let mut check = false;
+    let mut gossip = false;
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         let (flag, inline) = match flag.split_once('=') {
@@ -184,12 +197,18 @@ fn parse_ring_args(args: &[String]) -> Result<(String, String, bool), String> {
             "--url" => url = Some(value()?),
             "--dir" => url = Some(url_of_dir(&value()?)?),
             "--check" => check = true,
+            "--gossip" => gossip = true,
             "--cluster" => cluster = format!("cluster={}", value()?),
             other => return Err(format!("unknown flag {other}\n{RING_USAGE}")),
         }
     }
     let url = url.ok_or_else(|| format!("--url or --dir is required\n{RING_USAGE}"))?;
-    Ok((url.trim_end_matches('/').to_string(), cluster, check))
+    Ok(RingArgs {
+        url: url.trim_end_matches('/').to_string(),
+        cluster,
+        check,
+        gossip,
+    })
 }
 
 const NODE_USAGE: &str = "usage: kubesim node recreate NAME [--url URL | --dir DIR]\n       kubesim node wipe-disk NAME INDEX [--url URL | --dir DIR]\n       kubesim node unreachable NAME [--freeze] [--url URL | --dir DIR]\n       kubesim node not-ready NAME [--url URL | --dir DIR]\n       kubesim node reachable NAME [--url URL | --dir DIR]";
@@ -288,7 +307,12 @@ async fn get_text(client: &reqwest::Client, url: &str) -> Result<(u16, String), 
 }
 
 async fn ring_command(args: &[String]) -> std::process::ExitCode {
-    let (url, cluster, check) = match parse_ring_args(args) {
+    let RingArgs {
+        url,
+        cluster,
+        check,
+        gossip,
+    } = match parse_ring_args(args) {
         Ok(x) => x,
         Err(e) => {
             eprintln!("{e}");
@@ -311,6 +335,27 @@ async fn ring_command(args: &[String]) -> std::process::ExitCode {
         Err(e) => {
             eprintln!("kubesim ring: {e}");
             return std::process::ExitCode::FAILURE;
+        }
+    }
+    if gossip {
+        match get_text(
+            &client,
+            &format!("{url}/sim/ring/gossip?format=text&{cluster}"),
+        )
+        .await
+        {
+            Ok((200, text)) => {
+                println!();
+                print!("{text}");
+            }
+            Ok((status, text)) => {
+                eprintln!("kubesim ring: {status}: {text}");
+                return std::process::ExitCode::FAILURE;
+            }
+            Err(e) => {
+                eprintln!("kubesim ring: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
         }
     }
     if !check {

@@ -166,18 +166,24 @@ pub fn failure(echo: Option<&Value>, error: &JavaError) -> Value {
     if let Some(echo) = echo {
         out.insert("request".into(), echo.clone());
     }
+    // An empty message stands for Java's null: `Throwable.toString()` and
+    // Jolokia's `error` are then the class name alone.
+    let (thrown, error_text) = if error.message.is_empty() {
+        (error.class.clone(), error.class.clone())
+    } else {
+        (
+            format!("{}: {}", error.class, error.message),
+            format!("{} : {}", error.class, error.message),
+        )
+    };
     out.insert(
         "stacktrace".into(),
         json!(format!(
-            "{}: {}\n\tat org.apache.cassandra.service.StorageService (fake-cassandra)\n",
-            error.class, error.message
+            "{thrown}\n\tat org.apache.cassandra.service.StorageService (fake-cassandra)\n"
         )),
     );
     out.insert("error_type".into(), json!(error.class));
-    out.insert(
-        "error".into(),
-        json!(format!("{} : {}", error.class, error.message)),
-    );
+    out.insert("error".into(), json!(error_text));
     out.insert("status".into(), json!(error.status));
     Value::Object(out)
 }
@@ -522,20 +528,35 @@ fn snitch_attribute(view: &NodeView, name: &str) -> Value {
 
 /// FailureDetector attributes per line (JMX-FACTS §4).
 fn detector_attributes(id: &Identity) -> Vec<&'static str> {
-    let mut names = vec!["SimpleStates", "UpEndpointCount", "DownEndpointCount"];
+    let mut names = vec![
+        "SimpleStates",
+        "UpEndpointCount",
+        "DownEndpointCount",
+        "AllEndpointStates",
+    ];
     if id.v4() {
         names.push("SimpleStatesWithPort");
+        names.push("AllEndpointStatesWithPort");
+    }
+    if id.version >= Version::V4_1 {
+        names.push("AllEndpointStatesWithPortAndResolveIp");
     }
     names
 }
 
 /// `SimpleStates` keys are `InetAddress.toString()` (`/10.0.0.5`), the
-/// `WithPort` ones `/10.0.0.5:7000`.
+/// `WithPort` ones `/10.0.0.5:7000`; every member follows this node's
+/// lagging failure detector (`EndpointState.isAlive`), as do the counts.
 fn detector_attribute(id: &Identity, view: &NodeView, name: &str) -> Value {
+    use super::gossipinfo::{KeyForm, all_endpoint_states};
     let count = |up: bool| view.endpoints.iter().filter(|e| e.up == up).count();
+    let dump = |form| json!(all_endpoint_states(id.version, id.storage_port, view, form));
     match name {
         "UpEndpointCount" => json!(count(true)),
         "DownEndpointCount" => json!(count(false)),
+        "AllEndpointStates" => dump(KeyForm::Address),
+        "AllEndpointStatesWithPort" => dump(KeyForm::WithPort),
+        "AllEndpointStatesWithPortAndResolveIp" => dump(KeyForm::WithPortResolved),
         _ => Value::Object(
             view.endpoints
                 .iter()
@@ -639,7 +660,7 @@ fn operations(id: &Identity, mbean: &str) -> Vec<(&'static str, Vec<&'static str
         return vec![("getRack", vec![STRING]), ("getDatacenter", vec![STRING])];
     }
     if mbean == FAILURE_DETECTOR {
-        return Vec::new();
+        return vec![("getEndpointState", vec![STRING])];
     }
     vec![
         (
@@ -819,6 +840,20 @@ fn exec(id: &Identity, view: &NodeView, request: &Value) -> Result<Exec, JavaErr
                 (_, None) => "UNKNOWN_DC",
             })))
         }
+        // FailureDetector.getEndpointState: `appendEndpointState` of the
+        // endpoint; one gossip does not know has no state, and
+        // `appendEndpointState` dereferences it.
+        (FAILURE_DETECTOR, "getEndpointState") => {
+            let ip = endpoint_arg(id, &string_arg(&args[0]))?;
+            match view.endpoint(&ip) {
+                Some(e) => Ok(Exec::Value(json!(super::gossipinfo::endpoint_state(
+                    id.version,
+                    id.storage_port,
+                    e
+                )))),
+                None => Err(JavaError::thrown("java.lang.NullPointerException", "")),
+            }
+        }
         (_, "getTokens") => {
             let ip = endpoint_arg(id, &string_arg(&args[0]))?;
             Ok(Exec::Value(json!(
@@ -954,6 +989,7 @@ mod tests {
             state,
             load_bytes: 2048,
             ownership: 0.5,
+            gossip: Default::default(),
         }
     }
 

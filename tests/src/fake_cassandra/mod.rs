@@ -6,6 +6,7 @@
 //! ([`jolokia`], over the node's gossip [`view`]); [`node`] does the I/O.
 
 pub mod config;
+pub mod gossipinfo;
 pub mod jolokia;
 pub mod node;
 pub mod policy;

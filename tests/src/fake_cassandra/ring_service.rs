@@ -8,7 +8,8 @@
 //! first use); everything about a node afterwards goes to the ring that
 //! knows its host ID; inspection takes `?cluster=NAME` (default: the first
 //! cluster of the world). Inspection (`GET
-//! /sim/ring`, `/sim/ring/status`, `/sim/ring/check`), the node-facing
+//! /sim/ring`, `/sim/ring/status`, `/sim/ring/check`, `/sim/ring/gossip`:
+//! each running member's lagging view), the node-facing
 //! operations the fake processes call (start, stop, decommission, drain,
 //! their JMX view), data seeding (keyspaces and keys) and the timing of
 //! streaming. The model's clock follows real time: [`run_clock`] advances it
@@ -192,6 +193,7 @@ impl State {
         }
         let mut options = self.options.clone();
         options.seed = seed_for(options.seed, name);
+        options.epoch_s = wall_epoch_s();
         let mut ring = Ring::new(options);
         ring.set_timing(self.rings[0].options().timing);
         self.rings.push(ring);
@@ -255,8 +257,18 @@ pub struct RingService {
     changed: Notify,
 }
 
+/// Now in epoch seconds: the model clock follows real time, so a ring's
+/// zero is the moment it is made and its gossip generations are real ones.
+fn wall_epoch_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(crate::ring::DEFAULT_EPOCH_S)
+}
+
 impl RingService {
-    pub fn new(options: crate::ring::Options) -> Self {
+    pub fn new(mut options: crate::ring::Options) -> Self {
+        options.epoch_s = wall_epoch_s();
         RingService {
             state: Mutex::new(State {
                 rings: vec![Ring::new(options.clone())],
@@ -456,6 +468,7 @@ struct TimingPatch {
     replace_ms: Option<u64>,
     decommission_ms: Option<u64>,
     max_hint_window_ms: Option<u64>,
+    gossip_lag_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -548,6 +561,22 @@ pub async fn handle(
             on_cluster(&mut |r| json_reply(200, &serde_json::to_value(&*r).unwrap_or_default()))
         }
         ("GET", ["clusters"]) => json_reply(200, &json!(service.clusters())),
+        // Each running member's gossip view: whom it sees UP and DOWN, at
+        // which generation; `disagreements` lists who does not yet see
+        // every member UP at its current generation.
+        ("GET", ["gossip"]) if text => on_cluster(&mut |r| {
+            let mut out = String::new();
+            for view in r.gossip_views() {
+                out.push_str(&format!("{view}\n"));
+            }
+            text_reply(200, out)
+        }),
+        ("GET", ["gossip"]) => on_cluster(&mut |r| {
+            json_reply(
+                200,
+                &json!({"views": r.gossip_views(), "disagreements": r.gossip_disagreements()}),
+            )
+        }),
         ("GET", ["status"]) => on_cluster(&mut status_text),
         ("GET", ["check"]) => on_cluster(&mut |r| {
             let report = r.check();
@@ -573,6 +602,7 @@ pub async fn handle(
                 t.replace_ms = patch.replace_ms.unwrap_or(t.replace_ms);
                 t.decommission_ms = patch.decommission_ms.unwrap_or(t.decommission_ms);
                 t.max_hint_window_ms = patch.max_hint_window_ms.unwrap_or(t.max_hint_window_ms);
+                t.gossip_lag_ms = patch.gossip_lag_ms.unwrap_or(t.gossip_lag_ms);
                 st.options.timing = t;
                 for r in &mut st.rings {
                     r.set_timing(t);
@@ -648,9 +678,16 @@ pub async fn handle(
                 ),
             }
         }
-        ("POST", ["nodes", host_id, "stop" | "kill"]) => {
+        ("POST", ["nodes", host_id, verb @ ("stop" | "kill")]) => {
             service.release(host_id);
-            match service.with_host(host_id, |r| r.kill(host_id)) {
+            let stop = *verb == "stop";
+            match service.with_host(host_id, |r| {
+                if stop {
+                    r.stop(host_id)
+                } else {
+                    r.kill(host_id)
+                }
+            }) {
                 Ok(()) => json_reply(200, &json!({})),
                 Err(e) => refused(404, &e),
             }

@@ -5,7 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ring::{
-    BYTES_PER_COPY, BootstrapState, Endpoint, Operation, Ring, RingState, Token, TokenMap,
+    BYTES_PER_COPY, BootstrapState, Endpoint, GossipEndpoint, Operation, Ring, RingState, Token,
+    TokenMap,
 };
 
 /// A ring member as another node's gossip shows it.
@@ -16,7 +17,9 @@ pub struct EndpointView {
     pub dc: String,
     pub rack: String,
     pub tokens: Vec<String>,
-    /// Up in gossip (`LiveNodes`) or not (`UnreachableNodes`).
+    /// Up in this node's failure detector (`LiveNodes`) or not
+    /// (`UnreachableNodes`): it lags behind the member's process
+    /// ([`Ring::sees_up`]).
     pub up: bool,
     /// `N`, `J` (joining or replacing), `L` (leaving) or `M`.
     pub state: char,
@@ -24,6 +27,10 @@ pub struct EndpointView {
     pub load_bytes: u64,
     /// Share of the token ring its tokens own (`getOwnership`).
     pub ownership: f64,
+    /// What this node's gossip holds of it (generation, heartbeat,
+    /// status): `AllEndpointStates`, `/failure_detector/endpoints/`.
+    #[serde(default)]
+    pub gossip: GossipEndpoint,
 }
 
 /// One node's view: its own state and the members it knows.
@@ -126,11 +133,15 @@ pub fn node_view(ring: &Ring, host_id: &str) -> Option<NodeView> {
             dc: n.dc.clone(),
             rack: n.rack.clone(),
             tokens: n.tokens.iter().map(|t| t.to_string()).collect(),
-            // Gossiper.getLiveMembers always counts the local node.
-            up: n.host_id == me.host_id || n.is_up(),
+            // Gossiper.getLiveMembers always counts the local node; the
+            // others as this node's failure detector has them.
+            up: n.host_id == me.host_id || ring.sees_up(&me.host_id, &n.host_id),
             state: state_letter(&n.state),
             load_bytes: copies(&n.host_id) * BYTES_PER_COPY,
             ownership: ownership.get(&n.host_id).copied().unwrap_or(0.0),
+            gossip: ring
+                .endpoint_state(&me.host_id, &n.host_id)
+                .unwrap_or_default(),
         })
         .collect();
     let process = me.process.as_ref();

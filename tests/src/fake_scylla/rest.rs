@@ -210,6 +210,83 @@ fn addresses(view: &NodeView, keep: impl Fn(&EndpointView) -> bool) -> Value {
     json!(list)
 }
 
+/// ScyllaDB's `gms::application_state` numbers (the REST API answers the
+/// enum index, not the name): the states a node gossips.
+mod app_state {
+    pub const STATUS: u32 = 0;
+    pub const SCHEMA: u32 = 2;
+    pub const DC: u32 = 3;
+    pub const RACK: u32 = 4;
+    pub const RELEASE_VERSION: u32 = 5;
+    pub const INTERNAL_IP: u32 = 7;
+    pub const RPC_ADDRESS: u32 = 8;
+    pub const NET_VERSION: u32 = 11;
+    pub const HOST_ID: u32 = 12;
+    pub const TOKENS: u32 = 13;
+    pub const RPC_READY: u32 = 17;
+}
+
+/// `GET /failure_detector/endpoints/` (api/failure_detector.cc,
+/// `get_all_endpoint_states`): every endpoint this node's gossip holds,
+/// with the generation and heartbeat it last heard, when it last updated
+/// the state (epoch milliseconds), whether its failure detector has it
+/// alive, and the application states by enum index. Sorted by address
+/// (the real map has no order).
+pub fn endpoint_states(view: &NodeView) -> Value {
+    let mut endpoints: Vec<&EndpointView> = view.endpoints.iter().collect();
+    endpoints.sort_by(|a, b| a.address.cmp(&b.address));
+    let rows: Vec<Value> = endpoints
+        .iter()
+        .map(|e| {
+            let g = &e.gossip;
+            let state = |id: u32, version: i64, value: String| {
+                json!({"application_state": id, "value": value, "version": version})
+            };
+            let mut states = vec![
+                state(app_state::STATUS, g.status_version, g.status.value(None)),
+                state(
+                    app_state::SCHEMA,
+                    14,
+                    crate::fake_cassandra::gossipinfo::SCHEMA_VERSION.to_string(),
+                ),
+                state(app_state::DC, 9, e.dc.clone()),
+                state(app_state::RACK, 10, e.rack.clone()),
+                state(app_state::RELEASE_VERSION, 5, g.release.clone()),
+                state(app_state::INTERNAL_IP, 7, e.address.clone()),
+                state(app_state::RPC_ADDRESS, 3, e.address.clone()),
+                state(app_state::NET_VERSION, 1, "0".to_string()),
+                state(app_state::HOST_ID, 2, e.host_id.clone()),
+            ];
+            if !e.tokens.is_empty() {
+                // `versioned_value::tokens`: every token, `;`-separated.
+                states.push(state(
+                    app_state::TOKENS,
+                    g.status_version - 1,
+                    sorted_tokens(&e.tokens)
+                        .iter()
+                        .map(|t| t.as_str())
+                        .collect::<Vec<_>>()
+                        .join(";"),
+                ));
+            }
+            states.push(state(
+                app_state::RPC_READY,
+                22,
+                if g.rpc_ready { "1" } else { "0" }.to_string(),
+            ));
+            json!({
+                "addrs": e.address,
+                "generation": g.generation,
+                "version": g.heartbeat,
+                "update_time": g.updated_ms,
+                "is_alive": e.up,
+                "application_state": states,
+            })
+        })
+        .collect();
+    json!(rows)
+}
+
 fn sorted_tokens(tokens: &[String]) -> Vec<&String> {
     let mut list: Vec<&String> = tokens.iter().collect();
     list.sort_by_key(|t| t.parse::<i64>().unwrap_or_default());
@@ -251,6 +328,8 @@ fn starting(mode: &str, method: &str, path: &str) -> Reply {
 const LISTS: &[&str] = &[
     "/gossiper/endpoint/live/",
     "/gossiper/endpoint/down/",
+    "/failure_detector/endpoints/",
+    "/failure_detector/simple_states",
     "/storage_service/nodes/joining",
     "/storage_service/nodes/leaving",
     "/storage_service/nodes/moving",
@@ -275,8 +354,20 @@ pub fn step(
                 now_unix_ms.saturating_sub(identity.started_unix_ms)
             )));
         }
+        // Its own generation as its gossip has it (the ring's); before
+        // it joined gossip, its start.
         ("GET", "/storage_service/generation_number") => {
-            return answer(Reply::ok(json!(identity.started_unix_ms / 1000)));
+            let own = match state {
+                NodeState::Running(view) => view
+                    .endpoints
+                    .iter()
+                    .find(|e| e.host_id == view.host_id)
+                    .map(|e| e.gossip.generation),
+                _ => None,
+            };
+            return answer(Reply::ok(json!(
+                own.unwrap_or((identity.started_unix_ms / 1000) as i64)
+            )));
         }
         ("GET", "/storage_service/release_version") => {
             return answer(Reply::ok(json!(CASSANDRA_COMPAT)));
@@ -335,6 +426,44 @@ pub fn step(
             }))
         }
         ("GET", "/gossiper/endpoint/down/") => Reply::ok(addresses(view, |e| !e.up)),
+        ("GET", "/failure_detector/endpoints/") => Reply::ok(endpoint_states(view)),
+        ("GET", "/failure_detector/simple_states") => {
+            let mut states: Vec<&EndpointView> = view.endpoints.iter().collect();
+            states.sort_by(|a, b| a.address.cmp(&b.address));
+            Reply::ok(json!(
+                states
+                    .iter()
+                    .map(|e| json!({"key": e.address, "value": if e.up { "UP" } else { "DOWN" }}))
+                    .collect::<Vec<_>>()
+            ))
+        }
+        ("GET", "/failure_detector/count/endpoint/up") => {
+            Reply::ok(json!(view.endpoints.iter().filter(|e| e.up).count()))
+        }
+        ("GET", "/failure_detector/count/endpoint/down") => {
+            Reply::ok(json!(view.endpoints.iter().filter(|e| !e.up).count()))
+        }
+        // `gossiper::get_current_generation_number` and
+        // `get_current_heart_beat_version`: what this node's gossip holds
+        // of the endpoint (an address or a host ID); one it does not know
+        // is `get_endpoint_state`'s `std::out_of_range`.
+        ("GET", p)
+            if p.starts_with("/gossiper/generation_number/")
+                || p.starts_with("/gossiper/heart_beat_version/") =>
+        {
+            let (_, addr) = p.trim_end_matches('/').rsplit_once('/').unwrap_or_default();
+            match view
+                .endpoints
+                .iter()
+                .find(|e| e.address == addr || e.host_id == addr)
+            {
+                Some(e) if p.starts_with("/gossiper/generation_number/") => {
+                    Reply::ok(json!(e.gossip.generation))
+                }
+                Some(e) => Reply::ok(json!(e.gossip.heartbeat)),
+                None => Reply::error(500, format!("std::out_of_range (ep={addr})")),
+            }
+        }
         ("GET", "/storage_service/nodes/joining") => Reply::ok(addresses(view, |e| e.state == 'J')),
         ("GET", "/storage_service/nodes/leaving") => Reply::ok(addresses(view, |e| e.state == 'L')),
         ("GET", "/storage_service/nodes/moving") => Reply::ok(json!([])),
@@ -557,6 +686,97 @@ mod tests {
             Step::Answer(r) => r,
             other => panic!("not an answer: {other:?}"),
         }
+    }
+
+    #[test]
+    fn the_failure_detector_shows_a_restarted_peer_down_with_its_old_generation_until_gossip_tells()
+    {
+        let mut ring = Ring::new(Options::default());
+        let a = ring.start(&scylla("10.0.0.1", "B1", "/a")).expect("a");
+        let mut b_config = scylla("10.0.0.2", "B1", "/b");
+        b_config.seeds.push("10.0.0.2".into());
+        let b = ring.start(&b_config).expect("b");
+        let _ = ring.advance(10_000);
+        let old = ring.generation(&b.host_id).expect("b's generation");
+        ring.kill(&b.host_id).expect("kill");
+        ring.start(&b_config).expect("b restarts");
+        let new = ring.generation(&b.host_id).expect("b's generation");
+        assert!(new > old);
+
+        let view = node_view(&ring, &a.host_id).expect("a view");
+        let v = Some(&view);
+        let body = get(v, "/failure_detector/endpoints/").body.expect("a body");
+        let rows = body.as_array().expect("an array");
+        assert_eq!(rows.len(), 2);
+        let b_row = &rows[1];
+        assert_eq!(b_row["addrs"], json!("10.0.0.2"));
+        assert_eq!(b_row["is_alive"], json!(false));
+        assert_eq!(b_row["generation"], json!(old), "the old one, still");
+        assert!(b_row["version"].as_i64().is_some_and(|v| v > 0));
+        assert!(
+            b_row["update_time"]
+                .as_i64()
+                .is_some_and(|t| t > 1_000_000_000_000)
+        );
+        let states = b_row["application_state"].as_array().expect("states");
+        let of = |id: u32| {
+            states
+                .iter()
+                .find(|s| s["application_state"] == json!(id))
+                .map(|s| s["value"].as_str().unwrap_or_default().to_string())
+        };
+        assert!(
+            of(0).is_some_and(|s| s.starts_with("NORMAL,")),
+            "{states:?}"
+        );
+        assert_eq!(of(12), Some(b.host_id.clone()));
+        assert_eq!(of(5), Some("3.0".to_string()));
+        assert_eq!(of(3), Some("DC1".to_string()));
+        assert_eq!(of(13).map(|t| t.split(';').count()), Some(16));
+        assert!(states.iter().all(|s| s["version"].as_i64().is_some()));
+        assert_eq!(
+            get(v, "/gossiper/generation_number/10.0.0.2").body,
+            Some(json!(old))
+        );
+        assert_eq!(
+            get(v, "/gossiper/endpoint/down/").body,
+            Some(json!(["10.0.0.2"]))
+        );
+        assert_eq!(
+            get(v, "/failure_detector/count/endpoint/up").body,
+            Some(json!(1))
+        );
+        let unknown = get(v, "/gossiper/generation_number/10.0.0.9");
+        assert_eq!(unknown.status, 500);
+        assert_eq!(
+            unknown.body.expect("a body")["message"],
+            json!("std::out_of_range (ep=10.0.0.9)")
+        );
+
+        // Once gossip told it: alive, the new generation, by address or host ID.
+        let _ = ring.advance(ring.options().timing.gossip_lag_ms);
+        let view = node_view(&ring, &a.host_id).expect("a view");
+        let v = Some(&view);
+        let body = get(v, "/failure_detector/endpoints/").body.expect("a body");
+        assert_eq!(body[1]["is_alive"], json!(true));
+        assert_eq!(body[1]["generation"], json!(new));
+        assert_eq!(
+            get(v, &format!("/gossiper/generation_number/{}", b.host_id)).body,
+            Some(json!(new))
+        );
+        assert_eq!(
+            get(v, "/gossiper/endpoint/live/").body,
+            Some(json!(["10.0.0.1", "10.0.0.2"]))
+        );
+        assert_eq!(
+            get(v, "/failure_detector/simple_states").body,
+            Some(json!([{"key": "10.0.0.1", "value": "UP"}, {"key": "10.0.0.2", "value": "UP"}]))
+        );
+        // The node's own generation is its gossip's.
+        assert_eq!(
+            get(v, "/storage_service/generation_number").body,
+            Some(json!(ring.generation(&a.host_id).expect("a's")))
+        );
     }
 
     #[test]

@@ -121,6 +121,7 @@ impl Ring {
             );
         }
 
+        let previous_generation = disk.generation;
         let result = match replace_target {
             Some(target) => self.start_replacing(
                 config,
@@ -134,10 +135,12 @@ impl Ring {
         }?;
         disk.cluster_name = Some(config.cluster_name.clone());
         disk.written_by = Some(config.version);
+        disk.generation = Some(self.next_generation(&result.host_id, previous_generation));
         self.data_dirs.insert(disk.id.clone(), disk);
         if self.cluster_name.is_none() || !live_members {
             self.cluster_name = Some(config.cluster_name.clone());
         }
+        self.begin_gossip(&result.host_id);
         if self.is_up(&result.host_id) {
             self.deliver_hints(&result.host_id);
         }
@@ -149,6 +152,11 @@ impl Ring {
             mode,
             busy,
             seeds: config.seeds.clone(),
+            // Set by `begin_gossip` once the start succeeded.
+            generation: 0,
+            started_ms: 0,
+            up_since_ms: 0,
+            status_since_ms: 0,
         })
     }
 
@@ -172,6 +180,7 @@ impl Ring {
             data_dir: config.data_dir.clone(),
             process,
             down_since_ms: None,
+            last_process: None,
         }
     }
 
@@ -525,7 +534,11 @@ impl Ring {
     }
 
     pub(super) fn set_mode(&mut self, host_id: &str, mode: OperationMode) {
+        let now = self.now_ms;
         if let Some(p) = self.nodes.get_mut(host_id).and_then(|n| n.process.as_mut()) {
+            if p.mode != mode {
+                p.status_since_ms = now;
+            }
             p.mode = mode;
             p.busy = None;
         }
@@ -640,7 +653,15 @@ impl Ring {
     }
 
     fn complete_join(&mut self, host_id: &str) {
+        let now = self.now_ms;
         let node = self.nodes.get_mut(host_id).expect("exists");
+        if node.state == RingState::Hibernating
+            && let Some(p) = node.process.as_mut()
+        {
+            // Out of hibernation: the others mark it UP once gossip tells
+            // them (its NORMAL status reaches them).
+            p.up_since_ms = now;
+        }
         node.state = RingState::Normal;
         node.down_since_ms = None;
         let dir = node.data_dir.clone();

@@ -69,10 +69,14 @@ impl Ring {
                 return Err(refusal);
             }
         }
-        let until_ms = self.now_ms + self.options.timing.decommission_ms;
+        let now = self.now_ms;
+        let until_ms = now + self.options.timing.decommission_ms;
         let node = self.nodes.get_mut(host_id).expect("exists");
         node.state = RingState::Leaving;
         let p = node.process.as_mut().expect("running");
+        if p.mode != OperationMode::Leaving {
+            p.status_since_ms = now;
+        }
         p.mode = OperationMode::Leaving;
         p.busy = Some(Busy {
             operation: Operation::Decommission,
@@ -204,20 +208,34 @@ impl Ring {
     /// abandoned where it was.
     pub fn kill(&mut self, host_id: &str) -> Result<(), RingError> {
         let now = self.now_ms;
+        let ended = self.ended_process(host_id);
         let node = self
             .nodes
             .get_mut(host_id)
             .ok_or_else(|| RingError::UnknownNode {
                 host_id: host_id.to_string(),
             })?;
-        if node.process.take().is_some() && node.down_since_ms.is_none() {
-            node.down_since_ms = Some(now);
+        if node.process.take().is_some() {
+            node.last_process = ended;
+            if node.down_since_ms.is_none() {
+                node.down_since_ms = Some(now);
+            }
         }
         if node.state == RingState::Left {
             // Gossip forgets a departed member once its process is gone.
             self.nodes.remove(host_id);
         }
         Ok(())
+    }
+
+    /// The process stops cleanly (SIGTERM: Cassandra's shutdown hook drains
+    /// and `Gossiper.stop` announces the shutdown, so the others record
+    /// `shutdown,true`), then exits like [`Ring::kill`].
+    pub fn stop(&mut self, host_id: &str) -> Result<(), RingError> {
+        if self.running(host_id).is_ok() {
+            self.drain(host_id)?;
+        }
+        self.kill(host_id)
     }
 
     /// `nodetool removenode force` (StorageService.java,
@@ -263,6 +281,9 @@ impl Ring {
         let node = self.nodes.get_mut(host_id).expect("exists");
         node.down_since_ms.get_or_insert(now);
         let p = node.process.as_mut().expect("running");
+        if p.mode != OperationMode::Drained {
+            p.status_since_ms = now;
+        }
         p.mode = OperationMode::Drained;
         p.busy = None;
         Ok(())

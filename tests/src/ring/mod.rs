@@ -32,11 +32,14 @@
 //! errors, re-exported here); `join.rs` startup, bootstrap, replacement and
 //! the completions ([`Ring::advance`], [`Ring::finish`]); `leave.rs`
 //! decommission, removenode, kill, disk wipe, drain, repair and cleanup;
-//! `murmur3.rs` and `placement.rs` tokens and replica placement; `view.rs`
+//! `gossip.rs` generations and what each node sees of the others (the
+//! lagging per-node view); `murmur3.rs` and `placement.rs` tokens and
+//! replica placement; `view.rs`
 //! the status table, the data check and the snapshot; `tests.rs` the rules
 //! and scenarios at model level, `tests_rules.rs` the startup and schema
 //! rules per Cassandra version.
 
+mod gossip;
 mod join;
 mod leave;
 mod murmur3;
@@ -47,17 +50,23 @@ mod view;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_gossip;
+#[cfg(test)]
 mod tests_rules;
 
 use serde::{Serialize, Serializer};
 use std::collections::{BTreeMap, BTreeSet};
 
+pub use gossip::{
+    GossipEndpoint, GossipView, HEARTBEAT_SHUTDOWN, INITIAL_STATUS_VERSION, STARTUP_VERSIONS,
+};
 pub use murmur3::{Rng, Token, hash3_x64_128, token_of};
 pub use placement::{Endpoint, Replication, TokenMap};
 pub use types::{
-    BootstrapState, Busy, Completion, Consistency, DataDir, DecommissionStart, HostId, Keyspace,
-    Node, NodeConfig, Operation, OperationMode, Options, Process, RingError, RingState,
-    SYSTEM_KEYSPACES, Started, Startup, StorageCompatibility, Timing, Version,
+    BootstrapState, Busy, Completion, Consistency, DEFAULT_EPOCH_S, DataDir, DecommissionStart,
+    EndedProcess, GossipStatus, HostId, Keyspace, Node, NodeConfig, Operation, OperationMode,
+    Options, Process, RingError, RingState, SYSTEM_KEYSPACES, Started, Startup,
+    StorageCompatibility, Timing, Version,
 };
 pub use view::{
     BYTES_PER_COPY, CheckReport, KeyReport, NodeStatus, ReplicaCopy, StatusRow, StatusTable,
@@ -148,12 +157,14 @@ impl Ring {
         self.options.timing = timing;
     }
 
-    /// Addresses of the members gossip sees up (`LiveNodes`).
+    /// Addresses of the members whose process gossips (the global truth;
+    /// one node's `LiveNodes` lags: [`Ring::sees_up`]).
     pub fn live_nodes(&self) -> Vec<String> {
         self.addresses(|n| n.is_up())
     }
 
-    /// Addresses of the members gossip sees down (`UnreachableNodes`).
+    /// Addresses of the members whose process does not gossip (the global
+    /// truth; one node's `UnreachableNodes` lags: [`Ring::sees_up`]).
     pub fn unreachable_nodes(&self) -> Vec<String> {
         self.addresses(|n| !n.is_up())
     }

@@ -221,6 +221,72 @@ pub struct Process {
     pub mode: OperationMode,
     pub busy: Option<Busy>,
     pub seeds: Vec<String>,
+    /// Its gossip generation: seconds since the epoch at its start, above
+    /// every earlier one of its host ID (`SystemKeyspace.incrementAndGetGeneration`).
+    pub generation: i64,
+    /// Model time it started (began gossiping).
+    pub started_ms: u64,
+    /// Model time from which the others may mark it UP: its start, or the
+    /// end of its hibernation (a replacement at the same address).
+    pub up_since_ms: u64,
+    /// Model time its gossip `STATUS` last changed.
+    pub status_since_ms: u64,
+}
+
+/// What gossip last heard of a member's process that is gone: a peer that
+/// has not yet heard of its next process still holds this.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EndedProcess {
+    pub generation: i64,
+    /// Its last heartbeat version (`Integer.MAX_VALUE` once it announced its
+    /// shutdown).
+    pub heartbeat: i64,
+    /// Its last `STATUS`, and the version of it.
+    pub status: GossipStatus,
+    pub status_version: i64,
+    /// Model time it ended (killed) or announced its shutdown.
+    pub ended_ms: u64,
+}
+
+/// A member's gossip `STATUS` (`VersionedValue`: `NORMAL,<token>`, ...),
+/// without the form each line and product writes it in.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GossipStatus {
+    /// `BOOT,<first token>`.
+    Boot { token: String },
+    /// `BOOT_REPLACE,<replaced address>`.
+    BootReplace { replaced: String },
+    /// `hibernate,true` (replacing a dead member at its own address).
+    Hibernate,
+    /// `NORMAL,<first token>`.
+    Normal { token: String },
+    /// `LEAVING,<first token>`.
+    Leaving { token: String },
+    /// `LEFT,<first token>,<expire time in epoch ms>`.
+    Left { token: String, expire_ms: i64 },
+    /// `shutdown,true` (drained, or stopped cleanly).
+    #[default]
+    Shutdown,
+}
+
+impl GossipStatus {
+    /// The value as Cassandra and ScyllaDB gossip it (`STATUS`); `port`
+    /// is added to a replaced address (`STATUS_WITH_PORT`).
+    pub fn value(&self, port: Option<u16>) -> String {
+        match self {
+            GossipStatus::Boot { token } => format!("BOOT,{token}"),
+            GossipStatus::BootReplace { replaced } => match port {
+                Some(p) => format!("BOOT_REPLACE,{replaced}:{p}"),
+                None => format!("BOOT_REPLACE,{replaced}"),
+            },
+            GossipStatus::Hibernate => "hibernate,true".to_string(),
+            GossipStatus::Normal { token } => format!("NORMAL,{token}"),
+            GossipStatus::Leaving { token } => format!("LEAVING,{token}"),
+            GossipStatus::Left { token, expire_ms } => format!("LEFT,{token},{expire_ms}"),
+            GossipStatus::Shutdown => "shutdown,true".to_string(),
+        }
+    }
 }
 
 /// A ring member (an endpoint in gossip), keyed by host ID.
@@ -244,6 +310,8 @@ pub struct Node {
     pub process: Option<Process>,
     /// Model time at which it went down (for the hint window).
     pub down_since_ms: Option<u64>,
+    /// Its last process that ended, as gossip last heard of it.
+    pub last_process: Option<EndedProcess>,
 }
 
 impl Node {
@@ -298,6 +366,9 @@ pub struct DataDir {
     /// The release line of the last node that ran on it: what its system
     /// tables and newest sstables were written by.
     pub written_by: Option<Version>,
+    /// The gossip generation of the last process that ran on it
+    /// (`system.local.gossip_generation`).
+    pub generation: Option<i64>,
 }
 
 impl DataDir {
@@ -310,6 +381,7 @@ impl DataDir {
             bootstrap: BootstrapState::NeedsBootstrap,
             copies: BTreeMap::new(),
             written_by: None,
+            generation: None,
         }
     }
 
@@ -424,6 +496,11 @@ pub struct Timing {
     /// `max_hint_window` (3 hours by default): no hints are stored for a
     /// node down for longer.
     pub max_hint_window_ms: u64,
+    /// How long gossip takes, at most, to tell a node that a peer
+    /// (re)started: each observer marks it UP after a lag between half
+    /// this and this, its own per (observer, peer, generation). Going down
+    /// is seen at once.
+    pub gossip_lag_ms: u64,
 }
 
 impl Default for Timing {
@@ -433,9 +510,13 @@ impl Default for Timing {
             replace_ms: 2_000,
             decommission_ms: 2_000,
             max_hint_window_ms: 3 * 3600 * 1000,
+            gossip_lag_ms: 1_000,
         }
     }
 }
+
+/// The default [`Options::epoch_s`] (2023-11-14).
+pub const DEFAULT_EPOCH_S: i64 = 1_700_000_000;
 
 /// How a ring is set up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -445,6 +526,9 @@ pub struct Options {
     pub timing: Timing,
     /// Create Cassandra's replicated system keyspaces ([`SYSTEM_KEYSPACES`]).
     pub system_keyspaces: bool,
+    /// The epoch second the model clock's zero stands for: gossip
+    /// generations are this plus the model's seconds.
+    pub epoch_s: i64,
 }
 
 impl Default for Options {
@@ -453,6 +537,7 @@ impl Default for Options {
             seed: 1,
             timing: Timing::default(),
             system_keyspaces: true,
+            epoch_s: DEFAULT_EPOCH_S,
         }
     }
 }
