@@ -26,6 +26,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+use testworld::fake_cassandra::ring_service::RingService;
 use testworld::harness::{self, World, WorldOptions, container_logs, fast_ring, tail};
 use testworld::kubesim::KubeSim;
 use testworld::kubesim::store::{EventType, Target};
@@ -48,12 +49,66 @@ fn member(ordinal: usize) -> String {
 
 /// Records, at every committed change of the namespace's Pods, how many
 /// of the rack's members are not Ready (no Pod, a Pod not Ready, or one
-/// being deleted), and every moment more than one is.
+/// being deleted), and every moment more than one is. And, each time a
+/// member is taken down (its Pod marked for deletion), whether every other
+/// running member's gossip (the fake ring's per-node views, which lag as
+/// real gossip does) sees every other member UP at the generation it
+/// runs: readiness alone does not say so, and a member taken down while a
+/// peer still sees the previous one down leaves two replicas missing for
+/// that peer.
 pub(crate) struct RollWatch {
     breaches: Arc<Mutex<Vec<String>>>,
     /// Pods deleted, by member.
     deletions: Arc<Mutex<BTreeMap<String, usize>>>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// Where the ring's running members, the one taken down aside, do not see
+/// each other UP at their current generations: one line each.
+fn gossip_gaps(
+    ring: &RingService,
+    addresses: &BTreeMap<String, String>,
+    leaving: &str,
+) -> Vec<String> {
+    let leaving = addresses.get(leaving).cloned().unwrap_or_default();
+    let members: Vec<&String> = addresses.values().filter(|a| **a != leaving).collect();
+    let mut gaps = Vec::new();
+    for cluster in ring.clusters() {
+        let views = ring
+            .with_cluster(&cluster, |r| {
+                r.gossip_views()
+                    .into_iter()
+                    .map(|v| {
+                        let runs: BTreeMap<String, Option<i64>> = members
+                            .iter()
+                            .map(|a| {
+                                let host = r.nodes().find(|n| &n.address == *a);
+                                ((*a).clone(), host.and_then(|n| r.generation(&n.host_id)))
+                            })
+                            .collect();
+                        (v, runs)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        for (view, runs) in views {
+            if !members.contains(&&view.address) {
+                continue;
+            }
+            for (address, generation) in &runs {
+                match (view.up.get(address), generation) {
+                    (Some(seen), Some(runs)) if seen == runs => {}
+                    (None, None) => {}
+                    (seen, runs) => gaps.push(format!(
+                        "{} sees {address} {} (it runs {runs:?})",
+                        view.address,
+                        seen.map_or("DOWN".to_string(), |g| format!("UP at generation {g}")),
+                    )),
+                }
+            }
+        }
+    }
+    gaps
 }
 
 fn healthy(pod: &Value) -> bool {
@@ -103,6 +158,21 @@ impl RollWatch {
                 "members not Ready when the watch started: {initially:?}"
             ));
         }
+        let services = Target::new("", "v1", "services", Some(&ns));
+        let addresses: BTreeMap<String, String> = sim
+            .store()
+            .list(&services, &Default::default())
+            .ok()
+            .and_then(|l| l["items"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|svc| {
+                let name = svc.pointer("/metadata/name")?.as_str()?.to_string();
+                let ip = svc.pointer("/spec/clusterIP")?.as_str()?.to_string();
+                ready.contains_key(&name).then_some((name, ip))
+            })
+            .collect();
+        let ring = sim.ring().clone();
         let (found, deleted) = (breaches.clone(), deletions.clone());
         let task = tokio::spawn(async move {
             loop {
@@ -128,11 +198,28 @@ impl RollWatch {
                 let Some(state) = ready.get_mut(&name) else {
                     continue;
                 };
+                let was_healthy = *state;
                 if event.kind == EventType::Deleted {
                     *state = false;
-                    *deleted.lock().unwrap().entry(name).or_default() += 1;
+                    *deleted.lock().unwrap().entry(name.clone()).or_default() += 1;
                 } else {
                     *state = healthy(&event.object);
+                }
+                let taken_down = was_healthy
+                    && (event.kind == EventType::Deleted
+                        || event
+                            .object
+                            .pointer("/metadata/deletionTimestamp")
+                            .is_some());
+                if taken_down {
+                    let gaps = gossip_gaps(&ring, &addresses, &name);
+                    if !gaps.is_empty() {
+                        found.lock().unwrap().push(format!(
+                            "rv {}: {name} taken down while the ring had not settled: {}",
+                            event.rv,
+                            gaps.join("; ")
+                        ));
+                    }
                 }
                 let down = not_ready(&ready);
                 if down.len() > 1 {
@@ -154,7 +241,7 @@ impl RollWatch {
         let breaches = self.breaches.lock().unwrap();
         assert!(
             breaches.is_empty(),
-            "{what}: more than one member down at a time:\n{}",
+            "{what}: more than one member down at a time, or one taken down before the ring settled:\n{}",
             breaches.join("\n")
         );
     }
@@ -168,6 +255,141 @@ impl Drop for RollWatch {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// The ring's host ID of the member at `address`.
+fn host_at(ring: &RingService, address: &str) -> Option<String> {
+    ring.clusters().iter().find_map(|c| {
+        ring.with_cluster(c, |r| {
+            r.nodes()
+                .find(|n| n.address == address)
+                .map(|n| n.host_id.to_string())
+        })
+        .flatten()
+    })
+}
+
+/// Polls `check` every 50 ms for up to `secs`.
+async fn poll<F, Fut>(secs: u64, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+/// During a roll: once member 2 is taken down, cuts member 0's network to
+/// it (member 0 hears of it through member 1 but sees it DOWN, as a node
+/// does whose echo to a peer never returns). Once member 2 is back Ready
+/// on its new Pod, the roll must hold: `Progressing` names the ring, and
+/// for 4 s member 1 is not taken down. Then heals the cut. What went
+/// wrong, if anything.
+async fn cut_gossip_while_rolling(
+    client: kube::Client,
+    ring: Arc<RingService>,
+) -> Result<(), String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), NS);
+    let clusters: Api<Cluster> = Api::namespaced(client, NS);
+    let address = |name: String| {
+        let services = services.clone();
+        async move {
+            services
+                .get(&name)
+                .await
+                .ok()
+                .and_then(|s| s.spec?.cluster_ip)
+                .ok_or(format!("no ClusterIP for {name}"))
+        }
+    };
+    let (observer, subject) = (
+        host_at(&ring, &address(member(0)).await?).ok_or("member 0 in no ring")?,
+        host_at(&ring, &address(member(2)).await?).ok_or("member 2 in no ring")?,
+    );
+    let uid = |pod: &Pod| pod.metadata.uid.clone().unwrap_or_default();
+    let before = pods.get(&member(2)).await.map_err(|e| e.to_string())?;
+    let taken_down = poll(60, || async {
+        pods.get_opt(&member(2))
+            .await
+            .ok()
+            .flatten()
+            .is_none_or(|p| p.metadata.deletion_timestamp.is_some() || uid(&p) != uid(&before))
+    })
+    .await;
+    if !taken_down {
+        return Err("member 2 was never taken down".into());
+    }
+    let cut = |on: bool| {
+        ring.with_cluster(&ring.clusters()[0], |r| {
+            r.cut_gossip(&observer, &subject, on)
+        });
+    };
+    cut(true);
+    let result = async {
+        let back = poll(60, || async {
+            pods.get_opt(&member(2))
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|p| {
+                    uid(&p) != uid(&before)
+                        && p.metadata.deletion_timestamp.is_none()
+                        && p.status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .is_some_and(|cs| {
+                                cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                            })
+                })
+        })
+        .await;
+        if !back {
+            return Err("member 2 did not come back Ready".to_string());
+        }
+        let named = poll(20, || async {
+            clusters.get("c").await.ok().is_some_and(|c| {
+                condition(&c, "Progressing").is_some_and(|(_, _, message)| {
+                    message.contains("member 0 of rack r does not see member 2 of rack r up yet")
+                })
+            })
+        })
+        .await;
+        if !named {
+            let now = clusters
+                .get("c")
+                .await
+                .ok()
+                .and_then(|c| condition(&c, "Progressing"));
+            return Err(format!(
+                "Progressing never said that member 0 does not see member 2: {now:?}"
+            ));
+        }
+        let next_before = pods.get(&member(1)).await.map_err(|e| e.to_string())?;
+        let next_taken = poll(4, || async {
+            pods.get_opt(&member(1))
+                .await
+                .ok()
+                .flatten()
+                .is_none_or(|p| {
+                    p.metadata.deletion_timestamp.is_some() || uid(&p) != uid(&next_before)
+                })
+        })
+        .await;
+        if next_taken {
+            return Err("member 1 was taken down while member 0 saw member 2 DOWN".into());
+        }
+        Ok(())
+    }
+    .await;
+    cut(false);
+    result
 }
 
 /// The test world with one zone, the operator started with a small
@@ -498,6 +720,13 @@ async fn every_trigger_rolls_one_member_at_a_time_and_refusals_change_nothing() 
         },
     )
     .await;
+    // During this roll, member 0's network to member 2 fails once member 2
+    // is taken down: member 2 comes back Ready, but member 0 sees it DOWN,
+    // and the roll must hold until it is healed.
+    let cut = tokio::spawn(cut_gossip_while_rolling(
+        world.client.clone(),
+        world.sim.ring().clone(),
+    ));
     roll(&world, &clusters, &log, "restartedAt", "cassandra:4.1.8", || async {
         patch_cluster(
             &clusters,
@@ -507,6 +736,9 @@ async fn every_trigger_rolls_one_member_at_a_time_and_refusals_change_nothing() 
         .unwrap();
     })
     .await;
+    cut.await
+        .expect("the gossip cut task")
+        .unwrap_or_else(|e| panic!("restartedAt, a peer's gossip cut: {e}\n{}", tail(&log)));
     roll(
         &world,
         &clusters,

@@ -189,10 +189,31 @@ impl Ring {
         let Some(sp) = &s.process else {
             return false;
         };
+        if self
+            .gossip_cuts
+            .contains(&(observer.to_string(), subject.to_string()))
+        {
+            return false;
+        }
         s.is_up()
             && self.now_ms
                 >= sp.up_since_ms.max(op.started_ms)
                     + self.gossip_lag(observer, subject, sp.generation)
+    }
+
+    /// Cuts (or, with `cut` false, heals) the network from `observer` to
+    /// `subject`: as in Cassandra, where a node marks a peer alive only when
+    /// its echo to it returns (`Gossiper.markAlive`), the observer keeps
+    /// hearing of the subject through the others but sees it DOWN until
+    /// healed. A NetworkPolicy, a conntrack or MTU problem between two
+    /// Nodes does this to real clusters.
+    pub fn cut_gossip(&mut self, observer: &str, subject: &str, cut: bool) {
+        let pair = (observer.to_string(), subject.to_string());
+        if cut {
+            self.gossip_cuts.insert(pair);
+        } else {
+            self.gossip_cuts.remove(&pair);
+        }
     }
 
     /// Whether `observer` has heard of `subject`'s current process at all

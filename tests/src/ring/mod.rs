@@ -85,6 +85,10 @@ pub struct Ring {
     keyspaces: BTreeMap<String, Keyspace>,
     /// Hints stored for down replicas: host ID -> (keyspace, key).
     hints: BTreeMap<HostId, BTreeSet<(String, String)>>,
+    /// (observer, subject) host IDs between which the network fails: the
+    /// observer hears of the subject through others, but its echo to it
+    /// never returns, so its failure detector never marks it UP.
+    gossip_cuts: BTreeSet<(HostId, HostId)>,
 }
 
 /// One copy to add: (data directory, keyspace, key).
@@ -98,6 +102,7 @@ impl Ring {
             options,
             now_ms: 0,
             nodes: BTreeMap::new(),
+            gossip_cuts: BTreeSet::new(),
             data_dirs: BTreeMap::new(),
             keyspaces: BTreeMap::new(),
             hints: BTreeMap::new(),

@@ -191,3 +191,24 @@ fn a_replacement_at_the_same_address_is_seen_up_after_its_hibernation() {
     assert!(matches!(held.status, GossipStatus::Normal { .. }));
     assert!(held.status_version > INITIAL_STATUS_VERSION);
 }
+
+#[test]
+fn a_cut_network_keeps_one_observer_seeing_a_peer_down_until_healed() {
+    let (mut ring, ids) = settled();
+    ring.cut_gossip(&ids[0], &ids[1], true);
+    assert!(
+        !ring.sees_up(&ids[0], &ids[1]),
+        "cut: DOWN for the observer"
+    );
+    assert!(ring.sees_up(&ids[1], &ids[0]), "one way only");
+    assert!(ring.sees_up(&ids[2], &ids[1]), "the others still see it");
+    ring.advance(10 * ring.options().timing.gossip_lag_ms);
+    assert!(!ring.sees_up(&ids[0], &ids[1]), "time does not heal it");
+    assert_eq!(
+        ring.gossip_disagreements(),
+        vec![format!("{} sees {} DOWN", addr(1), addr(2))]
+    );
+    ring.cut_gossip(&ids[0], &ids[1], false);
+    assert!(ring.sees_up(&ids[0], &ids[1]), "healed");
+    assert!(all_see_all(&ring, &ids));
+}
