@@ -28,7 +28,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crds::contract::{Decommission, is_seed};
+use crds::contract::{Decommission, GossipMember, GossipView, is_seed, ring_settled};
 use crds::v1alpha1::{ClusterMode, ClusterSpec};
 use crds::versions::{Version, cassandra_upgrade};
 
@@ -57,7 +57,8 @@ pub struct MemberObserved {
     pub pod_terminating: bool,
     /// When its Pod was created (seconds since the epoch).
     pub pod_created: Option<i64>,
-    /// Its restart (a roll) has not brought it back Ready within the bound:
+    /// Its restart (a roll) has not brought it back (Ready, and seen up by
+    /// every member) within the bound:
     /// set by [`crate::observe::overdue_restarts`].
     pub restart_overdue: bool,
 }
@@ -93,6 +94,10 @@ pub struct ServiceObserved {
     /// The controller's record of a restart under way (a roll evicts the
     /// member): when it was recorded, RFC 3339.
     pub restarting: Option<String>,
+    /// The gossip generation the member ran when the roll took it down.
+    pub restarted_from_generation: Option<i64>,
+    /// What the member's gossip says, as its sidecar recorded it.
+    pub gossip: Option<GossipView>,
 }
 
 impl ServiceObserved {
@@ -238,6 +243,13 @@ pub enum WaitReason {
     StatefulSetNotObserved { rack: String },
     /// The PodDisruptionBudget does not allow the member's eviction now.
     EvictionRefused { rack: String, member: i32 },
+    /// A roll waits for the ring: a member's gossip does not show every
+    /// member up under the generation it runs (`detail` says which).
+    RingNotSettled {
+        rack: String,
+        member: i32,
+        detail: String,
+    },
 }
 
 /// Why the controller refuses to act (until the spec or the objects change).
@@ -315,6 +327,8 @@ pub enum Action {
         rack: String,
         member: i32,
         resource_version: String,
+        /// The gossip generation it runs, as its sidecar recorded it.
+        generation: Option<i64>,
     },
     /// A member with a recorded restart still runs the old template: evict
     /// its Pod (again: the first eviction was refused or never sent).
@@ -754,10 +768,28 @@ fn restart_under_way(spec: &ClusterSpec, observed: &Observed) -> Option<Action> 
             }
             let outdated = state.outdated(observed_rack);
             if state.pod_ready && !outdated {
-                return Some(Action::FinishRestart {
+                // Ready on the new template; back when the ring says so.
+                let detail = match back_in_ring(spec, observed, &rack.name, member) {
+                    None => {
+                        return Some(Action::FinishRestart {
+                            rack: rack_name,
+                            member,
+                        });
+                    }
+                    Some(detail) => detail,
+                };
+                if state.restart_overdue {
+                    return Some(Action::Refuse(Refusal::MemberRestartStuck {
+                        rack: rack_name,
+                        member,
+                        since,
+                    }));
+                }
+                return Some(Action::Wait(WaitReason::RingNotSettled {
                     rack: rack_name,
                     member,
-                });
+                    detail,
+                }));
             }
             if outdated && !state.pod_terminating {
                 return Some(Action::EvictMember {
@@ -804,26 +836,117 @@ fn next_restart(spec: &ClusterSpec, observed: &Observed) -> Option<Action> {
         else {
             continue;
         };
-        return Some(
-            match state
-                .service
-                .as_ref()
-                .and_then(|s| s.resource_version.clone())
-            {
-                Some(resource_version) => Action::RestartMember {
-                    rack: rack.name.clone(),
-                    member,
-                    resource_version,
-                },
-                // The repair above makes a missing member Service first.
-                None => Action::Wait(WaitReason::MemberNotReady {
-                    rack: rack.name.clone(),
-                    member,
-                }),
+        // Only out of a settled ring: a member the others do not see up
+        // yet (the one rolled last) counts as down for them.
+        if let Err(unsettled) = ring_settled(&gossip_members(spec, observed).as_members(), &[]) {
+            return Some(Action::Wait(WaitReason::RingNotSettled {
+                rack: rack.name.clone(),
+                member,
+                detail: unsettled.to_string(),
+            }));
+        }
+        let service = state.service.as_ref();
+        return Some(match service.and_then(|s| s.resource_version.clone()) {
+            Some(resource_version) => Action::RestartMember {
+                rack: rack.name.clone(),
+                member,
+                resource_version,
+                generation: service
+                    .and_then(|s| s.gossip.as_ref())
+                    .map(|g| g.generation),
             },
-        );
+            // The repair above makes a missing member Service first.
+            None => Action::Wait(WaitReason::MemberNotReady {
+                rack: rack.name.clone(),
+                member,
+            }),
+        });
     }
     None
+}
+
+/// The running members with an address, as the gossip rule judges them.
+struct GossipMembers<'a> {
+    members: Vec<(String, &'a str, Option<&'a GossipView>)>,
+}
+
+impl GossipMembers<'_> {
+    fn as_members(&self) -> Vec<GossipMember<'_>> {
+        self.members
+            .iter()
+            .map(|(name, address, view)| GossipMember {
+                name,
+                address,
+                view: *view,
+            })
+            .collect()
+    }
+}
+
+fn member_label(rack: &str, member: i32) -> String {
+    format!("member {member} of rack {rack}")
+}
+
+fn gossip_members<'a>(spec: &ClusterSpec, observed: &'a Observed) -> GossipMembers<'a> {
+    let mut members = Vec::new();
+    for rack in &spec.datacenter.racks {
+        let Some(observed_rack) = observed.racks.get(&rack.name) else {
+            continue;
+        };
+        for (&member, state) in observed_rack
+            .members
+            .range(..observed_rack.replicas.unwrap_or(0))
+        {
+            let Some(service) = state.service.as_ref() else {
+                continue;
+            };
+            let Some(address) = service.cluster_ip.as_deref() else {
+                continue;
+            };
+            members.push((
+                member_label(&rack.name, member),
+                address,
+                service.gossip.as_ref(),
+            ));
+        }
+    }
+    GossipMembers { members }
+}
+
+/// Whether a member a roll restarted is back in the ring: its record shows
+/// a generation newer than the one it ran when it was taken down, and every
+/// member sees every member up ([`ring_settled`]). `None` when it is back,
+/// else why not.
+fn back_in_ring(
+    spec: &ClusterSpec,
+    observed: &Observed,
+    rack: &str,
+    member: i32,
+) -> Option<String> {
+    let service = observed
+        .racks
+        .get(rack)?
+        .members
+        .get(&member)?
+        .service
+        .as_ref()?;
+    let name = member_label(rack, member);
+    if let Some(before) = service.restarted_from_generation
+        && service
+            .gossip
+            .as_ref()
+            .is_none_or(|g| g.generation <= before)
+    {
+        return Some(format!(
+            "{name} has not recorded the gossip generation of its new start yet"
+        ));
+    }
+    ring_settled(
+        &gossip_members(spec, observed).as_members(),
+        &[name.as_str()],
+    )
+    .err()
+    .map(|u| u.to_string())
 }
 
 /// How many running members run a template other than their rack's.
@@ -1954,16 +2077,61 @@ mod tests {
     }
 
     /// A member whose restart the controller recorded.
+    /// A member whose restart the controller recorded when it ran gossip
+    /// generation 50 (older than any the members run in [`rolling`]).
     fn restarting(m: MemberObserved) -> MemberObserved {
         with(m, |m| {
-            m.service.as_mut().expect("a Service").restarting = Some("2026-01-01T00:00:00Z".into())
+            let service = m.service.as_mut().expect("a Service");
+            service.restarting = Some("2026-01-01T00:00:00Z".into());
+            service.restarted_from_generation = Some(50);
         })
     }
 
-    /// Rack "b" of 3 replicas whose StatefulSet's update revision is "new".
+    /// The gossip generation member `i` runs in a settled ring.
+    fn generation(i: i32) -> i64 {
+        100 + i64::from(i)
+    }
+
+    /// Every member's gossip record shows every member up under the
+    /// generation it runs.
+    fn settled(mut observed: Observed) -> Observed {
+        let up: BTreeMap<String, i64> = observed
+            .racks
+            .values()
+            .flat_map(|r| r.members.iter())
+            .filter_map(|(&i, m)| Some((m.service.as_ref()?.cluster_ip.clone()?, generation(i))))
+            .collect();
+        for rack in observed.racks.values_mut() {
+            for (&i, m) in rack.members.iter_mut() {
+                if let Some(service) = m.service.as_mut() {
+                    service.gossip = Some(GossipView {
+                        generation: generation(i),
+                        up: up.clone(),
+                        down: BTreeSet::new(),
+                    });
+                }
+            }
+        }
+        observed
+    }
+
+    /// Rack "b" of 3 replicas whose StatefulSet's update revision is "new",
+    /// its ring settled.
     fn rolling(members: Vec<MemberObserved>) -> Observed {
         let mut observed = racks(members.len() as i32, members);
         observed.racks.get_mut("b").expect("rack b").update_revision = Some("new".into());
+        settled(observed)
+    }
+
+    /// Changes what member `i`'s gossip record says.
+    fn gossip_of(mut observed: Observed, i: i32, f: impl FnOnce(&mut GossipView)) -> Observed {
+        let service = observed
+            .racks
+            .get_mut("b")
+            .and_then(|r| r.members.get_mut(&i))
+            .and_then(|m| m.service.as_mut())
+            .expect("member of rack b with a Service");
+        f(service.gossip.as_mut().expect("a gossip record"));
         observed
     }
 
@@ -1989,6 +2157,7 @@ mod tests {
                     rack: b(),
                     member: 2,
                     resource_version: rv(2),
+                    generation: Some(generation(2)),
                 },
             ),
             (
@@ -2041,6 +2210,88 @@ mod tests {
                 },
             ),
             (
+                "Ready on the new template, its record still of the start it was taken down from: wait",
+                spec(&[("b", 3)]),
+                rolling(vec![
+                    old(0),
+                    old(1),
+                    with(restarting(new(2)), |m| {
+                        m.service.as_mut().expect("a Service").restarted_from_generation =
+                            Some(generation(2))
+                    }),
+                ]),
+                Wait(WaitReason::RingNotSettled {
+                    rack: b(),
+                    member: 2,
+                    detail: "member 2 of rack b has not recorded the gossip generation of its new start yet".into(),
+                }),
+            ),
+            (
+                "Ready without any record of its gossip: wait",
+                spec(&[("b", 3)]),
+                {
+                    let mut o = rolling(vec![old(0), old(1), restarting(new(2))]);
+                    let rack = o.racks.get_mut("b").expect("rack b");
+                    let m = rack.members.get_mut(&2).expect("member 2");
+                    m.service.as_mut().expect("a Service").gossip = None;
+                    o
+                },
+                Wait(WaitReason::RingNotSettled {
+                    rack: b(),
+                    member: 2,
+                    detail: "member 2 of rack b has not recorded the gossip generation of its new start yet".into(),
+                }),
+            ),
+            (
+                "Ready, but another member still knows it by its old start: wait",
+                spec(&[("b", 3)]),
+                gossip_of(
+                    rolling(vec![old(0), old(1), restarting(new(2))]),
+                    0,
+                    |g| {
+                        g.up.insert("10.96.0.2".into(), 50);
+                    },
+                ),
+                Wait(WaitReason::RingNotSettled {
+                    rack: b(),
+                    member: 2,
+                    detail: "member 0 of rack b does not see member 2 of rack b up yet".into(),
+                }),
+            ),
+            (
+                "Ready, but not seen up within the bound: the roll stops",
+                spec(&[("b", 3)]),
+                gossip_of(
+                    rolling(vec![
+                        old(0),
+                        old(1),
+                        with(restarting(new(2)), |m| m.restart_overdue = true),
+                    ]),
+                    1,
+                    |g| {
+                        g.up.remove("10.96.0.2");
+                        g.down.insert("10.96.0.2".into());
+                    },
+                ),
+                Refuse(Refusal::MemberRestartStuck {
+                    rack: b(),
+                    member: 2,
+                    since: "2026-01-01T00:00:00Z".into(),
+                }),
+            ),
+            (
+                "the next member goes only out of a settled ring",
+                spec(&[("b", 3)]),
+                gossip_of(rolling(vec![old(0), old(1), new(2)]), 2, |g| {
+                    g.up.remove("10.96.0.0");
+                }),
+                Wait(WaitReason::RingNotSettled {
+                    rack: b(),
+                    member: 1,
+                    detail: "member 2 of rack b does not see member 0 of rack b up yet".into(),
+                }),
+            ),
+            (
                 "then the next one down",
                 spec(&[("b", 3)]),
                 rolling(vec![old(0), old(1), new(2)]),
@@ -2048,6 +2299,7 @@ mod tests {
                     rack: b(),
                     member: 1,
                     resource_version: rv(1),
+                    generation: Some(generation(1)),
                 },
             ),
             (
@@ -2090,6 +2342,7 @@ mod tests {
                     rack: b(),
                     member: 1,
                     resource_version: rv(1),
+                    generation: Some(generation(1)),
                 },
             ),
             (
@@ -2100,6 +2353,7 @@ mod tests {
                     rack: b(),
                     member: 0,
                     resource_version: rv(0),
+                    generation: Some(generation(0)),
                 },
             ),
             (

@@ -241,7 +241,11 @@ pub fn observe<'a>(
                 .and_then(|s| s.cluster_ip.clone())
                 .filter(|ip| !ip.is_empty() && ip != "None"),
             resource_version: meta.resource_version.clone(),
-            restarting: annotation(meta, RESTARTING).map(str::to_string),
+            restarting: annotation(meta, contract::RESTARTING).map(str::to_string),
+            restarted_from_generation: annotation(meta, contract::RESTARTED_FROM_GENERATION)
+                .and_then(|g| g.parse().ok()),
+            gossip: annotation(meta, contract::GOSSIP)
+                .and_then(contract::GossipView::from_annotation),
         });
     }
 
@@ -333,10 +337,6 @@ pub fn observe<'a>(
     observed
 }
 
-/// The annotation on a member Service recording that a roll restarts the
-/// member, with the time it was recorded (RFC 3339): the roll's only state,
-/// so that a controller restarted mid-roll resumes it.
-pub const RESTARTING: &str = "cassandra.rook.io/restarting";
 /// The label the StatefulSet controller puts on each Pod with the revision
 /// of the template it was made from.
 pub const REVISION_LABEL: &str = "controller-revision-hash";
@@ -362,7 +362,9 @@ pub fn overdue_restarts(observed: &mut Observed, now_seconds: i64, bound_seconds
                 Some(created) if on_new => created.max(recorded.as_second()),
                 _ => recorded.as_second(),
             };
-            member.restart_overdue = !member.pod_ready && now_seconds - since > bound_seconds;
+            // Ready is not back: a member the others do not see up yet is
+            // still restarting, and overdue as well past the bound.
+            member.restart_overdue = now_seconds - since > bound_seconds;
         }
     }
 }
@@ -905,7 +907,7 @@ spec:
     }
 
     #[test]
-    fn a_restart_is_overdue_only_when_not_back_within_the_bound() {
+    fn a_restart_is_overdue_when_not_back_within_the_bound() {
         let recorded = "2026-01-01T00:00:00Z";
         let t = recorded
             .parse::<k8s_openapi::jiff::Timestamp>()
@@ -953,7 +955,9 @@ spec:
         ));
         // still the old Pod: from the record
         assert!(overdue(observed(Some("old"), Some(t - 500), false), t + 61));
-        // Ready: never
-        assert!(!overdue(observed(Some("new"), Some(t), true), t + 10_000));
+        // Ready is not back by itself (the ring must see it up too, which
+        // the decision judges): the bound counts on
+        assert!(!overdue(observed(Some("new"), Some(t), true), t + 60));
+        assert!(overdue(observed(Some("new"), Some(t), true), t + 61));
     }
 }

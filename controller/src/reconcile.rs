@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crds::contract;
 use crds::v1alpha1::{CONDITION_DEGRADED, Cluster, ClusterStatus};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -1105,12 +1106,16 @@ async fn act(
             rack,
             member,
             resource_version,
+            generation,
         } => {
             let service = member_name(cluster, rack, *member);
             let since = k8s_openapi::jiff::Timestamp::now().to_string();
             let patch = serde_json::json!({"metadata": {
                 "resourceVersion": resource_version,
-                "annotations": {crate::observe::RESTARTING: since},
+                "annotations": {
+                    contract::RESTARTING: since,
+                    contract::RESTARTED_FROM_GENERATION: generation.map(|g| g.to_string()),
+                },
             }});
             match patch_member_service(ctx, namespace, &service, &patch).await {
                 Err(Error::PatchMemberService {
@@ -1132,7 +1137,10 @@ async fn act(
         }
         Action::FinishRestart { rack, member } => {
             let service = member_name(cluster, rack, *member);
-            let patch = serde_json::json!({"metadata": {"annotations": {crate::observe::RESTARTING: null}}});
+            let patch = serde_json::json!({"metadata": {"annotations": {
+                contract::RESTARTING: null,
+                contract::RESTARTED_FROM_GENERATION: null,
+            }}});
             patch_member_service(ctx, namespace, &service, &patch).await?;
             info!(cluster = %cluster.name_any(), rack, member, "member restarted");
             publish(

@@ -203,6 +203,16 @@ fn conditions(outcome: &Outcome) -> [(&'static str, Cond); 3] {
                         "rolling the new template of rack {rack}: waiting for member {member} to come back Ready"
                     ),
                 ),
+                Action::Wait(WaitReason::RingNotSettled {
+                    rack,
+                    member,
+                    detail,
+                }) => progressing(
+                    "RollingRestart",
+                    format!(
+                        "rolling the new template of rack {rack}: member {member} waits for the ring, {detail}"
+                    ),
+                ),
                 Action::Wait(WaitReason::EvictionRefused { rack, member }) => progressing(
                     "RollingRestart",
                     format!(
@@ -321,7 +331,7 @@ pub fn refusal_reason(refusal: &Refusal) -> (&'static str, String) {
         } => (
             "MemberRestartStuck",
             format!(
-                "the roll stopped: member {member} of rack {rack}, restarted at {since}, is not back Ready on the new template; the other members are left alone until it is (look at its Pod), or change the spec back"
+                "the roll stopped: member {member} of rack {rack}, restarted at {since}, is not back (Ready on the new template and seen up by every member); the other members are left alone until it is (look at its Pod), or change the spec back"
             ),
         ),
         Refusal::OverridesRefused { rack, overrides } => (

@@ -5,8 +5,11 @@
 //! on is here, in one place, as Rook kept it in one `constants` package.
 //! Pure.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
 
 use crate::v1alpha1::ClusterMode;
 
@@ -47,6 +50,21 @@ pub const REPLACE_REQUESTED: &str = "cassandra.rook.io/replace-requested";
 /// sidecar reads it here (the REST API of the other members is bound to
 /// their loopback).
 pub const HOST_ID: &str = "cassandra.rook.io/host-id";
+
+/// Annotation, written by the sidecar while its node is NORMAL, each time
+/// what the node's gossip says changes: a [`GossipView`] as JSON. A roll
+/// takes the next member down only when every member's view shows every
+/// member up under the generation that member runs ([`ring_settled`]);
+/// readiness alone says nothing of how the others see a member.
+pub const GOSSIP: &str = "cassandra.rook.io/gossip";
+/// Annotation, written by the controller with [`RESTARTING`]: the gossip
+/// generation the member ran when a roll took it down. The member is back
+/// when its record shows a newer one.
+pub const RESTARTED_FROM_GENERATION: &str = "cassandra.rook.io/restarted-from-generation";
+/// Annotation, written by the controller: a roll restarts the member; the
+/// value is when it was recorded (RFC 3339). The roll's only state, so
+/// that a controller restarted mid-roll resumes it.
+pub const RESTARTING: &str = "cassandra.rook.io/restarting";
 
 /// [`DECOMMISSIONED`] value: the controller asks for a decommission.
 pub const DECOMMISSION_REQUESTED: &str = "false";
@@ -95,6 +113,103 @@ impl Decommission {
 /// start a node with it.
 pub fn replace_address(value: Option<&str>) -> Option<IpAddr> {
     value?.trim().parse().ok()
+}
+
+/// What a node's gossip says, as its sidecar records it ([`GOSSIP`]).
+/// Generations are gossip's: a process's start in seconds since the epoch,
+/// greater at each start of a node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GossipView {
+    /// The node's own generation.
+    pub generation: i64,
+    /// The endpoints it sees up (itself included), by broadcast address,
+    /// with the generation it knows each one by.
+    pub up: BTreeMap<String, i64>,
+    /// The endpoints in its gossip it sees down (members gone for good
+    /// stay there for days: only members' addresses count).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub down: BTreeSet<String>,
+}
+
+impl GossipView {
+    /// The annotation's value.
+    pub fn to_annotation(&self) -> String {
+        serde_json::to_string(self).expect("a GossipView serializes")
+    }
+
+    /// From the annotation's value; `None` when it is not one.
+    pub fn from_annotation(value: &str) -> Option<GossipView> {
+        serde_json::from_str(value).ok()
+    }
+}
+
+/// A member as [`ring_settled`] judges it: its name (for messages), its
+/// broadcast address (its member Service's ClusterIP) and its record.
+#[derive(Debug, Clone, Copy)]
+pub struct GossipMember<'a> {
+    pub name: &'a str,
+    pub address: &'a str,
+    pub view: Option<&'a GossipView>,
+}
+
+/// Why the ring is not settled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unsettled {
+    /// A member has not recorded its view yet (just started, or its sidecar
+    /// has not seen it NORMAL).
+    NoRecord { member: String },
+    /// `observer` does not see `peer` up, or knows it by an older generation
+    /// than the one `peer` runs (gossip has not told it of the restart).
+    NotSeenUp { observer: String, peer: String },
+}
+
+impl std::fmt::Display for Unsettled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unsettled::NoRecord { member } => {
+                write!(f, "{member} has not recorded its gossip view yet")
+            }
+            Unsettled::NotSeenUp { observer, peer } => {
+                write!(f, "{observer} does not see {peer} up yet")
+            }
+        }
+    }
+}
+
+/// Whether every member sees every member up under the generation that
+/// member runs. Members without a record (a sidecar that does not write
+/// one) are not asked, but must be seen by the others; a member whose
+/// record is required (`required`, e.g. the one a roll restarted) must
+/// have one.
+pub fn ring_settled(members: &[GossipMember<'_>], required: &[&str]) -> Result<(), Unsettled> {
+    for member in members {
+        if member.view.is_none() && required.contains(&member.name) {
+            return Err(Unsettled::NoRecord {
+                member: member.name.to_string(),
+            });
+        }
+    }
+    for observer in members {
+        let Some(view) = observer.view else {
+            continue;
+        };
+        for peer in members {
+            let seen = view.up.get(peer.address).copied();
+            let runs = peer.view.map(|v| v.generation);
+            let up = match (seen, runs) {
+                (None, _) => false,
+                (Some(seen), Some(runs)) => seen >= runs,
+                (Some(_), None) => true,
+            };
+            if !up {
+                return Err(Unsettled::NotSeenUp {
+                    observer: observer.name.to_string(),
+                    peer: peer.name.to_string(),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------
@@ -337,5 +452,112 @@ mod tests {
             choose_seeds("10.0.0.3", &ips(&["10.0.0.2", "10.0.0.1"]), true, true),
             ips(&["10.0.0.1", "10.0.0.2"])
         );
+    }
+
+    fn view(generation: i64, up: &[(&str, i64)]) -> GossipView {
+        GossipView {
+            generation,
+            up: up.iter().map(|(a, g)| (a.to_string(), *g)).collect(),
+            down: BTreeSet::new(),
+        }
+    }
+
+    fn members<'a>(views: &'a [(&'a str, &'a str, Option<GossipView>)]) -> Vec<GossipMember<'a>> {
+        views
+            .iter()
+            .map(|(name, address, view)| GossipMember {
+                name,
+                address,
+                view: view.as_ref(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn gossip_view_round_trips_through_its_annotation() {
+        let mut v = view(
+            1_700_000_100,
+            &[("10.0.0.1", 1_700_000_000), ("10.0.0.2", 1_700_000_100)],
+        );
+        v.down.insert("10.0.0.9".to_string());
+        let text = v.to_annotation();
+        assert_eq!(
+            text,
+            r#"{"generation":1700000100,"up":{"10.0.0.1":1700000000,"10.0.0.2":1700000100},"down":["10.0.0.9"]}"#
+        );
+        assert_eq!(GossipView::from_annotation(&text), Some(v));
+        assert_eq!(GossipView::from_annotation("UN"), None);
+    }
+
+    #[test]
+    fn the_ring_is_settled_when_every_member_sees_every_member_up_at_its_generation() {
+        let all_up = [("10.0.0.1", 100), ("10.0.0.2", 200), ("10.0.0.3", 300)];
+        let settled = [
+            ("a-0", "10.0.0.1", Some(view(100, &all_up))),
+            ("a-1", "10.0.0.2", Some(view(200, &all_up))),
+            ("a-2", "10.0.0.3", Some(view(300, &all_up))),
+        ];
+        assert_eq!(ring_settled(&members(&settled), &["a-2"]), Ok(()));
+
+        // a-2 restarted (generation 400): a-0 still knows it by 300.
+        let stale = [
+            ("a-0", "10.0.0.1", Some(view(100, &all_up))),
+            (
+                "a-1",
+                "10.0.0.2",
+                Some(view(
+                    200,
+                    &[("10.0.0.1", 100), ("10.0.0.2", 200), ("10.0.0.3", 400)],
+                )),
+            ),
+            (
+                "a-2",
+                "10.0.0.3",
+                Some(view(
+                    400,
+                    &[("10.0.0.1", 100), ("10.0.0.2", 200), ("10.0.0.3", 400)],
+                )),
+            ),
+        ];
+        assert_eq!(
+            ring_settled(&members(&stale), &[]),
+            Err(Unsettled::NotSeenUp {
+                observer: "a-0".into(),
+                peer: "a-2".into()
+            })
+        );
+
+        // The restarted member does not see a-0 up yet.
+        let fresh = [
+            ("a-0", "10.0.0.1", Some(view(100, &all_up))),
+            ("a-1", "10.0.0.2", Some(view(200, &all_up))),
+            (
+                "a-2",
+                "10.0.0.3",
+                Some(view(300, &[("10.0.0.2", 200), ("10.0.0.3", 300)])),
+            ),
+        ];
+        assert_eq!(
+            ring_settled(&members(&fresh), &[]).unwrap_err().to_string(),
+            "a-2 does not see a-0 up yet"
+        );
+
+        // A member without a record is not asked, but is seen; unless required.
+        let silent = [
+            ("a-0", "10.0.0.1", Some(view(100, &all_up))),
+            ("a-1", "10.0.0.2", None),
+        ];
+        assert_eq!(ring_settled(&members(&silent), &[]), Ok(()));
+        assert_eq!(
+            ring_settled(&members(&silent), &["a-1"]),
+            Err(Unsettled::NoRecord {
+                member: "a-1".into()
+            })
+        );
+        let unseen = [
+            ("a-0", "10.0.0.1", Some(view(100, &[("10.0.0.1", 100)]))),
+            ("a-1", "10.0.0.2", None),
+        ];
+        assert!(ring_settled(&members(&unseen), &[]).is_err());
     }
 }

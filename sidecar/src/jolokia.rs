@@ -655,6 +655,38 @@ impl fmt::Display for OperationMode {
     }
 }
 
+/// An endpoint as a node's gossip knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GossipEndpoint {
+    /// Its broadcast address, bare (`10.0.0.5`).
+    pub address: String,
+    /// The node's failure detector sees it up.
+    pub up: bool,
+    /// The gossip generation the node knows it by.
+    pub generation: Option<i64>,
+}
+
+/// Each endpoint's generation in a FailureDetector `AllEndpointStates`
+/// dump (`FailureDetector.appendEndpointState`, 3.11 to 5.0): a line with
+/// the endpoint (`/10.0.0.5`, or `/10.0.0.5:7000` in the `WithPort` form),
+/// then indented `  generation:N`, `  heartbeat:N` and one line per
+/// application state. Addresses without `/` and port. Pure.
+pub fn endpoint_generations(dump: &str) -> BTreeMap<String, i64> {
+    let mut generations = BTreeMap::new();
+    let mut endpoint: Option<&str> = None;
+    for line in dump.lines() {
+        if !line.starts_with(char::is_whitespace) && !line.trim().is_empty() {
+            endpoint = Some(endpoint_host(line));
+        } else if let (Some(address), Some(value)) =
+            (endpoint, line.trim().strip_prefix("generation:"))
+            && let Ok(generation) = value.trim().parse()
+        {
+            generations.insert(address.to_string(), generation);
+        }
+    }
+    generations
+}
+
 /// The host part of an endpoint as Cassandra's MBeans print it: strips the
 /// `hostname/` prefix of `InetAddress.toString()` (FailureDetector keys such
 /// as `/10.0.0.5`, 3.11 `Ownership` keys), the `:storage_port` suffix of the
@@ -907,6 +939,37 @@ impl StorageService {
         self.read(self.attributes().await?.live).await
     }
 
+    /// What this node's gossip says of every endpoint it knows, in one
+    /// read of the FailureDetector: up or down (`SimpleStates`) and the
+    /// generation it knows it by (`AllEndpointStates`). The names without
+    /// port are deprecated since 4.0 but served by 3.11 to 5.0 alike
+    /// (JMX-FACTS §4); addresses come back without the `/` and port.
+    pub async fn gossip(&self) -> Result<Vec<GossipEndpoint>, Error> {
+        let request = Request::read_many(FAILURE_DETECTOR, &["SimpleStates", "AllEndpointStates"]);
+        let value = self.jolokia.request(&request).await?;
+        let mut values: Map<String, Value> = decode(&request.label, value)?;
+        let states: BTreeMap<String, String> = decode(
+            &request.label,
+            values.remove("SimpleStates").unwrap_or_default(),
+        )?;
+        let dump: String = decode(
+            &request.label,
+            values.remove("AllEndpointStates").unwrap_or_default(),
+        )?;
+        let generations = endpoint_generations(&dump);
+        Ok(states
+            .iter()
+            .map(|(endpoint, state)| {
+                let address = endpoint_host(endpoint).to_string();
+                GossipEndpoint {
+                    generation: generations.get(&address).copied(),
+                    up: state == "UP",
+                    address,
+                }
+            })
+            .collect())
+    }
+
     /// Unreachable nodes.
     pub async fn unreachable_nodes(&self) -> Result<Vec<String>, Error> {
         self.read(self.attributes().await?.unreachable).await
@@ -1077,6 +1140,21 @@ pub fn decommission_call(version: &CassandraVersion) -> (&'static str, Vec<Value
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn generations_are_read_from_cassandras_endpoint_state_dump() {
+        // FailureDetector.appendEndpointState (4.1): the endpoint, then its
+        // heartbeat state, then its application states.
+        let dump = "/10.96.0.1\n  generation:1700000000\n  heartbeat:4711\n  STATUS:15:NORMAL,-9223372036854775808\n  RELEASE_VERSION:5:4.1.8\n  TOKENS:14:<hidden>\n/10.96.0.2:7000\n  generation:1700000321\n  heartbeat:12\n  TOKENS: not present\n";
+        let generations = endpoint_generations(dump);
+        assert_eq!(
+            generations.into_iter().collect::<Vec<_>>(),
+            vec![
+                ("10.96.0.1".to_string(), 1_700_000_000),
+                ("10.96.0.2".to_string(), 1_700_000_321)
+            ]
+        );
+    }
     use super::*;
 
     #[test]

@@ -15,7 +15,7 @@
 
 use std::fmt::Write as _;
 
-use crate::jolokia::{ENDPOINT_SNITCH_INFO, STORAGE_SERVICE};
+use crate::jolokia::{ENDPOINT_SNITCH_INFO, FAILURE_DETECTOR, STORAGE_SERVICE};
 
 /// The file name of the policy, beside the agent jar.
 pub const FILE_NAME: &str = "jolokia-access.xml";
@@ -79,6 +79,13 @@ pub const ALLOWED: &[Allowed] = &[
         // drain (preStop, SIGTERM), decommission (scale-down), getTokens
         // (nodetool status), forceKeyspaceCleanup (nodetool cleanup).
         operations: &["drain", "decommission", "getTokens", "forceKeyspaceCleanup"],
+    },
+    Allowed {
+        mbean: FAILURE_DETECTOR,
+        // the member's gossip record (member::gossip): who it sees up, and
+        // by which generation.
+        attributes: &["SimpleStates", "AllEndpointStates"],
+        operations: &[],
     },
     Allowed {
         mbean: ENDPOINT_SNITCH_INFO,

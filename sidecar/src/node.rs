@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use crds::v1alpha1::ClusterMode;
 
-use crate::jolokia::{self, Jolokia, OperationMode, StorageService};
+use crds::contract::GossipView;
+
+use crate::jolokia::{self, GossipEndpoint, Jolokia, OperationMode, StorageService};
 use crate::scylla::{self, Scylla};
 
 /// A call to the node failed.
@@ -110,6 +112,17 @@ impl Node {
         Ok(())
     }
 
+    /// What this node's gossip says, as the [`crds::contract::GOSSIP`] record
+    /// holds it; `None` until its gossip knows itself (`own_address`, its
+    /// broadcast address).
+    pub async fn gossip_view(&self, own_address: &str) -> Result<Option<GossipView>, NodeError> {
+        let endpoints = match self {
+            Node::Cassandra(storage) => storage.gossip().await?,
+            Node::Scylla(scylla) => scylla.gossip().await?,
+        };
+        Ok(gossip_view(own_address, &endpoints))
+    }
+
     /// Streams this node's data away and leaves the ring; blocks until done.
     pub async fn decommission(&self) -> Result<(), NodeError> {
         match self {
@@ -117,5 +130,87 @@ impl Node {
             Node::Scylla(scylla) => scylla.decommission().await?,
         }
         Ok(())
+    }
+}
+
+/// The record of what a node's gossip says, from its endpoints: addresses
+/// in their canonical text (as a Service's ClusterIP is written), the ones
+/// it sees up with the generation it knows them by. `None` when the node
+/// does not know itself yet. Pure.
+pub fn gossip_view(own_address: &str, endpoints: &[GossipEndpoint]) -> Option<GossipView> {
+    let canonical = |a: &str| {
+        a.parse::<std::net::IpAddr>()
+            .map_or_else(|_| a.to_string(), |ip| ip.to_string())
+    };
+    let own = canonical(own_address);
+    let mut view = GossipView::default();
+    let mut known_self = false;
+    for endpoint in endpoints {
+        let address = canonical(&endpoint.address);
+        if address == own {
+            known_self = true;
+            view.generation = endpoint.generation?;
+        }
+        match (endpoint.up, endpoint.generation) {
+            (true, Some(generation)) => {
+                view.up.insert(address, generation);
+            }
+            _ => {
+                view.down.insert(address);
+            }
+        }
+    }
+    known_self.then_some(view)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn endpoint(address: &str, up: bool, generation: Option<i64>) -> GossipEndpoint {
+        GossipEndpoint {
+            address: address.to_string(),
+            up,
+            generation,
+        }
+    }
+
+    #[test]
+    fn a_gossip_view_records_who_is_up_by_which_generation() {
+        let view = gossip_view(
+            "10.96.0.2",
+            &[
+                endpoint("10.96.0.1", true, Some(1_700_000_000)),
+                endpoint("10.96.0.2", true, Some(1_700_000_500)),
+                endpoint("10.96.0.3", false, Some(1_700_000_100)),
+            ],
+        )
+        .expect("it knows itself");
+        assert_eq!(view.generation, 1_700_000_500);
+        assert_eq!(
+            view.up.into_iter().collect::<Vec<_>>(),
+            vec![
+                ("10.96.0.1".to_string(), 1_700_000_000),
+                ("10.96.0.2".to_string(), 1_700_000_500)
+            ]
+        );
+        assert_eq!(view.down.into_iter().collect::<Vec<_>>(), vec!["10.96.0.3"]);
+    }
+
+    #[test]
+    fn a_node_that_does_not_know_itself_yet_records_nothing() {
+        assert_eq!(
+            gossip_view("10.96.0.2", &[endpoint("10.96.0.1", true, Some(1))]),
+            None
+        );
+    }
+
+    #[test]
+    fn ipv6_addresses_compare_in_their_canonical_text() {
+        // Java prints 0:0:0:0:0:0:0:1, a ClusterIP reads ::1.
+        let view = gossip_view("fd00::a", &[endpoint("fd00:0:0:0:0:0:0:a", true, Some(7))])
+            .expect("it knows itself");
+        assert_eq!(view.generation, 7);
+        assert!(view.up.contains_key("fd00::a"));
     }
 }

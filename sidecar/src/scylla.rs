@@ -344,6 +344,27 @@ impl Scylla {
         self.get("/gossiper/endpoint/live/", &[]).await
     }
 
+    /// `GET /failure_detector/endpoints/`: every endpoint in this node's
+    /// gossip, with the generation it knows it by and whether it sees it
+    /// alive.
+    pub async fn gossip(&self) -> Result<Vec<crate::jolokia::GossipEndpoint>, Error> {
+        #[derive(serde::Deserialize)]
+        struct EndpointState {
+            addrs: String,
+            generation: i64,
+            is_alive: bool,
+        }
+        let states: Vec<EndpointState> = self.get("/failure_detector/endpoints/", &[]).await?;
+        Ok(states
+            .into_iter()
+            .map(|s| crate::jolokia::GossipEndpoint {
+                address: s.addrs,
+                up: s.is_alive,
+                generation: Some(s.generation),
+            })
+            .collect())
+    }
+
     /// `GET /gossiper/endpoint/down/`.
     pub async fn down(&self) -> Result<Vec<String>, Error> {
         self.get("/gossiper/endpoint/down/", &[]).await

@@ -40,6 +40,7 @@ use tokio::sync::Notify;
 
 mod bootstrap;
 mod database;
+mod gossip;
 mod identity;
 
 pub use identity::{Member, cluster_ip};
@@ -110,6 +111,10 @@ pub struct SidecarArgs {
     /// (a listing of file names, no reads).
     #[arg(long, env = "SSTABLE_SCAN_SECONDS", default_value_t = 300)]
     pub sstable_scan_seconds: u64,
+    /// How often to read the node's gossip for the member's gossip record
+    /// (written only when it changes).
+    #[arg(long, env = "GOSSIP_RECORD_SECONDS", default_value_t = 2)]
+    pub gossip_record_seconds: u64,
     /// The release the image runs (the official images set it).
     #[arg(long, env = "CASSANDRA_VERSION")]
     pub cassandra_version: Option<String>,
@@ -285,6 +290,14 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
         info!(%signal, "stopping");
         return Ok(0);
     }
+    tokio::spawn(gossip::record_gossip(
+        node.clone(),
+        member.own_ip.clone(),
+        services.clone(),
+        service_rx.clone(),
+        name.clone(),
+        Duration::from_secs(args.gossip_record_seconds.max(1)),
+    ));
     if !bootstrapped {
         tokio::spawn(bootstrap::record_bootstrap(
             node.clone(),
@@ -520,6 +533,7 @@ mod tests {
             jolokia_agent_jar: "j".into(),
             drain_timeout_seconds: 1,
             sstable_scan_seconds: 1,
+            gossip_record_seconds: 1,
             cassandra_version: None,
         };
         let data = Path::new("/var/lib/cassandra");
