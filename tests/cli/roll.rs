@@ -48,7 +48,11 @@ fn member(ordinal: usize) -> String {
 
 /// Records, at every committed change of the namespace's Pods, how many
 /// of the rack's members are not Ready (no Pod, a Pod not Ready, or one
-/// being deleted), and every moment more than one is.
+/// being deleted), and every moment more than one is; and, at the moment a
+/// member's Pod starts to go (deleted or evicted), whether every running
+/// member's own gossip saw every member UP at its current generation
+/// (`Ring::gossip_disagreements`): readiness alone does not say that the
+/// others see a restarted member again.
 pub(crate) struct RollWatch {
     breaches: Arc<Mutex<Vec<String>>>,
     /// Pods deleted, by member.
@@ -104,6 +108,9 @@ impl RollWatch {
             ));
         }
         let (found, deleted) = (breaches.clone(), deletions.clone());
+        let ring = sim.ring().clone();
+        // Members whose Pod is going: their eviction was checked.
+        let mut going: std::collections::BTreeSet<String> = Default::default();
         let task = tokio::spawn(async move {
             loop {
                 let event = match events.recv().await {
@@ -128,6 +135,23 @@ impl RollWatch {
                 let Some(state) = ready.get_mut(&name) else {
                     continue;
                 };
+                let leaving = event.kind == EventType::Deleted
+                    || event
+                        .object
+                        .pointer("/metadata/deletionTimestamp")
+                        .is_some();
+                if !leaving {
+                    going.remove(&name);
+                } else if going.insert(name.clone()) {
+                    let unseen = ring.with(|r| r.gossip_disagreements());
+                    if !unseen.is_empty() {
+                        found.lock().unwrap().push(format!(
+                            "rv {}: {name} taken down while the gossip did not agree: {}",
+                            event.rv,
+                            unseen.join("; ")
+                        ));
+                    }
+                }
                 if event.kind == EventType::Deleted {
                     *state = false;
                     *deleted.lock().unwrap().entry(name).or_default() += 1;
@@ -154,7 +178,7 @@ impl RollWatch {
         let breaches = self.breaches.lock().unwrap();
         assert!(
             breaches.is_empty(),
-            "{what}: more than one member down at a time:\n{}",
+            "{what}: more than one member down at a time, or one taken down before every member saw every other UP:\n{}",
             breaches.join("\n")
         );
     }
