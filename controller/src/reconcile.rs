@@ -673,7 +673,59 @@ async fn apply_supporting_objects(
         resources::pod_disruption_budget(cluster),
         "PodDisruptionBudget"
     );
+    // The member Services that exist: kept as built (an operator upgrade
+    // that changes their ports or labels reaches running members). Never
+    // created here: a member Service is created as the first step of a
+    // scale-up, and deleted only after its member left the ring.
+    for rack in &cluster.spec.datacenter.racks {
+        let statefulset = crds::names::statefulset_name(
+            &cluster.name_any(),
+            &cluster.spec.datacenter.name,
+            &rack.name,
+        );
+        for ordinal in cached_member_ordinals(&ctx.services, namespace, &statefulset) {
+            let desired =
+                resources::member_service(cluster, rack, ordinal, contract::is_seed(ordinal));
+            // One that is not ours is the scale-up's to refuse.
+            apply_object(
+                client,
+                namespace,
+                cluster,
+                &ctx.services,
+                desired,
+                "Service",
+                |_: &Service| None,
+            )
+            .await?;
+        }
+    }
     Ok(None)
+}
+
+/// The ordinals of the member Services of a StatefulSet the cache holds
+/// (`<statefulset>-<ordinal>`).
+fn cached_member_ordinals(
+    services: &Store<Service>,
+    namespace: &str,
+    statefulset: &str,
+) -> Vec<i32> {
+    let prefix = format!("{statefulset}-");
+    let mut ordinals: Vec<i32> = services
+        .state()
+        .iter()
+        .filter(|s| s.metadata.namespace.as_deref() == Some(namespace))
+        .filter_map(|s| {
+            s.metadata
+                .name
+                .as_deref()?
+                .strip_prefix(&prefix)?
+                .parse()
+                .ok()
+        })
+        .filter(|o: &i32| *o >= 0)
+        .collect();
+    ordinals.sort_unstable();
+    ordinals
 }
 
 /// A namespaced kind the controller creates.
@@ -903,7 +955,8 @@ async fn act(
         }
         Action::CreateMemberService { rack, member, seed } => {
             if let Some(spec) = find_rack(rack) {
-                let service = resources::member_service(cluster, spec, *member, *seed);
+                let service =
+                    resources::hashed(resources::member_service(cluster, spec, *member, *seed));
                 if let Err(refusal) = create_unless_present(
                     &ctx.client,
                     namespace,

@@ -672,6 +672,74 @@ async fn every_trigger_rolls_one_member_at_a_time_and_refusals_change_nothing() 
     let (world, controller, log) = roll_world(work.path()).await;
     let clusters = rack_of_three(&world, "4.1.3", &log).await;
 
+    // A member Service as an older operator built it (no applied hash, a
+    // field of ours changed): applied again as built, the sidecar's records
+    // and the ClusterIP kept.
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(world.client.clone(), NS);
+    let gossip_record = |s: &k8s_openapi::api::core::v1::Service| {
+        s.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crds::contract::GOSSIP).cloned())
+    };
+    // The sidecar records its node's view once gossip told it of all.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let before = loop {
+        let s = services.get(&member(1)).await.unwrap();
+        if gossip_record(&s).is_some_and(|r| !r.contains(r#""down""#)) {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no gossip record of all up on {}",
+            member(1)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    services
+        .patch(
+            &member(1),
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "metadata": {"annotations": {"cassandra.rook.io/applied-hash": null}},
+                "spec": {"publishNotReadyAddresses": false}
+            })),
+        )
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let after = loop {
+        let s = services.get(&member(1)).await.unwrap();
+        if s.spec.as_ref().and_then(|s| s.publish_not_ready_addresses) == Some(true) {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the member Service was not applied again\n{}",
+            tail(&log)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        after
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("cassandra.rook.io/applied-hash")),
+        "applied with its hash"
+    );
+    assert_eq!(
+        after.spec.as_ref().and_then(|s| s.cluster_ip.clone()),
+        before.spec.as_ref().and_then(|s| s.cluster_ip.clone()),
+        "the member's address"
+    );
+    assert_eq!(
+        gossip_record(&after),
+        gossip_record(&before),
+        "the sidecar's record"
+    );
+
     // An unchanged cluster: zero writes across resyncs and reconciles
     // (a Pod status heartbeat from the kubelet is not the controller's).
     world.sim.clear_requests();
