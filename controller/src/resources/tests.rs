@@ -281,6 +281,12 @@ fn each_roll_trigger_changes_the_template() {
     c.spec.datacenter.racks[0].jmx_exporter_config_map_name = Some("exporter".into());
     triggers.push(("jmxExporterConfigMapName", c, ctx.clone()));
     let mut c = base.clone();
+    c.spec.sidecar_image = Some(crds::v1alpha1::ImageSpec {
+        version: "v0.2.0".into(),
+        repository: "registry.example/cassandra-operator".into(),
+    });
+    triggers.push(("sidecarImage", c, ctx.clone()));
+    let mut c = base.clone();
     c.metadata.annotations = Some(
         [(
             crds::labels::RESTARTED_AT.to_string(),
