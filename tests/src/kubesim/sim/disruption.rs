@@ -72,11 +72,17 @@ pub fn pdb_status(pdb: &Value, pods: &[Value]) -> Value {
 
 /// One pass of the disruption controller.
 pub fn sync_budgets(store: &Store) {
+    // The Pods of a namespace are listed once per pass, not once per
+    // budget (the real controller reads them from its informer's cache):
+    // 1,000 budgets over 3,000 Pods would otherwise copy 3 million Pods.
+    let mut pods_of: std::collections::HashMap<String, Vec<Value>> = Default::default();
     for pdb in items(store, &pdbs(None)) {
         let ns = pdb["metadata"]["namespace"].as_str().unwrap_or_default();
-        let pods = items(store, &Target::new("", "v1", "pods", Some(ns)));
+        let pods = pods_of
+            .entry(ns.to_string())
+            .or_insert_with(|| items(store, &Target::new("", "v1", "pods", Some(ns))));
         let mut status = pdb.get("status").cloned().unwrap_or(json!({}));
-        let want = pdb_status(&pdb, &pods);
+        let want = pdb_status(&pdb, pods);
         let before = status.clone();
         for (k, v) in want.as_object().into_iter().flatten() {
             status[k] = v.clone();

@@ -168,8 +168,13 @@ pub fn list(store: &Store, set: &Value) -> Vec<Value> {
     };
     let crs = t("apps", "controllerrevisions", Some(ns));
     let mut out = Vec::new();
+    // The store matches the selector before it copies an object.
+    let opts = crate::kubesim::store::ListOptions {
+        label_selector: selector.clone(),
+        ..Default::default()
+    };
     for r in store
-        .list(&crs, &Default::default())
+        .list(&crs, &opts)
         .ok()
         .and_then(|l| l.get("items").and_then(Value::as_array).cloned())
         .unwrap_or_default()

@@ -379,22 +379,26 @@ impl Store {
             }
         };
         let list_rv = snapshot_rv.unwrap_or(st.rv);
-        let objects: BTreeMap<ObjKey, Arc<Value>> = match snapshot_rv {
-            Some(rv) if rv < st.rv => table.snapshot(rv).ok_or_else(|| {
+        let snapshot: BTreeMap<ObjKey, Arc<Value>>;
+        let objects: &BTreeMap<ObjKey, Arc<Value>> = match snapshot_rv {
+            Some(rv) if rv < st.rv => {
+                snapshot = table.snapshot(rv).ok_or_else(|| {
                 if opts.continue_token.is_some() {
                     ApiError::expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.")
                 } else {
                     ApiError::expired(format!("too old resource version: {rv} ({})", table.window_start + 1))
                 }
-            })?,
+            })?;
+                &snapshot
+            }
             Some(rv) if rv > st.rv => return Err(too_large(rv, st.rv)),
-            _ => table.objects.clone(),
+            _ => &table.objects,
         };
         let ns = t.namespace.clone().filter(|_| rt.namespaced);
         let mut items = Vec::new();
         let mut next = None;
         let mut remaining = 0usize;
-        for ((ons, oname), obj) in &objects {
+        for ((ons, oname), obj) in objects {
             if ns.as_ref().is_some_and(|n| n != ons) {
                 continue;
             }
@@ -402,6 +406,11 @@ impl Store {
                 && format!("{ons}/{oname}\u{0}").as_str() <= s.as_str()
                 && format!("{ons}/{oname}").as_str() < s.as_str()
             {
+                continue;
+            }
+            // Labels are the same in every version: the selector is
+            // matched before the object is converted (copied) for the list.
+            if !opts.label_selector.matches_object(obj) {
                 continue;
             }
             let shown = present(&rt, &t.version, obj);
