@@ -767,30 +767,20 @@ fn restart_under_way(spec: &ClusterSpec, observed: &Observed) -> Option<Action> 
                 }));
             }
             let outdated = state.outdated(observed_rack);
-            if state.pod_ready && !outdated {
-                // Ready on the new template; back when the ring says so.
-                let detail = match back_in_ring(spec, observed, &rack.name, member) {
+            // Ready on the new template is back only when the ring says so.
+            let unsettled = if state.pod_ready && !outdated {
+                match back_in_ring(spec, observed, &rack.name, member) {
                     None => {
                         return Some(Action::FinishRestart {
                             rack: rack_name,
                             member,
                         });
                     }
-                    Some(detail) => detail,
-                };
-                if state.restart_overdue {
-                    return Some(Action::Refuse(Refusal::MemberRestartStuck {
-                        rack: rack_name,
-                        member,
-                        since,
-                    }));
+                    detail => detail,
                 }
-                return Some(Action::Wait(WaitReason::RingNotSettled {
-                    rack: rack_name,
-                    member,
-                    detail,
-                }));
-            }
+            } else {
+                None
+            };
             if outdated && !state.pod_terminating {
                 return Some(Action::EvictMember {
                     rack: rack_name,
@@ -802,6 +792,13 @@ fn restart_under_way(spec: &ClusterSpec, observed: &Observed) -> Option<Action> 
                     rack: rack_name,
                     member,
                     since,
+                }));
+            }
+            if let Some(detail) = unsettled {
+                return Some(Action::Wait(WaitReason::RingNotSettled {
+                    rack: rack_name,
+                    member,
+                    detail,
                 }));
             }
             return Some(Action::Wait(WaitReason::MemberRestarting {

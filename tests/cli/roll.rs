@@ -70,45 +70,14 @@ fn gossip_gaps(
     addresses: &BTreeMap<String, String>,
     leaving: &str,
 ) -> Vec<String> {
-    let leaving = addresses.get(leaving).cloned().unwrap_or_default();
-    let members: Vec<&String> = addresses.values().filter(|a| **a != leaving).collect();
-    let mut gaps = Vec::new();
-    for cluster in ring.clusters() {
-        let views = ring
-            .with_cluster(&cluster, |r| {
-                r.gossip_views()
-                    .into_iter()
-                    .map(|v| {
-                        let runs: BTreeMap<String, Option<i64>> = members
-                            .iter()
-                            .map(|a| {
-                                let host = r.nodes().find(|n| &n.address == *a);
-                                ((*a).clone(), host.and_then(|n| r.generation(&n.host_id)))
-                            })
-                            .collect();
-                        (v, runs)
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default();
-        for (view, runs) in views {
-            if !members.contains(&&view.address) {
-                continue;
-            }
-            for (address, generation) in &runs {
-                match (view.up.get(address), generation) {
-                    (Some(seen), Some(runs)) if seen == runs => {}
-                    (None, None) => {}
-                    (seen, runs) => gaps.push(format!(
-                        "{} sees {address} {} (it runs {runs:?})",
-                        view.address,
-                        seen.map_or("DOWN".to_string(), |g| format!("UP at generation {g}")),
-                    )),
-                }
-            }
-        }
-    }
-    gaps
+    let leaving = addresses.get(leaving).map(String::as_str);
+    ring.clusters()
+        .iter()
+        .flat_map(|c| {
+            ring.with_cluster(c, |r| r.gossip_disagreements_besides(leaving))
+                .unwrap_or_default()
+        })
+        .collect()
 }
 
 fn healthy(pod: &Value) -> bool {
@@ -257,15 +226,17 @@ impl Drop for RollWatch {
     }
 }
 
-/// The ring's host ID of the member at `address`.
-fn host_at(ring: &RingService, address: &str) -> Option<String> {
-    ring.clusters().iter().find_map(|c| {
-        ring.with_cluster(c, |r| {
-            r.nodes()
-                .find(|n| n.address == address)
-                .map(|n| n.host_id.to_string())
-        })
-        .flatten()
+/// The ring (its cluster's name) and host ID of the member at `address`.
+fn host_at(ring: &RingService, address: &str) -> Option<(String, String)> {
+    ring.clusters().into_iter().find_map(|c| {
+        let host = ring
+            .with_cluster(&c, |r| {
+                r.nodes()
+                    .find(|n| n.address == address)
+                    .map(|n| n.host_id.to_string())
+            })
+            .flatten()?;
+        Some((c, host))
     })
 }
 
@@ -309,27 +280,27 @@ async fn cut_gossip_while_rolling(
                 .ok_or(format!("no ClusterIP for {name}"))
         }
     };
-    let (observer, subject) = (
+    let ((cluster, observer), (_, subject)) = (
         host_at(&ring, &address(member(0)).await?).ok_or("member 0 in no ring")?,
         host_at(&ring, &address(member(2)).await?).ok_or("member 2 in no ring")?,
     );
     let uid = |pod: &Pod| pod.metadata.uid.clone().unwrap_or_default();
+    // Whether the member whose Pod was `before` is going or gone.
+    let taken_down =
+        |name: String, before: Pod| {
+            let pods = pods.clone();
+            async move {
+                pods.get_opt(&name).await.ok().flatten().is_none_or(|p| {
+                    p.metadata.deletion_timestamp.is_some() || uid(&p) != uid(&before)
+                })
+            }
+        };
     let before = pods.get(&member(2)).await.map_err(|e| e.to_string())?;
-    let taken_down = poll(60, || async {
-        pods.get_opt(&member(2))
-            .await
-            .ok()
-            .flatten()
-            .is_none_or(|p| p.metadata.deletion_timestamp.is_some() || uid(&p) != uid(&before))
-    })
-    .await;
-    if !taken_down {
+    if !poll(60, || taken_down(member(2), before.clone())).await {
         return Err("member 2 was never taken down".into());
     }
     let cut = |on: bool| {
-        ring.with_cluster(&ring.clusters()[0], |r| {
-            r.cut_gossip(&observer, &subject, on)
-        });
+        ring.with_cluster(&cluster, |r| r.cut_gossip(&observer, &subject, on));
     };
     cut(true);
     let result = async {
@@ -372,17 +343,7 @@ async fn cut_gossip_while_rolling(
             ));
         }
         let next_before = pods.get(&member(1)).await.map_err(|e| e.to_string())?;
-        let next_taken = poll(4, || async {
-            pods.get_opt(&member(1))
-                .await
-                .ok()
-                .flatten()
-                .is_none_or(|p| {
-                    p.metadata.deletion_timestamp.is_some() || uid(&p) != uid(&next_before)
-                })
-        })
-        .await;
-        if next_taken {
+        if poll(4, || taken_down(member(1), next_before.clone())).await {
             return Err("member 1 was taken down while member 0 saw member 2 DOWN".into());
         }
         Ok(())

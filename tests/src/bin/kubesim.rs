@@ -326,26 +326,18 @@ async fn ring_command(args: &[String]) -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match get_text(&client, &format!("{url}/sim/ring/status?{cluster}")).await {
-        Ok((200, text)) => print!("{text}"),
-        Ok((status, text)) => {
-            eprintln!("kubesim ring: {status}: {text}");
-            return std::process::ExitCode::FAILURE;
-        }
-        Err(e) => {
-            eprintln!("kubesim ring: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    }
+    // The ring's status, then (--gossip) each node's view: printed, or
+    // what failed.
+    let mut pages = vec![format!("{url}/sim/ring/status?{cluster}")];
     if gossip {
-        match get_text(
-            &client,
-            &format!("{url}/sim/ring/gossip?format=text&{cluster}"),
-        )
-        .await
-        {
+        pages.push(format!("{url}/sim/ring/gossip?format=text&{cluster}"));
+    }
+    for (i, page) in pages.iter().enumerate() {
+        match get_text(&client, page).await {
             Ok((200, text)) => {
-                println!();
+                if i > 0 {
+                    println!();
+                }
                 print!("{text}");
             }
             Ok((status, text)) => {

@@ -399,13 +399,24 @@ impl Ring {
     /// empty when all agree. What a rolling restart waits for before it
     /// takes the next member down.
     pub fn gossip_disagreements(&self) -> Vec<String> {
+        self.gossip_disagreements_besides(None)
+    }
+
+    /// [`Ring::gossip_disagreements`] with the member at address `aside`
+    /// left out, as observer and as subject: the one a roll is taking down
+    /// (its own drain is no disagreement).
+    pub fn gossip_disagreements_besides(&self, aside: Option<&str>) -> Vec<String> {
         let members: Vec<&Node> = self
             .nodes
             .values()
-            .filter(|n| n.state != RingState::Left)
+            .filter(|n| n.state != RingState::Left && Some(n.address.as_str()) != aside)
             .collect();
         let mut out = Vec::new();
-        for view in self.gossip_views() {
+        for view in self
+            .gossip_views()
+            .into_iter()
+            .filter(|v| Some(v.address.as_str()) != aside)
+        {
             for m in &members {
                 let current = self.generation(&m.host_id).unwrap_or_default();
                 match view.up.get(&m.address) {
