@@ -223,15 +223,22 @@ pub(super) fn sweep(st: &mut State) -> bool {
 
 /// Runs the controllers until the store's notifications end or the task is
 /// aborted. A pass runs after each burst of changes, and every `resync`.
+/// A pass reads every object under the store lock: passes are spaced by
+/// four times what the last took (at least 20 ms), as the API server's
+/// collector works from queues and lags the changes it acts on, so that
+/// under a thousand clusters' worth of changes it does not hold the lock
+/// (and a core) all the time.
 pub async fn run(store: Store, resync: Duration) {
     let mut rx = store.subscribe();
     loop {
+        let began = std::time::Instant::now();
         // Passes until nothing changes (a cascade takes several).
         for _ in 0..64 {
             if !store.with_state(sweep) {
                 break;
             }
         }
+        tokio::time::sleep((began.elapsed() * 4).max(Duration::from_millis(20))).await;
         tokio::select! {
             r = rx.recv() => match r {
                 Ok(_) | Err(RecvError::Lagged(_)) => {}

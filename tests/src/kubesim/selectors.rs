@@ -170,27 +170,36 @@ impl LabelSelector {
 
     /// Whether a set of labels satisfies every requirement.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.matches_by(|k| labels.get(k).map(String::as_str))
+    }
+
+    /// Whether the labels `label` looks up satisfy every requirement.
+    fn matches_by<'a>(&self, label: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.0.iter().all(|r| match r {
-            Requirement::Equals(k, v) => labels.get(k) == Some(v),
-            Requirement::NotEquals(k, v) => labels.get(k) != Some(v),
-            Requirement::In(k, vs) => labels.get(k).is_some_and(|l| vs.contains(l)),
-            Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|l| !vs.contains(l)),
-            Requirement::Exists(k) => labels.contains_key(k),
-            Requirement::DoesNotExist(k) => !labels.contains_key(k),
-            Requirement::GreaterThan(k, n) => labels
-                .get(k)
+            Requirement::Equals(k, v) => label(k) == Some(v.as_str()),
+            Requirement::NotEquals(k, v) => label(k) != Some(v.as_str()),
+            Requirement::In(k, vs) => label(k).is_some_and(|l| vs.iter().any(|v| v == l)),
+            Requirement::NotIn(k, vs) => label(k).is_none_or(|l| !vs.iter().any(|v| v == l)),
+            Requirement::Exists(k) => label(k).is_some(),
+            Requirement::DoesNotExist(k) => label(k).is_none(),
+            Requirement::GreaterThan(k, n) => label(k)
                 .and_then(|l| l.parse::<i64>().ok())
                 .is_some_and(|l| l > *n),
-            Requirement::LessThan(k, n) => labels
-                .get(k)
+            Requirement::LessThan(k, n) => label(k)
                 .and_then(|l| l.parse::<i64>().ok())
                 .is_some_and(|l| l < *n),
         })
     }
 
-    /// Whether an object's `metadata.labels` satisfy the selector.
+    /// Whether an object's `metadata.labels` satisfy the selector (read in
+    /// place: the store matches every object of a kind on each list).
     pub fn matches_object(&self, obj: &Value) -> bool {
-        self.0.is_empty() || self.matches(&labels_of(obj))
+        let labels = obj.pointer("/metadata/labels").and_then(Value::as_object);
+        self.matches_by(|k| {
+            labels
+                .and_then(|m| m.get(k))
+                .map(|v| v.as_str().unwrap_or_default())
+        })
     }
 
     /// The selector of a `metav1.LabelSelector` object (`matchLabels` and

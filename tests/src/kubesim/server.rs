@@ -162,6 +162,7 @@ impl KubeSim {
             sim_dir: opts.sim.as_ref().map(|o| o.work_dir.clone()),
             authority: authority.clone(),
             kubelets: Arc::default(),
+            policy: Default::default(),
         });
         let (stop, stopped) = watch::channel(false);
         let mut tasks = Vec::new();

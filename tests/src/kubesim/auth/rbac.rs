@@ -10,7 +10,7 @@
 //! Pure (the policy is read from the store by [`Policy::from_store`]).
 
 use super::authn::UserInfo;
-use crate::kubesim::store::{ApiError, ListOptions, Store, Target};
+use crate::kubesim::store::{ApiError, Store, Target};
 use serde_json::{Value, json};
 
 /// What a request asks to do (the API server's authorizer.Attributes).
@@ -72,20 +72,42 @@ impl Attributes {
 /// The RBAC objects in force.
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
-    pub cluster_roles: Vec<Value>,
-    pub cluster_role_bindings: Vec<Value>,
+    pub cluster_roles: Vec<std::sync::Arc<Value>>,
+    pub cluster_role_bindings: Vec<std::sync::Arc<Value>>,
     /// Roles and RoleBindings of every namespace.
-    pub roles: Vec<Value>,
-    pub role_bindings: Vec<Value>,
+    pub roles: Vec<std::sync::Arc<Value>>,
+    pub role_bindings: Vec<std::sync::Arc<Value>>,
 }
 
-fn items(store: &Store, plural: &str) -> Vec<Value> {
+/// The policy, read again from the store only after an RBAC object
+/// changed: the authorizer asks on every request, and reading every role
+/// and binding each time was most of kubesim's CPU under a thousand
+/// clusters.
+#[derive(Debug, Default)]
+pub struct PolicyCache(std::sync::Mutex<Option<(u64, std::sync::Arc<Policy>)>>);
+
+impl PolicyCache {
+    /// The policy stored now.
+    pub fn current(&self, store: &Store) -> std::sync::Arc<Policy> {
+        // Read before the policy: a change in between makes the next call
+        // read it again, never keeps a stale one.
+        let rev = store.group_revision("rbac.authorization.k8s.io");
+        let mut cached = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, policy)) = cached.as_ref()
+            && *at == rev
+        {
+            return policy.clone();
+        }
+        let policy = std::sync::Arc::new(Policy::from_store(store));
+        *cached = Some((rev, policy.clone()));
+        policy
+    }
+}
+
+/// The stored objects of a kind, shared with the store (not copied).
+fn items(store: &Store, plural: &str) -> Vec<std::sync::Arc<Value>> {
     let t = Target::new("rbac.authorization.k8s.io", "v1", plural, None);
-    store
-        .list(&t, &ListOptions::default())
-        .ok()
-        .and_then(|l| l.get("items").and_then(Value::as_array).cloned())
-        .unwrap_or_default()
+    store.objects(&t).unwrap_or_default()
 }
 
 fn strs(v: &Value) -> impl Iterator<Item = &str> {
@@ -108,7 +130,10 @@ impl Policy {
     }
 
     fn cluster_role(&self, name: &str) -> Option<&Value> {
-        self.cluster_roles.iter().find(|r| meta(r, "name") == name)
+        self.cluster_roles
+            .iter()
+            .find(|r| meta(r, "name") == name)
+            .map(|r| &**r)
     }
 
     /// A ClusterRole's rules, with those of the ClusterRoles its
@@ -361,9 +386,13 @@ mod tests {
         }
     }
 
+    fn shared(objects: Vec<Value>) -> Vec<std::sync::Arc<Value>> {
+        objects.into_iter().map(std::sync::Arc::new).collect()
+    }
+
     fn policy() -> Policy {
         Policy {
-            cluster_roles: vec![
+            cluster_roles: shared(vec![
                 json!({"metadata": {"name": "reader"}, "rules": [
                     {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]},
                     {"apiGroups": ["apps"], "resources": ["*/scale"], "verbs": ["patch"]},
@@ -375,16 +404,16 @@ mod tests {
                 json!({"metadata": {"name": "part", "labels": {"x": "y"}}, "rules": [
                     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["*"]},
                 ]}),
-            ],
-            cluster_role_bindings: vec![json!({"metadata": {"name": "d"},
+            ]),
+            cluster_role_bindings: shared(vec![json!({"metadata": {"name": "d"},
                 "roleRef": {"kind": "ClusterRole", "name": "disco"},
-                "subjects": [{"kind": "Group", "name": "system:authenticated"}]})],
-            roles: vec![
+                "subjects": [{"kind": "Group", "name": "system:authenticated"}]})]),
+            roles: shared(vec![
                 json!({"metadata": {"name": "m", "namespace": "ns"}, "rules": [
                     {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "patch"], "resourceNames": ["c-0"]},
                 ]}),
-            ],
-            role_bindings: vec![
+            ]),
+            role_bindings: shared(vec![
                 json!({"metadata": {"name": "m", "namespace": "ns"},
                     "roleRef": {"kind": "Role", "name": "m"},
                     "subjects": [{"kind": "ServiceAccount", "name": "member"}]}),
@@ -394,7 +423,7 @@ mod tests {
                 json!({"metadata": {"name": "a", "namespace": "other"},
                     "roleRef": {"kind": "ClusterRole", "name": "agg"},
                     "subjects": [{"kind": "User", "name": "alice"}]}),
-            ],
+            ]),
         }
     }
 
@@ -465,6 +494,58 @@ mod tests {
         assert_eq!(
             e.message,
             r#"forbidden: User "system:serviceaccount:ns:member" cannot get path "/metrics""#
+        );
+    }
+
+    #[test]
+    fn the_cached_policy_follows_every_rbac_change_and_only_those() {
+        use crate::kubesim::store::{DeleteOptions, StoreOptions, WriteOptions};
+        let store = Store::new(StoreOptions::default());
+        let cache = PolicyCache::default();
+        let m = sa("default", "member");
+        let get = Attributes::resource("get", "", "pods", "default").named("p");
+        assert!(!cache.current(&store).allows(&m, &get));
+        let rbac = |plural, ns| Target::new("rbac.authorization.k8s.io", "v1", plural, ns);
+        let w = WriteOptions::default();
+        store
+            .create(
+                &rbac("roles", Some("default")),
+                json!({"metadata": {"name": "m", "namespace": "default"}, "rules": [
+                    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}),
+                &w,
+            )
+            .unwrap();
+        assert!(!cache.current(&store).allows(&m, &get), "no binding yet");
+        store
+            .create(
+                &rbac("rolebindings", Some("default")),
+                json!({"metadata": {"name": "m", "namespace": "default"},
+                    "roleRef": {"kind": "Role", "name": "m"},
+                    "subjects": [{"kind": "ServiceAccount", "name": "member"}]}),
+                &w,
+            )
+            .unwrap();
+        let bound = cache.current(&store);
+        assert!(bound.allows(&m, &get));
+        // Other groups' writes keep the policy read.
+        store
+            .create(
+                &Target::new("", "v1", "configmaps", Some("default")),
+                json!({"metadata": {"name": "c"}}),
+                &w,
+            )
+            .unwrap();
+        assert!(std::sync::Arc::ptr_eq(&bound, &cache.current(&store)));
+        store
+            .delete(
+                &rbac("rolebindings", Some("default")),
+                "m",
+                &DeleteOptions::default(),
+            )
+            .unwrap();
+        assert!(
+            !cache.current(&store).allows(&m, &get),
+            "the binding is gone"
         );
     }
 }

@@ -107,6 +107,8 @@ pub struct Shared {
     pub authority: Arc<crate::kubesim::auth::Authority>,
     /// The kubelets' troubles (`/sim/nodes/NAME/unreachable`, ...).
     pub kubelets: Arc<crate::kubesim::sim::nodelifecycle::Kubelets>,
+    /// The RBAC policy the authorizer evaluates.
+    pub policy: crate::kubesim::auth::rbac::PolicyCache,
 }
 
 /// The ring service's answer as an HTTP response.
@@ -786,8 +788,7 @@ async fn resource(
     let admission = user
         .filter(|_| super::faults::WRITES.contains(&verb))
         .map(|u| {
-            let policy =
-                (!u.is_master()).then(|| crate::kubesim::auth::rbac::Policy::from_store(store));
+            let policy = (!u.is_master()).then(|| shared.policy.current(store));
             let who = u.clone();
             Arc::new(super::store::Admission::new(u.clone(), move |a| {
                 policy.as_ref().is_none_or(|p| p.allows(&who, a))

@@ -7,7 +7,7 @@
 
 use super::{Body, Shared, error_response, json_response, parse_body, parse_resource_path};
 use crate::kubesim::auth::authn::{self, Impersonation, UserInfo};
-use crate::kubesim::auth::rbac::{self, Attributes, Policy};
+use crate::kubesim::auth::rbac::{self, Attributes};
 use crate::kubesim::auth::tokens::{Claims, ISSUER};
 use crate::kubesim::store::{ApiError, Target};
 use hyper::Response;
@@ -82,7 +82,7 @@ pub fn attributes(
 /// Whether `user` may do `a`: members of `system:masters` always may (the
 /// API server's privileged-group authorizer, before RBAC).
 pub fn authorized(shared: &Shared, user: &UserInfo, a: &Attributes) -> bool {
-    user.is_master() || Policy::from_store(&shared.store).allows(user, a)
+    user.is_master() || shared.policy.current(&shared.store).allows(user, a)
 }
 
 /// Who a request is made as: its credentials, then its impersonation
@@ -163,7 +163,7 @@ pub fn check_escalation(
         .as_str()
         .unwrap_or(&a.name)
         .to_string();
-    let policy = Policy::from_store(&shared.store);
+    let policy = shared.policy.current(&shared.store);
     let holds = |x: &Attributes| policy.allows(user, x);
     let rules: Vec<Value> = match a.resource.as_str() {
         "roles" | "clusterroles" => {

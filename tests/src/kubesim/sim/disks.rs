@@ -181,7 +181,7 @@ pub fn sync(
     ring: Option<&RingService>,
     kill_node: impl Fn(&str),
 ) {
-    let nodes: BTreeMap<String, Value> = list_all(store, "", "nodes")
+    let nodes: BTreeMap<String, std::sync::Arc<Value>> = list_all(store, "", "nodes")
         .into_iter()
         .map(|n| (s(&n, "/metadata/name").to_string(), n))
         .collect();
@@ -223,7 +223,7 @@ pub fn sync(
                         source,
                     })?;
                     // Kept so that a deleted Node can be re-created.
-                    let record = serde_json::to_vec(node).unwrap_or_default();
+                    let record = serde_json::to_vec(&**node).unwrap_or_default();
                     std::fs::write(dir.join("node.json"), record)
                         .and_then(|()| std::fs::write(dir.join("uid"), uid))
                         .map_err(|source| DiskError::Wipe { path: dir, source })

@@ -168,20 +168,17 @@ pub fn list(store: &Store, set: &Value) -> Vec<Value> {
     };
     let crs = t("apps", "controllerrevisions", Some(ns));
     let mut out = Vec::new();
-    // The store matches the selector before it copies an object.
-    let opts = crate::kubesim::store::ListOptions {
-        label_selector: selector.clone(),
-        ..Default::default()
-    };
-    for r in store
-        .list(&crs, &opts)
-        .ok()
-        .and_then(|l| l.get("items").and_then(Value::as_array).cloned())
-        .unwrap_or_default()
-    {
-        if r.pointer("/metadata/deletionTimestamp").is_some() || !selector.matches_object(&r) {
+    // Shared, not copied: every set looks at every revision of its
+    // namespace at each pass. Another controller's revisions are passed
+    // over before the selector is evaluated.
+    for r in store.objects(&crs).unwrap_or_default() {
+        if r.pointer("/metadata/deletionTimestamp").is_some()
+            || controller_uid(&r).is_some_and(|u| u != uid)
+            || !selector.matches_object(&r)
+        {
             continue;
         }
+        let r = Value::clone(&r);
         match controller_uid(&r) {
             Some(u) if u == uid => out.push(r),
             Some(_) => {}

@@ -6,8 +6,9 @@
 //! real local processes ([`kubelet`], [`probes`], [`startup`]) and who
 //! tells the fake ring at once when a database container dies
 //! ([`deaths`]). Every part runs in one
-//! task driven by the store's change notifications (plus a 250 ms tick
-//! for timers), level based: each pass reads the store and writes what is
+//! thread driven by the store's change notifications (plus a 250 ms tick
+//! for timers), out of the async runtime that serves the API (a pass over
+//! a thousand clusters takes long enough to starve it), level based: each pass reads the store and writes what is
 //! missing, so a pass may run any number of times. Started by
 //! [`crate::kubesim::KubeSim`] when `Options::sim` is set (and by
 //! `kubesim serve` unless `--no-sim`; flags in [`FLAGS`]).
@@ -181,7 +182,7 @@ pub mod statefulset;
 pub mod storage;
 
 use super::patch::PatchType;
-use super::store::{ApiError, ListOptions, Store, Subresource, Target, WriteOptions};
+use super::store::{ApiError, Store, Subresource, Target, WriteOptions};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -282,7 +283,11 @@ impl SimOptions {
 #[derive(Debug)]
 pub struct Sim {
     kubelet: Arc<kubelet::Kubelet>,
+    /// Forwards the store's change notifications to the controllers.
     task: JoinHandle<()>,
+    /// The controllers' thread, and what tells it to end.
+    controllers: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+    stopping: Arc<std::sync::atomic::AtomicBool>,
     net: Arc<net::Network>,
     access: PodAccess,
 }
@@ -332,10 +337,26 @@ impl Sim {
             ring,
             kubelets,
         ));
-        let task = tokio::spawn(run(store, kubelet.clone()));
+        // Subscribed before the first pass: no change goes unseen.
+        let (poke, poked) = std::sync::mpsc::sync_channel(1);
+        let task = tokio::spawn(forward(store.subscribe(), poke));
+        let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let controllers = std::thread::Builder::new()
+            .name("kubesim-controllers".into())
+            .spawn({
+                let (kubelet, stopping) = (kubelet.clone(), stopping.clone());
+                // The kubelet starts containers' tasks on the runtime.
+                let runtime = tokio::runtime::Handle::current();
+                move || {
+                    let _entered = runtime.enter();
+                    run(&store, &kubelet, &poked, &stopping)
+                }
+            })?;
         Ok(Sim {
             kubelet,
             task,
+            controllers: std::sync::Mutex::new(Some(controllers)),
+            stopping,
             net,
             access,
         })
@@ -359,7 +380,21 @@ impl Sim {
     /// Stops the controllers, kills every container and removes the Pod
     /// network.
     pub fn stop(&self) {
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         self.task.abort();
+        // A pass under way ends first: it could start a container after
+        // the kill below.
+        let thread = self
+            .controllers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(thread) = thread
+            && thread.thread().id() != std::thread::current().id()
+        {
+            let _ = thread.join();
+        }
         self.kubelet.kill_all();
         self.net.teardown();
     }
@@ -371,22 +406,38 @@ impl Drop for Sim {
     }
 }
 
-async fn run(store: Store, kubelet: Arc<kubelet::Kubelet>) {
-    let mut rx = store.subscribe();
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
+/// Tells the controllers of each change to the store; changes that come
+/// while a pass runs make one more pass.
+async fn forward(
+    mut rx: tokio::sync::broadcast::Receiver<Arc<crate::kubesim::store::Event>>,
+    poke: std::sync::mpsc::SyncSender<()>,
+) {
     loop {
-        pass(&store, &kubelet);
-        tokio::select! {
-            r = rx.recv() => match r {
-                Ok(_) | Err(RecvError::Lagged(_)) => {}
-                Err(RecvError::Closed) => return,
-            },
-            _ = tick.tick() => {}
+        match rx.recv().await {
+            Ok(_) | Err(RecvError::Lagged(_)) => {
+                if let Err(std::sync::mpsc::TrySendError::Disconnected(())) = poke.try_send(()) {
+                    return;
+                }
+            }
+            Err(RecvError::Closed) => return,
         }
-        // Take everything that is already queued: one pass covers it.
-        while let Ok(_) | Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) =
-            rx.try_recv()
-        {}
+    }
+}
+
+/// The controllers' loop: a pass after each change and every 250 ms, until
+/// the sim stops.
+fn run(
+    store: &Store,
+    kubelet: &kubelet::Kubelet,
+    poked: &std::sync::mpsc::Receiver<()>,
+    stopping: &std::sync::atomic::AtomicBool,
+) {
+    while !stopping.load(std::sync::atomic::Ordering::SeqCst) {
+        pass(store, kubelet);
+        match poked.recv_timeout(Duration::from_millis(250)) {
+            Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+        }
     }
 }
 
@@ -411,13 +462,9 @@ pub(crate) fn t(group: &str, plural: &str, ns: Option<&str>) -> Target {
     Target::new(group, "v1", plural, ns)
 }
 
-/// Every object of a kind (all namespaces).
-pub(crate) fn list_all(store: &Store, group: &str, plural: &str) -> Vec<Value> {
-    store
-        .list(&t(group, plural, None), &ListOptions::default())
-        .ok()
-        .and_then(|l| l.get("items").and_then(Value::as_array).cloned())
-        .unwrap_or_default()
+/// Every object of a kind (all namespaces), shared with the store.
+pub(crate) fn list_all(store: &Store, group: &str, plural: &str) -> Vec<std::sync::Arc<Value>> {
+    store.objects(&t(group, plural, None)).unwrap_or_default()
 }
 
 pub(crate) fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {

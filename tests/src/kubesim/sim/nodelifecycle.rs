@@ -227,7 +227,7 @@ pub fn sync(store: &Store, kubelets: &Kubelets, scale: f64) {
         {
             let conds = with_ready(node, status, reason, message);
             if let Ok(n) = patch_status(store, "", "nodes", node, &json!({"conditions": conds})) {
-                *node = n;
+                *node = std::sync::Arc::new(n);
             }
             if status == "Unknown" {
                 mark_pods_not_ready(store, s(node, "/metadata/name"));
@@ -275,9 +275,9 @@ fn zone_of(node: &Value) -> &str {
 
 /// `ComputeZoneState`: per zone, whether it is fully disrupted (no Node
 /// ready) or partially (more than 2 and at least 55 % not ready).
-fn zone_states(nodes: &[Value]) -> BTreeMap<&str, &'static str> {
+fn zone_states<N: std::borrow::Borrow<Value>>(nodes: &[N]) -> BTreeMap<&str, &'static str> {
     let mut counts: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
-    for n in nodes {
+    for n in nodes.iter().map(|n| -> &Value { n.borrow() }) {
         let e = counts.entry(zone_of(n)).or_default();
         if ready_status(n) == "True" {
             e.0 += 1;
@@ -304,7 +304,7 @@ fn zone_states(nodes: &[Value]) -> BTreeMap<&str, &'static str> {
 
 /// The taint passes: each Node's not-ready/unreachable taints as its
 /// `Ready` condition and its zone's state say.
-fn taint(store: &Store, nodes: &[Value], kubelets: &Kubelets, scale: f64) {
+fn taint(store: &Store, nodes: &[std::sync::Arc<Value>], kubelets: &Kubelets, scale: f64) {
     let zones = zone_states(nodes);
     let all_down = !zones.is_empty() && zones.values().all(|z| *z == "FullDisruption");
     for node in nodes {

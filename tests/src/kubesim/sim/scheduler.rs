@@ -22,6 +22,7 @@ use super::{list_all, ns_of, patch_status, s, storage};
 use crate::kubesim::selectors::LabelSelector;
 use crate::kubesim::store::Store;
 use serde_json::{Value, json};
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 
 /// Why a node does not fit (the real scheduler's wording).
@@ -96,10 +97,15 @@ pub struct Cluster<'a> {
 
 impl<'a> Cluster<'a> {
     /// The cluster of these nodes and pods.
-    pub fn new(nodes: &'a [Value], pods: &'a [Value], namespaces: &[Value]) -> Self {
+    pub fn new<N: Borrow<Value>, P: Borrow<Value>>(
+        nodes: &'a [N],
+        pods: &'a [P],
+        namespaces: &[N],
+    ) -> Self {
         Cluster {
             placed: pods
                 .iter()
+                .map(|p| -> &Value { p.borrow() })
                 .filter(|p| {
                     !s(p, "/spec/nodeName").is_empty()
                         && !matches!(s(p, "/status/phase"), "Succeeded" | "Failed")
@@ -107,10 +113,13 @@ impl<'a> Cluster<'a> {
                 .collect(),
             nodes: nodes
                 .iter()
-                .map(|n| (s(n, "/metadata/name").to_string(), n))
+                .map(|n| -> (String, &Value) {
+                    (s(n.borrow(), "/metadata/name").to_string(), n.borrow())
+                })
                 .collect(),
             namespaces: namespaces
                 .iter()
+                .map(|n| -> &Value { n.borrow() })
                 .map(|n| (s(n, "/metadata/name").to_string(), labels(n)))
                 .collect(),
         }
@@ -122,8 +131,9 @@ impl<'a> Cluster<'a> {
 /// but a limit set counts as the limit, as the API server defaults it).
 pub fn request(pod: &Value, resource: &str) -> u128 {
     let of = |c: &Value| {
-        c.pointer(&format!("/resources/requests/{resource}"))
-            .or_else(|| c.pointer(&format!("/resources/limits/{resource}")))
+        let quantity = |kind: &str| c.get("resources")?.get(kind)?.get(resource);
+        quantity("requests")
+            .or_else(|| quantity("limits"))
             .and_then(|q| match q {
                 Value::String(q) => parse_milli(q),
                 Value::Number(n) => parse_milli(&n.to_string()),
@@ -184,13 +194,11 @@ fn resource_misfits(pod: &Value, node: &Value, cluster: &Cluster) -> Vec<Misfit>
 /// Whether `other` is matched by a `PodAffinityTerm` of `owner` (its label
 /// selector, in its namespaces: the listed ones, those the namespace
 /// selector picks, else the owner's own).
-fn term_selects(term: &Value, owner: &Value, other: &Value, cluster: &Cluster) -> bool {
-    let Some(sel) = term.get("labelSelector").filter(|v| !v.is_null()) else {
+fn term_selects(term: &Term<'_>, owner: &Value, other: &Value, cluster: &Cluster) -> bool {
+    let Some(sel) = &term.selector else {
         return false;
     };
-    let Ok(sel) = LabelSelector::from_object(sel) else {
-        return false;
-    };
+    let term = term.term;
     let ns = ns_of(other).unwrap_or("default");
     let listed = strings(&term["namespaces"]);
     let ns_ok = match term.get("namespaceSelector").filter(|v| !v.is_null()) {
@@ -203,13 +211,40 @@ fn term_selects(term: &Value, owner: &Value, other: &Value, cluster: &Cluster) -
         None if listed.is_empty() => ns == ns_of(owner).unwrap_or("default"),
         None => listed.contains(&ns),
     };
-    ns_ok && sel.matches(&labels(other))
+    ns_ok && sel.matches_object(other)
+}
+
+/// A `PodAffinityTerm` with its label selector parsed once: the filters
+/// match it against every placed Pod for every node.
+struct Term<'v> {
+    term: &'v Value,
+    selector: Option<LabelSelector>,
+    key: &'v str,
+}
+
+impl<'v> Term<'v> {
+    fn of(term: &'v Value) -> Term<'v> {
+        Term {
+            term,
+            selector: term
+                .get("labelSelector")
+                .filter(|v| !v.is_null())
+                .and_then(|sel| LabelSelector::from_object(sel).ok()),
+            key: s(term, "/topologyKey"),
+        }
+    }
+}
+
+/// One label of an object, read in place.
+fn label<'v>(obj: &'v Value, key: &str) -> Option<&'v str> {
+    obj.pointer("/metadata/labels")
+        .and_then(|l| l.get(key))
+        .map(|v| v.as_str().unwrap_or_default())
 }
 
 /// Whether two nodes share a topology domain (both carry `key`, equal).
 fn same_domain(a: &Value, b: &Value, key: &str) -> bool {
-    let (la, lb) = (labels(a), labels(b));
-    la.get(key).is_some_and(|v| lb.get(key) == Some(v))
+    label(a, key).is_some_and(|v| label(b, key) == Some(v))
 }
 
 fn terms<'v>(pod: &'v Value, ptr: &str) -> Vec<&'v Value> {
@@ -228,8 +263,8 @@ fn inter_pod_misfit(pod: &Value, node: &Value, cluster: &Cluster) -> Option<Misf
     const ANTI: &str =
         "/spec/affinity/podAntiAffinity/requiredDuringSchedulingIgnoredDuringExecution";
     const AFF: &str = "/spec/affinity/podAffinity/requiredDuringSchedulingIgnoredDuringExecution";
-    for t in terms(pod, AFF) {
-        let key = s(t, "/topologyKey");
+    for t in terms(pod, AFF).into_iter().map(Term::of) {
+        let (t, key) = (&t, t.key);
         let matched = cluster.placed.iter().any(|o| {
             node_of(o).is_some_and(|on| same_domain(node, on, key))
                 && term_selects(t, pod, o, cluster)
@@ -241,12 +276,12 @@ fn inter_pod_misfit(pod: &Value, node: &Value, cluster: &Cluster) -> Option<Misf
             .iter()
             .any(|o| term_selects(t, pod, o, cluster));
         let self_match = none_anywhere && term_selects(t, pod, pod, cluster);
-        if !matched && !self_match || !labels(node).contains_key(key) {
+        if !matched && !self_match || label(node, key).is_none() {
             return Some(Misfit::PodAffinity);
         }
     }
-    for t in terms(pod, ANTI) {
-        let key = s(t, "/topologyKey");
+    for t in terms(pod, ANTI).into_iter().map(Term::of) {
+        let (t, key) = (&t, t.key);
         if cluster.placed.iter().any(|o| {
             node_of(o).is_some_and(|on| same_domain(node, on, key))
                 && term_selects(t, pod, o, cluster)
@@ -257,7 +292,8 @@ fn inter_pod_misfit(pod: &Value, node: &Value, cluster: &Cluster) -> Option<Misf
     for other in &cluster.placed {
         let Some(on) = node_of(other) else { continue };
         if terms(other, ANTI).iter().any(|t| {
-            same_domain(node, on, s(t, "/topologyKey")) && term_selects(t, other, pod, cluster)
+            same_domain(node, on, s(t, "/topologyKey"))
+                && term_selects(&Term::of(t), other, pod, cluster)
         }) {
             return Some(Misfit::ExistingAntiAffinity);
         }
@@ -274,8 +310,8 @@ fn preference(pod: &Value, node: &Value, cluster: &Cluster) -> i64 {
     )
     .iter()
     .filter(|w| {
-        let t = &w["podAffinityTerm"];
-        let key = s(t, "/topologyKey");
+        let t = &Term::of(&w["podAffinityTerm"]);
+        let key = t.key;
         !cluster.placed.iter().any(|o| {
             cluster
                 .nodes
@@ -522,9 +558,9 @@ fn mark_unschedulable(store: &Store, pod: &Value, msg: &str) {
 /// smallest that fits first (the volume binder's `FindMatchingVolume`);
 /// None when a claim finds none.
 fn local_disks_for<'a>(
-    waiting: &[Value],
+    waiting: &[std::sync::Arc<Value>],
     node: &str,
-    pvs: &'a HashMap<String, Value>,
+    pvs: &'a HashMap<String, std::sync::Arc<Value>>,
     taken: &std::collections::BTreeSet<String>,
 ) -> Option<Vec<&'a Value>> {
     let mut chosen: Vec<&Value> = Vec::new();
@@ -558,19 +594,20 @@ pub fn schedule_all(store: &Store) {
     let namespaces = list_all(store, "", "namespaces");
     // Pods bound in this pass count for the next ones.
     let mut bound_now: Vec<Value> = Vec::new();
-    let pvcs: HashMap<(String, String), Value> = list_all(store, "", "persistentvolumeclaims")
-        .into_iter()
-        .map(|c| {
-            (
+    let pvcs: HashMap<(String, String), std::sync::Arc<Value>> =
+        list_all(store, "", "persistentvolumeclaims")
+            .into_iter()
+            .map(|c| {
                 (
-                    ns_of(&c).unwrap_or_default().to_string(),
-                    s(&c, "/metadata/name").to_string(),
-                ),
-                c,
-            )
-        })
-        .collect();
-    let pvs: HashMap<String, Value> = list_all(store, "", "persistentvolumes")
+                    (
+                        ns_of(&c).unwrap_or_default().to_string(),
+                        s(&c, "/metadata/name").to_string(),
+                    ),
+                    c,
+                )
+            })
+            .collect();
+    let pvs: HashMap<String, std::sync::Arc<Value>> = list_all(store, "", "persistentvolumes")
         .into_iter()
         .map(|p| (s(&p, "/metadata/name").to_string(), p))
         .collect();
@@ -646,7 +683,7 @@ pub fn schedule_all(store: &Store) {
             continue;
         }
         let mut misfits = Vec::new();
-        let mut best: Option<&Value> = None;
+        let mut best: Option<((i64, usize, &str), &Value)> = None;
         let mut cluster = Cluster::new(&nodes, &pods, &namespaces);
         cluster.placed.extend(bound_now.iter());
         let disks_for =
@@ -655,21 +692,20 @@ pub fn schedule_all(store: &Store) {
             let disks = disks_for(node);
             match fit_with_disks(pod, node, &affinities, disks.is_some(), &cluster) {
                 Ok(()) => {
-                    let key = |n: &Value| {
-                        (
-                            -preference(pod, n, &cluster),
-                            load.get(s(n, "/metadata/name")).copied().unwrap_or(0),
-                            s(n, "/metadata/name").to_string(),
-                        )
-                    };
-                    if best.is_none_or(|b| key(node) < key(b)) {
-                        best = Some(node);
+                    let name = s(node, "/metadata/name");
+                    let key = (
+                        -preference(pod, node, &cluster),
+                        load.get(name).copied().unwrap_or(0),
+                        name,
+                    );
+                    if best.as_ref().is_none_or(|(b, _)| key < *b) {
+                        best = Some((key, node));
                     }
                 }
                 Err(m) => misfits.push(m),
             }
         }
-        let Some(node) = best else {
+        let Some((_, node)) = best else {
             mark_unschedulable(store, pod, &message(nodes.len(), &misfits));
             continue;
         };

@@ -44,7 +44,7 @@ pub fn allocate_cluster_ips(store: &Store) {
 /// ready pods in `addresses`, the others (with an IP, not terminating) in
 /// `notReadyAddresses`, or in `addresses` too with
 /// `publishNotReadyAddresses`. Pure.
-pub fn endpoints_for(svc: &Value, pods: &[Value]) -> Option<Value> {
+pub fn endpoints_for(svc: &Value, pods: &[impl std::borrow::Borrow<Value>]) -> Option<Value> {
     let selector = svc.pointer("/spec/selector")?.as_object()?;
     if selector.is_empty() {
         return None;
@@ -55,6 +55,7 @@ pub fn endpoints_for(svc: &Value, pods: &[Value]) -> Option<Value> {
     let mut not_ready = Vec::new();
     let mut chosen: Vec<&Value> = pods
         .iter()
+        .map(|p| -> &Value { p.borrow() })
         .filter(|p| s(p, "/metadata/namespace") == ns)
         .filter(|p| {
             selector.iter().all(|(k, v)| {
@@ -140,7 +141,7 @@ pub fn endpoints_for(svc: &Value, pods: &[Value]) -> Option<Value> {
 /// selector, kept equal to [`endpoints_for`].
 pub fn sync_endpoints(store: &Store) {
     let pods = list_all(store, "", "pods");
-    let existing: std::collections::HashMap<(String, String), Value> =
+    let existing: std::collections::HashMap<(String, String), std::sync::Arc<Value>> =
         list_all(store, "", "endpoints")
             .into_iter()
             .map(|e| {
@@ -165,7 +166,7 @@ pub fn sync_endpoints(store: &Store) {
                 let _ = store.create(&target, want, &Default::default());
             }
             Some(have) if have.get("subsets") != want.get("subsets") => {
-                let mut next = have.clone();
+                let mut next = Value::clone(have);
                 next["subsets"] = want["subsets"].clone();
                 let _ = store.update(
                     &target,
@@ -215,7 +216,10 @@ mod endpoint_tests {
         let ep = endpoints_for(&publish, &pods).unwrap();
         assert_eq!(ep["subsets"][0]["addresses"].as_array().unwrap().len(), 2);
         assert!(ep["subsets"][0].get("notReadyAddresses").is_none());
-        assert_eq!(endpoints_for(&svc, &[]).unwrap()["subsets"], json!([]));
+        assert_eq!(
+            endpoints_for(&svc, &[] as &[Value]).unwrap()["subsets"],
+            json!([])
+        );
         let no_selector = json!({"metadata": {"name": "x", "namespace": "db"}, "spec": {}});
         assert!(endpoints_for(&no_selector, &pods).is_none());
     }

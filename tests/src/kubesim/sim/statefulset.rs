@@ -243,7 +243,7 @@ fn owned_by(pod: &Value, uid: &str) -> bool {
         .any(|r| r["uid"] == uid && r["controller"] == true)
 }
 
-fn sync(store: &Store, sts: &Value, all_pods: &[Value]) {
+fn sync(store: &Store, sts: &Value, all_pods: &[std::sync::Arc<Value>]) {
     let name = s(sts, "/metadata/name");
     let ns = ns_of(sts).unwrap_or("default");
     let uid = s(sts, "/metadata/uid");

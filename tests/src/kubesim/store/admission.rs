@@ -51,6 +51,7 @@ impl State {
                         objects: BTreeMap::new(),
                         history: VecDeque::new(),
                         window_start: rv,
+                        last_change: 0,
                     },
                 );
             }
@@ -123,6 +124,7 @@ impl State {
             prev,
             at_us: crate::kubesim::now_us(),
         });
+        table.last_change = rv;
         table.history.push_back(ev.clone());
         while table.history.len() > window {
             if let Some(old) = table.history.pop_front() {

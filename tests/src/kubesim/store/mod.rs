@@ -38,6 +38,8 @@ pub(super) struct Table {
     history: VecDeque<Arc<Event>>,
     /// The oldest resourceVersion from which history is complete.
     window_start: u64,
+    /// The resourceVersion of the kind's last change (0: none yet).
+    last_change: u64,
 }
 
 pub(super) struct State {
@@ -299,6 +301,19 @@ impl Store {
         self.lock().rv
     }
 
+    /// The resourceVersion of the last change to any kind of an API group
+    /// (0: none yet): what is derived from the group's objects is stale
+    /// only when this moved.
+    pub fn group_revision(&self, group: &str) -> u64 {
+        let st = self.lock();
+        st.tables
+            .iter()
+            .filter(|((g, _), _)| g == group)
+            .map(|(_, t)| t.last_change)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The served kinds.
     pub fn types(&self) -> Vec<Arc<ResourceType>> {
         let st = self.lock();
@@ -343,6 +358,20 @@ impl Store {
             .get(&(ns, name.to_string()))
             .map(|o| present(&rt, &t.version, o))
             .ok_or_else(|| ApiError::not_found(&rt, name))
+    }
+
+    /// Every stored object of a kind, in every namespace, shared rather
+    /// than copied: what the simulated controllers read at each pass.
+    pub fn objects(&self, t: &Target) -> Result<Vec<Arc<Value>>, ApiError> {
+        let st = self.lock();
+        let rt = st.resolve(&t.group, &t.version, &t.plural)?;
+        let ns = t.namespace.as_deref().filter(|_| rt.namespaced);
+        Ok(st.tables[&key(&rt)]
+            .objects
+            .iter()
+            .filter(|((ons, _), _)| ns.is_none_or(|n| n == ons))
+            .map(|(_, o)| o.clone())
+            .collect())
     }
 
     /// List, with selectors, pagination and resourceVersion semantics.

@@ -245,7 +245,7 @@ impl Kubelet {
     /// One pass: starts pods bound to live Nodes, stops deleted ones, kills
     /// and removes the pods of Nodes that are gone.
     pub fn sync(&self) {
-        let nodes: BTreeMap<String, Value> = list_all(&self.store, "", "nodes")
+        let nodes: BTreeMap<String, std::sync::Arc<Value>> = list_all(&self.store, "", "nodes")
             .into_iter()
             .map(|n| (s(&n, "/metadata/name").to_string(), n))
             .collect();
@@ -314,7 +314,7 @@ impl Kubelet {
                         let (stop, rx) = watch::channel(Stop::Run);
                         let task = tokio::spawn(hollow::run_pod(
                             self.store.clone(),
-                            pod.clone(),
+                            Value::clone(pod),
                             ip.to_string(),
                             host_ip,
                             rx,
@@ -375,7 +375,7 @@ impl Kubelet {
                         ring: self.ring.clone(),
                         kubelets: self.kubelets.clone(),
                         node_uid: s(node_obj, "/metadata/uid").to_string(),
-                        pod: Mutex::new(pod.clone()),
+                        pod: Mutex::new(Value::clone(pod)),
                         run: Mutex::new(PodRun::new(pod)),
                         changed: Notify::new(),
                     });
