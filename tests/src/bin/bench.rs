@@ -30,13 +30,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crds::Cluster;
+use crds::contract::{self, GossipMember, GossipView};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use testworld::bench::{Figures, Percentiles, reactions};
 use testworld::harness::{self, Process, World, WorldOptions};
 use testworld::kubesim::faults::RequestRecord;
 use testworld::kubesim::now_us;
-use testworld::kubesim::store::{EventType, ListOptions, Store, Target};
+use testworld::kubesim::store::{EventType, Store, Target};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -45,14 +46,12 @@ const MIB: f64 = 1024.0;
 
 use harness::{proc_cpu_seconds as cpu_seconds, proc_status_kib as status_kib};
 
-fn list(store: &Store, group: &str, version: &str, plural: &str, ns: &str) -> Vec<Value> {
+/// The objects of a kind in a namespace, shared with the store: the bench
+/// polls every 20 ms, and copying a thousand objects each time would load
+/// the machine it measures.
+fn list(store: &Store, group: &str, version: &str, plural: &str, ns: &str) -> Vec<Arc<Value>> {
     store
-        .list(
-            &Target::new(group, version, plural, Some(ns)),
-            &ListOptions::default(),
-        )
-        .ok()
-        .and_then(|l| l.get("items").and_then(Value::as_array).cloned())
+        .objects(&Target::new(group, version, plural, Some(ns)))
         .unwrap_or_default()
 }
 
@@ -84,6 +83,46 @@ fn clusters_ready(store: &Store, members: i64) -> usize {
                 && c.pointer("/status/members").and_then(Value::as_i64) == Some(members)
         })
         .count()
+}
+
+/// Whether the `members` member Services of `cluster` all hold a gossip
+/// record, and every record shows every member up under the generation it
+/// runs (the rule the controller's rolls wait for).
+fn ring_settled(store: &Store, cluster: &str, members: usize) -> bool {
+    let label = |o: &Value, key: &str| {
+        s(o, &format!("/metadata/labels/{}", json_pointer_key(key))).to_string()
+    };
+    let services: Vec<(String, String, Option<GossipView>)> = list(store, "", "v1", "services", NS)
+        .iter()
+        .filter(|o| {
+            label(o, crds::labels::CLUSTER) == cluster
+                && !label(o, crds::labels::POD_NAME).is_empty()
+        })
+        .map(|o| {
+            let record = s(
+                o,
+                &format!(
+                    "/metadata/annotations/{}",
+                    json_pointer_key(contract::GOSSIP)
+                ),
+            );
+            (
+                s(o, "/metadata/name").to_string(),
+                s(o, "/spec/clusterIP").to_string(),
+                GossipView::from_annotation(record),
+            )
+        })
+        .collect();
+    let all: Vec<GossipMember<'_>> = services
+        .iter()
+        .map(|(name, address, view)| GossipMember {
+            name,
+            address,
+            view: view.as_ref(),
+        })
+        .collect();
+    let names: Vec<&str> = all.iter().map(|m| m.name).collect();
+    all.len() == members && contract::ring_settled(&all, &names).is_ok()
 }
 
 /// Whether a request is the operator's: the controller's or a sidecar's
@@ -443,6 +482,13 @@ async fn real_members(
     let took = began.elapsed().as_secs_f64() * 1000.0;
     f.bringup_overhead_ms_per_member =
         (took - members as f64 * bootstrap_ms as f64) / members as f64;
+    // The sidecars record each step of their nodes' gossip converging:
+    // those writes are the bring-up's, and the steady period begins once
+    // every record shows every member up.
+    until("every member seeing every member up", 120, &log, || {
+        ring_settled(&store, "c", members as usize)
+    })
+    .await?;
     let log_now = world.sim.requests();
     let ours = log_now.iter().filter(|r| r.seq > seq0 && operators(r));
     let (reads, writes): (Vec<_>, Vec<_>) = ours
