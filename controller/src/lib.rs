@@ -35,4 +35,10 @@ pub struct ControllerArgs {
     /// Event name it), in seconds.
     #[arg(long, env = "MEMBER_RESTART_TIMEOUT_SECONDS", default_value_t = 600)]
     pub member_restart_timeout_seconds: u64,
+    /// How many Clusters are reconciled at once (never one Cluster twice
+    /// at once). Each reconcile in flight holds its own connections to the
+    /// API server: unbounded, a thousand new Clusters opened thousands.
+    #[arg(long, env = "CONCURRENT_RECONCILES", default_value_t = 8,
+          value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub concurrent_reconciles: u16,
 }

@@ -278,7 +278,9 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
         .modify(strip_metadata::<Cluster>)
         .reflect(clusters_writer)
         .applied_objects();
-    let controller = Controller::for_stream(cluster_stream, clusters_reader);
+    let controller = Controller::for_stream(cluster_stream, clusters_reader).with_config(
+        kube::runtime::controller::Config::default().concurrency(args.concurrent_reconciles),
+    );
     let caches_ready = {
         let clusters_store = controller.store();
         let (sts, svc, pod, pdb, sa, role, rb) = (

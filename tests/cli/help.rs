@@ -120,3 +120,25 @@ current-context: x
         kube::Client::try_from(config).expect("kube client with rustls and ring");
     });
 }
+
+#[test]
+fn controller_refuses_a_reconcile_concurrency_outside_its_range() {
+    for bad in ["0", "257", "many"] {
+        let out = bin()
+            .args(["controller", "--concurrent-reconciles", bad])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "--concurrent-reconciles {bad}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("--concurrent-reconciles"),
+            "the error names the flag: {err}"
+        );
+    }
+    let help = bin().args(["controller", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("CONCURRENT_RECONCILES") && help.contains("[default: 8]"),
+        "{help}"
+    );
+}
