@@ -89,6 +89,11 @@ impl Misfit {
 pub struct Cluster<'a> {
     /// Bound Pods that hold their node (not Succeeded or Failed).
     pub placed: Vec<&'a Value>,
+    /// The same by node name, and those with required anti-affinity
+    /// terms: the filters look at one node's Pods, and at every Pod's
+    /// anti-affinity, for each node and each pending Pod.
+    by_node: HashMap<&'a str, Vec<&'a Value>>,
+    repelling: Vec<&'a Value>,
     /// Every Node by name.
     pub nodes: HashMap<String, &'a Value>,
     /// Namespaces' labels (for `namespaceSelector`).
@@ -102,15 +107,10 @@ impl<'a> Cluster<'a> {
         pods: &'a [P],
         namespaces: &[N],
     ) -> Self {
-        Cluster {
-            placed: pods
-                .iter()
-                .map(|p| -> &Value { p.borrow() })
-                .filter(|p| {
-                    !s(p, "/spec/nodeName").is_empty()
-                        && !matches!(s(p, "/status/phase"), "Succeeded" | "Failed")
-                })
-                .collect(),
+        let mut cluster = Cluster {
+            placed: Vec::new(),
+            by_node: HashMap::new(),
+            repelling: Vec::new(),
             nodes: nodes
                 .iter()
                 .map(|n| -> (String, &Value) {
@@ -122,9 +122,51 @@ impl<'a> Cluster<'a> {
                 .map(|n| -> &Value { n.borrow() })
                 .map(|n| (s(n, "/metadata/name").to_string(), labels(n)))
                 .collect(),
+        };
+        for pod in pods.iter().map(|p| -> &Value { p.borrow() }) {
+            if !s(pod, "/spec/nodeName").is_empty()
+                && !matches!(s(pod, "/status/phase"), "Succeeded" | "Failed")
+            {
+                cluster.place(pod);
+            }
+        }
+        cluster
+    }
+
+    /// Counts a Pod bound to its node.
+    pub fn place(&mut self, pod: &'a Value) {
+        self.placed.push(pod);
+        self.by_node
+            .entry(s(pod, "/spec/nodeName"))
+            .or_default()
+            .push(pod);
+        if !terms(pod, ANTI).is_empty() {
+            self.repelling.push(pod);
         }
     }
+
+    /// The Pods bound to a node.
+    fn on(&self, node: &str) -> &[&'a Value] {
+        self.by_node
+            .get(node)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    }
+
+    /// The Pods on the nodes of `node`'s topology domain for `key`.
+    fn in_domain<'c>(
+        &'c self,
+        node: &'c Value,
+        key: &'c str,
+    ) -> impl Iterator<Item = &'a Value> + 'c {
+        self.nodes
+            .iter()
+            .filter(move |(_, other)| same_domain(node, other, key))
+            .flat_map(|(name, _)| self.on(name).iter().copied())
+    }
 }
+
+const ANTI: &str = "/spec/affinity/podAntiAffinity/requiredDuringSchedulingIgnoredDuringExecution";
 
 /// A pod's effective request of a resource in thousandths: the larger of
 /// its containers' sum and its largest init container (a request absent
@@ -163,12 +205,7 @@ fn allocatable(node: &Value, resource: &str) -> Option<u128> {
 /// NodeResourcesFit: the pod's cpu and memory requests and one more pod
 /// against what the node's bound pods leave of its allocatable.
 fn resource_misfits(pod: &Value, node: &Value, cluster: &Cluster) -> Vec<Misfit> {
-    let name = s(node, "/metadata/name");
-    let here: Vec<&&Value> = cluster
-        .placed
-        .iter()
-        .filter(|p| s(p, "/spec/nodeName") == name)
-        .collect();
+    let here = cluster.on(s(node, "/metadata/name"));
     let mut out = Vec::new();
     if let Some(max) = allocatable(node, "pods")
         && (here.len() as u128 + 1) * 1000 > max
@@ -260,15 +297,12 @@ fn terms<'v>(pod: &'v Value, ptr: &str) -> Vec<&'v Value> {
 /// (topology domains by each term's `topologyKey`), the filter's order.
 fn inter_pod_misfit(pod: &Value, node: &Value, cluster: &Cluster) -> Option<Misfit> {
     let node_of = |p: &Value| cluster.nodes.get(s(p, "/spec/nodeName")).copied();
-    const ANTI: &str =
-        "/spec/affinity/podAntiAffinity/requiredDuringSchedulingIgnoredDuringExecution";
     const AFF: &str = "/spec/affinity/podAffinity/requiredDuringSchedulingIgnoredDuringExecution";
     for t in terms(pod, AFF).into_iter().map(Term::of) {
         let (t, key) = (&t, t.key);
-        let matched = cluster.placed.iter().any(|o| {
-            node_of(o).is_some_and(|on| same_domain(node, on, key))
-                && term_selects(t, pod, o, cluster)
-        });
+        let matched = cluster
+            .in_domain(node, key)
+            .any(|o| term_selects(t, pod, o, cluster));
         // The first pod of a group may go anywhere its own labels match
         // the term (the scheduler's special case), if no pod matches yet.
         let none_anywhere = !cluster
@@ -282,14 +316,14 @@ fn inter_pod_misfit(pod: &Value, node: &Value, cluster: &Cluster) -> Option<Misf
     }
     for t in terms(pod, ANTI).into_iter().map(Term::of) {
         let (t, key) = (&t, t.key);
-        if cluster.placed.iter().any(|o| {
-            node_of(o).is_some_and(|on| same_domain(node, on, key))
-                && term_selects(t, pod, o, cluster)
-        }) {
+        if cluster
+            .in_domain(node, key)
+            .any(|o| term_selects(t, pod, o, cluster))
+        {
             return Some(Misfit::AntiAffinity);
         }
     }
-    for other in &cluster.placed {
+    for other in &cluster.repelling {
         let Some(on) = node_of(other) else { continue };
         if terms(other, ANTI).iter().any(|t| {
             same_domain(node, on, s(t, "/topologyKey"))
@@ -312,13 +346,9 @@ fn preference(pod: &Value, node: &Value, cluster: &Cluster) -> i64 {
     .filter(|w| {
         let t = &Term::of(&w["podAffinityTerm"]);
         let key = t.key;
-        !cluster.placed.iter().any(|o| {
-            cluster
-                .nodes
-                .get(s(o, "/spec/nodeName"))
-                .is_some_and(|on| same_domain(node, on, key))
-                && term_selects(t, pod, o, cluster)
-        })
+        !cluster
+            .in_domain(node, key)
+            .any(|o| term_selects(t, pod, o, cluster))
     })
     .map(|w| w.get("weight").and_then(Value::as_i64).unwrap_or(0))
     .sum()
@@ -685,7 +715,9 @@ pub fn schedule_all(store: &Store) {
         let mut misfits = Vec::new();
         let mut best: Option<((i64, usize, &str), &Value)> = None;
         let mut cluster = Cluster::new(&nodes, &pods, &namespaces);
-        cluster.placed.extend(bound_now.iter());
+        for bound in &bound_now {
+            cluster.place(bound);
+        }
         let disks_for =
             |node: &Value| local_disks_for(&waiting, s(node, "/metadata/name"), &pvs, &taken_now);
         for node in &nodes {
