@@ -607,6 +607,44 @@ spec:
     }
 
     #[test]
+    fn a_statefulset_stripped_for_the_cache_is_observed_as_in_full() {
+        let cluster = cluster();
+        let ctx = BuildContext::default();
+        let mut sts = resources::hashed(resources::statefulset_for_rack(
+            &resources::ValidCluster::unchecked(&cluster),
+            &cluster.spec.datacenter.racks[0],
+            3,
+            &ctx,
+        ));
+        sts.status = Some(k8s_openapi::api::apps::v1::StatefulSetStatus {
+            observed_generation: Some(1),
+            update_revision: Some("c-dc-a-1234".into()),
+            ..Default::default()
+        });
+        sts.metadata.generation = Some(2);
+        let mut stripped = sts.clone();
+        crate::reconcile::strip_statefulset(&mut stripped);
+        let size = |s: &StatefulSet| serde_json::to_vec(s).unwrap().len();
+        assert!(
+            size(&stripped) * 3 < size(&sts),
+            "{} of {} bytes kept",
+            size(&stripped),
+            size(&sts)
+        );
+        let (full, kept) = (
+            observe(&cluster, [&sts], &[], &[], &Storage::default()),
+            observe(&cluster, [&stripped], &[], &[], &Storage::default()),
+        );
+        assert_eq!(kept, full);
+        assert!(full.racks["a"].template_version.is_some());
+        assert!(full.racks["a"].status_stale);
+        assert_eq!(
+            resources::applied_hash(&stripped),
+            resources::applied_hash(&sts)
+        );
+    }
+
+    #[test]
     fn a_pod_being_deleted_is_not_ready() {
         let cluster = cluster();
         let ctx = BuildContext::default();

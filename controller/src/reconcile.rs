@@ -198,7 +198,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
             (reader, stream)
         }};
     }
-    let (statefulsets, sts_stream) = cache!(StatefulSet);
+    let (statefulsets, sts_stream) = cache!(StatefulSet, strip_statefulset);
     let (services, svc_stream) = cache!(Service);
     let (pods, pod_stream) = cache!(Pod, strip_pod);
     let (pdbs, pdb_stream) = cache!(PodDisruptionBudget);
@@ -444,6 +444,39 @@ fn strip_pod(pod: &mut Pod) {
             conditions: status.conditions.take(),
             phase: status.phase.take(),
             ..Default::default()
+        };
+    }
+}
+
+/// What the StatefulSet cache keeps: what observe and the apply read
+/// (metadata with the applied hash, replicas, claim templates, update
+/// strategy, the containers' names and images, the status). The Pod
+/// template's volumes, environment and probes are most of a StatefulSet,
+/// and a thousand of them were most of the controller's memory.
+pub(crate) fn strip_statefulset(sts: &mut StatefulSet) {
+    strip_metadata(sts);
+    if let Some(spec) = sts.spec.as_mut() {
+        let containers = spec
+            .template
+            .spec
+            .take()
+            .map(|pod| {
+                pod.containers
+                    .into_iter()
+                    .map(|c| k8s_openapi::api::core::v1::Container {
+                        name: c.name,
+                        image: c.image,
+                        ..Default::default()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        spec.template = k8s_openapi::api::core::v1::PodTemplateSpec {
+            metadata: None,
+            spec: Some(k8s_openapi::api::core::v1::PodSpec {
+                containers,
+                ..Default::default()
+            }),
         };
     }
 }
