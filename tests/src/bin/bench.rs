@@ -94,9 +94,13 @@ fn ring_settled(store: &Store, cluster: &str, members: usize) -> bool {
     };
     let services: Vec<(String, String, Option<GossipView>)> = list(store, "", "v1", "services", NS)
         .iter()
+        // Member Services select their one Pod by name.
         .filter(|o| {
-            label(o, crds::labels::CLUSTER) == cluster
-                && !label(o, crds::labels::POD_NAME).is_empty()
+            let selected = format!(
+                "/spec/selector/{}",
+                json_pointer_key(crds::labels::POD_NAME)
+            );
+            label(o, crds::labels::CLUSTER) == cluster && !s(o, &selected).is_empty()
         })
         .map(|o| {
             let record = s(
