@@ -425,14 +425,7 @@ fn strip_metadata<K: Resource>(object: &mut K) {
 fn strip_pod(pod: &mut Pod) {
     strip_metadata(pod);
     if let Some(spec) = pod.spec.as_mut() {
-        let containers = std::mem::take(&mut spec.containers)
-            .into_iter()
-            .map(|c| k8s_openapi::api::core::v1::Container {
-                name: c.name,
-                image: c.image,
-                ..Default::default()
-            })
-            .collect();
+        let containers = names_and_images(std::mem::take(&mut spec.containers));
         *spec = k8s_openapi::api::core::v1::PodSpec {
             containers,
             node_name: spec.node_name.take(),
@@ -460,16 +453,7 @@ pub(crate) fn strip_statefulset(sts: &mut StatefulSet) {
             .template
             .spec
             .take()
-            .map(|pod| {
-                pod.containers
-                    .into_iter()
-                    .map(|c| k8s_openapi::api::core::v1::Container {
-                        name: c.name,
-                        image: c.image,
-                        ..Default::default()
-                    })
-                    .collect()
-            })
+            .map(|pod| names_and_images(pod.containers))
             .unwrap_or_default();
         spec.template = k8s_openapi::api::core::v1::PodTemplateSpec {
             metadata: None,
@@ -479,6 +463,21 @@ pub(crate) fn strip_statefulset(sts: &mut StatefulSet) {
             }),
         };
     }
+}
+
+/// Containers as the caches keep them: name and image (observe finds the
+/// database's version by the container's name).
+fn names_and_images(
+    containers: Vec<k8s_openapi::api::core::v1::Container>,
+) -> Vec<k8s_openapi::api::core::v1::Container> {
+    containers
+        .into_iter()
+        .map(|c| k8s_openapi::api::core::v1::Container {
+            name: c.name,
+            image: c.image,
+            ..Default::default()
+        })
+        .collect()
 }
 
 /// What the Node cache keeps: the name and labels (a volume's Node is

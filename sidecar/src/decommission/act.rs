@@ -122,16 +122,10 @@ pub async fn decommission_loop(links: Links, mut service: watch::Receiver<Servic
     // something newer: deciding on it avoids acting twice on the version
     // before it (a stale decision would only meet a 409 anyway).
     let mut own_write: Option<Service> = None;
-    // The node's state as read just before our own claim: the decision on
-    // the API server's answer uses it rather than asking the node again
-    // (the decommission call follows the claim by one request, not two; a
-    // node that changed meanwhile refuses the call, which is handled).
-    let mut read_before_claim: Option<NodeState> = None;
     loop {
         if service.has_changed().unwrap_or(true) {
             own_write = None;
         }
-        let carried = read_before_claim.take().filter(|_| own_write.is_some());
         let snapshot = match &own_write {
             Some(updated) => updated.clone(),
             None => service.borrow_and_update().clone(),
@@ -140,8 +134,6 @@ pub async fn decommission_loop(links: Links, mut service: watch::Receiver<Servic
         let claim = claim_of(&snapshot);
         let node = if refused_decommissioned.load(Ordering::Relaxed) {
             NodeState::RefusedDecommissioned
-        } else if let Some(node) = carried {
-            node
         } else if intent == Intent::Requested || claim.started || claim.refused {
             match db.operation_mode().await {
                 Ok(mode) => NodeState::Mode(mode),
@@ -180,7 +172,6 @@ pub async fn decommission_loop(links: Links, mut service: watch::Receiver<Servic
                         drop(c);
                         // Decide again on what the API server answered.
                         own_write = Some(updated);
-                        read_before_claim = Some(node);
                         continue;
                     }
                     Err(e) => {

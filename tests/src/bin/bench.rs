@@ -37,6 +37,7 @@ use testworld::bench::{Figures, Percentiles, reactions};
 use testworld::harness::{self, Process, World, WorldOptions};
 use testworld::kubesim::faults::RequestRecord;
 use testworld::kubesim::now_us;
+use testworld::kubesim::selectors::label_of;
 use testworld::kubesim::store::{EventType, Store, Target};
 
 type Error = Box<dyn std::error::Error>;
@@ -89,9 +90,6 @@ fn clusters_ready(store: &Store, members: i64) -> usize {
 /// record, and every record shows every member up under the generation it
 /// runs (the rule the controller's rolls wait for).
 fn ring_settled(store: &Store, cluster: &str, members: usize) -> bool {
-    let label = |o: &Value, key: &str| {
-        s(o, &format!("/metadata/labels/{}", json_pointer_key(key))).to_string()
-    };
     let services: Vec<(String, String, Option<GossipView>)> = list(store, "", "v1", "services", NS)
         .iter()
         // Member Services select their one Pod by name.
@@ -100,7 +98,7 @@ fn ring_settled(store: &Store, cluster: &str, members: usize) -> bool {
                 "/spec/selector/{}",
                 json_pointer_key(crds::labels::POD_NAME)
             );
-            label(o, crds::labels::CLUSTER) == cluster && !s(o, &selected).is_empty()
+            label_of(o, crds::labels::CLUSTER) == Some(cluster) && !s(o, &selected).is_empty()
         })
         .map(|o| {
             let record = s(

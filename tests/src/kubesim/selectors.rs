@@ -194,12 +194,7 @@ impl LabelSelector {
     /// Whether an object's `metadata.labels` satisfy the selector (read in
     /// place: the store matches every object of a kind on each list).
     pub fn matches_object(&self, obj: &Value) -> bool {
-        let labels = obj.pointer("/metadata/labels").and_then(Value::as_object);
-        self.matches_by(|k| {
-            labels
-                .and_then(|m| m.get(k))
-                .map(|v| v.as_str().unwrap_or_default())
-        })
+        self.matches_by(|k| label_of(obj, k))
     }
 
     /// The selector of a `metav1.LabelSelector` object (`matchLabels` and
@@ -245,6 +240,14 @@ impl LabelSelector {
 }
 
 /// The labels of an object.
+/// One label of an object, read in place (a value that is not a string
+/// reads as empty, as in [`labels_of`]).
+pub fn label_of<'v>(obj: &'v Value, key: &str) -> Option<&'v str> {
+    obj.pointer("/metadata/labels")
+        .and_then(|l| l.get(key))
+        .map(|v| v.as_str().unwrap_or_default())
+}
+
 pub fn labels_of(obj: &Value) -> BTreeMap<String, String> {
     obj.pointer("/metadata/labels")
         .and_then(Value::as_object)

@@ -172,16 +172,15 @@ pub fn list(store: &Store, set: &Value) -> Vec<Value> {
     // namespace at each pass. Another controller's revisions are passed
     // over before the selector is evaluated.
     for r in store.objects(&crs).unwrap_or_default() {
+        let owner = controller_uid(&r);
         if r.pointer("/metadata/deletionTimestamp").is_some()
-            || controller_uid(&r).is_some_and(|u| u != uid)
+            || owner.is_some_and(|u| u != uid)
             || !selector.matches_object(&r)
         {
             continue;
         }
-        let r = Value::clone(&r);
-        match controller_uid(&r) {
-            Some(u) if u == uid => out.push(r),
-            Some(_) => {}
+        match owner {
+            Some(_) => out.push(Value::clone(&r)),
             None => {
                 let mut refs = r
                     .pointer("/metadata/ownerReferences")

@@ -8,8 +8,9 @@
 //! ([`deaths`]). Every part runs in one
 //! thread driven by the store's change notifications (plus a 250 ms tick
 //! for timers), out of the async runtime that serves the API (a pass over
-//! a thousand clusters takes long enough to starve it), level based: each pass reads the store and writes what is
-//! missing, so a pass may run any number of times. Started by
+//! a thousand clusters takes long enough to starve it), level based: each
+//! pass reads the store and writes what is missing, so a pass may run any
+//! number of times. Started by
 //! [`crate::kubesim::KubeSim`] when `Options::sim` is set (and by
 //! `kubesim serve` unless `--no-sim`; flags in [`FLAGS`]).
 //!
@@ -390,9 +391,7 @@ impl Sim {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
-        if let Some(thread) = thread
-            && thread.thread().id() != std::thread::current().id()
-        {
+        if let Some(thread) = thread {
             let _ = thread.join();
         }
         self.kubelet.kill_all();

@@ -19,7 +19,7 @@
 
 use super::quantity::parse_milli;
 use super::{list_all, ns_of, patch_status, s, storage};
-use crate::kubesim::selectors::LabelSelector;
+use crate::kubesim::selectors::{LabelSelector, label_of, labels_of as labels};
 use crate::kubesim::store::Store;
 use serde_json::{Value, json};
 use std::borrow::Borrow;
@@ -272,16 +272,9 @@ impl<'v> Term<'v> {
     }
 }
 
-/// One label of an object, read in place.
-fn label<'v>(obj: &'v Value, key: &str) -> Option<&'v str> {
-    obj.pointer("/metadata/labels")
-        .and_then(|l| l.get(key))
-        .map(|v| v.as_str().unwrap_or_default())
-}
-
 /// Whether two nodes share a topology domain (both carry `key`, equal).
 fn same_domain(a: &Value, b: &Value, key: &str) -> bool {
-    label(a, key).is_some_and(|v| label(b, key) == Some(v))
+    label_of(a, key).is_some_and(|v| label_of(b, key) == Some(v))
 }
 
 fn terms<'v>(pod: &'v Value, ptr: &str) -> Vec<&'v Value> {
@@ -310,7 +303,7 @@ fn inter_pod_misfit(pod: &Value, node: &Value, cluster: &Cluster) -> Option<Misf
             .iter()
             .any(|o| term_selects(t, pod, o, cluster));
         let self_match = none_anywhere && term_selects(t, pod, pod, cluster);
-        if !matched && !self_match || label(node, key).is_none() {
+        if !matched && !self_match || label_of(node, key).is_none() {
             return Some(Misfit::PodAffinity);
         }
     }
@@ -345,22 +338,12 @@ fn preference(pod: &Value, node: &Value, cluster: &Cluster) -> i64 {
     .iter()
     .filter(|w| {
         let t = &Term::of(&w["podAffinityTerm"]);
-        let key = t.key;
         !cluster
-            .in_domain(node, key)
+            .in_domain(node, t.key)
             .any(|o| term_selects(t, pod, o, cluster))
     })
     .map(|w| w.get("weight").and_then(Value::as_i64).unwrap_or(0))
     .sum()
-}
-
-fn labels(obj: &Value) -> BTreeMap<String, String> {
-    obj.pointer("/metadata/labels")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
-        .collect()
 }
 
 fn strings(v: &Value) -> Vec<&str> {

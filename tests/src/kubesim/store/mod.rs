@@ -443,9 +443,7 @@ impl Store {
                 continue;
             }
             let shown = present(&rt, &t.version, obj);
-            if !opts.label_selector.matches_object(&shown)
-                || !opts.field_selector.matches_object(&shown)
-            {
+            if !opts.field_selector.matches_object(&shown) {
                 continue;
             }
             if opts.limit > 0 && items.len() == opts.limit {
