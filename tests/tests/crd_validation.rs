@@ -50,7 +50,15 @@ fn api_server_errors(object: &Value, old: Option<&Value>) -> (Value, Vec<String>
             schema::admit(&schema, &mut o);
             o
         });
-        messages.extend(cel::check(&schema, &admitted, old.as_ref()));
+        let failed = cel::check(&schema, &admitted, old.as_ref());
+        // kubesim evaluates the rules compiled once per CRD: the same
+        // verdicts, word for word.
+        let compiled = kube_cel::compile_schema(&schema);
+        assert_eq!(
+            cel::check_compiled(&compiled, &admitted, old.as_ref()),
+            failed
+        );
+        messages.extend(failed);
     }
     (admitted, pruned, messages)
 }

@@ -52,6 +52,9 @@ pub struct ResourceType {
     pub custom: bool,
     /// openAPIV3Schema per version, for custom resources.
     pub schemas: BTreeMap<String, Value>,
+    /// The same schemas' CEL rules, compiled once when the CRD is read
+    /// (every write of a custom resource evaluates them).
+    pub compiled: BTreeMap<String, std::sync::Arc<kube_cel::CompiledSchema>>,
     /// Field selectors accepted besides `metadata.name` and
     /// `metadata.namespace`.
     pub field_labels: Vec<String>,
@@ -130,6 +133,7 @@ fn builtin(b: Builtin<'_>) -> ResourceType {
         return_deleted_object: false,
         custom: false,
         schemas: BTreeMap::new(),
+        compiled: BTreeMap::new(),
         field_labels: vec![],
         printer_columns: BTreeMap::new(),
         stored_as: None,
@@ -476,6 +480,10 @@ pub fn crd_type(crd: &Value) -> Result<ResourceType, String> {
         },
         return_deleted_object: true,
         custom: true,
+        compiled: schemas
+            .iter()
+            .map(|(v, s)| (v.clone(), std::sync::Arc::new(kube_cel::compile_schema(s))))
+            .collect(),
         schemas,
         field_labels,
         printer_columns,

@@ -10,11 +10,12 @@ use super::store::{
     DeleteOptions, Propagation, State, Store, Subresource, Target, WriteOptions, finalizers,
     name_of,
 };
+use super::store::{Event, EventType};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
 type Entry = (Arc<ResourceType>, Arc<Value>);
 
@@ -28,11 +29,12 @@ fn deleting(o: &Value) -> bool {
     o.pointer("/metadata/deletionTimestamp").is_some()
 }
 
-fn owner_refs(o: &Value) -> Vec<Value> {
+/// An object's owner references, read in place (every sweep reads those
+/// of every object).
+fn owner_refs(o: &Value) -> &[Value] {
     o.pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default()
+        .map_or(&[], Vec::as_slice)
 }
 
 fn target(rt: &ResourceType, o: &Value) -> Target {
@@ -149,8 +151,9 @@ pub(super) fn sweep(st: &mut State) -> bool {
             for d in &deps {
                 rewrite(st, d, |o| {
                     let kept: Vec<Value> = owner_refs(o)
-                        .into_iter()
+                        .iter()
                         .filter(|r| r.get("uid").and_then(Value::as_str) != Some(owner.as_str()))
+                        .cloned()
                         .collect();
                     o["metadata"]["ownerReferences"] = json!(kept);
                 });
@@ -221,13 +224,30 @@ pub(super) fn sweep(st: &mut State) -> bool {
     st.rv != rv
 }
 
+/// Whether a change can give the collectors work: a deletion, an object
+/// being deleted (finalizers to act on), or owner references that appeared
+/// or changed (a dangling owner). A Pod's status write, most of the traffic,
+/// cannot.
+fn matters(e: &Event) -> bool {
+    match e.kind {
+        EventType::Deleted => true,
+        EventType::Added => deleting(&e.object) || !owner_refs(&e.object).is_empty(),
+        EventType::Modified => {
+            deleting(&e.object)
+                || e.prev
+                    .as_ref()
+                    .is_none_or(|p| owner_refs(p) != owner_refs(&e.object))
+        }
+    }
+}
+
 /// Runs the controllers until the store's notifications end or the task is
-/// aborted. A pass runs after each burst of changes, and every `resync`.
-/// A pass reads every object under the store lock: passes are spaced by
-/// four times what the last took (at least 20 ms), as the API server's
-/// collector works from queues and lags the changes it acts on, so that
-/// under a thousand clusters' worth of changes it does not hold the lock
-/// (and a core) all the time.
+/// aborted. A pass runs after each burst of changes that [`matters`], and
+/// every `resync`. A pass reads every object under the store lock: passes
+/// are spaced by four times what the last took (at least 20 ms), as the
+/// API server's collector works from queues and lags the changes it acts
+/// on, so that under a thousand clusters' worth of changes it does not hold
+/// the lock (and a core) all the time.
 pub async fn run(store: Store, resync: Duration) {
     let mut rx = store.subscribe();
     loop {
@@ -239,17 +259,35 @@ pub async fn run(store: Store, resync: Duration) {
             }
         }
         tokio::time::sleep((began.elapsed() * 4).max(Duration::from_millis(20))).await;
+        // What queued up meanwhile: one pass covers it all.
+        let mut due = false;
+        loop {
+            match rx.try_recv() {
+                Ok(e) => due |= matters(&e),
+                Err(TryRecvError::Lagged(_)) => due = true,
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Closed) => return,
+            }
+        }
+        if due {
+            continue;
+        }
+        let next = async {
+            loop {
+                match rx.recv().await {
+                    Ok(e) if matters(&e) => return true,
+                    Ok(_) => {}
+                    Err(RecvError::Lagged(_)) => return true,
+                    Err(RecvError::Closed) => return false,
+                }
+            }
+        };
         tokio::select! {
-            r = rx.recv() => match r {
-                Ok(_) | Err(RecvError::Lagged(_)) => {}
-                Err(RecvError::Closed) => return,
+            open = next => if !open {
+                return;
             },
             _ = tokio::time::sleep(resync) => {}
         }
-        // Drain what queued up meanwhile: one pass covers it all.
-        while let Ok(_) | Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) =
-            rx.try_recv()
-        {}
     }
 }
 
@@ -257,6 +295,41 @@ pub async fn run(store: Store, resync: Duration) {
 mod tests {
     use super::*;
     use crate::kubesim::store::StoreOptions;
+
+    #[test]
+    fn only_deletions_and_owner_changes_wake_the_collector() {
+        let owned = json!({"metadata": {"name": "p", "uid": "1",
+            "ownerReferences": [{"uid": "s", "controller": true}]}});
+        let event = |kind, object: &Value, prev: Option<&Value>| Event {
+            rv: 1,
+            kind,
+            group: String::new(),
+            plural: "pods".into(),
+            object: Arc::new(object.clone()),
+            prev: prev.map(|p| Arc::new(p.clone())),
+            at_us: 0,
+        };
+        let mut ready = owned.clone();
+        ready["status"] = json!({"phase": "Running"});
+        // A status write: nothing for the collector.
+        assert!(!matters(&event(EventType::Modified, &ready, Some(&owned))));
+        let plain = json!({"metadata": {"name": "c", "uid": "2"}});
+        assert!(!matters(&event(EventType::Added, &plain, None)));
+        // A dependent (its owner may be gone), a deletion, an object being
+        // deleted, owner references changed.
+        assert!(matters(&event(EventType::Added, &owned, None)));
+        assert!(matters(&event(EventType::Deleted, &plain, Some(&plain))));
+        let mut going = ready.clone();
+        going["metadata"]["deletionTimestamp"] = json!("2026-11-24T00:00:00Z");
+        assert!(matters(&event(EventType::Modified, &going, Some(&ready))));
+        let mut orphaned = ready.clone();
+        orphaned["metadata"]["ownerReferences"] = json!([]);
+        assert!(matters(&event(
+            EventType::Modified,
+            &orphaned,
+            Some(&ready)
+        )));
+    }
 
     fn settle(s: &Store) {
         for _ in 0..64 {

@@ -77,6 +77,72 @@ pub struct Policy {
     /// Roles and RoleBindings of every namespace.
     pub roles: Vec<std::sync::Arc<Value>>,
     pub role_bindings: Vec<std::sync::Arc<Value>>,
+    /// The bindings by the subjects they name, built on first use: every
+    /// request asks for its user's bindings, and a thousand clusters hold a
+    /// thousand RoleBindings in one namespace.
+    subjects: std::sync::OnceLock<Subjects>,
+}
+
+/// Bindings by subject: (whether a RoleBinding, index in its list), in
+/// list order, ClusterRoleBindings first (the authorizer's order).
+#[derive(Debug, Clone, Default)]
+struct Subjects {
+    /// By user name (Users, and ServiceAccounts as their user names).
+    users: std::collections::HashMap<String, Vec<(bool, usize)>>,
+    groups: std::collections::HashMap<String, Vec<(bool, usize)>>,
+}
+
+impl Subjects {
+    fn of(policy: &Policy) -> Subjects {
+        let mut out = Subjects::default();
+        let bindings = (policy.cluster_role_bindings.iter().map(|b| (false, b)))
+            .enumerate()
+            .map(|(i, (rb, b))| ((rb, i), b, ""))
+            .chain(
+                policy
+                    .role_bindings
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| ((true, i), b, meta(b, "namespace"))),
+            );
+        for (at, binding, namespace) in bindings {
+            for s in binding["subjects"].as_array().into_iter().flatten() {
+                let name = s["name"].as_str().unwrap_or_default();
+                let (map, key) = match s["kind"].as_str() {
+                    Some("User") => (&mut out.users, name.to_string()),
+                    Some("Group") => (&mut out.groups, name.to_string()),
+                    // A ServiceAccount subject without a namespace is
+                    // the binding's.
+                    Some("ServiceAccount") => {
+                        let ns = s["namespace"]
+                            .as_str()
+                            .filter(|n| !n.is_empty())
+                            .unwrap_or(namespace);
+                        (&mut out.users, format!("system:serviceaccount:{ns}:{name}"))
+                    }
+                    _ => continue,
+                };
+                map.entry(key).or_default().push(at);
+            }
+        }
+        out
+    }
+
+    /// The bindings naming the user or one of its groups, in order.
+    fn of_user(&self, user: &UserInfo) -> Vec<(bool, usize)> {
+        let mut hits: Vec<(bool, usize)> = (self.users.get(&user.name).into_iter().flatten())
+            .chain(
+                user.groups
+                    .iter()
+                    .filter_map(|g| self.groups.get(g))
+                    .flatten(),
+            )
+            .copied()
+            .collect();
+        hits.sort_unstable();
+        hits.dedup();
+        hits
+    }
 }
 
 /// The policy, read again from the store only after an RBAC object
@@ -126,6 +192,7 @@ impl Policy {
             cluster_role_bindings: items(store, "clusterrolebindings"),
             roles: items(store, "roles"),
             role_bindings: items(store, "rolebindings"),
+            subjects: Default::default(),
         }
     }
 
@@ -184,25 +251,20 @@ impl Policy {
     /// only), in the order the authorizer visits them.
     pub fn rules_for(&self, user: &UserInfo, namespace: &str) -> Vec<Value> {
         let mut out = Vec::new();
-        for b in &self.cluster_role_bindings {
-            if applies(b, user, "") {
-                out.extend(self.role_ref_rules(b));
+        let subjects = self.subjects.get_or_init(|| Subjects::of(self));
+        for (role_binding, i) in subjects.of_user(user) {
+            if !role_binding {
+                out.extend(self.role_ref_rules(&self.cluster_role_bindings[i]));
+                continue;
             }
-        }
-        if !namespace.is_empty() {
-            for b in self
-                .role_bindings
-                .iter()
-                .filter(|b| meta(b, "namespace") == namespace)
-            {
-                if applies(b, user, namespace) {
-                    // Non-resource rules mean nothing in a namespace.
-                    out.extend(
-                        self.role_ref_rules(b)
-                            .into_iter()
-                            .filter(|r| r["nonResourceURLs"].as_array().is_none_or(Vec::is_empty)),
-                    );
-                }
+            let b = &self.role_bindings[i];
+            if !namespace.is_empty() && meta(b, "namespace") == namespace {
+                // Non-resource rules mean nothing in a namespace.
+                out.extend(
+                    self.role_ref_rules(b)
+                        .into_iter()
+                        .filter(|r| r["nonResourceURLs"].as_array().is_none_or(Vec::is_empty)),
+                );
             }
         }
         out
@@ -213,30 +275,6 @@ impl Policy {
         let ns = if a.resource_request { &a.namespace } else { "" };
         self.rules_for(user, ns).iter().any(|r| rule_allows(r, a))
     }
-}
-
-/// Whether a binding's subjects include the user (`namespace`: the
-/// binding's, the default of its ServiceAccount subjects).
-fn applies(binding: &Value, user: &UserInfo, namespace: &str) -> bool {
-    binding["subjects"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|s| {
-            let name = s["name"].as_str().unwrap_or_default();
-            match s["kind"].as_str() {
-                Some("User") => user.name == name,
-                Some("Group") => user.groups.iter().any(|g| g == name),
-                Some("ServiceAccount") => {
-                    let ns = s["namespace"]
-                        .as_str()
-                        .filter(|n| !n.is_empty())
-                        .unwrap_or(namespace);
-                    user.name == format!("system:serviceaccount:{ns}:{name}")
-                }
-                _ => false,
-            }
-        })
 }
 
 /// Whether one PolicyRule allows the request.
@@ -424,6 +462,7 @@ mod tests {
                     "roleRef": {"kind": "ClusterRole", "name": "agg"},
                     "subjects": [{"kind": "User", "name": "alice"}]}),
             ]),
+            subjects: Default::default(),
         }
     }
 

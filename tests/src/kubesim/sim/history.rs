@@ -13,6 +13,7 @@ use super::{ns_of, s, t};
 use crate::kubesim::selectors::LabelSelector;
 use crate::kubesim::store::{DeleteOptions, Store, WriteOptions};
 use serde_json::{Value, json};
+use std::sync::Arc;
 
 /// The label on a ControllerRevision holding its hash
 /// (`history.ControllerRevisionHashLabel`).
@@ -135,7 +136,9 @@ pub fn choose(revisions: &[Value], data: &Value) -> UpdateRevision {
     }
 }
 
-fn controller_uid(o: &Value) -> Option<&str> {
+/// The uid of an object's controller (the owner reference with
+/// `controller: true`; the API server allows one at most).
+pub(crate) fn controller_uid(o: &Value) -> Option<&str> {
     o.pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)
         .into_iter()
@@ -157,8 +160,10 @@ fn owner_ref(set: &Value) -> Value {
 
 /// The revisions of a set (`ListControllerRevisions`: those in its
 /// namespace matching its selector, controlled by it), adopting orphans
-/// that match (`adoptOrphanRevisions`); sorted.
-pub fn list(store: &Store, set: &Value) -> Vec<Value> {
+/// that match (`adoptOrphanRevisions`); sorted. `candidates`: the
+/// revisions of the set's namespace it controls or nothing controls (the
+/// pass indexes them once, not once per set).
+pub fn list(store: &Store, set: &Value, candidates: &[Arc<Value>]) -> Vec<Value> {
     let ns = ns_of(set).unwrap_or("default");
     let uid = s(set, "/metadata/uid");
     let Ok(selector) =
@@ -166,21 +171,18 @@ pub fn list(store: &Store, set: &Value) -> Vec<Value> {
     else {
         return Vec::new();
     };
-    let crs = t("apps", "controllerrevisions", Some(ns));
     let mut out = Vec::new();
-    // Shared, not copied: every set looks at every revision of its
-    // namespace at each pass. Another controller's revisions are passed
-    // over before the selector is evaluated.
-    for r in store.objects(&crs).unwrap_or_default() {
-        let owner = controller_uid(&r);
-        if r.pointer("/metadata/deletionTimestamp").is_some()
+    for r in candidates {
+        let owner = controller_uid(r);
+        if ns_of(r) != Some(ns)
+            || r.pointer("/metadata/deletionTimestamp").is_some()
             || owner.is_some_and(|u| u != uid)
-            || !selector.matches_object(&r)
+            || !selector.matches_object(r)
         {
             continue;
         }
         match owner {
-            Some(_) => out.push(Value::clone(&r)),
+            Some(_) => out.push(Value::clone(r)),
             None => {
                 let mut refs = r
                     .pointer("/metadata/ownerReferences")
@@ -189,10 +191,10 @@ pub fn list(store: &Store, set: &Value) -> Vec<Value> {
                     .unwrap_or_default();
                 refs.push(owner_ref(set));
                 let body = json!({"metadata": {"ownerReferences": refs,
-                    "uid": s(&r, "/metadata/uid"),
-                    "resourceVersion": s(&r, "/metadata/resourceVersion")}});
+                    "uid": s(r, "/metadata/uid"),
+                    "resourceVersion": s(r, "/metadata/resourceVersion")}});
                 if let Ok(adopted) =
-                    super::patch_main(store, "apps", "controllerrevisions", &r, &body)
+                    super::patch_main(store, "apps", "controllerrevisions", r, &body)
                 {
                     out.push(adopted);
                 }
@@ -219,8 +221,12 @@ pub struct Revisions {
 /// `getStatefulSetRevisions`: finds or makes the update revision (a new
 /// ControllerRevision, or an older one renumbered on a rollback) and the
 /// current one.
-pub fn sync_revisions(store: &Store, set: &Value) -> Result<Revisions, String> {
-    let listed = list(store, set);
+pub fn sync_revisions(
+    store: &Store,
+    set: &Value,
+    candidates: &[Arc<Value>],
+) -> Result<Revisions, String> {
+    let listed = list(store, set, candidates);
     let ns = ns_of(set).unwrap_or("default");
     let crs = t("apps", "controllerrevisions", Some(ns));
     let data = revision_data(set);

@@ -466,6 +466,77 @@ pub(crate) fn list_all(store: &Store, group: &str, plural: &str) -> Vec<std::syn
     store.objects(&t(group, plural, None)).unwrap_or_default()
 }
 
+/// Objects by namespace and by label, built once a pass: the candidates of
+/// an equality selector are the objects of its rarest label, not every
+/// object (the endpoints and disruption controllers matched every Pod
+/// against every Service and budget, most of a pass at a thousand
+/// clusters).
+pub(crate) struct LabelIndex<'a> {
+    /// Lists of objects, found by the maps below (looked up with keys that
+    /// live shorter than the objects).
+    lists: Vec<Vec<&'a Value>>,
+    by_namespace: std::collections::HashMap<&'a str, usize>,
+    by_label: std::collections::HashMap<(&'a str, &'a str, &'a str), usize>,
+}
+
+impl<'a> LabelIndex<'a> {
+    pub(crate) fn new(objects: &'a [Arc<Value>]) -> LabelIndex<'a> {
+        let mut index = LabelIndex {
+            lists: Vec::new(),
+            by_namespace: Default::default(),
+            by_label: Default::default(),
+        };
+        let add = |lists: &mut Vec<Vec<&'a Value>>, at: &mut usize, o: &'a Value| {
+            if *at == usize::MAX {
+                *at = lists.len();
+                lists.push(Vec::new());
+            }
+            lists[*at].push(o);
+        };
+        for o in objects {
+            let ns = ns_of(o).unwrap_or_default();
+            let at = index.by_namespace.entry(ns).or_insert(usize::MAX);
+            add(&mut index.lists, at, o);
+            for (k, v) in o
+                .pointer("/metadata/labels")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(v) = v.as_str() {
+                    let at = index.by_label.entry((ns, k, v)).or_insert(usize::MAX);
+                    add(&mut index.lists, at, o);
+                }
+            }
+        }
+        index
+    }
+
+    /// The objects of `ns` that may carry every one of `labels`: those of
+    /// the rarest one; every object of the namespace when there are none.
+    /// The caller still matches its whole selector against them.
+    pub(crate) fn candidates(
+        &self,
+        ns: &str,
+        labels: Option<&serde_json::Map<String, Value>>,
+    ) -> &[&'a Value] {
+        let list = |at: Option<&usize>| at.map_or(&[][..], |i| self.lists[*i].as_slice());
+        match labels.filter(|l| !l.is_empty()) {
+            None => list(self.by_namespace.get(ns)),
+            Some(labels) => labels
+                .iter()
+                .map(|(k, v)| {
+                    list(
+                        v.as_str()
+                            .and_then(|v| self.by_label.get(&(ns, k.as_str(), v))),
+                    )
+                })
+                .min_by_key(|objects| objects.len())
+                .unwrap_or_default(),
+        }
+    }
+}
+
 pub(crate) fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {
     v.pointer(ptr).and_then(Value::as_str).unwrap_or_default()
 }
@@ -595,5 +666,45 @@ impl Flags {
             o.node_time_scale = f;
         }
         Some(o)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn label_index_gives_the_rarest_labels_objects_of_the_namespace() {
+        let pod = |ns: &str, name: &str, labels: Value| {
+            Arc::new(json!({"metadata": {"namespace": ns, "name": name, "labels": labels}}))
+        };
+        let pods = vec![
+            pod("db", "a-0", json!({"app": "c", "member": "a-0"})),
+            pod("db", "a-1", json!({"app": "c", "member": "a-1"})),
+            pod("db", "x", json!({"app": "other"})),
+            pod("web", "a-0", json!({"app": "c", "member": "a-0"})),
+        ];
+        let index = LabelIndex::new(&pods);
+        let names = |found: &[&Value]| -> Vec<String> {
+            found
+                .iter()
+                .map(|o| format!("{}/{}", s(o, "/metadata/namespace"), s(o, "/metadata/name")))
+                .collect()
+        };
+        let labels = |v: Value| v.as_object().cloned().unwrap();
+        // The member label is rarer than the app label: its one Pod.
+        let both = labels(json!({"app": "c", "member": "a-0"}));
+        assert_eq!(names(index.candidates("db", Some(&both))), ["db/a-0"]);
+        assert_eq!(
+            names(index.candidates("db", Some(&labels(json!({"app": "c"}))))),
+            ["db/a-0", "db/a-1"]
+        );
+        // No labels: the whole namespace; a label no object has: nothing.
+        assert_eq!(index.candidates("db", None).len(), 3);
+        assert_eq!(index.candidates("db", Some(&labels(json!({})))).len(), 3);
+        let none = labels(json!({"app": "c", "member": "a-9"}));
+        assert!(index.candidates("db", Some(&none)).is_empty());
+        assert!(index.candidates("nowhere", None).is_empty());
     }
 }

@@ -24,6 +24,7 @@ use crate::kubesim::store::Store;
 use serde_json::{Value, json};
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 /// Why a node does not fit (the real scheduler's wording).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -88,12 +89,15 @@ impl Misfit {
 #[derive(Debug, Default, Clone)]
 pub struct Cluster<'a> {
     /// Bound Pods that hold their node (not Succeeded or Failed).
-    pub placed: Vec<&'a Value>,
+    pub placed: Vec<Arc<Value>>,
     /// The same by node name, and those with required anti-affinity
     /// terms: the filters look at one node's Pods, and at every Pod's
     /// anti-affinity, for each node and each pending Pod.
-    by_node: HashMap<&'a str, Vec<&'a Value>>,
-    repelling: Vec<&'a Value>,
+    by_node: HashMap<String, Vec<Arc<Value>>>,
+    repelling: Vec<Arc<Value>>,
+    /// The cpu and memory requests of each node's Pods, summed as they
+    /// are placed.
+    used: HashMap<String, [u128; 2]>,
     /// Every Node by name.
     pub nodes: HashMap<String, &'a Value>,
     /// Namespaces' labels (for `namespaceSelector`).
@@ -102,15 +106,16 @@ pub struct Cluster<'a> {
 
 impl<'a> Cluster<'a> {
     /// The cluster of these nodes and pods.
-    pub fn new<N: Borrow<Value>, P: Borrow<Value>>(
+    pub fn new<N: Borrow<Value>, P: Clone + Into<Arc<Value>>>(
         nodes: &'a [N],
-        pods: &'a [P],
+        pods: &[P],
         namespaces: &[N],
     ) -> Self {
         let mut cluster = Cluster {
             placed: Vec::new(),
             by_node: HashMap::new(),
             repelling: Vec::new(),
+            used: HashMap::new(),
             nodes: nodes
                 .iter()
                 .map(|n| -> (String, &Value) {
@@ -123,9 +128,9 @@ impl<'a> Cluster<'a> {
                 .map(|n| (s(n, "/metadata/name").to_string(), labels(n)))
                 .collect(),
         };
-        for pod in pods.iter().map(|p| -> &Value { p.borrow() }) {
-            if !s(pod, "/spec/nodeName").is_empty()
-                && !matches!(s(pod, "/status/phase"), "Succeeded" | "Failed")
+        for pod in pods.iter().cloned().map(Into::into) {
+            if !s(&pod, "/spec/nodeName").is_empty()
+                && !matches!(s(&pod, "/status/phase"), "Succeeded" | "Failed")
             {
                 cluster.place(pod);
             }
@@ -134,19 +139,21 @@ impl<'a> Cluster<'a> {
     }
 
     /// Counts a Pod bound to its node.
-    pub fn place(&mut self, pod: &'a Value) {
-        self.placed.push(pod);
-        self.by_node
-            .entry(s(pod, "/spec/nodeName"))
-            .or_default()
-            .push(pod);
-        if !terms(pod, ANTI).is_empty() {
-            self.repelling.push(pod);
+    pub fn place(&mut self, pod: Arc<Value>) {
+        let node = s(&pod, "/spec/nodeName").to_string();
+        let used = self.used.entry(node.clone()).or_default();
+        for (sum, r) in used.iter_mut().zip(["cpu", "memory"]) {
+            *sum += request(&pod, r);
         }
+        if !terms(&pod, ANTI).is_empty() {
+            self.repelling.push(pod.clone());
+        }
+        self.by_node.entry(node).or_default().push(pod.clone());
+        self.placed.push(pod);
     }
 
     /// The Pods bound to a node.
-    fn on(&self, node: &str) -> &[&'a Value] {
+    fn on(&self, node: &str) -> &[Arc<Value>] {
         self.by_node
             .get(node)
             .map(Vec::as_slice)
@@ -158,11 +165,11 @@ impl<'a> Cluster<'a> {
         &'c self,
         node: &'c Value,
         key: &'c str,
-    ) -> impl Iterator<Item = &'a Value> + 'c {
+    ) -> impl Iterator<Item = &'c Value> + 'c {
         self.nodes
             .iter()
             .filter(move |(_, other)| same_domain(node, other, key))
-            .flat_map(|(name, _)| self.on(name).iter().copied())
+            .flat_map(|(name, _)| self.on(name).iter().map(|p| &**p))
     }
 }
 
@@ -205,14 +212,16 @@ fn allocatable(node: &Value, resource: &str) -> Option<u128> {
 /// NodeResourcesFit: the pod's cpu and memory requests and one more pod
 /// against what the node's bound pods leave of its allocatable.
 fn resource_misfits(pod: &Value, node: &Value, cluster: &Cluster) -> Vec<Misfit> {
-    let here = cluster.on(s(node, "/metadata/name"));
+    let name = s(node, "/metadata/name");
+    let here = cluster.on(name);
     let mut out = Vec::new();
     if let Some(max) = allocatable(node, "pods")
         && (here.len() as u128 + 1) * 1000 > max
     {
         out.push(Misfit::TooManyPods);
     }
-    for r in ["cpu", "memory"] {
+    let used = cluster.used.get(name).copied().unwrap_or_default();
+    for (r, used) in ["cpu", "memory"].into_iter().zip(used) {
         let want = request(pod, r);
         if want == 0 {
             continue;
@@ -220,7 +229,6 @@ fn resource_misfits(pod: &Value, node: &Value, cluster: &Cluster) -> Vec<Misfit>
         let Some(max) = allocatable(node, r) else {
             continue;
         };
-        let used: u128 = here.iter().map(|p| request(p, r)).sum();
         if used + want > max {
             out.push(Misfit::Insufficient(r));
         }
@@ -605,8 +613,9 @@ pub fn schedule_all(store: &Store) {
     let nodes = list_all(store, "", "nodes");
     let pods = list_all(store, "", "pods");
     let namespaces = list_all(store, "", "namespaces");
-    // Pods bound in this pass count for the next ones.
-    let mut bound_now: Vec<Value> = Vec::new();
+    // What is placed, built once a pass: Pods bound in this pass are
+    // added as they are, and count for the next ones.
+    let mut cluster = Cluster::new(&nodes, &pods, &namespaces);
     let pvcs: HashMap<(String, String), std::sync::Arc<Value>> =
         list_all(store, "", "persistentvolumeclaims")
             .into_iter()
@@ -697,10 +706,6 @@ pub fn schedule_all(store: &Store) {
         }
         let mut misfits = Vec::new();
         let mut best: Option<((i64, usize, &str), &Value)> = None;
-        let mut cluster = Cluster::new(&nodes, &pods, &namespaces);
-        for bound in &bound_now {
-            cluster.place(bound);
-        }
         let disks_for =
             |node: &Value| local_disks_for(&waiting, s(node, "/metadata/name"), &pvs, &taken_now);
         for node in &nodes {
@@ -735,7 +740,7 @@ pub fn schedule_all(store: &Store) {
             &node_name,
         ) {
             *load.entry(node_name).or_default() += 1;
-            bound_now.push(bound.clone());
+            cluster.place(Arc::new(bound.clone()));
             let _ = patch_status(
                 store,
                 "",

@@ -7,8 +7,10 @@
 //! `publishNotReadyAddresses`). [`endpoints_for`] is pure.
 
 use super::{list_all, patch_main, s};
+use crate::kubesim::selectors::label_of;
 use crate::kubesim::store::Store;
 use serde_json::{Value, json};
+use std::collections::HashMap;
 
 /// Gives every Service that needs one a ClusterIP.
 pub fn allocate_cluster_ips(store: &Store) {
@@ -58,9 +60,9 @@ pub fn endpoints_for(svc: &Value, pods: &[impl std::borrow::Borrow<Value>]) -> O
         .map(|p| -> &Value { p.borrow() })
         .filter(|p| s(p, "/metadata/namespace") == ns)
         .filter(|p| {
-            selector.iter().all(|(k, v)| {
-                p.pointer(&format!("/metadata/labels/{}", k.replace('/', "~1"))) == Some(v)
-            })
+            selector
+                .iter()
+                .all(|(k, v)| v.as_str().is_some_and(|v| label_of(p, k) == Some(v)))
         })
         .filter(|p| !s(p, "/status/podIP").is_empty())
         .collect();
@@ -141,7 +143,8 @@ pub fn endpoints_for(svc: &Value, pods: &[impl std::borrow::Borrow<Value>]) -> O
 /// selector, kept equal to [`endpoints_for`].
 pub fn sync_endpoints(store: &Store) {
     let pods = list_all(store, "", "pods");
-    let existing: std::collections::HashMap<(String, String), std::sync::Arc<Value>> =
+    let pods_by_label = super::LabelIndex::new(&pods);
+    let existing: HashMap<(String, String), std::sync::Arc<Value>> =
         list_all(store, "", "endpoints")
             .into_iter()
             .map(|e| {
@@ -155,7 +158,12 @@ pub fn sync_endpoints(store: &Store) {
             })
             .collect();
     for svc in list_all(store, "", "services") {
-        let Some(want) = endpoints_for(&svc, &pods) else {
+        // A Service's selector is a map of labels.
+        let candidates = pods_by_label.candidates(
+            s(&svc, "/metadata/namespace"),
+            svc.pointer("/spec/selector").and_then(Value::as_object),
+        );
+        let Some(want) = endpoints_for(&svc, candidates) else {
             continue;
         };
         let ns = s(&svc, "/metadata/namespace").to_string();

@@ -19,7 +19,8 @@ use super::history::{self, Revisions};
 use super::{list_all, ns_of, patch_status, s, t};
 use crate::kubesim::store::{DeleteOptions, Store, WriteOptions};
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 /// What the controller knows of one existing pod.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -226,28 +227,43 @@ fn pod_state(pod: &Value, min_ready_seconds: i64, now: i64) -> PodState {
 
 /// One pass over every StatefulSet.
 pub fn sync_all(store: &Store) {
-    let pods = list_all(store, "", "pods");
+    // Pods and ControllerRevisions by their controller's uid, once a pass:
+    // each set reads its own (a thousand sets each reading every Pod and
+    // revision was most of a pass).
+    let by_controller = |plural: &str| {
+        let group = if plural == "pods" { "" } else { "apps" };
+        let mut index: HashMap<String, Vec<Arc<Value>>> = HashMap::new();
+        for o in list_all(store, group, plural) {
+            let owner = history::controller_uid(&o).unwrap_or_default().to_string();
+            index.entry(owner).or_default().push(o);
+        }
+        index
+    };
+    let pods = by_controller("pods");
+    let revisions = by_controller("controllerrevisions");
+    let none = Vec::new();
     for sts in list_all(store, "apps", "statefulsets") {
         if sts.pointer("/metadata/deletionTimestamp").is_some() {
             continue;
         }
-        sync(store, &sts, &pods);
+        let uid = s(&sts, "/metadata/uid");
+        // A set's revisions, and those nobody controls (it may adopt them).
+        let candidates: Vec<Arc<Value>> = [uid, ""]
+            .iter()
+            .flat_map(|u| revisions.get(*u).unwrap_or(&none))
+            .cloned()
+            .collect();
+        sync(store, &sts, pods.get(uid).unwrap_or(&none), &candidates);
     }
 }
 
-fn owned_by(pod: &Value, uid: &str) -> bool {
-    pod.pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .any(|r| r["uid"] == uid && r["controller"] == true)
-}
-
-fn sync(store: &Store, sts: &Value, all_pods: &[std::sync::Arc<Value>]) {
+/// One set's pass; `owned`: the Pods it controls (in any namespace, as
+/// indexed), `revisions`: the ControllerRevisions it controls or nobody
+/// does.
+fn sync(store: &Store, sts: &Value, owned: &[Arc<Value>], revisions: &[Arc<Value>]) {
     let name = s(sts, "/metadata/name");
     let ns = ns_of(sts).unwrap_or("default");
-    let uid = s(sts, "/metadata/uid");
-    let revs: Revisions = match history::sync_revisions(store, sts) {
+    let revs: Revisions = match history::sync_revisions(store, sts, revisions) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("kubesim: statefulset {ns}/{name}: revisions: {e}");
@@ -261,8 +277,8 @@ fn sync(store: &Store, sts: &Value, all_pods: &[std::sync::Arc<Value>]) {
     let now = now_secs();
     let mut pods = BTreeMap::new();
     let mut by_ord = BTreeMap::new();
-    for p in all_pods {
-        if ns_of(p) != Some(ns) || !owned_by(p, uid) {
+    for p in owned {
+        if ns_of(p) != Some(ns) {
             continue;
         }
         if let Some(ord) = ordinal_of(name, s(p, "/metadata/name")) {

@@ -225,7 +225,11 @@ impl State {
             .collect();
         if causes.is_empty() {
             // CEL rules run on a structurally valid object, as in the API server.
-            for e in crate::cel::check(schema, obj, old) {
+            let failed = match rt.compiled.get(version) {
+                Some(compiled) => crate::cel::check_compiled(compiled, obj, old),
+                None => crate::cel::check(schema, obj, old),
+            };
+            for e in failed {
                 let field = e
                     .split_once(": ")
                     .map(|(f, _)| f.to_string())
