@@ -10,6 +10,7 @@
 //!   Controller (I/O); [`metrics`]: Prometheus metrics and probes.
 
 pub mod decide;
+pub mod index;
 pub mod metrics;
 pub mod observe;
 pub mod reconcile;

@@ -16,13 +16,14 @@
 //! objects it depends on afresh from the API server and does nothing
 //! unless they still say what the decision read from the caches.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crds::contract;
 use crds::v1alpha1::{CONDITION_DEGRADED, Cluster, ClusterStatus};
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, Service,
@@ -44,6 +45,7 @@ use tracing::{info, warn};
 
 use crate::ControllerArgs;
 use crate::decide::{Action, Observed, Refusal, WaitReason, decide};
+use crate::index::NameIndex;
 use crate::metrics::{ClusterLabels, ErrorLabels, MemberOperationLabels, Metrics};
 use crate::observe::{
     Storage, claim_of_volume, observe, overdue_restarts, owned_by, references_config_map,
@@ -147,6 +149,8 @@ pub struct Context {
     volumes: Store<PersistentVolume>,
     nodes: Store<Node>,
     config_maps: Store<ConfigMap>,
+    /// The names in the caches a reconcile reads by cluster.
+    names: CacheNames,
     recorder: Recorder,
     metrics: Arc<Metrics>,
     build: BuildContext,
@@ -154,6 +158,16 @@ pub struct Context {
     restart_timeout_seconds: i64,
     /// Every cache holds its first full list.
     synced: Arc<AtomicBool>,
+}
+
+/// The names of the objects of the caches that a reconcile reads for one
+/// cluster ([`NameIndex`]).
+#[derive(Debug, Clone, Default)]
+struct CacheNames {
+    statefulsets: NameIndex,
+    services: NameIndex,
+    pods: NameIndex,
+    claims: NameIndex,
 }
 
 /// Runs the controller until SIGTERM or SIGINT.
@@ -186,27 +200,39 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
 
     macro_rules! cache {
         ($kind:ty) => {
-            cache!($kind, strip_metadata::<$kind>)
+            cache!($kind, strip_metadata::<$kind>, NameIndex::default())
         };
-        ($kind:ty, $strip:expr) => {{
+        ($kind:ty, $strip:expr, $names:expr) => {{
             let (reader, writer) = reflector::store::<$kind>();
+            let names = $names;
             let stream = watcher(api::<$kind>(&client, &args.namespace), owned.clone())
                 .default_backoff()
                 .modify($strip)
+                .map_ok(move |event| {
+                    names.apply(&event);
+                    event
+                })
                 .reflect(writer)
                 .touched_objects();
             (reader, stream)
         }};
     }
-    let (statefulsets, sts_stream) = cache!(StatefulSet, strip_statefulset);
-    let (services, svc_stream) = cache!(Service);
-    let (pods, pod_stream) = cache!(Pod, strip_pod);
+    // The kinds a reconcile reads one cluster's objects of, by name.
+    let names = CacheNames::default();
+    let (statefulsets, sts_stream) =
+        cache!(StatefulSet, strip_statefulset, names.statefulsets.clone());
+    let (services, svc_stream) = cache!(Service, strip_metadata::<Service>, names.services.clone());
+    let (pods, pod_stream) = cache!(Pod, strip_pod, names.pods.clone());
     let (pdbs, pdb_stream) = cache!(PodDisruptionBudget);
     let (service_accounts, sa_stream) = cache!(ServiceAccount);
     let (roles, role_stream) = cache!(Role);
     let (role_bindings, rb_stream) = cache!(RoleBinding);
     // The StatefulSet controller gives claims the selector's labels.
-    let (claims, claim_stream) = cache!(PersistentVolumeClaim);
+    let (claims, claim_stream) = cache!(
+        PersistentVolumeClaim,
+        strip_metadata::<PersistentVolumeClaim>,
+        names.claims.clone()
+    );
     // The racks' overrides ConfigMaps are the user's, without our label:
     // every ConfigMap of the watched namespace(s), to refuse a key that
     // would defeat the safety rules as soon as it is written.
@@ -261,6 +287,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
         volumes: volumes.clone(),
         nodes: nodes.clone(),
         config_maps: config_maps.clone(),
+        names,
         metrics,
         build: BuildContext {
             operator_image: args.operator_image.clone(),
@@ -546,11 +573,38 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Requeue, Er
         return Ok(Requeue::await_change());
     }
 
-    // read (caches only)
-    let statefulsets = ctx.statefulsets.state();
-    let services = ctx.services.state();
-    let pods = ctx.pods.state();
-    let (claims, volumes, nodes) = (ctx.claims.state(), ctx.volumes.state(), ctx.nodes.state());
+    // read (caches only): this cluster's objects, found by name (observe
+    // filters them as it would the whole caches)
+    let prefix = format!("{name}-");
+    let names = &ctx.names;
+    let statefulsets = names
+        .statefulsets
+        .objects(&ctx.statefulsets, &namespace, &prefix);
+    let services = names.services.objects(&ctx.services, &namespace, &prefix);
+    let pods = names.pods.objects(&ctx.pods, &namespace, &prefix);
+    // Claims are `<template>-<member>`, for the spec's templates.
+    let templates: BTreeSet<&str> = cluster
+        .spec
+        .datacenter
+        .racks
+        .iter()
+        .flat_map(|r| &r.storage.volume_claim_templates)
+        .filter_map(|t| t.metadata.name.as_deref())
+        .collect();
+    let claims: Vec<Arc<PersistentVolumeClaim>> = templates
+        .iter()
+        .flat_map(|t| {
+            names
+                .claims
+                .objects(&ctx.claims, &namespace, &format!("{t}-{prefix}"))
+        })
+        .collect();
+    let volumes: Vec<Arc<PersistentVolume>> = claims
+        .iter()
+        .filter_map(|c| c.spec.as_ref()?.volume_name.as_deref())
+        .filter_map(|v| ctx.volumes.get(&ObjectRef::new(v)))
+        .collect();
+    let nodes = ctx.nodes.state();
     let storage = Storage {
         claims: claims.iter().map(|c| c.as_ref()).collect(),
         volumes: volumes.iter().map(|v| v.as_ref()).collect(),
@@ -717,7 +771,7 @@ async fn apply_supporting_objects(
             &cluster.spec.datacenter.name,
             &rack.name,
         );
-        for ordinal in cached_member_ordinals(&ctx.services, namespace, &statefulset) {
+        for ordinal in cached_member_ordinals(&ctx.names.services, namespace, &statefulset) {
             let desired =
                 resources::member_service(cluster, rack, ordinal, contract::is_seed(ordinal));
             // One that is not ours is the scale-up's to refuse.
@@ -738,24 +792,12 @@ async fn apply_supporting_objects(
 
 /// The ordinals of the member Services of a StatefulSet the cache holds
 /// (`<statefulset>-<ordinal>`).
-fn cached_member_ordinals(
-    services: &Store<Service>,
-    namespace: &str,
-    statefulset: &str,
-) -> Vec<i32> {
+fn cached_member_ordinals(services: &NameIndex, namespace: &str, statefulset: &str) -> Vec<i32> {
     let prefix = format!("{statefulset}-");
     let mut ordinals: Vec<i32> = services
-        .state()
+        .with_prefix(namespace, &prefix)
         .iter()
-        .filter(|s| s.metadata.namespace.as_deref() == Some(namespace))
-        .filter_map(|s| {
-            s.metadata
-                .name
-                .as_deref()?
-                .strip_prefix(&prefix)?
-                .parse()
-                .ok()
-        })
+        .filter_map(|name| name.strip_prefix(&prefix)?.parse().ok())
         .filter(|o: &i32| *o >= 0)
         .collect();
     ordinals.sort_unstable();
