@@ -596,7 +596,7 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Requeue, Er
         .flat_map(|t| {
             names
                 .claims
-                .objects(&ctx.claims, &namespace, &format!("{t}-{prefix}"))
+                .objects(&ctx.claims, &namespace, &crds::names::pvc_name(t, &prefix))
         })
         .collect();
     let volumes: Vec<Arc<PersistentVolume>> = claims
@@ -793,12 +793,10 @@ async fn apply_supporting_objects(
 /// The ordinals of the member Services of a StatefulSet the cache holds
 /// (`<statefulset>-<ordinal>`).
 fn cached_member_ordinals(services: &NameIndex, namespace: &str, statefulset: &str) -> Vec<i32> {
-    let prefix = format!("{statefulset}-");
     let mut ordinals: Vec<i32> = services
-        .with_prefix(namespace, &prefix)
+        .with_prefix(namespace, &format!("{statefulset}-"))
         .iter()
-        .filter_map(|name| name.strip_prefix(&prefix)?.parse().ok())
-        .filter(|o: &i32| *o >= 0)
+        .filter_map(|name| crds::names::member_ordinal(statefulset, name))
         .collect();
     ordinals.sort_unstable();
     ordinals

@@ -174,14 +174,9 @@ fn record(store: &Store) -> Arc<Mutex<Recorded>> {
                 }
                 Err(_) => return,
             };
-            let cluster = s(
-                &ev.object,
-                &format!(
-                    "/metadata/labels/{}",
-                    json_pointer_key(crds::labels::CLUSTER)
-                ),
-            )
-            .to_string();
+            let cluster = label_of(&ev.object, crds::labels::CLUSTER)
+                .unwrap_or_default()
+                .to_string();
             let mut r = rec.lock().unwrap_or_else(|e| e.into_inner());
             match ev.plural.as_str() {
                 "pods" if pod_ready(&ev.object) && !ev.prev.as_deref().is_some_and(pod_ready) => {
@@ -203,11 +198,7 @@ fn record(store: &Store) -> Arc<Mutex<Recorded>> {
                     }
                 }
                 "services" => {
-                    let key = format!(
-                        "/metadata/labels/{}",
-                        json_pointer_key(crds::contract::DECOMMISSIONED)
-                    );
-                    let has = |o: &Value| o.pointer(&key).is_some();
+                    let has = |o: &Value| label_of(o, crds::contract::DECOMMISSIONED).is_some();
                     if has(&ev.object) && !ev.prev.as_deref().is_some_and(has) {
                         r.labelled.push((
                             cluster,
@@ -571,13 +562,7 @@ async fn real_members(
     while !(clusters_ready(&store, 6) == 1 && sidecars(&store).len() == 6) {
         let labelled: BTreeSet<String> = list(&store, "", "v1", "services", NS)
             .iter()
-            .filter(|svc| {
-                svc.pointer(&format!(
-                    "/metadata/labels/{}",
-                    json_pointer_key(crds::contract::DECOMMISSIONED)
-                ))
-                .is_some()
-            })
+            .filter(|svc| label_of(svc, crds::contract::DECOMMISSIONED).is_some())
             .map(|svc| s(svc, "/metadata/name").to_string())
             .collect();
         for (pod, pid) in sidecars(&store) {
@@ -792,18 +777,9 @@ async fn thousand(paths: &Paths, quick: bool, f: &mut Figures) -> Result<(), Err
     let first_racks = |store: &Store| {
         list(store, "apps", "v1", "statefulsets", NS)
             .iter()
-            .map(|sts| {
-                s(
-                    sts,
-                    &format!(
-                        "/metadata/labels/{}",
-                        json_pointer_key(crds::labels::CLUSTER)
-                    ),
-                )
-                .to_string()
-            })
+            .filter_map(|sts| label_of(sts, crds::labels::CLUSTER))
             .filter(|c| c.starts_with('k'))
-            .collect::<BTreeSet<String>>()
+            .collect::<BTreeSet<&str>>()
             .len()
     };
     until(

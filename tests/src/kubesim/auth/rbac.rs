@@ -95,9 +95,8 @@ struct Subjects {
 impl Subjects {
     fn of(policy: &Policy) -> Subjects {
         let mut out = Subjects::default();
-        let bindings = (policy.cluster_role_bindings.iter().map(|b| (false, b)))
-            .enumerate()
-            .map(|(i, (rb, b))| ((rb, i), b, ""))
+        let bindings = (policy.cluster_role_bindings.iter().enumerate())
+            .map(|(i, b)| ((false, i), b, ""))
             .chain(
                 policy
                     .role_bindings

@@ -486,17 +486,20 @@ impl<'a> LabelIndex<'a> {
             by_namespace: Default::default(),
             by_label: Default::default(),
         };
-        let add = |lists: &mut Vec<Vec<&'a Value>>, at: &mut usize, o: &'a Value| {
-            if *at == usize::MAX {
-                *at = lists.len();
-                lists.push(Vec::new());
-            }
-            lists[*at].push(o);
-        };
+        let LabelIndex {
+            lists,
+            by_namespace,
+            by_label,
+        } = &mut index;
+        // A new list's place, the first time a key is seen.
+        fn slot(lists: &mut Vec<Vec<&Value>>) -> usize {
+            lists.push(Vec::new());
+            lists.len() - 1
+        }
         for o in objects {
             let ns = ns_of(o).unwrap_or_default();
-            let at = index.by_namespace.entry(ns).or_insert(usize::MAX);
-            add(&mut index.lists, at, o);
+            let at = *by_namespace.entry(ns).or_insert_with(|| slot(lists));
+            lists[at].push(&**o);
             for (k, v) in o
                 .pointer("/metadata/labels")
                 .and_then(Value::as_object)
@@ -504,8 +507,8 @@ impl<'a> LabelIndex<'a> {
                 .flatten()
             {
                 if let Some(v) = v.as_str() {
-                    let at = index.by_label.entry((ns, k, v)).or_insert(usize::MAX);
-                    add(&mut index.lists, at, o);
+                    let at = *by_label.entry((ns, k, v)).or_insert_with(|| slot(lists));
+                    lists[at].push(&**o);
                 }
             }
         }

@@ -740,7 +740,6 @@ pub fn schedule_all(store: &Store) {
             &node_name,
         ) {
             *load.entry(node_name).or_default() += 1;
-            cluster.place(Arc::new(bound.clone()));
             let _ = patch_status(
                 store,
                 "",
@@ -749,6 +748,7 @@ pub fn schedule_all(store: &Store) {
                 &json!({"conditions": [{"type": "PodScheduled", "status": "True",
                     "lastProbeTime": null, "lastTransitionTime": crate::kubesim::now_rfc3339()}]}),
             );
+            cluster.place(Arc::new(bound));
         }
     }
 }
