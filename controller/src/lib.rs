@@ -9,6 +9,7 @@
 //! - [`reconcile`]: the caches, the reconcile pipeline and the kube-runtime
 //!   Controller (I/O); [`metrics`]: Prometheus metrics and probes.
 
+pub mod cached;
 pub mod decide;
 pub mod index;
 pub mod metrics;

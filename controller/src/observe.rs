@@ -18,11 +18,10 @@ use crds::names;
 use crds::v1alpha1::Cluster;
 use crds::versions::Version;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{
-    ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod, Service,
-};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use crate::cached::{CachedPod, CachedVolume};
 use crate::decide::{
     ClaimTemplate, ForeignObject, MemberObserved, Observed, RackObserved, RefusedOverrides,
     ServiceObserved, image_major,
@@ -35,7 +34,7 @@ pub struct Storage<'a> {
     /// PersistentVolumeClaims (the cluster's carry its labels).
     pub claims: Vec<&'a PersistentVolumeClaim>,
     /// PersistentVolumes.
-    pub volumes: Vec<&'a PersistentVolume>,
+    pub volumes: Vec<&'a CachedVolume>,
     /// The Nodes, or `None` when they are not known (cache not synced).
     pub nodes: Option<Vec<&'a Node>>,
 }
@@ -47,7 +46,7 @@ fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
 /// The names a PersistentVolume's node affinity admits by
 /// `kubernetes.io/hostname` (how the local static provisioner pins a disk),
 /// empty when it has none.
-pub fn volume_hostnames(pv: &PersistentVolume) -> Vec<String> {
+pub fn volume_hostnames(pv: &CachedVolume) -> Vec<String> {
     pv.spec
         .as_ref()
         .and_then(|s| s.node_affinity.as_ref())
@@ -66,7 +65,7 @@ pub fn volume_hostnames(pv: &PersistentVolume) -> Vec<String> {
 /// Whether a volume is pinned to this Node (by its name or hostname
 /// label): only such a volume's disk can be lost or found again when the
 /// Node goes or comes.
-pub fn volume_pinned_to(pv: &PersistentVolume, node: &Node) -> bool {
+pub fn volume_pinned_to(pv: &CachedVolume, node: &Node) -> bool {
     let hostname = label(&node.metadata, "kubernetes.io/hostname");
     volume_hostnames(pv)
         .iter()
@@ -75,13 +74,13 @@ pub fn volume_pinned_to(pv: &PersistentVolume, node: &Node) -> bool {
 
 /// The claim a volume is bound to, `(namespace, name)`, as its `claimRef`
 /// says; a volume's change can only concern the member of that claim.
-pub fn claim_of_volume(pv: &PersistentVolume) -> Option<(String, String)> {
+pub fn claim_of_volume(pv: &CachedVolume) -> Option<(String, String)> {
     let claim = pv.spec.as_ref()?.claim_ref.as_ref()?;
     Some((claim.namespace.clone()?, claim.name.clone()?))
 }
 
 /// Whether a volume is pinned to Nodes none of which exists any more.
-fn volume_lost(pv: &PersistentVolume, hostnames: &BTreeSet<String>) -> bool {
+fn volume_lost(pv: &CachedVolume, hostnames: &BTreeSet<String>) -> bool {
     let pinned = volume_hostnames(pv);
     !pinned.is_empty() && pinned.iter().all(|h| !hostnames.contains(h))
 }
@@ -106,7 +105,7 @@ fn label<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
 }
 
 /// Whether a Pod is Ready (its Ready condition is True).
-pub fn pod_ready(pod: &Pod) -> bool {
+pub fn pod_ready(pod: &CachedPod) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -118,7 +117,7 @@ pub fn observe<'a>(
     cluster: &Cluster,
     statefulsets: impl IntoIterator<Item = &'a StatefulSet>,
     services: impl IntoIterator<Item = &'a Service>,
-    pods: impl IntoIterator<Item = &'a Pod>,
+    pods: impl IntoIterator<Item = &'a CachedPod>,
     storage: &Storage<'_>,
 ) -> Observed {
     let name = cluster.metadata.name.as_deref().unwrap_or_default();
@@ -437,8 +436,9 @@ pub fn references_config_map(cluster: &Cluster, config_map: &ConfigMap) -> bool 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cached::cached;
     use crate::resources::{self, BuildContext};
-    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+    use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 
     fn cluster() -> Cluster {
         let mut cluster: Cluster = serde_norway::from_str(
@@ -454,7 +454,11 @@ spec:
         cluster
     }
 
-    fn pod(name: &str, ready: bool) -> Pod {
+    fn pod(name: &str, ready: bool) -> CachedPod {
+        cached(&full_pod(name, ready))
+    }
+
+    fn full_pod(name: &str, ready: bool) -> Pod {
         Pod {
             metadata: ObjectMeta {
                 name: Some(name.into()),
@@ -645,6 +649,120 @@ spec:
     }
 
     #[test]
+    fn members_stripped_for_the_caches_are_observed_as_in_full() {
+        use crate::reconcile::{strip_claim, strip_pod, strip_service, strip_volume};
+        let mut cluster = cluster();
+        let rack_a = &mut cluster.spec.datacenter.racks[0];
+        rack_a.storage.volume_claim_templates = vec![
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "data"}})).unwrap(),
+        ];
+        let rack_a = &cluster.spec.datacenter.racks[0];
+        let valid = resources::ValidCluster::unchecked(&cluster);
+        let ctx = BuildContext::default();
+        let sts = resources::statefulset_for_rack(&valid, rack_a, 2, &ctx);
+        let mut services = Vec::new();
+        let mut pods = Vec::new();
+        let mut claims = Vec::new();
+        let mut volumes = Vec::new();
+        for (ordinal, node) in [(0, "n0"), (1, "gone")] {
+            let member = format!("c-dc-a-{ordinal}");
+            let mut service =
+                resources::hashed(resources::member_service(&valid, rack_a, ordinal, true));
+            service.metadata.resource_version = Some(format!("4{ordinal}"));
+            service
+                .metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(contract::RESTARTING.into(), "t".into());
+            let spec = service.spec.as_mut().unwrap();
+            spec.cluster_ip = Some(format!("10.96.0.{ordinal}"));
+            spec.cluster_ips = Some(vec![format!("10.96.0.{ordinal}")]);
+            services.push(service);
+
+            let mut pod = full_pod(&member, ordinal == 0);
+            pod.metadata.annotations = Some([("a".to_string(), "b".to_string())].into());
+            pod.spec = sts.spec.clone().unwrap().template.spec;
+            pods.push(pod);
+
+            claims.push(
+                serde_json::from_value::<PersistentVolumeClaim>(serde_json::json!({
+                    "metadata": {"name": format!("data-{member}"), "namespace": "db",
+                        "labels": labels::rack_labels("c", "dc", "a"),
+                        "annotations": {"pv.kubernetes.io/bind-completed": "yes"},
+                        "finalizers": ["kubernetes.io/pvc-protection"]},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local",
+                        "resources": {"requests": {"storage": "10Gi"}}, "volumeName": format!("pv{ordinal}")},
+                    "status": {"phase": "Bound", "capacity": {"storage": "10Gi"}}
+                }))
+                .unwrap(),
+            );
+            volumes.push(
+                serde_json::from_value::<k8s_openapi::api::core::v1::PersistentVolume>(
+                    serde_json::json!({
+                        "metadata": {"name": format!("pv{ordinal}"), "labels": {"l": "v"},
+                            "finalizers": ["kubernetes.io/pv-protection"]},
+                        "spec": {"capacity": {"storage": "10Gi"}, "local": {"path": "/mnt/disks/x"},
+                            "claimRef": {"namespace": "db", "name": format!("data-{member}")},
+                            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}},
+                        "status": {"phase": "Bound"}
+                    }),
+                )
+                .unwrap(),
+            );
+        }
+        let nodes = [node("n0")];
+        let full_pods: Vec<CachedPod> = pods.iter().map(cached).collect();
+        let full_volumes: Vec<CachedVolume> = volumes.iter().map(cached).collect();
+        let full = observe(
+            &cluster,
+            [&sts],
+            &services,
+            &full_pods,
+            &Storage {
+                claims: claims.iter().collect(),
+                volumes: full_volumes.iter().collect(),
+                nodes: Some(nodes.iter().collect()),
+            },
+        );
+
+        let mut kept_services = services.clone();
+        kept_services.iter_mut().for_each(strip_service);
+        let mut kept_pods = full_pods.clone();
+        kept_pods.iter_mut().for_each(strip_pod);
+        let mut kept_claims = claims.clone();
+        kept_claims.iter_mut().for_each(strip_claim);
+        let mut kept_volumes = full_volumes.clone();
+        kept_volumes.iter_mut().for_each(strip_volume);
+        let kept = observe(
+            &cluster,
+            [&sts],
+            &kept_services,
+            &kept_pods,
+            &Storage {
+                claims: kept_claims.iter().collect(),
+                volumes: kept_volumes.iter().collect(),
+                nodes: Some(nodes.iter().collect()),
+            },
+        );
+        assert_eq!(kept, full);
+        for (kept, full) in kept_services.iter().zip(&services) {
+            assert_eq!(resources::applied_hash(kept), resources::applied_hash(full));
+            assert!(owned_by(&kept.metadata, &cluster));
+        }
+        // What the comparison covers: every member field a kept object feeds.
+        let (m0, m1) = (&full.racks["a"].members[&0], &full.racks["a"].members[&1]);
+        assert!(m0.pod_ready && !m1.pod_ready);
+        assert!(m0.pod_version.is_some() && m0.revision.is_none());
+        let service = m0.service.as_ref().unwrap();
+        assert_eq!(service.cluster_ip.as_deref(), Some("10.96.0.0"));
+        assert_eq!(service.resource_version.as_deref(), Some("40"));
+        assert_eq!(service.restarting.as_deref(), Some("t"));
+        assert_eq!(m1.claims, vec!["data-c-dc-a-1".to_string()]);
+        assert!(!m0.disk_lost && m1.disk_lost, "pv1's Node is gone");
+    }
+
+    #[test]
     fn a_pod_being_deleted_is_not_ready() {
         let cluster = cluster();
         let ctx = BuildContext::default();
@@ -670,7 +788,7 @@ spec:
         .unwrap()
     }
 
-    fn local_volume(name: &str, node: &str) -> PersistentVolume {
+    fn local_volume(name: &str, node: &str) -> CachedVolume {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": name},
             "spec": {"local": {"path": "/mnt/disks/x"}, "nodeAffinity": {"required": {"nodeSelectorTerms": [
@@ -788,7 +906,7 @@ spec:
             (contract::REPLACE_REQUESTED.to_string(), "empty".to_string()),
         ]));
         service.spec.as_mut().unwrap().cluster_ip = Some("10.96.0.7".into());
-        let mut p = pod("c-dc-a-0", true);
+        let mut p = full_pod("c-dc-a-0", true);
         p.spec = Some(
             resources::statefulset_for_rack(
                 &resources::ValidCluster::unchecked(&cluster),
@@ -802,7 +920,13 @@ spec:
             .spec
             .unwrap(),
         );
-        let observed = observe(&cluster, [&sts], &[service], &[p], &Storage::default());
+        let observed = observe(
+            &cluster,
+            [&sts],
+            &[service],
+            &[cached(&p)],
+            &Storage::default(),
+        );
         let m = &observed.racks["a"].members[&0];
         assert_eq!(
             m.service,

@@ -26,8 +26,7 @@ use crds::v1alpha1::{CONDITION_DEGRADED, Cluster, ClusterStatus};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, Service,
-    ServiceAccount,
+    ConfigMap, Node, ObjectReference, PersistentVolumeClaim, Pod, Service, ServiceAccount,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -44,6 +43,7 @@ use thiserror::Error;
 use tracing::{info, warn};
 
 use crate::ControllerArgs;
+use crate::cached::{CachedPod, CachedVolume};
 use crate::decide::{Action, Observed, Refusal, WaitReason, decide};
 use crate::index::NameIndex;
 use crate::metrics::{ClusterLabels, ErrorLabels, MemberOperationLabels, Metrics};
@@ -140,13 +140,13 @@ pub struct Context {
     client: Client,
     statefulsets: Store<StatefulSet>,
     services: Store<Service>,
-    pods: Store<Pod>,
+    pods: Store<CachedPod>,
     pdbs: Store<PodDisruptionBudget>,
     service_accounts: Store<ServiceAccount>,
     roles: Store<Role>,
     role_bindings: Store<RoleBinding>,
     claims: Store<PersistentVolumeClaim>,
-    volumes: Store<PersistentVolume>,
+    volumes: Store<CachedVolume>,
     nodes: Store<Node>,
     config_maps: Store<ConfigMap>,
     /// The names in the caches a reconcile reads by cluster.
@@ -221,18 +221,14 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
     let names = CacheNames::default();
     let (statefulsets, sts_stream) =
         cache!(StatefulSet, strip_statefulset, names.statefulsets.clone());
-    let (services, svc_stream) = cache!(Service, strip_metadata::<Service>, names.services.clone());
-    let (pods, pod_stream) = cache!(Pod, strip_pod, names.pods.clone());
+    let (services, svc_stream) = cache!(Service, strip_service, names.services.clone());
+    let (pods, pod_stream) = cache!(CachedPod, strip_pod, names.pods.clone());
     let (pdbs, pdb_stream) = cache!(PodDisruptionBudget);
     let (service_accounts, sa_stream) = cache!(ServiceAccount);
     let (roles, role_stream) = cache!(Role);
     let (role_bindings, rb_stream) = cache!(RoleBinding);
     // The StatefulSet controller gives claims the selector's labels.
-    let (claims, claim_stream) = cache!(
-        PersistentVolumeClaim,
-        strip_metadata::<PersistentVolumeClaim>,
-        names.claims.clone()
-    );
+    let (claims, claim_stream) = cache!(PersistentVolumeClaim, strip_claim, names.claims.clone());
     // The racks' overrides ConfigMaps are the user's, without our label:
     // every ConfigMap of the watched namespace(s), to refuse a key that
     // would defeat the safety rules as soon as it is written.
@@ -263,8 +259,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
             (reader, stream)
         }};
     }
-    let (volumes, volume_stream) =
-        cluster_cache!(PersistentVolume, strip_metadata::<PersistentVolume>);
+    let (volumes, volume_stream) = cluster_cache!(CachedVolume, strip_volume);
     let (nodes, node_stream) = cluster_cache!(Node, strip_node);
 
     let ctx = Arc::new(Context {
@@ -353,7 +348,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
         info!("caches synced");
     });
 
-    let pod_to_cluster = |pod: Pod| {
+    let pod_to_cluster = |pod: CachedPod| {
         let namespace = pod.namespace();
         pod.labels().get(crds::labels::CLUSTER).map(|name| {
             ObjectRef::<Cluster>::new(name).within(namespace.as_deref().unwrap_or_default())
@@ -372,7 +367,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
         })
     }
     fn cluster_of_volume(
-        pv: &PersistentVolume,
+        pv: &CachedVolume,
         claims: &Store<PersistentVolumeClaim>,
     ) -> Option<ObjectRef<Cluster>> {
         let (namespace, name) = claim_of_volume(pv)?;
@@ -385,7 +380,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
     let claim_to_cluster = |claim: PersistentVolumeClaim| cluster_of_claim(&claim);
     let volume_to_cluster = {
         let claims = ctx.claims.clone();
-        move |pv: PersistentVolume| cluster_of_volume(&pv, &claims)
+        move |pv: CachedVolume| cluster_of_volume(&pv, &claims)
     };
     let node_to_clusters = {
         let (claims, volumes) = (ctx.claims.clone(), ctx.volumes.clone());
@@ -446,26 +441,51 @@ fn strip_metadata<K: Resource>(object: &mut K) {
     object.managed_fields_mut().clear();
 }
 
-/// What the Pod cache keeps: what observe reads (metadata, the containers'
-/// names and images, the conditions); a Pod's volumes, environment,
-/// probes and container statuses are most of it.
-fn strip_pod(pod: &mut Pod) {
+/// What the Pod cache keeps beyond its type ([`CachedPod`]): not the
+/// annotations nor the owner references, which observe never reads.
+pub(crate) fn strip_pod(pod: &mut CachedPod) {
     strip_metadata(pod);
-    if let Some(spec) = pod.spec.as_mut() {
-        let containers = names_and_images(std::mem::take(&mut spec.containers));
-        *spec = k8s_openapi::api::core::v1::PodSpec {
-            containers,
-            node_name: spec.node_name.take(),
+    pod.metadata.annotations = None;
+    pod.metadata.owner_references = None;
+}
+
+/// What the Service cache keeps: the metadata (the sidecar's records are
+/// its labels and annotations; the apply reads the applied hash and the
+/// owner) and the cluster IP, a member's address. The ports and selector
+/// are the applied hash's to compare, not the cache's.
+pub(crate) fn strip_service(service: &mut Service) {
+    strip_metadata(service);
+    if let Some(spec) = service.spec.as_mut() {
+        *spec = k8s_openapi::api::core::v1::ServiceSpec {
+            cluster_ip: spec.cluster_ip.take(),
             ..Default::default()
         };
     }
-    if let Some(status) = pod.status.as_mut() {
-        *status = k8s_openapi::api::core::v1::PodStatus {
-            conditions: status.conditions.take(),
-            phase: status.phase.take(),
+    service.status = None;
+}
+
+/// What the claim cache keeps: the name and labels (whose cluster and
+/// member it is) and the volume it is bound to.
+pub(crate) fn strip_claim(claim: &mut PersistentVolumeClaim) {
+    strip_metadata(claim);
+    claim.metadata.annotations = None;
+    claim.metadata.finalizers = None;
+    if let Some(spec) = claim.spec.as_mut() {
+        *spec = k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
+            volume_name: spec.volume_name.take(),
             ..Default::default()
         };
     }
+    claim.status = None;
+}
+
+/// What the volume cache keeps beyond its type ([`CachedVolume`]): not the
+/// labels, annotations nor finalizers.
+pub(crate) fn strip_volume(volume: &mut CachedVolume) {
+    strip_metadata(volume);
+    volume.metadata.labels = None;
+    volume.metadata.annotations = None;
+    volume.metadata.finalizers = None;
 }
 
 /// What the StatefulSet cache keeps: what observe and the apply read
@@ -599,7 +619,7 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Requeue, Er
                 .objects(&ctx.claims, &namespace, &crds::names::pvc_name(t, &prefix))
         })
         .collect();
-    let volumes: Vec<Arc<PersistentVolume>> = claims
+    let volumes: Vec<Arc<CachedVolume>> = claims
         .iter()
         .filter_map(|c| c.spec.as_ref()?.volume_name.as_deref())
         .filter_map(|v| ctx.volumes.get(&ObjectRef::new(v)))
@@ -1593,7 +1613,8 @@ async fn delete_lost_disk(
     ctx: &Context,
 ) -> Result<(), Error> {
     let claims_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), namespace);
-    let volumes: Api<PersistentVolume> = Api::all(ctx.client.clone());
+    // What the cache would keep of each volume: its claim and its Nodes.
+    let volumes: Api<CachedVolume> = Api::all(ctx.client.clone());
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let get_failed = |kind, name: &str| {
         let name = name.to_string();
