@@ -396,6 +396,37 @@ pub enum Action {
     Converged,
 }
 
+/// The decision once a scale-up's member Service exists: `observed`
+/// shows the Service just created, and the scale-up it prepared is
+/// returned when it is still what comes next. The caller carries it out in
+/// the same reconcile, not after the Service's watch event and another
+/// reconcile (each of which waits its turn among every cluster's).
+pub fn after_member_service_created(
+    spec: &ClusterSpec,
+    observed: &mut Observed,
+    rack: &str,
+    member: i32,
+) -> Option<Action> {
+    observed
+        .racks
+        .get_mut(rack)?
+        .members
+        .entry(member)
+        .or_default()
+        .service
+        .get_or_insert_with(ServiceObserved::default);
+    match decide(spec, observed) {
+        Action::ScaleUp {
+            rack: next,
+            replicas,
+        } if next == rack && replicas == member + 1 => Some(Action::ScaleUp {
+            rack: next,
+            replicas,
+        }),
+        _ => None,
+    }
+}
+
 /// Decides the next action.
 pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
     if let Some(foreign) = observed.foreign.first() {
@@ -2418,6 +2449,42 @@ mod tests {
         for (name, spec, observed, expected) in cases {
             assert_eq!(decide(&spec, &observed), expected, "{name}");
         }
+    }
+
+    #[test]
+    fn a_scale_up_goes_on_once_its_member_service_is_created_and_nothing_else() {
+        let spec = spec(&[("b", 4)]);
+        let mut growing = rolling(vec![member(0), member(1)]);
+        let Action::CreateMemberService {
+            rack, member: next, ..
+        } = decide(&spec, &growing)
+        else {
+            panic!("a scale-up starts with the member Service");
+        };
+        assert_eq!(
+            after_member_service_created(&spec, &mut growing, &rack, next),
+            Some(Action::ScaleUp {
+                rack: "b".into(),
+                replicas: 3
+            })
+        );
+        assert!(growing.racks["b"].members[&2].service.is_some());
+        // A running member's Service, re-created: whatever comes next waits
+        // for its own reconcile.
+        let mut repaired = rolling(vec![member(0), with(member(1), |m| m.service = None)]);
+        assert!(matches!(
+            decide(&spec, &repaired),
+            Action::CreateMemberService { member: 1, .. }
+        ));
+        assert_eq!(
+            after_member_service_created(&spec, &mut repaired, "b", 1),
+            None
+        );
+        // A rack that is not observed: nothing.
+        assert_eq!(
+            after_member_service_created(&spec, &mut growing, "z", 0),
+            None
+        );
     }
 
     #[test]

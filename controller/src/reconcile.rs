@@ -44,7 +44,7 @@ use tracing::{info, warn};
 
 use crate::ControllerArgs;
 use crate::cached::{CachedPod, CachedVolume};
-use crate::decide::{Action, Observed, Refusal, WaitReason, decide};
+use crate::decide::{Action, Observed, Refusal, WaitReason, after_member_service_created, decide};
 use crate::index::NameIndex;
 use crate::metrics::{ClusterLabels, ErrorLabels, MemberOperationLabels, Metrics};
 use crate::observe::{
@@ -655,14 +655,23 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Requeue, Er
                 ..ctx.build.clone()
             };
             mark_outdated_statefulsets(&valid, &namespace, &build, &mut observed, ctx);
-            let action = match apply_supporting_objects(&valid, &namespace, ctx).await? {
+            let mut action = match apply_supporting_objects(&valid, &namespace, ctx).await? {
                 Some(refusal) => Action::Refuse(refusal),
                 None => decide(&cluster.spec, &observed),
             };
-            let action = act(&valid, &namespace, &action, &build, ctx)
-                .await?
-                .unwrap_or(action);
-            Outcome::Decided(action)
+            let mut acted = act(&valid, &namespace, &action, &build, ctx).await?;
+            if let (Acted::ServiceCreated, Action::CreateMemberService { rack, member, .. }) =
+                (&acted, &action)
+                && let Some(next) =
+                    after_member_service_created(&cluster.spec, &mut observed, rack, *member)
+            {
+                acted = act(&valid, &namespace, &next, &build, ctx).await?;
+                action = next;
+            }
+            Outcome::Decided(match acted {
+                Acted::Instead(instead) => instead,
+                Acted::AsDecided | Acted::ServiceCreated => action,
+            })
         }
     };
 
@@ -977,15 +986,25 @@ where
     }
 }
 
-/// Carries out the decision. Returns a different action when acting showed
-/// that the decision cannot be carried out (a name taken by a foreign object).
+/// What carrying out a decision did.
+enum Acted {
+    /// What was decided.
+    AsDecided,
+    /// A member Service, created just now: a scale-up's first step.
+    ServiceCreated,
+    /// Acting showed that the decision cannot be carried out (a name taken
+    /// by a foreign object, a member still leaving): this instead.
+    Instead(Action),
+}
+
+/// Carries out the decision.
 async fn act(
     cluster: &ValidCluster<'_>,
     namespace: &str,
     action: &Action,
     build: &BuildContext,
     ctx: &Context,
-) -> Result<Option<Action>, Error> {
+) -> Result<Acted, Error> {
     let find_rack = |rack: &str| {
         cluster
             .spec
@@ -1012,7 +1031,7 @@ async fn act(
                 )
                 .await?
                 {
-                    Err(refusal) => return Ok(Some(Action::Refuse(refusal))),
+                    Err(refusal) => return Ok(Acted::Instead(Action::Refuse(refusal))),
                     Ok(false) => continue,
                     Ok(true) => {}
                 }
@@ -1051,7 +1070,7 @@ async fn act(
             if let Some(spec) = find_rack(rack) {
                 let service =
                     resources::hashed(resources::member_service(cluster, spec, *member, *seed));
-                if let Err(refusal) = create_unless_present(
+                match create_unless_present(
                     &ctx.client,
                     namespace,
                     cluster,
@@ -1061,7 +1080,9 @@ async fn act(
                 )
                 .await?
                 {
-                    return Ok(Some(Action::Refuse(refusal)));
+                    Err(refusal) => return Ok(Acted::Instead(Action::Refuse(refusal))),
+                    Ok(true) => return Ok(Acted::ServiceCreated),
+                    Ok(false) => {}
                 }
             }
         }
@@ -1098,7 +1119,7 @@ async fn act(
             .await?
             {
                 info!(cluster = %cluster.name_any(), rack, member, "the member Service changed meanwhile; looking again");
-                return Ok(Some(Action::Wait(WaitReason::MemberLeaving {
+                return Ok(Acted::Instead(Action::Wait(WaitReason::MemberLeaving {
                     rack: rack.clone(),
                     member: *member,
                 })));
@@ -1134,7 +1155,7 @@ async fn act(
             .await?
             {
                 info!(cluster = %cluster.name_any(), rack, member, "decommission request changed meanwhile; looking again");
-                return Ok(Some(Action::Wait(WaitReason::MemberLeaving {
+                return Ok(Acted::Instead(Action::Wait(WaitReason::MemberLeaving {
                     rack: rack.clone(),
                     member: *member,
                 })));
@@ -1155,7 +1176,7 @@ async fn act(
             // Positive confirmation, read afresh: never inferred.
             if !decommission_confirmed(ctx, namespace, &service).await? {
                 warn!(cluster = %cluster.name_any(), rack, member = replicas, "the cache said decommissioned=true, the API server does not: not scaling down");
-                return Ok(Some(Action::Wait(WaitReason::MemberLeaving {
+                return Ok(Acted::Instead(Action::Wait(WaitReason::MemberLeaving {
                     rack: rack.clone(),
                     member: *replicas,
                 })));
@@ -1198,7 +1219,7 @@ async fn act(
             )
             .await?
             {
-                return Ok(Some(Action::Wait(WaitReason::MemberReplacing {
+                return Ok(Acted::Instead(Action::Wait(WaitReason::MemberReplacing {
                     rack: rack.clone(),
                     member: *member,
                 })));
@@ -1270,7 +1291,7 @@ async fn act(
                     ..
                 }) if status.code == 409 => {
                     info!(cluster = %cluster.name_any(), rack, member, "the member Service changed meanwhile; looking again");
-                    return Ok(Some(Action::Wait(WaitReason::MemberRestarting {
+                    return Ok(Acted::Instead(Action::Wait(WaitReason::MemberRestarting {
                         rack: rack.clone(),
                         member: *member,
                     })));
@@ -1303,7 +1324,7 @@ async fn act(
         }
         Action::Wait(_) | Action::Refuse(_) | Action::Converged => {}
     }
-    Ok(None)
+    Ok(Acted::AsDecided)
 }
 
 /// Writes a rack's StatefulSet with server-side apply, forcing the
@@ -1354,7 +1375,7 @@ async fn evict_member(
     rack: &str,
     member: i32,
     ctx: &Context,
-) -> Result<Option<Action>, Error> {
+) -> Result<Acted, Error> {
     let pod = member_name(cluster, rack, member);
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
     match api.evict(&pod, &kube::api::EvictParams::default()).await {
@@ -1362,7 +1383,7 @@ async fn evict_member(
         Err(e) if not_found(&e) => {}
         Err(kube::Error::Api(status)) if status.code == 429 => {
             info!(cluster = %cluster.name_any(), rack, member, message = %status.message, "the PodDisruptionBudget refuses the eviction for now");
-            return Ok(Some(Action::Wait(WaitReason::EvictionRefused {
+            return Ok(Acted::Instead(Action::Wait(WaitReason::EvictionRefused {
                 rack: rack.to_string(),
                 member,
             })));
@@ -1382,7 +1403,7 @@ async fn evict_member(
         Some(related_statefulset(cluster, rack)),
     )
     .await;
-    Ok(None)
+    Ok(Acted::AsDecided)
 }
 
 fn member_name(cluster: &Cluster, rack: &str, member: i32) -> String {
