@@ -39,8 +39,10 @@ pub struct ControllerArgs {
     pub member_restart_timeout_seconds: u64,
     /// How many Clusters are reconciled at once (never one Cluster twice
     /// at once). Each reconcile in flight holds its own connections to the
-    /// API server: unbounded, a thousand new Clusters opened thousands.
-    #[arg(long, env = "CONCURRENT_RECONCILES", default_value_t = 8,
+    /// API server: unbounded, a thousand new Clusters opened thousands. At
+    /// 8, a cluster's next step waited behind the others' reconciles when
+    /// 100 grew at once (README, "Benchmarks").
+    #[arg(long, env = "CONCURRENT_RECONCILES", default_value_t = 32,
           value_parser = clap::value_parser!(u16).range(1..=256))]
     pub concurrent_reconciles: u16,
 }

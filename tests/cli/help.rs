@@ -138,7 +138,7 @@ fn controller_refuses_a_reconcile_concurrency_outside_its_range() {
     let help = bin().args(["controller", "--help"]).output().unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
     assert!(
-        help.contains("CONCURRENT_RECONCILES") && help.contains("[default: 8]"),
+        help.contains("CONCURRENT_RECONCILES") && help.contains("[default: 32]"),
         "{help}"
     );
 }
