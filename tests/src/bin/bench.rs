@@ -705,7 +705,19 @@ async fn hundred(paths: &Paths, f: &mut Figures, scale_ups: &mut Vec<f64>) -> Re
     .await?;
     f.controller_100_mib = mean_rss(pid, 10).await;
     let r = rec.lock().unwrap_or_else(|e| e.into_inner());
-    scale_ups.extend(scale_up_reactions(&r, &world.sim.requests()));
+    let requests = world.sim.requests();
+    // BENCH_REQUEST_LOG=FILE: this world's request log, one JSON record a
+    // line (which requests a slow reaction waited on).
+    if let Ok(file) = std::env::var("BENCH_REQUEST_LOG") {
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&file)?);
+        for request in &requests {
+            serde_json::to_writer(&mut out, request)?;
+            std::io::Write::write_all(&mut out, b"\n")?;
+        }
+        std::io::Write::flush(&mut out)?;
+        eprintln!("bench: the 100-cluster world's request log is in {file}");
+    }
+    scale_ups.extend(scale_up_reactions(&r, &requests));
     drop(controller);
     Ok(())
 }
