@@ -83,13 +83,26 @@ fn running_version(pod: &Value) -> String {
         .strip_prefix("kubesim://")
         .and_then(|p| p.parse().ok())
         .expect("a running container has an id");
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
-    environ
-        .split(|b| *b == 0)
-        .filter_map(|kv| std::str::from_utf8(kv).ok())
-        .find_map(|kv| kv.strip_prefix("VERSION="))
-        .unwrap_or_default()
-        .to_string()
+    // A container is Running once its PID 1 is started, while that process
+    // may still be exec'ing its way (setup script, setpriv) to the
+    // container's command, as runc's init does after `start` returns; in
+    // the middle of an exec the kernel shows an empty environment. Read
+    // again for a moment before taking an empty one for an answer.
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        let version = environ
+            .split(|b| *b == 0)
+            .filter_map(|kv| std::str::from_utf8(kv).ok())
+            .find_map(|kv| kv.strip_prefix("VERSION="));
+        if let Some(version) = version {
+            return version.to_string();
+        }
+        if std::time::Instant::now() > deadline {
+            return String::new();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 fn revisions(store: &Store) -> Vec<Value> {
