@@ -4,7 +4,8 @@
 //! recreated under `OnDelete` the update revision's; `currentRevision`
 //! does not advance under `OnDelete` (as in 1.33); `revisionHistoryLimit`
 //! prunes revisions no pod uses; going back to an older template
-//! renumbers its revision; `maxUnavailable` is dropped (its feature gate
+//! renumbers its revision; orphaned Pods are adopted by a set made again;
+//! `maxUnavailable` is dropped (its feature gate
 //! is off in 1.33). And the real kubectl's `rollout status|restart|
 //! history|undo statefulset` (1.27 and 1.33).
 
@@ -456,4 +457,85 @@ async fn kubectl_1_27_rollout_statefulset() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_1_33_rollout_statefulset() {
     rollout("1.33").await;
+}
+
+/// The controller reference of an object, if any.
+fn controller_of(o: &Value) -> Option<String> {
+    o.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|r| r["controller"] == true)
+        .map(|r| s(r, "/uid").to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_made_again_adopts_its_orphaned_pods_and_scales_them() {
+    let work = tempfile::tempdir().unwrap();
+    let sim = start(work.path()).await;
+    let store = sim.store().clone();
+    let make = |store: &Store| {
+        store
+            .create(
+                &sts_t(),
+                statefulset("adopt", 2, "Parallel", json!({"type": "OnDelete"})),
+                &WriteOptions::default(),
+            )
+            .unwrap()
+    };
+    let first = make(&store);
+    until("2 ready pods", 30, || {
+        (0..2)
+            .all(|i| pod(&store, &format!("adopt-{i}")).is_some_and(|p| ready(&p)))
+            .then_some(())
+    })
+    .await;
+    let uids: Vec<String> = (0..2)
+        .map(|i| uid(&pod(&store, &format!("adopt-{i}")).unwrap()))
+        .collect();
+
+    // `kubectl delete sts --cascade=orphan`: the Pods lose their owner.
+    store
+        .delete(
+            &sts_t(),
+            "adopt",
+            &DeleteOptions {
+                propagation: Some(testworld::kubesim::store::Propagation::Orphan),
+                ..DeleteOptions::default()
+            },
+        )
+        .unwrap();
+    until("the Pods orphaned", 30, || {
+        (store.get(&sts_t(), "adopt").is_err()
+            && (0..2).all(|i| {
+                pod(&store, &format!("adopt-{i}")).is_some_and(|p| controller_of(&p).is_none())
+            }))
+        .then_some(())
+    })
+    .await;
+
+    // Made again: the same Pods, now its own.
+    let second = make(&store);
+    let new_uid = s(&second, "/metadata/uid").to_string();
+    assert_ne!(new_uid, s(&first, "/metadata/uid"));
+    until("the Pods adopted", 30, || {
+        (0..2)
+            .all(|i| {
+                pod(&store, &format!("adopt-{i}"))
+                    .is_some_and(|p| controller_of(&p).as_deref() == Some(new_uid.as_str()))
+            })
+            .then_some(())
+    })
+    .await;
+    let kept: Vec<String> = (0..2)
+        .map(|i| uid(&pod(&store, &format!("adopt-{i}")).unwrap()))
+        .collect();
+    assert_eq!(kept, uids, "adopted, not made again");
+
+    // Its own: a scale-down removes the highest.
+    patch(&store, "adopt", json!({"spec": {"replicas": 1}}));
+    until("adopt-1 removed", 30, || {
+        pod(&store, "adopt-1").is_none().then_some(())
+    })
+    .await;
+    assert_eq!(uid(&pod(&store, "adopt-0").unwrap()), uids[0]);
 }

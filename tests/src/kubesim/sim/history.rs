@@ -158,6 +158,29 @@ fn owner_ref(set: &Value) -> Value {
     })
 }
 
+/// Makes an orphan the set's (the controller reference manager's
+/// `AdoptPod` / `AdoptControllerRevision`): its owner references plus the
+/// set's controller reference, written only if it is still the object read
+/// (uid and resourceVersion). None when that write was refused.
+pub(crate) fn adopt(
+    store: &Store,
+    group: &str,
+    plural: &str,
+    orphan: &Value,
+    set: &Value,
+) -> Option<Value> {
+    let mut refs = orphan
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    refs.push(owner_ref(set));
+    let body = json!({"metadata": {"ownerReferences": refs,
+        "uid": s(orphan, "/metadata/uid"),
+        "resourceVersion": s(orphan, "/metadata/resourceVersion")}});
+    super::patch_main(store, group, plural, orphan, &body).ok()
+}
+
 /// The revisions of a set (`ListControllerRevisions`: those in its
 /// namespace matching its selector, controlled by it), adopting orphans
 /// that match (`adoptOrphanRevisions`); sorted. `candidates`: the
@@ -184,18 +207,7 @@ pub fn list(store: &Store, set: &Value, candidates: &[Arc<Value>]) -> Vec<Value>
         match owner {
             Some(_) => out.push(Value::clone(r)),
             None => {
-                let mut refs = r
-                    .pointer("/metadata/ownerReferences")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                refs.push(owner_ref(set));
-                let body = json!({"metadata": {"ownerReferences": refs,
-                    "uid": s(r, "/metadata/uid"),
-                    "resourceVersion": s(r, "/metadata/resourceVersion")}});
-                if let Ok(adopted) =
-                    super::patch_main(store, "apps", "controllerrevisions", r, &body)
-                {
+                if let Some(adopted) = adopt(store, "apps", "controllerrevisions", r, set) {
                     out.push(adopted);
                 }
             }

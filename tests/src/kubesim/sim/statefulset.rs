@@ -6,8 +6,9 @@
 //! owner references the garbage collector follows), history
 //! (ControllerRevisions, see [`super::history`]; each pod labelled
 //! `controller-revision-hash` with the revision whose template it was
-//! made from), `RollingUpdate` with `partition` and `OnDelete`, and the
-//! status, following pkg/controller/statefulset/stateful_set_control.go
+//! made from), orphaned Pods of its names and selector adopted (as after
+//! `--cascade=orphan`), `RollingUpdate` with `partition` and `OnDelete`,
+//! and the status, following pkg/controller/statefulset/stateful_set_control.go
 //! of Kubernetes 1.33 (`updateStatefulSet`, `newVersionedStatefulSetPod`,
 //! `computeReplicaStatus`, `completeRollingUpdate`). `maxUnavailable` is
 //! behind the `MaxUnavailableStatefulSet` gate, alpha and off through
@@ -253,8 +254,34 @@ pub fn sync_all(store: &Store) {
             .flat_map(|u| revisions.get(*u).unwrap_or(&none))
             .cloned()
             .collect();
-        sync(store, &sts, pods.get(uid).unwrap_or(&none), &candidates);
+        let mut owned = pods.get(uid).unwrap_or(&none).clone();
+        owned.extend(adopt_orphans(store, &sts, pods.get("").unwrap_or(&none)));
+        sync(store, &sts, &owned, &candidates);
     }
+}
+
+/// `getPodsForStatefulSet`'s claim: the orphan Pods of the set's namespace
+/// that its selector matches and whose names are its members' are adopted
+/// (a set deleted with `--cascade=orphan` and made again takes its Pods
+/// back, and then scales or rolls them as its own). A Pod being deleted is
+/// left alone.
+fn adopt_orphans(store: &Store, sts: &Value, orphans: &[Arc<Value>]) -> Vec<Arc<Value>> {
+    let name = s(sts, "/metadata/name");
+    let Ok(selector) =
+        crate::kubesim::selectors::LabelSelector::from_object(&sts["spec"]["selector"])
+    else {
+        return Vec::new();
+    };
+    orphans
+        .iter()
+        .filter(|p| {
+            ns_of(p) == ns_of(sts)
+                && p.pointer("/metadata/deletionTimestamp").is_none()
+                && ordinal_of(name, s(p, "/metadata/name")).is_some()
+                && selector.matches_object(p)
+        })
+        .filter_map(|p| history::adopt(store, "", "pods", p, sts).map(Arc::new))
+        .collect()
 }
 
 /// One set's pass; `owned`: the Pods it controls (in any namespace, as
