@@ -15,10 +15,7 @@ pub type CelError = String;
 /// Evaluates every rule of `schema` on `object` (and `old`, for transition
 /// rules). Returns the failures as `<field>: <message>` lines.
 pub fn check(schema: &Value, object: &Value, old: Option<&Value>) -> Vec<CelError> {
-    match VALIDATOR.with(|v| v.validate(schema, object, old)) {
-        Ok(()) => Vec::new(),
-        Err(errors) => errors.iter().map(ToString::to_string).collect(),
-    }
+    lines(VALIDATOR.with(|v| v.validate(schema, object, old)))
 }
 
 /// [`check`] with the rules compiled beforehand ([`kube_cel::compile_schema`]):
@@ -28,7 +25,12 @@ pub fn check_compiled(
     object: &Value,
     old: Option<&Value>,
 ) -> Vec<CelError> {
-    match VALIDATOR.with(|v| v.validate_compiled(compiled, object, old)) {
+    lines(VALIDATOR.with(|v| v.validate_compiled(compiled, object, old)))
+}
+
+/// A validation's failures, one line each.
+fn lines(result: Result<(), kube_cel::ValidationErrors>) -> Vec<CelError> {
+    match result {
         Ok(()) => Vec::new(),
         Err(errors) => errors.iter().map(ToString::to_string).collect(),
     }
