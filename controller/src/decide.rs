@@ -28,9 +28,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crds::contract::{Decommission, GossipMember, GossipView, is_seed, ring_settled};
+use crds::contract::{
+    Decommission, DecommissionConfirmation, DecommissionRequest, GossipMember, GossipView, is_seed,
+    ring_settled,
+};
 use crds::v1alpha1::{ClusterMode, ClusterSpec};
 use crds::versions::{Version, cassandra_upgrade};
+
+use crate::confirmation::{self, Leaving, Verdict};
 
 /// What the caches show of one member (one ordinal of a rack).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -39,6 +44,8 @@ pub struct MemberObserved {
     pub service: Option<ServiceObserved>,
     /// Its Pod exists.
     pub pod_exists: bool,
+    /// Its Pod's UID, when it exists.
+    pub pod_uid: Option<String>,
     /// Its Pod is Ready (the sidecar reports operation mode NORMAL).
     pub pod_ready: bool,
     /// The major version of the database image its Pod runs, when known.
@@ -98,6 +105,10 @@ pub struct ServiceObserved {
     pub restarted_from_generation: Option<i64>,
     /// What the member's gossip says, as its sidecar recorded it.
     pub gossip: Option<GossipView>,
+    /// The controller's decommission request, when it holds a readable one.
+    pub decommission_request: Option<DecommissionRequest>,
+    /// The sidecar's confirmation, when it holds a readable one.
+    pub decommission_confirmation: Option<DecommissionConfirmation>,
 }
 
 impl ServiceObserved {
@@ -129,27 +140,6 @@ pub struct RackObserved {
     /// Its StatefulSet differs from what the builders make of the spec
     /// (its applied hash is another): set by the reconcile, which builds.
     pub statefulset_outdated: bool,
-}
-
-impl RackObserved {
-    /// The replicas a (re-)created StatefulSet needs so that it adopts the
-    /// members that exist instead of deleting them: one past the highest
-    /// ordinal with a Pod, a Service or a claim, except members whose
-    /// decommission was confirmed (they are leftovers, not members).
-    pub fn members_to_keep(&self) -> i32 {
-        self.members
-            .iter()
-            .filter(|(_, m)| {
-                let confirmed = m
-                    .service
-                    .as_ref()
-                    .is_some_and(|s| s.decommission() == Decommission::Confirmed);
-                !confirmed && (m.pod_exists || m.service.is_some() || !m.claims.is_empty())
-            })
-            .map(|(&ordinal, _)| ordinal + 1)
-            .max()
-            .unwrap_or(0)
-    }
 }
 
 /// What a volumeClaimTemplate asks for, as far as the spec can say it: the
@@ -220,6 +210,79 @@ pub struct RefusedOverrides {
     pub keys: Vec<&'static crds::overrides::RefusedKey>,
 }
 
+impl Observed {
+    /// The replicas a (re-)created StatefulSet of `rack` needs so that it
+    /// adopts the members that exist instead of deleting them: one past
+    /// the highest ordinal with a Pod, a Service or a claim, except
+    /// members whose decommission is confirmed (they are leftovers, not
+    /// members).
+    pub fn members_to_keep(&self, rack: &str) -> i32 {
+        let Some(observed_rack) = self.racks.get(rack) else {
+            return 0;
+        };
+        observed_rack
+            .members
+            .iter()
+            .filter(|&(&ordinal, m)| {
+                !self.decommission_confirmed(rack, ordinal)
+                    && (m.pod_exists || m.service.is_some() || !m.claims.is_empty())
+            })
+            .map(|(&ordinal, _)| ordinal + 1)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Every other member's last record of its ring.
+    fn rings_besides(&self, rack: &str, member: i32) -> Vec<&GossipView> {
+        self.racks
+            .iter()
+            .flat_map(|(name, r)| r.members.iter().map(move |(&i, m)| (name, i, m)))
+            .filter(|&(name, i, _)| !(name == rack && i == member))
+            .filter_map(|(_, _, m)| m.service.as_ref()?.gossip.as_ref())
+            .collect()
+    }
+
+    /// What `member` of `rack` is, as the judgement of its decommission
+    /// record reads it.
+    fn leaving(&self, rack: &str, member: i32) -> Option<Leaving<'_>> {
+        let state = self.racks.get(rack)?.members.get(&member)?;
+        let service = state.service.as_ref()?;
+        Some(Leaving {
+            address: service.cluster_ip.as_deref(),
+            request: service.decommission_request.as_ref(),
+            confirmation: service.decommission_confirmation.as_ref(),
+            own_record: service.gossip.as_ref(),
+            ready: state.pod_ready,
+        })
+    }
+
+    /// The judgement of the `decommissioned=true` of `member` of `rack`
+    /// (a member without one, or without a Service, is `Stale`), and
+    /// whether the member is in the ring.
+    pub fn decommission_verdict(&self, rack: &str, member: i32) -> (Verdict, bool) {
+        let Some(leaving) = self.leaving(rack, member) else {
+            return (Verdict::Stale("no member Service".into()), false);
+        };
+        let others = self.rings_besides(rack, member);
+        (
+            confirmation::judge(&leaving, others.iter().copied()),
+            leaving.in_ring(others.iter().copied()),
+        )
+    }
+
+    /// Whether `member` of `rack` carries `decommissioned=true` and the
+    /// judgement confirms it.
+    fn decommission_confirmed(&self, rack: &str, member: i32) -> bool {
+        let labelled = self
+            .racks
+            .get(rack)
+            .and_then(|r| r.members.get(&member))
+            .and_then(|m| m.service.as_ref())
+            .is_some_and(|s| s.decommission() == Decommission::Confirmed);
+        labelled && self.decommission_verdict(rack, member).0 == Verdict::Confirmed
+    }
+}
+
 /// Why the controller waits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WaitReason {
@@ -287,9 +350,18 @@ pub enum Refusal {
         member: i32,
         reason: String,
     },
-    /// A member below the highest one left the ring (a label set by hand?):
-    /// a StatefulSet can only remove its highest member.
+    /// A member below the highest one left the ring (confirmed by request,
+    /// answer and ring): a StatefulSet can only remove its highest member.
     DecommissionedBelowTheTop { rack: String, member: i32 },
+    /// A `decommissioned=true` that is no confirmed decommission (`missing`
+    /// says what it lacks), on a member that is not in the ring either (it
+    /// left without the controller's request?): nothing is deleted, and
+    /// the label stays for someone to look at.
+    StaleDecommissionRecord {
+        rack: String,
+        member: i32,
+        missing: String,
+    },
     /// A `decommissioned` label with a value neither side acts on.
     UnreadableDecommission {
         rack: String,
@@ -351,6 +423,21 @@ pub enum Action {
     RequestDecommission {
         rack: String,
         member: i32,
+        resource_version: String,
+        /// What the request names: the member's Pod and its node.
+        pod_uid: Option<String>,
+        host_id: Option<String>,
+    },
+    /// A `decommissioned=true` that is no confirmed decommission, on a
+    /// member in the ring: report it (`missing` says what it lacks) and take
+    /// it back, guarded by the resourceVersion read: the label goes, or
+    /// returns to the controller's request (`"false"`) when the spec no
+    /// longer wants the member and the request stands. Nothing is deleted.
+    ClearStaleDecommission {
+        rack: String,
+        member: i32,
+        missing: String,
+        restore_request: bool,
         resource_version: String,
     },
     /// Remove a decommission request the sidecar has not claimed (or that
@@ -471,7 +558,9 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
         .iter()
         .filter_map(|r| match observed.racks.get(&r.name) {
             None => Some((r.name.clone(), 0)),
-            Some(o) if o.replicas.is_none() => Some((r.name.clone(), o.members_to_keep())),
+            Some(o) if o.replicas.is_none() => {
+                Some((r.name.clone(), observed.members_to_keep(&r.name)))
+            }
             Some(_) => None,
         })
         .collect();
@@ -506,13 +595,10 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
         let observed_rack = &observed.racks[&rack.name];
         let replicas = observed_rack.replicas.unwrap_or(0);
         for (&member, state) in observed_rack.members.range(replicas..) {
-            let confirmed = state
-                .service
-                .as_ref()
-                .is_some_and(|s| s.decommission() == Decommission::Confirmed);
-            if !confirmed {
-                // Never inferred: without the sidecar's confirmation, what
-                // is above the replicas stays.
+            if !observed.decommission_confirmed(&rack.name, member) {
+                // Never inferred: without the controller's request, the
+                // sidecar's answer and the ring's agreement, what is above
+                // the replicas stays.
                 continue;
             }
             if state.pod_exists {
@@ -550,7 +636,12 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
     }
 
     // Operations under way on running members: finish (or withdraw) them
-    // before anything else.
+    // before anything else. A member whose record the controller will not
+    // act on holds every topology change and roll (`held`), but not what
+    // keeps the others serving: a replacement of a member whose Node or
+    // disk is gone, a restart under way, an outage's recovery (DESIGN.md
+    // section 5, "One member's bad record").
+    let mut held: Option<(Refusal, (&str, i32))> = None;
     for rack in &spec.datacenter.racks {
         let observed_rack = &observed.racks[&rack.name];
         let replicas = observed_rack.replicas.unwrap_or(0);
@@ -559,28 +650,90 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
                 continue;
             };
             let (rack_name, wanted) = (rack.name.clone(), member < rack.members);
+            let mut hold = |refusal: Refusal| {
+                held.get_or_insert((refusal, (rack.name.as_str(), member)));
+            };
             match service.decommission() {
                 Decommission::Serve => {}
-                Decommission::Confirmed if member == replicas - 1 => {
-                    // Whether or not the spec wants it again: it left the
-                    // ring and never starts again; a scale-up makes a new one.
-                    return Action::ScaleDown {
-                        rack: rack_name,
-                        replicas: member,
-                    };
-                }
                 Decommission::Confirmed => {
-                    return Action::Refuse(Refusal::DecommissionedBelowTheTop {
-                        rack: rack_name,
-                        member,
-                    });
+                    match observed.decommission_verdict(&rack.name, member) {
+                        (Verdict::Confirmed, _) if member == replicas - 1 => {
+                            // Whether or not the spec wants it again: it left
+                            // the ring and never starts again; a scale-up makes
+                            // a new one.
+                            return Action::ScaleDown {
+                                rack: rack_name,
+                                replicas: member,
+                            };
+                        }
+                        (Verdict::Confirmed, _) => {
+                            hold(Refusal::DecommissionedBelowTheTop {
+                                rack: rack_name,
+                                member,
+                            });
+                            continue;
+                        }
+                        (Verdict::Pending(_), _) => {
+                            return Action::Wait(WaitReason::MemberLeaving {
+                                rack: rack_name,
+                                member,
+                            });
+                        }
+                        (Verdict::Stale(missing), true) => {
+                            return match service.resource_version.clone() {
+                                Some(resource_version) => Action::ClearStaleDecommission {
+                                    rack: rack_name,
+                                    member,
+                                    missing,
+                                    restore_request: !wanted
+                                        && service.decommission_request.is_some(),
+                                    resource_version,
+                                },
+                                None => Action::Wait(WaitReason::MemberLeaving {
+                                    rack: rack_name,
+                                    member,
+                                }),
+                            };
+                        }
+                        (Verdict::Stale(missing), false) => {
+                            hold(Refusal::StaleDecommissionRecord {
+                                rack: rack_name,
+                                member,
+                                missing,
+                            });
+                            continue;
+                        }
+                    }
                 }
                 Decommission::Unknown => {
-                    return Action::Refuse(Refusal::UnreadableDecommission {
+                    hold(Refusal::UnreadableDecommission {
                         rack: rack_name,
                         member,
                         value: service.decommissioned.clone().unwrap_or_default(),
                     });
+                    continue;
+                }
+                Decommission::Requested
+                    if !wanted
+                        && member == replicas - 1
+                        && service.decommission_request.is_none() =>
+                {
+                    // A bare `false` (an older controller's, or written by
+                    // hand): the request it needs is written, so that the
+                    // member's answer can name it.
+                    return match service.resource_version.clone() {
+                        Some(resource_version) => Action::RequestDecommission {
+                            rack: rack_name,
+                            member,
+                            resource_version,
+                            pod_uid: state.pod_uid.clone(),
+                            host_id: service.gossip.as_ref().and_then(|g| g.host_id.clone()),
+                        },
+                        None => Action::Wait(WaitReason::MemberLeaving {
+                            rack: rack_name,
+                            member,
+                        }),
+                    };
                 }
                 Decommission::Requested => {
                     let refused = service.decommission_refused.is_some();
@@ -669,7 +822,13 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
             }
         }
     }
-    let skip: BTreeSet<(&str, i32)> = needs_replace.iter().map(|(r, m, _)| (*r, *m)).collect();
+    // A member whose record holds the rest is not waited for either: it
+    // may never be ready again (it left the ring without a request).
+    let skip: BTreeSet<(&str, i32)> = needs_replace
+        .iter()
+        .map(|(r, m, _)| (*r, *m))
+        .chain(held.as_ref().map(|(_, member)| *member))
+        .collect();
     if let Some(&(rack, member, service)) = needs_replace.first() {
         if let Some(wait) = not_ready_besides(spec, observed, &skip) {
             return Action::Wait(wait);
@@ -693,6 +852,9 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
         };
     }
 
+    if let Some((refusal, _)) = held {
+        return Action::Refuse(refusal);
+    }
     if let Some(wait) = not_ready_besides(spec, observed, &BTreeSet::new()) {
         return Action::Wait(wait);
     }
@@ -731,15 +893,14 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
             };
         }
         let highest = replicas - 1;
-        return match observed_rack
-            .members
-            .get(&highest)
-            .and_then(|m| m.service.as_ref()?.resource_version.clone())
-        {
+        let state = observed_rack.members.get(&highest);
+        return match state.and_then(|m| m.service.as_ref()?.resource_version.clone()) {
             Some(resource_version) => Action::RequestDecommission {
                 rack: rack.name.clone(),
                 member: highest,
                 resource_version,
+                pod_uid: state.and_then(|m| m.pod_uid.clone()),
+                host_id: state.and_then(|m| m.service.as_ref()?.gossip.as_ref()?.host_id.clone()),
             },
             None => Action::Wait(WaitReason::MemberNotReady {
                 rack: rack.name.clone(),
@@ -1337,10 +1498,14 @@ mod tests {
                 "a leaving member holds everything",
                 spec(&[("b", 2), ("c", 1)]),
                 observed(vec![
-                    (
-                        "b",
-                        rack(Some(3), &[READY, READY, (true, true, Some("false"), None)]),
-                    ),
+                    ("b", {
+                        let mut leaving =
+                            rack(Some(3), &[READY, READY, (true, true, Some("false"), None)]);
+                        let member = leaving.members.get_mut(&2).unwrap();
+                        member.service.as_mut().unwrap().decommission_request =
+                            Some(DecommissionRequest::default());
+                        leaving
+                    }),
                     ("c", rack(Some(0), &[])),
                 ]),
                 Wait(WaitReason::MemberLeaving {
@@ -1368,6 +1533,8 @@ mod tests {
                     rack: b(),
                     member: 2,
                     resource_version: "102".into(),
+                    pod_uid: None,
+                    host_id: None,
                 },
             ),
             (
@@ -1441,6 +1608,7 @@ mod tests {
                 ..ServiceObserved::default()
             }),
             pod_exists: true,
+            pod_uid: Some(format!("uid-{i}")),
             pod_ready: true,
             pod_major: Some(4),
             pod_version: None,
@@ -1458,6 +1626,62 @@ mod tests {
         with(m, |m| {
             m.service.as_mut().unwrap().decommissioned = Some(value.to_string())
         })
+    }
+
+    const ASKED: &str = "2026-11-27T10:00:00Z";
+    const LEFT: &str = "2026-11-27T10:01:00Z";
+    const ANSWERED: &str = "2026-11-27T10:02:00Z";
+
+    /// The controller's request on the member's Service.
+    fn asked(m: MemberObserved) -> MemberObserved {
+        let id = format!("{}/{ASKED}", m.pod_uid.clone().unwrap_or_default());
+        with(label(m, "false"), |m| {
+            m.service.as_mut().unwrap().decommission_request = Some(DecommissionRequest {
+                id,
+                requested_at: ASKED.into(),
+                ..DecommissionRequest::default()
+            })
+        })
+    }
+
+    /// The sidecar's answer to that request: `true` and its confirmation.
+    fn confirmed(m: MemberObserved) -> MemberObserved {
+        with(label(asked(m), "true"), |m| {
+            let service = m.service.as_mut().unwrap();
+            service.decommission_confirmation = Some(DecommissionConfirmation {
+                request: service.decommission_request.as_ref().unwrap().id.clone(),
+                host_id: None,
+                confirmed_at: ANSWERED.into(),
+            })
+        })
+    }
+
+    /// Every other member records, after the request, a ring whose token
+    /// owners are the members but `gone`.
+    fn left(observed: Observed, gone: i32) -> Observed {
+        ring_at(observed, LEFT, |i| i != gone)
+    }
+
+    /// Every member records at `at` a ring whose owners are the members
+    /// for which `owns` holds.
+    fn ring_at(mut observed: Observed, at: &str, owns: impl Fn(i32) -> bool) -> Observed {
+        let owners: BTreeMap<String, String> = observed
+            .racks
+            .values()
+            .flat_map(|r| r.members.iter())
+            .filter(|&(&i, _)| owns(i))
+            .filter_map(|(&i, m)| Some((m.service.as_ref()?.cluster_ip.clone()?, format!("h{i}"))))
+            .collect();
+        for rack in observed.racks.values_mut() {
+            for m in rack.members.values_mut() {
+                if let Some(service) = m.service.as_mut() {
+                    let gossip = service.gossip.get_or_insert_with(GossipView::default);
+                    gossip.owners = Some(owners.clone());
+                    gossip.at = Some(at.into());
+                }
+            }
+        }
+        observed
     }
 
     fn started(m: MemberObserved) -> MemberObserved {
@@ -1511,6 +1735,8 @@ mod tests {
                     rack: b(),
                     member: 2,
                     resource_version: "102".into(),
+                    pod_uid: Some("uid-2".into()),
+                    host_id: None,
                 },
             ),
             (
@@ -1518,11 +1744,7 @@ mod tests {
                 1,
                 racks(
                     3,
-                    vec![
-                        member(0),
-                        member(1),
-                        unready(started(label(member(2), "false"))),
-                    ],
+                    vec![member(0), member(1), unready(started(asked(member(2))))],
                 ),
                 Wait(WaitReason::MemberLeaving {
                     rack: b(),
@@ -1532,13 +1754,12 @@ mod tests {
             (
                 "a confirmed decommission shrinks the StatefulSet past it",
                 1,
-                racks(
-                    3,
-                    vec![
-                        member(0),
-                        member(1),
-                        unready(started(label(member(2), "true"))),
-                    ],
+                left(
+                    racks(
+                        3,
+                        vec![member(0), member(1), unready(started(confirmed(member(2))))],
+                    ),
+                    2,
                 ),
                 ScaleDown {
                     rack: b(),
@@ -1548,9 +1769,9 @@ mod tests {
             (
                 "its Pod still terminating: its identity stays",
                 1,
-                racks(
+                left(
+                    racks(2, vec![member(0), member(1), unready(confirmed(member(2)))]),
                     2,
-                    vec![member(0), member(1), unready(label(member(2), "true"))],
                 ),
                 Wait(WaitReason::MemberLeaving {
                     rack: b(),
@@ -1560,9 +1781,9 @@ mod tests {
             (
                 "Pod gone: its claims and Service are deleted",
                 1,
-                racks(
+                left(
+                    racks(2, vec![member(0), member(1), gone(confirmed(member(2)))]),
                     2,
-                    vec![member(0), member(1), gone(label(member(2), "true"))],
                 ),
                 DeleteLeftovers {
                     rack: b(),
@@ -1578,15 +1799,14 @@ mod tests {
                     rack: b(),
                     member: 1,
                     resource_version: "101".into(),
+                    pod_uid: Some("uid-1".into()),
+                    host_id: None,
                 },
             ),
             (
                 "above the replicas without a confirmation: nothing is deleted",
                 2,
-                racks(
-                    2,
-                    vec![member(0), member(1), gone(label(member(2), "false"))],
-                ),
+                racks(2, vec![member(0), member(1), gone(asked(member(2)))]),
                 Converged,
             ),
             (
@@ -1598,9 +1818,9 @@ mod tests {
             (
                 "a confirmation below the top never shrinks the StatefulSet",
                 1,
-                racks(
-                    3,
-                    vec![member(0), unready(label(member(1), "true")), member(2)],
+                left(
+                    racks(3, vec![member(0), unready(confirmed(member(1))), member(2)]),
+                    1,
                 ),
                 Refuse(Refusal::DecommissionedBelowTheTop {
                     rack: b(),
@@ -1620,7 +1840,7 @@ mod tests {
             (
                 "a stale request on a wanted member, unclaimed: withdrawn, guarded",
                 3,
-                racks(3, vec![member(0), member(1), label(member(2), "false")]),
+                racks(3, vec![member(0), member(1), asked(member(2))]),
                 WithdrawDecommission {
                     rack: b(),
                     member: 2,
@@ -1630,10 +1850,7 @@ mod tests {
             (
                 "unclaimed but not ready (LEAVING already?): never withdrawn, finished first",
                 3,
-                racks(
-                    3,
-                    vec![member(0), member(1), unready(label(member(2), "false"))],
-                ),
+                racks(3, vec![member(0), member(1), unready(asked(member(2)))]),
                 Wait(WaitReason::DecommissionBeforeScaleUp {
                     rack: b(),
                     member: 2,
@@ -1644,11 +1861,7 @@ mod tests {
                 3,
                 racks(
                     3,
-                    vec![
-                        member(0),
-                        member(1),
-                        unready(started(label(member(2), "false"))),
-                    ],
+                    vec![member(0), member(1), unready(started(asked(member(2))))],
                 ),
                 Wait(WaitReason::DecommissionBeforeScaleUp {
                     rack: b(),
@@ -1660,11 +1873,7 @@ mod tests {
                 4,
                 racks(
                     3,
-                    vec![
-                        member(0),
-                        member(1),
-                        unready(started(label(member(2), "false"))),
-                    ],
+                    vec![member(0), member(1), unready(started(asked(member(2))))],
                 ),
                 Wait(WaitReason::DecommissionBeforeScaleUp {
                     rack: b(),
@@ -1674,13 +1883,12 @@ mod tests {
             (
                 "finished while raised back: the member is removed, then made anew",
                 3,
-                racks(
-                    3,
-                    vec![
-                        member(0),
-                        member(1),
-                        unready(started(label(member(2), "true"))),
-                    ],
+                left(
+                    racks(
+                        3,
+                        vec![member(0), member(1), unready(started(confirmed(member(2))))],
+                    ),
+                    2,
                 ),
                 ScaleDown {
                     rack: b(),
@@ -1695,7 +1903,7 @@ mod tests {
                     vec![
                         member(0),
                         member(1),
-                        refused(started(label(member(2), "false")), "Not enough live nodes"),
+                        refused(started(asked(member(2))), "Not enough live nodes"),
                     ],
                 ),
                 Refuse(Refusal::DecommissionRefused {
@@ -1712,7 +1920,7 @@ mod tests {
                     vec![
                         member(0),
                         member(1),
-                        refused(started(label(member(2), "false")), "Not enough live nodes"),
+                        refused(started(asked(member(2))), "Not enough live nodes"),
                     ],
                 ),
                 WithdrawDecommission {
@@ -1872,7 +2080,7 @@ mod tests {
                     vec![
                         unready(with(member(0), |m| m.disk_lost = true)),
                         member(1),
-                        unready(started(label(member(2), "false"))),
+                        unready(started(asked(member(2)))),
                     ],
                 ),
                 Wait(WaitReason::MemberLeaving {
@@ -1925,6 +2133,332 @@ mod tests {
         }
     }
 
+    /// The verdict on a `decommissioned=true` decides, never the label.
+    #[test]
+    fn a_decommissioned_true_the_controller_never_asked_for_is_taken_back() {
+        use Action::*;
+        let b = || "b".to_string();
+        let forged = |m| label(m, "true");
+        let missing_of = |action: &Action| match action {
+            ClearStaleDecommission { missing, .. } => missing.clone(),
+            Refuse(Refusal::StaleDecommissionRecord { missing, .. }) => missing.clone(),
+            other => panic!("not a stale record: {other:?}"),
+        };
+        // (what, wanted members, observed, member, restore_request, missing contains)
+        let cleared: Vec<(&str, i32, Observed, i32, bool, &str)> = vec![
+            (
+                "on the highest member of a healthy rack",
+                3,
+                ring_at(
+                    racks(3, vec![member(0), member(1), forged(member(2))]),
+                    LEFT,
+                    |_| true,
+                ),
+                2,
+                false,
+                "no decommission request",
+            ),
+            (
+                "on a lower member",
+                3,
+                racks(3, vec![member(0), forged(member(1)), member(2)]),
+                1,
+                false,
+                "no decommission request",
+            ),
+            (
+                "with a forged confirmation and no request",
+                3,
+                racks(
+                    3,
+                    vec![
+                        member(0),
+                        member(1),
+                        with(forged(member(2)), |m| {
+                            m.service.as_mut().unwrap().decommission_confirmation =
+                                Some(DecommissionConfirmation {
+                                    request: "made-up".into(),
+                                    host_id: None,
+                                    confirmed_at: ANSWERED.into(),
+                                })
+                        }),
+                    ],
+                ),
+                2,
+                false,
+                "no decommission request",
+            ),
+            (
+                "with a request of the controller but no answer (the member not ready yet)",
+                2,
+                ring_at(
+                    racks(
+                        3,
+                        vec![
+                            member(0),
+                            member(1),
+                            unready(label(asked(member(2)), "true")),
+                        ],
+                    ),
+                    LEFT,
+                    |_| true,
+                ),
+                2,
+                true,
+                "no confirmation",
+            ),
+            (
+                "with a confirmation that answers another request",
+                2,
+                ring_at(
+                    racks(
+                        3,
+                        vec![
+                            member(0),
+                            member(1),
+                            unready(with(confirmed(member(2)), |m| {
+                                let service = m.service.as_mut().unwrap();
+                                service.decommission_confirmation.as_mut().unwrap().request =
+                                    "uid-2/2026-01-01T00:00:00Z".into();
+                            })),
+                        ],
+                    ),
+                    LEFT,
+                    |_| true,
+                ),
+                2,
+                true,
+                "answers request uid-2/2026-01-01T00:00:00Z",
+            ),
+            (
+                "answered, but a ring recorded after the answer still counts it",
+                2,
+                ring_at(
+                    racks(3, vec![member(0), member(1), unready(confirmed(member(2)))]),
+                    "2026-11-27T10:03:00Z",
+                    |_| true,
+                ),
+                2,
+                true,
+                "the ring still counts the node",
+            ),
+        ];
+        for (what, wanted, observed, at, restore, missing) in cleared {
+            let action = decide(&spec(&[("b", wanted)]), &observed);
+            assert!(
+                matches!(
+                    &action,
+                    ClearStaleDecommission { rack, member, restore_request, resource_version, .. }
+                        if *rack == b() && *member == at && *restore_request == restore
+                            && *resource_version == format!("{}", 100 + at)
+                ),
+                "{what}: {action:?}"
+            );
+            assert!(missing_of(&action).contains(missing), "{what}: {action:?}");
+        }
+
+        // Asked and answered, the ring not recorded since: the decommission
+        // is under way, nothing is taken back and nothing shrinks.
+        let answered = racks(3, vec![member(0), member(1), unready(confirmed(member(2)))]);
+        assert_eq!(
+            decide(&spec(&[("b", 2)]), &answered),
+            Wait(WaitReason::MemberLeaving {
+                rack: b(),
+                member: 2
+            })
+        );
+        // A bare `false` (an older controller's): the request is written.
+        assert_eq!(
+            decide(
+                &spec(&[("b", 2)]),
+                &racks(3, vec![member(0), member(1), label(member(2), "false")])
+            ),
+            RequestDecommission {
+                rack: b(),
+                member: 2,
+                resource_version: "102".into(),
+                pod_uid: Some("uid-2".into()),
+                host_id: None,
+            }
+        );
+        // Above the replicas, a forged `true` deletes nothing, and a
+        // re-created StatefulSet keeps the member.
+        let above = racks(2, vec![member(0), member(1), gone(forged(member(2)))]);
+        assert_eq!(decide(&spec(&[("b", 2)]), &above), Converged);
+        assert_eq!(above.members_to_keep("b"), 3);
+        // Not in the ring (its Pod not ready, no ring counts it): reported,
+        // the label stays, nothing is deleted.
+        let outside = ring_at(
+            racks(3, vec![member(0), member(1), unready(forged(member(2)))]),
+            LEFT,
+            |i| i != 2,
+        );
+        let action = decide(&spec(&[("b", 3)]), &outside);
+        assert!(
+            matches!(
+                &action,
+                Refuse(Refusal::StaleDecommissionRecord { member: 2, .. })
+            ),
+            "{action:?}"
+        );
+        assert!(missing_of(&action).contains("no decommission request"));
+    }
+
+    /// What one member's record the controller will not act on holds, and
+    /// what goes on elsewhere (DESIGN.md section 5): replacements,
+    /// restarts under way and an outage's recovery go on; topology changes
+    /// and rolls wait.
+    #[test]
+    fn one_members_bad_record_holds_topology_changes_not_repairs() {
+        use Action::*;
+        let b = || "b".to_string();
+        // Each refusal a member's record can raise, on member 1 of four.
+        let outside = |m: MemberObserved| unready(label(m, "true"));
+        let refusals: Vec<(&str, Observed, Refusal)> = vec![
+            (
+                "a stale true on a member outside the ring",
+                ring_at(
+                    racks(4, vec![member(0), outside(member(1)), member(2), member(3)]),
+                    LEFT,
+                    |i| i != 1,
+                ),
+                Refusal::StaleDecommissionRecord {
+                    rack: b(),
+                    member: 1,
+                    missing: "no decommission request of the controller".into(),
+                },
+            ),
+            (
+                "an unreadable label",
+                racks(
+                    4,
+                    vec![member(0), label(member(1), "maybe"), member(2), member(3)],
+                ),
+                Refusal::UnreadableDecommission {
+                    rack: b(),
+                    member: 1,
+                    value: "maybe".into(),
+                },
+            ),
+            (
+                "a confirmed decommission below the top",
+                left(
+                    racks(
+                        4,
+                        vec![
+                            member(0),
+                            unready(confirmed(member(1))),
+                            member(2),
+                            member(3),
+                        ],
+                    ),
+                    1,
+                ),
+                Refusal::DecommissionedBelowTheTop {
+                    rack: b(),
+                    member: 1,
+                },
+            ),
+        ];
+        for (what, observed, refusal) in refusals {
+            // Alone: refused, nothing else.
+            assert_eq!(
+                decide(&spec(&[("b", 4)]), &observed),
+                Refuse(refusal.clone()),
+                "{what}"
+            );
+            // Topology changes wait: a scale-up, a scale-down.
+            for members in [5, 3] {
+                assert_eq!(
+                    decide(&spec(&[("b", members)]), &observed),
+                    Refuse(refusal.clone()),
+                    "{what}: to {members} members"
+                );
+            }
+            // A roll waits.
+            let mut roll = observed.clone();
+            roll.racks.get_mut("b").unwrap().update_revision = Some("new".into());
+            for i in 0..4 {
+                with_member(&mut roll, i, |m| m.revision = Some("old".into()));
+            }
+            assert_eq!(
+                decide(&spec(&[("b", 4)]), &roll),
+                Refuse(refusal.clone()),
+                "{what}: a roll"
+            );
+            // Another member's Node and disk lost: replaced.
+            let mut lost = observed.clone();
+            with_member(&mut lost, 3, |m| {
+                m.disk_lost = true;
+                m.pod_ready = false;
+            });
+            assert_eq!(
+                decide(&spec(&[("b", 4)]), &lost),
+                StartReplace {
+                    rack: b(),
+                    member: 3,
+                    address: "10.96.0.3".into(),
+                    resource_version: "103".into(),
+                },
+                "{what}: a lost Node"
+            );
+            // ... and the replace goes on to its end.
+            with_member(&mut lost, 3, |m| {
+                m.service.as_mut().unwrap().replace = Some("10.96.0.3".into())
+            });
+            assert_eq!(
+                decide(&spec(&[("b", 4)]), &lost),
+                DeleteLostDisk {
+                    rack: b(),
+                    member: 3,
+                    claims: vec!["data-c-dc-b-3".into()],
+                },
+                "{what}: a replace under way"
+            );
+            with_member(&mut lost, 3, |m| {
+                m.disk_lost = false;
+                m.pod_ready = true;
+            });
+            assert_eq!(
+                decide(&spec(&[("b", 4)]), &lost),
+                FinishReplace {
+                    rack: b(),
+                    member: 3
+                },
+                "{what}: a replace finishing"
+            );
+            // A full outage: every Pod gone at once; the controller waits
+            // for the StatefulSet to bring them back and recreates nothing
+            // it should not; a member Service lost meanwhile is recreated.
+            let mut outage = observed.clone();
+            for i in 0..4 {
+                with_member(&mut outage, i, |m| {
+                    m.pod_exists = false;
+                    m.pod_ready = false;
+                });
+            }
+            assert_eq!(
+                decide(&spec(&[("b", 4)]), &outage),
+                Refuse(refusal.clone()),
+                "{what}: an outage"
+            );
+            with_member(&mut outage, 2, |m| m.service = None);
+            assert_eq!(
+                decide(&spec(&[("b", 4)]), &outage),
+                CreateMemberService {
+                    rack: b(),
+                    member: 2,
+                    seed: false
+                },
+                "{what}: an outage that lost a member Service"
+            );
+        }
+    }
+
+    fn with_member(o: &mut Observed, i: i32, f: impl FnOnce(&mut MemberObserved)) {
+        f(o.racks.get_mut("b").unwrap().members.get_mut(&i).unwrap());
+    }
+
     #[test]
     fn a_recreated_statefulset_keeps_the_members_that_exist() {
         // `kubectl delete sts --cascade=orphan`: Pods, Services and claims
@@ -1943,9 +2477,10 @@ mod tests {
             vec![
                 gone(member(0)),
                 with(gone(member(1)), |m| m.service = None),
-                gone(label(member(2), "true")),
+                gone(confirmed(member(2))),
             ],
         );
+        seen = left(seen, 2);
         seen.racks.get_mut("b").unwrap().replicas = None;
         assert_eq!(
             decide(&spec(&[("b", 1)]), &seen),
@@ -2135,7 +2670,7 @@ mod tests {
                     service.gossip = Some(GossipView {
                         generation: generation(i),
                         up: up.clone(),
-                        down: BTreeSet::new(),
+                        ..GossipView::default()
                     });
                 }
             }
@@ -2390,7 +2925,7 @@ mod tests {
                 rolling(vec![
                     old(0),
                     old(1),
-                    unready(started(label(old(2), "false"))),
+                    unready(started(asked(old(2)))),
                 ]),
                 Wait(WaitReason::MemberLeaving {
                     rack: b(),

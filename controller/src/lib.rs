@@ -10,6 +10,7 @@
 //!   Controller (I/O); [`metrics`]: Prometheus metrics and probes.
 
 pub mod cached;
+pub mod confirmation;
 pub mod decide;
 pub mod index;
 pub mod metrics;

@@ -226,26 +226,7 @@ pub fn observe<'a>(
             continue;
         }
         let member = member_entry(&mut observed, &rack, ordinal);
-        let meta = &service.metadata;
-        member.service = Some(ServiceObserved {
-            decommissioned: label(meta, contract::DECOMMISSIONED).map(str::to_string),
-            replace: label(meta, contract::REPLACE).map(str::to_string),
-            decommission_started: annotation(meta, contract::DECOMMISSION_STARTED).is_some(),
-            decommission_refused: annotation(meta, contract::DECOMMISSION_REFUSED)
-                .map(str::to_string),
-            replace_requested: annotation(meta, contract::REPLACE_REQUESTED).map(str::to_string),
-            cluster_ip: service
-                .spec
-                .as_ref()
-                .and_then(|s| s.cluster_ip.clone())
-                .filter(|ip| !ip.is_empty() && ip != "None"),
-            resource_version: meta.resource_version.clone(),
-            restarting: annotation(meta, contract::RESTARTING).map(str::to_string),
-            restarted_from_generation: annotation(meta, contract::RESTARTED_FROM_GENERATION)
-                .and_then(|g| g.parse().ok()),
-            gossip: annotation(meta, contract::GOSSIP)
-                .and_then(contract::GossipView::from_annotation),
-        });
+        member.service = Some(service_observed(service));
     }
 
     for pod in pods {
@@ -268,6 +249,7 @@ pub fn observe<'a>(
             .and_then(|c| c.image.as_deref());
         let member = member_entry(&mut observed, &rack, ordinal);
         member.pod_exists = true;
+        member.pod_uid = pod.metadata.uid.clone();
         member.pod_ready = ready;
         member.pod_major = image.and_then(image_major);
         member.pod_version = image.and_then(Version::of_image);
@@ -431,6 +413,33 @@ pub fn references_config_map(cluster: &Cluster, config_map: &ConfigMap) -> bool 
             .racks
             .iter()
             .any(|r| r.config_map_name.is_some() && r.config_map_name == config_map.metadata.name)
+}
+
+/// The records of intent on a member Service, as decide reads them: from
+/// the cache, or from a fresh read just before a write that needs them.
+pub fn service_observed(service: &Service) -> ServiceObserved {
+    let meta = &service.metadata;
+    ServiceObserved {
+        decommissioned: label(meta, contract::DECOMMISSIONED).map(str::to_string),
+        replace: label(meta, contract::REPLACE).map(str::to_string),
+        decommission_started: annotation(meta, contract::DECOMMISSION_STARTED).is_some(),
+        decommission_refused: annotation(meta, contract::DECOMMISSION_REFUSED).map(str::to_string),
+        replace_requested: annotation(meta, contract::REPLACE_REQUESTED).map(str::to_string),
+        cluster_ip: service
+            .spec
+            .as_ref()
+            .and_then(|s| s.cluster_ip.clone())
+            .filter(|ip| !ip.is_empty() && ip != "None"),
+        resource_version: meta.resource_version.clone(),
+        restarting: annotation(meta, contract::RESTARTING).map(str::to_string),
+        restarted_from_generation: annotation(meta, contract::RESTARTED_FROM_GENERATION)
+            .and_then(|g| g.parse().ok()),
+        gossip: annotation(meta, contract::GOSSIP).and_then(contract::GossipView::from_annotation),
+        decommission_request: annotation(meta, contract::DECOMMISSION_REQUEST)
+            .and_then(contract::DecommissionRequest::from_annotation),
+        decommission_confirmation: annotation(meta, contract::DECOMMISSION_CONFIRMATION)
+            .and_then(contract::DecommissionConfirmation::from_annotation),
+    }
 }
 
 #[cfg(test)]

@@ -31,7 +31,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -1105,19 +1105,31 @@ async fn act(
             rack,
             member,
             resource_version,
+            pod_uid,
+            host_id,
         } => {
             let service = member_name(cluster, rack, *member);
-            let label = serde_json::json!(crds::contract::DECOMMISSION_REQUESTED);
-            if !label_member_service_unchanged(
-                ctx,
-                namespace,
-                &service,
-                resource_version,
-                crds::contract::DECOMMISSIONED,
-                label,
-            )
-            .await?
-            {
+            let requested_at = k8s_openapi::jiff::Timestamp::now().to_string();
+            let request = crds::contract::DecommissionRequest {
+                id: format!(
+                    "{}/{requested_at}",
+                    pod_uid.as_deref().unwrap_or(service.as_str())
+                ),
+                pod_uid: pod_uid.clone(),
+                host_id: host_id.clone(),
+                requested_at,
+            };
+            // The label, the request it means and no earlier answer, in one
+            // write: a `true` counts only as the answer to this request.
+            let patch = serde_json::json!({"metadata": {
+                "resourceVersion": resource_version,
+                "labels": {crds::contract::DECOMMISSIONED: crds::contract::DECOMMISSION_REQUESTED},
+                "annotations": {
+                    crds::contract::DECOMMISSION_REQUEST: request.to_annotation(),
+                    crds::contract::DECOMMISSION_CONFIRMATION: null,
+                },
+            }});
+            if !patch_member_service_unchanged(ctx, namespace, &service, &patch).await? {
                 info!(cluster = %cluster.name_any(), rack, member, "the member Service changed meanwhile; looking again");
                 return Ok(Acted::Instead(Action::Wait(WaitReason::MemberLeaving {
                     rack: rack.clone(),
@@ -1132,6 +1144,48 @@ async fn act(
                 "MemberDecommissioning",
                 "Decommission",
                 format!("Member {member} of rack {rack} ({service}) asked to decommission: the rack has more members than its spec"),
+                Some(related_statefulset(cluster, rack)),
+            )
+            .await;
+        }
+        Action::ClearStaleDecommission {
+            rack,
+            member,
+            missing,
+            restore_request,
+            resource_version,
+        } => {
+            let service = member_name(cluster, rack, *member);
+            let label = if *restore_request {
+                serde_json::json!(crds::contract::DECOMMISSION_REQUESTED)
+            } else {
+                serde_json::Value::Null
+            };
+            let patch = serde_json::json!({"metadata": {
+                "resourceVersion": resource_version,
+                "labels": {crds::contract::DECOMMISSIONED: label},
+                "annotations": {crds::contract::DECOMMISSION_CONFIRMATION: null},
+            }});
+            if !patch_member_service_unchanged(ctx, namespace, &service, &patch).await? {
+                info!(cluster = %cluster.name_any(), rack, member, "the member Service changed meanwhile; looking again");
+                return Ok(Acted::Instead(Action::Wait(WaitReason::MemberLeaving {
+                    rack: rack.clone(),
+                    member: *member,
+                })));
+            }
+            let taken_back = if *restore_request {
+                "the controller's standing request (decommissioned=false) was put back"
+            } else {
+                "the label was removed"
+            };
+            warn!(cluster = %cluster.name_any(), rack, member, %missing, "a decommissioned=true that is no confirmed decommission was taken back");
+            publish(
+                ctx,
+                cluster,
+                EventType::Warning,
+                "StaleDecommissionRecord",
+                "Decommission",
+                format!("Member {member} of rack {rack} ({service}) carried {}=\"true\", but it is no confirmed decommission: {missing}. The member is in the ring: {taken_back}, and nothing was deleted", crds::contract::DECOMMISSIONED),
                 Some(related_statefulset(cluster, rack)),
             )
             .await;
@@ -1172,16 +1226,23 @@ async fn act(
             .await;
         }
         Action::ScaleDown { rack, replicas } => {
-            let service = member_name(cluster, rack, *replicas);
-            // Positive confirmation, read afresh: never inferred.
-            if !decommission_confirmed(ctx, namespace, &service).await? {
-                warn!(cluster = %cluster.name_any(), rack, member = replicas, "the cache said decommissioned=true, the API server does not: not scaling down");
+            // Request, answer and ring, read afresh: never inferred.
+            if let Err(missing) =
+                decommission_confirmed(cluster, namespace, rack, *replicas, ctx).await?
+            {
+                warn!(cluster = %cluster.name_any(), rack, member = replicas, %missing, "the caches showed a confirmed decommission, the API server does not: not scaling down");
                 return Ok(Acted::Instead(Action::Wait(WaitReason::MemberLeaving {
                     rack: rack.clone(),
                     member: *replicas,
                 })));
             }
-            scale_statefulset(cluster, namespace, rack, *replicas, ctx).await?;
+            if !scale_down_past(cluster, namespace, rack, *replicas, ctx).await? {
+                info!(cluster = %cluster.name_any(), rack, member = replicas, "the StatefulSet's replicas changed meanwhile: looking again");
+                return Ok(Acted::Instead(Action::Wait(WaitReason::MemberLeaving {
+                    rack: rack.clone(),
+                    member: *replicas,
+                })));
+            }
             ctx.metrics
                 .count_operation(&cluster_labels(cluster, namespace), "decommission", true);
             publish(
@@ -1457,7 +1518,19 @@ async fn label_member_service_unchanged(
         "resourceVersion": resource_version,
         "labels": {key: value},
     }});
-    match patch_member_service(ctx, namespace, name, &patch).await {
+    patch_member_service_unchanged(ctx, namespace, name, &patch).await
+}
+
+/// A merge patch of a member Service's metadata that carries the
+/// resourceVersion the decision read: false when the Service changed
+/// meanwhile (409).
+async fn patch_member_service_unchanged(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+    patch: &serde_json::Value,
+) -> Result<bool, Error> {
+    match patch_member_service(ctx, namespace, name, patch).await {
         Err(Error::PatchMemberService {
             source: kube::Error::Api(status),
             ..
@@ -1466,23 +1539,94 @@ async fn label_member_service_unchanged(
     }
 }
 
-/// Whether a member Service, read afresh from the API server, carries the
-/// sidecar's confirmation (`decommissioned=true`). A missing Service is no
+/// Whether a member's decommission is confirmed, judged on the records read
+/// afresh from the API server (the member Service's request and
+/// confirmation, every member's record of its ring), as decide judges them
+/// on the caches; `Err` says what is missing. A missing Service is no
 /// confirmation.
-async fn decommission_confirmed(ctx: &Context, namespace: &str, name: &str) -> Result<bool, Error> {
+async fn decommission_confirmed(
+    cluster: &Cluster,
+    namespace: &str,
+    rack: &str,
+    member: i32,
+    ctx: &Context,
+) -> Result<Result<(), String>, Error> {
+    let name = member_name(cluster, rack, member);
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
-    let service = api.get_opt(name).await.map_err(|source| Error::GetObject {
-        kind: "Service",
-        name: name.to_string(),
-        source,
-    })?;
-    Ok(service.is_some_and(|s| {
-        crds::contract::Decommission::from_label(
-            s.labels()
-                .get(crds::contract::DECOMMISSIONED)
-                .map(String::as_str),
-        ) == crds::contract::Decommission::Confirmed
-    }))
+    let selector = format!("{}={}", crds::labels::CLUSTER, cluster.name_any());
+    let services = api
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|source| Error::GetObject {
+            kind: "Service",
+            name: selector.clone(),
+            source,
+        })?;
+    let Some(service) = services.items.iter().find(|s| s.name_any() == name) else {
+        return Ok(Err(format!("member Service {name} not found")));
+    };
+    let leaving = crate::observe::service_observed(service);
+    if leaving.decommission() != crds::contract::Decommission::Confirmed {
+        return Ok(Err(format!(
+            "member Service {name} does not say decommissioned=true"
+        )));
+    }
+    let others: Vec<crds::contract::GossipView> = services
+        .items
+        .iter()
+        .filter(|s| s.name_any() != name)
+        .filter_map(|s| crate::observe::service_observed(s).gossip)
+        .collect();
+    let judged = crate::confirmation::judge(
+        &crate::confirmation::Leaving {
+            address: leaving.cluster_ip.as_deref(),
+            request: leaving.decommission_request.as_ref(),
+            confirmation: leaving.decommission_confirmation.as_ref(),
+            own_record: leaving.gossip.as_ref(),
+            ready: false,
+        },
+        &others,
+    );
+    Ok(match judged {
+        crate::confirmation::Verdict::Confirmed => Ok(()),
+        crate::confirmation::Verdict::Pending(why) | crate::confirmation::Verdict::Stale(why) => {
+            Err(why)
+        }
+    })
+}
+
+/// Shrinks a rack's StatefulSet past `member` (its highest), only if it
+/// still has `member + 1` replicas: a JSON patch whose `test` the API
+/// server checks in the same write, so that a stale cache can never shrink
+/// it past another member. False when the replicas were something else.
+async fn scale_down_past(
+    cluster: &Cluster,
+    namespace: &str,
+    rack: &str,
+    member: i32,
+    ctx: &Context,
+) -> Result<bool, Error> {
+    let name =
+        crds::names::statefulset_name(&cluster.name_any(), &cluster.spec.datacenter.name, rack);
+    let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
+    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+        {"op": "test", "path": "/spec/replicas", "value": member + 1},
+        {"op": "replace", "path": "/spec/replicas", "value": member},
+    ]))
+    .expect("a JSON patch");
+    match api
+        .patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
+        .await
+    {
+        Ok(_) => Ok(true),
+        // The test failed (422), or the object changed meanwhile (409).
+        Err(kube::Error::Api(status)) if status.code == 422 || status.code == 409 => Ok(false),
+        Err(source) => Err(Error::ScaleStatefulSet {
+            name,
+            replicas: member,
+            source,
+        }),
+    }
 }
 
 /// Sets a rack's StatefulSet's replicas.
@@ -1571,14 +1715,8 @@ async fn delete_leftovers(
     let Some(service) = service else {
         return Ok(());
     };
-    let confirmed = crds::contract::Decommission::from_label(
-        service
-            .labels()
-            .get(crds::contract::DECOMMISSIONED)
-            .map(String::as_str),
-    ) == crds::contract::Decommission::Confirmed;
-    if !confirmed {
-        warn!(cluster = %cluster.name_any(), rack, member, "no confirmed decommission on the member Service: nothing deleted");
+    if let Err(missing) = decommission_confirmed(cluster, namespace, rack, member, ctx).await? {
+        warn!(cluster = %cluster.name_any(), rack, member, %missing, "no confirmed decommission (read afresh): nothing deleted");
         return Ok(());
     }
     for claim in claims {

@@ -112,6 +112,17 @@ fn conditions(outcome: &Outcome) -> [(&'static str, Cond); 3] {
                     "MemberLeaving",
                     format!("asking member {member} of rack {rack} to decommission"),
                 ),
+                Action::ClearStaleDecommission {
+                    rack,
+                    member,
+                    missing,
+                    ..
+                } => progressing(
+                    "StaleDecommissionRecord",
+                    format!(
+                        "member {member} of rack {rack} has a decommissioned=true that is no confirmed decommission ({missing}): taking it back, nothing is deleted"
+                    ),
+                ),
                 Action::WithdrawDecommission { rack, member, .. } => progressing(
                     "DecommissionCancelled",
                     format!(
@@ -311,6 +322,17 @@ pub fn refusal_reason(refusal: &Refusal) -> (&'static str, String) {
             "DecommissionedBelowTheTop",
             format!(
                 "member {member} of rack {rack} left the ring but is not the rack's highest member: a StatefulSet removes only its highest; nothing was removed"
+            ),
+        ),
+        Refusal::StaleDecommissionRecord {
+            rack,
+            member,
+            missing,
+        } => (
+            "StaleDecommissionRecord",
+            format!(
+                "the member Service of member {member} of rack {rack} says {}=\"true\", but that is no confirmed decommission: {missing}; the member is not in the ring either, so the label is left for you to look at (did it leave by hand?); nothing was deleted, and no topology change or roll starts meanwhile (replacements do)",
+                crds::contract::DECOMMISSIONED
             ),
         ),
         Refusal::UnreadableDecommission {
@@ -693,6 +715,8 @@ mod tests {
                     rack: "a".into(),
                     member: 1,
                     resource_version: "7".into(),
+                    pod_uid: None,
+                    host_id: None,
                 },
                 "MemberLeaving",
                 "asking member 1 of rack a to decommission",

@@ -43,6 +43,16 @@ pub const DECOMMISSION_REFUSED: &str = "cassandra.rook.io/decommission-refused";
 /// sidecar removes the request once the member is NORMAL.
 pub const REPLACE_REQUESTED: &str = "cassandra.rook.io/replace-requested";
 
+/// Annotation, written by the controller in the same guarded write that
+/// sets [`DECOMMISSIONED`] to `"false"`: a [`DecommissionRequest`] as JSON,
+/// naming the member and when the request was made. A `"true"` counts as a
+/// confirmed decommission only when it answers this request (a member's own
+/// token may never write it: the admission policy refuses).
+pub const DECOMMISSION_REQUEST: &str = "cassandra.rook.io/decommission-request";
+/// Annotation, written by the sidecar in the same write that sets
+/// [`DECOMMISSIONED`] to `"true"`: a [`DecommissionConfirmation`] as JSON,
+/// naming the request it answers and the host ID of the node that left.
+pub const DECOMMISSION_CONFIRMATION: &str = "cassandra.rook.io/decommission-confirmation";
 /// Annotation, written by the sidecar in scylla mode once its node is
 /// NORMAL: the node's host ID. ScyllaDB replaces a lost node by host ID
 /// (`replace_node_first_boot`; `replace_address_first_boot` is deprecated),
@@ -107,6 +117,71 @@ impl Decommission {
     }
 }
 
+/// The controller's request that a member leave the ring
+/// ([`DECOMMISSION_REQUEST`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DecommissionRequest {
+    /// Names this request; a confirmation quotes it.
+    pub id: String,
+    /// The UID of the member's Pod when the request was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    /// The host ID of the member's node, when its gossip record named one:
+    /// only a confirmation of this node answers the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_id: Option<String>,
+    /// When the request was made (RFC 3339).
+    pub requested_at: String,
+}
+
+/// The sidecar's confirmation that its node left the ring
+/// ([`DECOMMISSION_CONFIRMATION`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DecommissionConfirmation {
+    /// The [`DecommissionRequest::id`] it answers.
+    pub request: String,
+    /// The host ID of the node that left, when the sidecar knew it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_id: Option<String>,
+    /// When the sidecar confirmed (RFC 3339).
+    pub confirmed_at: String,
+}
+
+impl DecommissionRequest {
+    /// The annotation's value.
+    pub fn to_annotation(&self) -> String {
+        serde_json::to_string(self).expect("a DecommissionRequest serializes")
+    }
+
+    /// From the annotation's value; `None` when it is not one (an empty id
+    /// or an unreadable time is no request).
+    pub fn from_annotation(value: &str) -> Option<DecommissionRequest> {
+        let request: DecommissionRequest = serde_json::from_str(value).ok()?;
+        (!request.id.is_empty() && parse_time(&request.requested_at).is_some()).then_some(request)
+    }
+}
+
+impl DecommissionConfirmation {
+    /// The annotation's value.
+    pub fn to_annotation(&self) -> String {
+        serde_json::to_string(self).expect("a DecommissionConfirmation serializes")
+    }
+
+    /// From the annotation's value; `None` when it is not one.
+    pub fn from_annotation(value: &str) -> Option<DecommissionConfirmation> {
+        let confirmation: DecommissionConfirmation = serde_json::from_str(value).ok()?;
+        (!confirmation.request.is_empty() && parse_time(&confirmation.confirmed_at).is_some())
+            .then_some(confirmation)
+    }
+}
+
+/// An RFC 3339 time of a record, as both sides write it.
+pub fn parse_time(text: &str) -> Option<k8s_openapi::jiff::Timestamp> {
+    text.parse().ok()
+}
+
 /// The replace record of a member Service: the address whose tokens the
 /// member takes over (its own ClusterIP). A value that is not an IP address
 /// is no intent at all: Cassandra would refuse it, and the sidecar must not
@@ -129,6 +204,18 @@ pub struct GossipView {
     /// stay there for days: only members' addresses count).
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub down: BTreeSet<String>,
+    /// The node's own host ID, once it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_id: Option<String>,
+    /// The token owners in the node's token metadata, by broadcast address,
+    /// with their host IDs. `None` (a sidecar that does not read them) says
+    /// nothing of who owns tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owners: Option<BTreeMap<String, String>>,
+    /// When the sidecar recorded this view (RFC 3339): renewed only when
+    /// the rest of the view changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
 }
 
 impl GossipView {
@@ -140,6 +227,27 @@ impl GossipView {
     /// From the annotation's value; `None` when it is not one.
     pub fn from_annotation(value: &str) -> Option<GossipView> {
         serde_json::from_str(value).ok()
+    }
+
+    /// Whether two views say the same, whenever each was recorded.
+    pub fn same_as(&self, other: &GossipView) -> bool {
+        GossipView {
+            at: None,
+            ..self.clone()
+        } == GossipView {
+            at: None,
+            ..other.clone()
+        }
+    }
+
+    /// Whether the node counts `address` or `host_id` among the token
+    /// owners; `None` when the view does not say who owns tokens.
+    pub fn counts_owner(&self, address: Option<&str>, host_id: Option<&str>) -> Option<bool> {
+        let owners = self.owners.as_ref()?;
+        Some(
+            address.is_some_and(|a| owners.contains_key(a))
+                || host_id.is_some_and(|h| owners.values().any(|v| v == h)),
+        )
     }
 }
 
@@ -267,6 +375,13 @@ pub fn state_dir(data_dir: &Path) -> PathBuf {
 /// started again.
 pub fn decommission_marker(data_dir: &Path) -> PathBuf {
     state_dir(data_dir).join("decommissioned")
+}
+
+/// Record: this node's host ID, written by the sidecar before it claims a
+/// decommission. Its confirmation names the node that left by it, and a
+/// node that left no longer has a host ID in its own token metadata.
+pub fn leaving_marker(data_dir: &Path) -> PathBuf {
+    state_dir(data_dir).join("leaving")
 }
 
 /// Marker: this node's bootstrap is complete (the sidecar saw operation
@@ -458,7 +573,7 @@ mod tests {
         GossipView {
             generation,
             up: up.iter().map(|(a, g)| (a.to_string(), *g)).collect(),
-            down: BTreeSet::new(),
+            ..GossipView::default()
         }
     }
 

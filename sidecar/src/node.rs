@@ -116,11 +116,23 @@ impl Node {
     /// holds it; `None` until its gossip knows itself (`own_address`, its
     /// broadcast address).
     pub async fn gossip_view(&self, own_address: &str) -> Result<Option<GossipView>, NodeError> {
-        let endpoints = match self {
-            Node::Cassandra(storage) => storage.gossip().await?,
-            Node::Scylla(scylla) => scylla.gossip().await?,
+        let (endpoints, owners, host_id) = match self {
+            Node::Cassandra(storage) => (
+                storage.gossip().await?,
+                storage.endpoint_to_host_id().await?,
+                storage.local_host_id().await?,
+            ),
+            Node::Scylla(scylla) => (
+                scylla.gossip().await?,
+                scylla.host_ids().await?,
+                scylla.local_host_id().await?,
+            ),
         };
-        Ok(gossip_view(own_address, &endpoints))
+        Ok(gossip_view(own_address, &endpoints).map(|view| GossipView {
+            host_id,
+            owners: Some(token_owners(&owners)),
+            ..view
+        }))
     }
 
     /// Streams this node's data away and leaves the ring; blocks until done.
@@ -163,9 +175,49 @@ pub fn gossip_view(own_address: &str, endpoints: &[GossipEndpoint]) -> Option<Go
     known_self.then_some(view)
 }
 
+/// The token owners of a node's token metadata (endpoint → host ID, as
+/// Cassandra's `EndpointToHostId` or ScyllaDB's `/storage_service/host_id`
+/// give them), by address in its canonical text. Pure.
+pub fn token_owners(
+    endpoints: &std::collections::BTreeMap<String, String>,
+) -> std::collections::BTreeMap<String, String> {
+    endpoints
+        .iter()
+        .map(|(endpoint, host_id)| (canonical_address(endpoint), host_id.clone()))
+        .collect()
+}
+
+/// An endpoint's address as a Service's ClusterIP is written: without the
+/// `/` prefix and port Cassandra's MBeans may print, IPv6 compressed.
+fn canonical_address(endpoint: &str) -> String {
+    let host = crate::jolokia::endpoint_host(endpoint);
+    host.parse::<std::net::IpAddr>()
+        .map_or_else(|_| host.to_string(), |ip| ip.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn token_owners_are_keyed_by_canonical_address() {
+        let owners = token_owners(
+            &[
+                ("/10.96.0.1".to_string(), "a".to_string()),
+                ("10.96.0.2:7000".to_string(), "b".to_string()),
+                ("fd00:0:0:0:0:0:0:a".to_string(), "c".to_string()),
+            ]
+            .into(),
+        );
+        assert_eq!(
+            owners.into_iter().collect::<Vec<_>>(),
+            vec![
+                ("10.96.0.1".to_string(), "a".to_string()),
+                ("10.96.0.2".to_string(), "b".to_string()),
+                ("fd00::a".to_string(), "c".to_string()),
+            ]
+        );
+    }
 
     fn endpoint(address: &str, up: bool, generation: Option<i64>) -> GossipEndpoint {
         GossipEndpoint {

@@ -99,6 +99,8 @@ pub struct Links {
     pub services: Api<Service>,
     pub name: String,
     pub marker: PathBuf,
+    /// The record of this node's host ID, made before the claim.
+    pub leaving: PathBuf,
     /// Cassandra refused to start: the node was decommissioned.
     pub refused_decommissioned: Arc<AtomicBool>,
     /// Asks the sidecar to restart the database.
@@ -113,6 +115,7 @@ pub async fn decommission_loop(links: Links, mut service: watch::Receiver<Servic
         services,
         name,
         marker,
+        leaving,
         refused_decommissioned,
         restart,
     } = links;
@@ -160,6 +163,22 @@ pub async fn decommission_loop(links: Links, mut service: watch::Receiver<Servic
                 continue;
             }
             Step::Claim => {
+                // The node is NORMAL: the last moment its host ID is sure
+                // to be known, and the confirmation names it.
+                match db.local_host_id().await {
+                    Ok(Some(host_id)) if !host_id.is_empty() => {
+                        if let Err(e) = markers::write_marker(&leaving, &host_id) {
+                            warn!(error = %e, "recording the host id before the decommission");
+                            tokio::time::sleep(pause).await;
+                            continue;
+                        }
+                    }
+                    other => {
+                        info!(member = %name, result = ?other, "the node's host id is not known yet; claiming later");
+                        tokio::time::sleep(pause).await;
+                        continue;
+                    }
+                }
                 let annotations = serde_json::json!({
                     contract::DECOMMISSION_STARTED: now_rfc3339(),
                     contract::DECOMMISSION_REFUSED: null,
@@ -245,7 +264,7 @@ pub async fn decommission_loop(links: Links, mut service: watch::Receiver<Servic
                 }
                 continue;
             }
-            Step::Confirm => match confirm(&services, &name).await {
+            Step::Confirm => match confirm(&services, &snapshot, &leaving).await {
                 Ok(()) => {
                     info!(member = %name, "decommission confirmed on the member service");
                     continue;
@@ -319,14 +338,55 @@ fn now_rfc3339() -> String {
     k8s_openapi::jiff::Timestamp::now().to_string()
 }
 
-/// Sets `decommissioned=true` on the member Service: the node left the ring
-/// (operation mode DECOMMISSIONED was read back, the marker written).
-pub async fn confirm(services: &Api<Service>, name: &str) -> Result<(), kube::Error> {
-    let patch = serde_json::json!({"metadata": {"labels": {contract::DECOMMISSIONED: contract::DECOMMISSION_DONE}}});
+/// Sets `decommissioned=true` on the member Service with the confirmation
+/// that answers the request it holds: the node left the ring (operation
+/// mode DECOMMISSIONED was read back, the marker written). Guarded by the
+/// resourceVersion read, so that it answers the request it read and no
+/// later one.
+pub async fn confirm(
+    services: &Api<Service>,
+    seen: &Service,
+    leaving: &std::path::Path,
+) -> Result<(), kube::Error> {
+    let name = seen.metadata.name.clone().unwrap_or_default();
+    let host_id = std::fs::read_to_string(leaving)
+        .ok()
+        .map(|id| id.trim().to_string())
+        .filter(|id| !id.is_empty());
+    let patch = confirmation(
+        seen,
+        host_id,
+        k8s_openapi::jiff::Timestamp::now().to_string(),
+    );
     services
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map(|_| ())
+}
+
+/// The confirmation of a decommission, as a patch of the member Service
+/// `seen`: the label `"true"` and the record that names the request it
+/// holds (an empty name when it holds none: the controller then takes it
+/// for no confirmation) and the node's host ID. Pure.
+pub fn confirmation(seen: &Service, host_id: Option<String>, at: String) -> serde_json::Value {
+    let request = seen
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(contract::DECOMMISSION_REQUEST))
+        .and_then(|r| contract::DecommissionRequest::from_annotation(r))
+        .map(|r| r.id)
+        .unwrap_or_default();
+    let record = contract::DecommissionConfirmation {
+        request,
+        host_id,
+        confirmed_at: at,
+    };
+    serde_json::json!({"metadata": {
+        "resourceVersion": seen.metadata.resource_version.as_deref().unwrap_or("0"),
+        "labels": {contract::DECOMMISSIONED: contract::DECOMMISSION_DONE},
+        "annotations": {contract::DECOMMISSION_CONFIRMATION: record.to_annotation()},
+    }})
 }
 
 #[cfg(test)]
@@ -363,6 +423,48 @@ mod tests {
         assert_eq!(
             guarded(None, serde_json::json!({}))["metadata"]["resourceVersion"],
             "0"
+        );
+    }
+
+    #[test]
+    fn a_confirmation_answers_the_request_it_read_guarded_by_its_version() {
+        let request = contract::DecommissionRequest {
+            id: "uid-1/2026-11-27T08:00:00Z".into(),
+            requested_at: "2026-11-27T08:00:00Z".into(),
+            ..Default::default()
+        };
+        let mut s = service(
+            &[(contract::DECOMMISSIONED, "false")],
+            &[(contract::DECOMMISSION_REQUEST, &request.to_annotation())],
+        );
+        s.metadata.resource_version = Some("17".into());
+        let patch = confirmation(&s, Some("host-a".into()), "2026-11-27T08:05:00Z".into());
+        assert_eq!(patch["metadata"]["resourceVersion"], "17");
+        assert_eq!(
+            patch["metadata"]["labels"][contract::DECOMMISSIONED],
+            contract::DECOMMISSION_DONE
+        );
+        let record = contract::DecommissionConfirmation::from_annotation(
+            patch["metadata"]["annotations"][contract::DECOMMISSION_CONFIRMATION]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(record.request, request.id);
+        assert_eq!(record.host_id.as_deref(), Some("host-a"));
+        // Without a request, it names none: the controller reads no
+        // confirmation in it.
+        let bare = confirmation(
+            &service(&[(contract::DECOMMISSIONED, "false")], &[]),
+            None,
+            "2026-11-27T08:05:00Z".into(),
+        );
+        let value = bare["metadata"]["annotations"][contract::DECOMMISSION_CONFIRMATION]
+            .as_str()
+            .unwrap();
+        assert_eq!(
+            contract::DecommissionConfirmation::from_annotation(value),
+            None
         );
     }
 

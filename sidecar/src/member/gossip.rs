@@ -3,7 +3,9 @@
 //! changes while the node is NORMAL. A roll takes the next member down only
 //! when every record shows every member up under the generation it runs
 //! (DESIGN.md section 6): a Pod's readiness says how the node sees itself,
-//! never how the others see it. Writes only on a change, so a steady ring
+//! never how the others see it. The record also names the token owners, so
+//! that the controller deletes a member's data only once another member's
+//! ring no longer counts it. Writes only on a change, so a steady ring
 //! costs no writes. I/O (the node, the member Service).
 
 use std::time::Duration;
@@ -50,9 +52,15 @@ pub async fn record_gossip(
             }
         };
         let recorded = recorded(&service.borrow());
-        if recorded.as_ref() == Some(&view) {
+        if recorded.as_ref().is_some_and(|r| r.same_as(&view)) {
             continue;
         }
+        // When it was seen: the controller accepts a decommission only on
+        // a record of the ring made after its request.
+        let view = GossipView {
+            at: Some(k8s_openapi::jiff::Timestamp::now().to_string()),
+            ..view
+        };
         let patch = serde_json::json!({"metadata": {"annotations": {
             contract::GOSSIP: view.to_annotation(),
         }}});

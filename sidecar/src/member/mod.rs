@@ -275,6 +275,7 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
             services: services.clone(),
             name: name.clone(),
             marker: marker.clone(),
+            leaving: contract::leaving_marker(&data_dir),
             refused_decommissioned: refusals.decommissioned.clone(),
             restart: restart.clone(),
         },
@@ -348,8 +349,10 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
         // Record it, and confirm when it was asked for.
         if let Err(e) = markers::write_marker(&marker, "") {
             warn!(error = %e, "writing the decommission marker");
-        } else if act::intent_of(&service_rx.borrow()) == Intent::Requested
-            && let Err(e) = act::confirm(&services, &name).await
+        } else if let seen = service_rx.borrow().clone()
+            && act::intent_of(&seen) == Intent::Requested
+            && let Err(e) =
+                act::confirm(&services, &seen, &contract::leaving_marker(&data_dir)).await
         {
             warn!(error = %e, "confirming the decommission");
         }
