@@ -4,12 +4,19 @@
 //! ValidatingAdmissionPolicy included) and the members' Role the
 //! controller wrote. It may write its own member Service's records of
 //! intent and nothing else: another member's Service, `spec.externalIPs`,
-//! a selector and Secrets are refused with 403.
+//! a selector and Secrets are refused with 403. Of the decommission
+//! records it may only answer: `decommissioned` from `"false"` to `"true"`,
+//! with its confirmation; asking (a `"true"` or `"false"` where there was
+//! no request) and the controller's request annotation are refused.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crds::Cluster;
+use crds::contract::{
+    DECOMMISSION_CONFIRMATION, DECOMMISSION_REQUEST, DECOMMISSIONED, DecommissionConfirmation,
+    DecommissionRequest,
+};
 use k8s_openapi::api::core::v1::{Secret, Service};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -78,7 +85,7 @@ async fn a_members_token_may_change_only_its_own_services_records() {
     let world = World::start(opts, work.path()).await.unwrap();
     world.install("db").await.unwrap();
     let log = work.path().join("controller.log");
-    let _controller = world.start_controller(&log, None).unwrap();
+    let controller = world.start_controller(&log, None).unwrap();
     let cluster: Cluster = serde_json::from_value(json!({
         "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
         "metadata": {"name": "c", "namespace": "db"},
@@ -111,24 +118,79 @@ async fn a_members_token_may_change_only_its_own_services_records() {
     let member = client_with(&world, &token).await;
     let services: Api<Service> = Api::namespaced(member.clone(), "db");
     let pp = PatchParams::default();
-    let label = |v: serde_json::Value| {
-        Patch::Merge(json!({"metadata": {"labels": {"cassandra.rook.io/decommissioned": v}}}))
-    };
+    let label =
+        |v: serde_json::Value| Patch::Merge(json!({"metadata": {"labels": {DECOMMISSIONED: v}}}));
 
-    // 1. Its own Service's decommissioned label: allowed (set, then taken back).
-    services
-        .patch("c-dc-r-0", &pp, &label(json!("true")))
-        .await
-        .expect("a member labels its own Service");
-    let own = admin_services.get("c-dc-r-0").await.unwrap();
-    assert_eq!(
-        own.metadata.labels.unwrap()["cassandra.rook.io/decommissioned"],
-        "true"
+    let denied = "ValidatingAdmissionPolicy 'cassandra-member-service' with binding 'cassandra-member-service' denied request";
+
+    // 1. Its own Service's decommissioned label where the controller asked
+    // nothing: `true` (even with a confirmation) is refused; so is writing
+    // the controller's request. Nothing is written: the world goes on.
+    let confirmation = DecommissionConfirmation {
+        request: "c-dc-r-0/1".into(),
+        host_id: None,
+        confirmed_at: "2026-11-27T10:05:00Z".into(),
+    }
+    .to_annotation();
+    let e = refused(
+        services
+            .patch(
+                "c-dc-r-0",
+                &pp,
+                &Patch::Merge(json!({"metadata": {
+                    "labels": {DECOMMISSIONED: "true"},
+                    "annotations": {DECOMMISSION_CONFIRMATION: confirmation}}})),
+            )
+            .await,
+        "decommissioned=true with no request",
     );
-    services
-        .patch("c-dc-r-0", &pp, &label(serde_json::Value::Null))
-        .await
-        .expect("a member takes its label back");
+    assert_eq!(e.code, 403, "{}", e.message);
+    assert_eq!(
+        e.message,
+        format!(
+            "services \"c-dc-r-0\" is forbidden: {denied}: a member may change its cassandra.rook.io/decommissioned label only from \"false\" to \"true\" (to confirm the decommission the controller requested)"
+        )
+    );
+    let request = DecommissionRequest {
+        id: "c-dc-r-0/1".into(),
+        requested_at: "2026-11-27T10:00:00Z".into(),
+        ..Default::default()
+    }
+    .to_annotation();
+    let e = refused(
+        services
+            .patch(
+                "c-dc-r-0",
+                &pp,
+                &Patch::Merge(
+                    json!({"metadata": {"annotations": {DECOMMISSION_REQUEST: request}}}),
+                ),
+            )
+            .await,
+        "writing the controller's request",
+    );
+    assert_eq!(e.code, 403, "{}", e.message);
+    assert!(
+        e.message.ends_with(&format!(
+            "{denied}: a member may not add, change or remove the cassandra.rook.io/decommission-request annotation (the controller's request)"
+        )),
+        "{}",
+        e.message
+    );
+    let own = admin_services.get("c-dc-r-0").await.unwrap();
+    assert!(
+        !own.metadata
+            .labels
+            .unwrap_or_default()
+            .contains_key(DECOMMISSIONED),
+        "the refused label was not written"
+    );
+    let annotations = own.metadata.annotations.unwrap_or_default();
+    assert!(
+        !annotations.contains_key(DECOMMISSION_REQUEST)
+            && !annotations.contains_key(DECOMMISSION_CONFIRMATION),
+        "the refused annotations were not written: {annotations:?}"
+    );
 
     // 2. Another member's Service: refused by the policy.
     let e = refused(
@@ -211,4 +273,66 @@ async fn a_members_token_may_change_only_its_own_services_records() {
         refused(pods.get("c-dc-r-0").await, "reading its Pod").code,
         403
     );
+
+    // 7. Last, as it disturbs the world: the controller asks (the admin
+    // client writes `false` and the request in one write, as the controller
+    // does), and the member's token answers `true` with its confirmation.
+    // The controller is stopped first: the request is not one it made, and
+    // it would withdraw it (the spec wants the member) between the two
+    // writes. The sidecar may claim the request meanwhile; its claim does
+    // not change what is checked here.
+    drop(controller);
+    admin_services
+        .patch(
+            "c-dc-r-0",
+            &pp,
+            &Patch::Merge(json!({"metadata": {
+                "labels": {DECOMMISSIONED: "false"},
+                "annotations": {DECOMMISSION_REQUEST: request}}})),
+        )
+        .await
+        .expect("the controller's side asks member 0 to decommission");
+    let answered = services
+        .patch(
+            "c-dc-r-0",
+            &pp,
+            &Patch::Merge(json!({"metadata": {
+                "labels": {DECOMMISSIONED: "true"},
+                "annotations": {DECOMMISSION_CONFIRMATION: confirmation}}})),
+        )
+        .await
+        .expect("a member answers the request on its own Service");
+    assert_eq!(
+        answered
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get(DECOMMISSIONED),
+        Some(&"true".to_string())
+    );
+    let annotations = answered.metadata.annotations.unwrap_or_default();
+    assert_eq!(
+        annotations.get(DECOMMISSION_CONFIRMATION),
+        Some(&confirmation)
+    );
+    assert_eq!(annotations.get(DECOMMISSION_REQUEST), Some(&request));
+    // The answer stands: the member's token may not take it back.
+    let e = refused(
+        services
+            .patch("c-dc-r-0", &pp, &label(serde_json::Value::Null))
+            .await,
+        "removing its true",
+    );
+    assert_eq!(e.code, 403, "{}", e.message);
+    // The records taken back right away, by the admin client.
+    admin_services
+        .patch(
+            "c-dc-r-0",
+            &pp,
+            &Patch::Merge(json!({"metadata": {
+                "labels": {DECOMMISSIONED: null},
+                "annotations": {DECOMMISSION_REQUEST: null, DECOMMISSION_CONFIRMATION: null}}})),
+        )
+        .await
+        .expect("the records taken back");
 }

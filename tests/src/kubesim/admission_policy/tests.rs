@@ -1,4 +1,8 @@
 use super::*;
+use crds::contract::{
+    DECOMMISSION_CONFIRMATION, DECOMMISSION_REQUEST, DECOMMISSIONED, DecommissionConfirmation,
+    DecommissionRequest, GOSSIP,
+};
 use std::collections::BTreeMap;
 
 /// Namespaces `db` (label team=a) and `other`; ServiceAccounts as params.
@@ -418,9 +422,11 @@ fn shipped_verdict(user: &UserInfo, old: &Value, new: &Value) -> Verdict {
 #[test]
 fn the_shipped_policy_lets_a_member_write_its_records_of_intent_only() {
     let member = user("system:serviceaccount:db:c-member", Some("c-r-0"));
-    let old = member_service("c-r-0");
+    // The controller asked this member to decommission: it may answer.
+    let mut old = member_service("c-r-0");
+    old["metadata"]["labels"][DECOMMISSIONED] = json!("false");
     let mut new = old.clone();
-    new["metadata"]["labels"]["cassandra.rook.io/decommissioned"] = json!("true");
+    new["metadata"]["labels"][DECOMMISSIONED] = json!("true");
     new["metadata"]["annotations"] = json!({"cassandra.rook.io/decommission-started": "x"});
     new["metadata"]["managedFields"] = json!([{"manager": "sidecar"}]);
     let v = shipped_verdict(&member, &old, &new);
@@ -469,9 +475,223 @@ fn the_shipped_policy_lets_a_member_write_its_records_of_intent_only() {
     refused(&ann, "a foreign annotation");
     // A token not bound to a Pod changes nothing.
     let unbound = user("system:serviceaccount:db:c-member", None);
-    let mut label = old.clone();
-    label["metadata"]["labels"]["cassandra.rook.io/decommissioned"] = json!("true");
-    assert!(shipped_verdict(&unbound, &old, &label).denied.is_some());
+    let e = shipped_verdict(&unbound, &old, &new).denied.unwrap();
+    assert!(
+        e.message
+            .contains("a member may change only its own member Service"),
+        "{}",
+        e.message
+    );
+}
+
+/// The refusals of the decommission records, as the shipped policy words
+/// them.
+const ONLY_FALSE_TO_TRUE: &str = "a member may change its cassandra.rook.io/decommissioned label only from \"false\" to \"true\" (to confirm the decommission the controller requested)";
+const NO_REQUEST: &str = "a member may not add, change or remove the cassandra.rook.io/decommission-request annotation (the controller's request)";
+const CONFIRMATION_WITH_TRUE: &str = "a member may write the cassandra.rook.io/decommission-confirmation annotation only in the request that changes its cassandra.rook.io/decommissioned label from \"false\" to \"true\"";
+
+/// A member Service with these decommission records: the label's value,
+/// the request and the confirmation annotations (None: absent).
+fn with_records(label: Option<&str>, request: Option<&str>, confirmation: Option<&str>) -> Value {
+    let mut s = member_service("c-r-0");
+    if let Some(v) = label {
+        s["metadata"]["labels"][DECOMMISSIONED] = json!(v);
+    }
+    let mut annotations = serde_json::Map::new();
+    annotations.insert(GOSSIP.into(), json!("{}"));
+    if let Some(v) = request {
+        annotations.insert(DECOMMISSION_REQUEST.into(), json!(v));
+    }
+    if let Some(v) = confirmation {
+        annotations.insert(DECOMMISSION_CONFIRMATION.into(), json!(v));
+    }
+    s["metadata"]["annotations"] = Value::Object(annotations);
+    s
+}
+
+#[test]
+fn the_shipped_policy_lets_a_member_only_answer_a_decommission_request() {
+    let member = user("system:serviceaccount:db:c-member", Some("c-r-0"));
+    let request = DecommissionRequest {
+        id: "c-dc-r-0/1".into(),
+        requested_at: "2026-11-27T10:00:00Z".into(),
+        ..Default::default()
+    }
+    .to_annotation();
+    let other_request = DecommissionRequest {
+        id: "c-dc-r-0/2".into(),
+        requested_at: "2026-11-27T11:00:00Z".into(),
+        ..Default::default()
+    }
+    .to_annotation();
+    let confirmation = DecommissionConfirmation {
+        request: "c-dc-r-0/1".into(),
+        host_id: Some("6d1c5b7e-0000-4000-8000-000000000001".into()),
+        confirmed_at: "2026-11-27T10:05:00Z".into(),
+    }
+    .to_annotation();
+    let (req, other_req, conf) = (
+        Some(request.as_str()),
+        Some(other_request.as_str()),
+        Some(confirmation.as_str()),
+    );
+    let rec = with_records;
+    // (case, old records, new records, the refusal or None: allowed)
+    let cases: Vec<(&str, Value, Value, Option<&str>)> = vec![
+        (
+            "true answers false, with the confirmation",
+            rec(Some("false"), req, None),
+            rec(Some("true"), req, conf),
+            None,
+        ),
+        (
+            "true answers false, without a confirmation",
+            rec(Some("false"), req, None),
+            rec(Some("true"), req, None),
+            None,
+        ),
+        (
+            "the records unchanged, another annotation written",
+            rec(Some("true"), req, conf),
+            {
+                let mut s = rec(Some("true"), req, conf);
+                s["metadata"]["annotations"][GOSSIP] = json!("{\"up\":[]}");
+                s
+            },
+            None,
+        ),
+        (
+            "true from absent",
+            rec(None, None, None),
+            rec(Some("true"), None, None),
+            Some(ONLY_FALSE_TO_TRUE),
+        ),
+        (
+            "true from absent, with a confirmation",
+            rec(None, None, None),
+            rec(Some("true"), None, conf),
+            Some(ONLY_FALSE_TO_TRUE),
+        ),
+        (
+            "false from absent",
+            rec(None, None, None),
+            rec(Some("false"), None, None),
+            Some(ONLY_FALSE_TO_TRUE),
+        ),
+        (
+            "false removed",
+            rec(Some("false"), req, None),
+            rec(None, req, None),
+            Some(ONLY_FALSE_TO_TRUE),
+        ),
+        (
+            "true removed",
+            rec(Some("true"), req, conf),
+            rec(None, req, conf),
+            Some(ONLY_FALSE_TO_TRUE),
+        ),
+        (
+            "true back to false",
+            rec(Some("true"), req, conf),
+            rec(Some("false"), req, conf),
+            Some(ONLY_FALSE_TO_TRUE),
+        ),
+        (
+            "false to another value",
+            rec(Some("false"), req, None),
+            rec(Some("yes"), req, None),
+            Some(ONLY_FALSE_TO_TRUE),
+        ),
+        (
+            "false to empty",
+            rec(Some("false"), req, None),
+            rec(Some(""), req, None),
+            Some(ONLY_FALSE_TO_TRUE),
+        ),
+        (
+            "the request added",
+            rec(Some("false"), None, None),
+            rec(Some("false"), req, None),
+            Some(NO_REQUEST),
+        ),
+        (
+            "the request changed",
+            rec(Some("false"), req, None),
+            rec(Some("false"), other_req, None),
+            Some(NO_REQUEST),
+        ),
+        (
+            "the request removed",
+            rec(Some("false"), req, None),
+            rec(Some("false"), None, None),
+            Some(NO_REQUEST),
+        ),
+        (
+            "the request rewritten with the confirming true",
+            rec(Some("false"), req, None),
+            rec(Some("true"), other_req, conf),
+            Some(NO_REQUEST),
+        ),
+        (
+            "the confirmation without the label change",
+            rec(Some("false"), req, None),
+            rec(Some("false"), req, conf),
+            Some(CONFIRMATION_WITH_TRUE),
+        ),
+        (
+            "the confirmation with no request at all",
+            rec(None, None, None),
+            rec(None, None, conf),
+            Some(CONFIRMATION_WITH_TRUE),
+        ),
+        (
+            "the confirmation changed after true",
+            rec(Some("true"), req, conf),
+            rec(Some("true"), req, Some("{}")),
+            Some(CONFIRMATION_WITH_TRUE),
+        ),
+        (
+            "the confirmation removed",
+            rec(Some("true"), req, conf),
+            rec(Some("true"), req, None),
+            Some(CONFIRMATION_WITH_TRUE),
+        ),
+    ];
+    for (case, old, new, refusal) in cases {
+        let v = shipped_verdict(&member, &old, &new);
+        match (refusal, v.denied) {
+            (None, None) => {}
+            (None, Some(e)) => panic!("{case}: refused: {}", e.message),
+            (Some(why), None) => panic!("{case}: allowed, expected {why:?}"),
+            (Some(why), Some(e)) => {
+                assert_eq!(
+                    (e.code, e.reason),
+                    (403, "Forbidden"),
+                    "{case}: {}",
+                    e.message
+                );
+                assert_eq!(
+                    e.message,
+                    format!(
+                        "services \"c-r-0\" is forbidden: ValidatingAdmissionPolicy 'cassandra-member-service' with binding 'cassandra-member-service' denied request: {why}"
+                    ),
+                    "{case}"
+                );
+            }
+        }
+    }
+    // The operator writes the request and withdraws it: untouched.
+    let operator = user(
+        "system:serviceaccount:cassandra-operator:cassandra-operator",
+        None,
+    );
+    for (old, new) in [
+        (rec(None, None, None), rec(Some("false"), req, None)),
+        (rec(Some("false"), req, None), rec(None, None, None)),
+    ] {
+        let v = shipped_verdict(&operator, &old, &new);
+        assert!(v.denied.is_none(), "{:?}", v.denied);
+    }
 }
 
 #[test]
