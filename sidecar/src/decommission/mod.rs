@@ -3,7 +3,9 @@
 //! sidecar claims the decommission on the member Service, decommissions the
 //! node (through Jolokia, or ScyllaDB's REST API in scylla mode), confirms
 //! the operation mode DECOMMISSIONED, and answers with
-//! `decommissioned=true`.
+//! `decommissioned=true` and a confirmation that names the controller's
+//! request and the node's host ID (recorded on the data volume before the
+//! claim: a node that left no longer knows its own).
 //!
 //! This module is the pure decision: from the records on the member Service,
 //! what Jolokia shows, what this process knows of its last call and what
@@ -12,13 +14,13 @@
 //!
 //! | crash point | what the restarted sidecar sees | step |
 //! |---|---|---|
-//! | before the claim | label false, no `decommission-started` | claim (guarded by the Service's resourceVersion) |
+//! | before the claim | label false, no `decommission-started` | record the host ID on the data volume, then claim (guarded by the Service's resourceVersion) |
 //! | after the claim, before the call | label false, claimed, mode NORMAL | call decommission |
 //! | during the call (Cassandra killed with the container) | label false, claimed, mode NORMAL again: an interrupted leave is abandoned by Cassandra | call decommission again |
 //! | during the call (the sidecar alone restarted, the HTTP call lost) | label false, claimed, mode LEAVING | call again: Cassandra answers "still decommissioning" while it streams (not a failure), or resumes a leave whose stream failed |
 //! | after a refusal or a failure, before the report | label false, claimed, no report, mode NORMAL or LEAVING | call again; the failure comes back and is reported |
 //! | after DECOMMISSIONED, before the marker | Cassandra refuses to start ("This node was decommissioned...") | write the marker, set the label |
-//! | after the marker, before the label | label false, marker present | set the label; never start Cassandra again |
+//! | after the marker, before the label | label false, marker present | set the label with the confirmation (guarded); never start Cassandra again |
 //! | after the label | label true | nothing |
 //!
 //! The claim and the controller's withdrawal are both writes guarded by the
