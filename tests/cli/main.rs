@@ -22,6 +22,7 @@ mod roll;
 mod safety;
 mod scylla;
 mod sidecar;
+mod stale_decommission;
 mod unreachable;
 mod world;
 mod writes;

@@ -588,6 +588,26 @@ pub async fn until<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -
     }
 }
 
+/// Polls the asynchronous `f` (an API read, say) every 100 ms until it
+/// gives a value; fails the test, naming `what`, after `secs` seconds.
+pub async fn eventually<T, F, Fut>(what: &str, secs: u64, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// `kubectl.<version>` (`1.27` ... `1.33`) beside the machine's real
 /// `kubectl` (the Google Cloud SDK ships the versioned binaries).
 pub fn kubectl_binary(version: &str) -> PathBuf {
