@@ -830,6 +830,7 @@ async fn the_scale_down_survives_the_controller_killed_at_random_moments() {
         assert_eq!(up, 3, "run {run}: {status}");
         assert!(report.is_clean(), "run {run}: {report}");
     }
+    safety.assert_safe(&format!("the scale-downs and scale-ups (seed {seed})"));
     eprintln!("{runs} runs, {kills} controller kills");
     drop(controller);
 }
@@ -958,6 +959,7 @@ async fn the_scale_down_survives_the_controller_killed_after_each_write() {
         set_rack_r(&clusters, 3).await;
         wait_ready(&clusters, "cassandra", 3, Duration::from_secs(120), &log).await;
     }
+    safety.assert_safe("the scale-downs and scale-ups");
     drop(controller);
 }
 

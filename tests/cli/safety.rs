@@ -1,35 +1,81 @@
 //! The lifecycle's safety rules, checked at every change the API server
 //! commits (kubesim's store, in commit order, as etcd's revisions), not by
-//! polling, which could miss a breach that lasts a moment:
+//! polling, which could miss a breach that lasts a moment. The rules judge
+//! the ring as the ring model knows it when the watch handles the change,
+//! not the labels the controller trusts: a label anyone can write proves
+//! nothing about where a member's data lives.
 //!
-//! - a member's claim starts being deleted only while its member Service
-//!   records the replace intent or a confirmed decommission;
-//! - a member Service is deleted only once it records a confirmed
-//!   decommission;
-//! - a StatefulSet shrinks past a member only once that member's Service
-//!   records a confirmed decommission;
+//! - a member's claim starts being deleted only once the member's node has
+//!   left the ring, or while its member Service records the replace intent
+//!   (a lost disk: the node is still in the ring, down, and is replaced at
+//!   its own address);
+//! - a member Service starts being deleted only once its node has left the
+//!   ring;
+//! - a StatefulSet shrinks past a member (its replicas go below the
+//!   member's ordinal + 1) only once that member's node has left the ring;
 //! - never two members being replaced at once.
+//!
+//! A member's node is in the ring while its address (its member Service's
+//! ClusterIP, the node's broadcast address) is one of the ring's members
+//! (`EndpointToHostId`): a node that is down, joining or leaving is in;
+//! one that left, or never started, is not. The ring moves before the API
+//! server hears of it (a decommissioned node has left the ring before its
+//! sidecar confirms), so a change made on what the API server says is
+//! judged against a ring at least as new as what it was made on.
+//!
+//! I/O: a task that receives the store's events and reads the ring; the
+//! rules themselves ([`Known::apply`]) are pure.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use crds::contract;
 use serde_json::Value;
+use testworld::fake_cassandra::ring_service::RingService;
 use testworld::kubesim::KubeSim;
 use testworld::kubesim::store::{Event, EventType};
+use testworld::ring::Ring;
 use tokio::sync::broadcast::error::RecvError;
 
 /// Watches a namespace's claims, Services and StatefulSets from now on and
 /// records every breach of the rules above.
 pub(crate) struct SafetyWatch {
     breaches: Arc<Mutex<Vec<String>>>,
+    /// The revision of the last change the watch judged.
+    judged: Arc<std::sync::atomic::AtomicU64>,
+    store: testworld::kubesim::store::Store,
     task: tokio::task::JoinHandle<()>,
 }
 
-/// What the watch knows: each member Service's labels as last committed.
+/// What the watch knows: each member Service's labels as last committed,
+/// and each member's address, kept after its Service is gone (the node
+/// may outlive its Service).
 #[derive(Default)]
 struct Known {
     labels: BTreeMap<String, BTreeMap<String, String>>,
+    addresses: BTreeMap<String, String>,
+}
+
+/// The addresses of a ring's members: those that own tokens (up or down,
+/// leaving or hibernating for a replace) and those joining; not those that
+/// left.
+fn ring_members(ring: &Ring) -> BTreeSet<String> {
+    ring.endpoint_to_host_id().into_keys().collect()
+}
+
+/// The members of every ring of the world (one per Cassandra cluster;
+/// ClusterIPs are unique, so no address is in two).
+fn world_ring_members(rings: &RingService) -> BTreeSet<String> {
+    let mut members = rings.with(|r| ring_members(r));
+    for cluster in rings.clusters() {
+        members.extend(
+            rings
+                .with_cluster(&cluster, |r| ring_members(r))
+                .into_iter()
+                .flatten(),
+        );
+    }
+    members
 }
 
 fn labels(object: &Value) -> BTreeMap<String, String> {
@@ -44,6 +90,15 @@ fn labels(object: &Value) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
+/// A Service's ClusterIP, if it has one (a headless Service's is `None`).
+fn cluster_ip(service: &Value) -> Option<String> {
+    service
+        .pointer("/spec/clusterIP")
+        .and_then(Value::as_str)
+        .filter(|ip| ip.parse::<std::net::IpAddr>().is_ok())
+        .map(str::to_string)
+}
+
 fn name(object: &Value) -> &str {
     object
         .pointer("/metadata/name")
@@ -53,6 +108,14 @@ fn name(object: &Value) -> &str {
 
 fn deleting(object: Option<&Value>) -> bool {
     object.is_some_and(|o| o.pointer("/metadata/deletionTimestamp").is_some())
+}
+
+/// Whether this change starts the object's deletion: a deletion
+/// timestamp set, or the object gone without one (finishing a deletion
+/// already begun is no new deletion).
+fn began_deleting(event: &Event) -> bool {
+    let prev = event.prev.as_deref();
+    (event.kind == EventType::Deleted || deleting(Some(&event.object))) && !deleting(prev)
 }
 
 /// A member Service's name ends in its ordinal (the client Service's does
@@ -67,41 +130,55 @@ fn replicas(object: Option<&Value>) -> Option<i64> {
     object?.pointer("/spec/replicas")?.as_i64()
 }
 
-impl Known {
-    fn confirmed(&self, member: &str) -> bool {
-        self.labels
-            .get(member)
-            .and_then(|l| l.get(contract::DECOMMISSIONED))
-            .is_some_and(|v| v == contract::DECOMMISSION_DONE)
-    }
+/// What a change removes of a member, to be judged against the ring.
+enum Removal {
+    Claim(String),
+    Service,
+    Shrink {
+        sts: String,
+        before: i64,
+        after: i64,
+    },
+}
 
+impl Known {
     fn replacing(&self, member: &str) -> bool {
         self.labels
             .get(member)
             .is_some_and(|l| l.contains_key(contract::REPLACE))
     }
 
-    /// The breach this change makes, if any.
-    fn apply(&mut self, event: &Event) -> Option<String> {
+    /// Learns a Service as it is now (`None`: it is gone).
+    fn learn(&mut self, service: &str, now: Option<&Value>) {
+        match now {
+            Some(object) => {
+                self.labels.insert(service.to_string(), labels(object));
+                if let Some(ip) = cluster_ip(object) {
+                    self.addresses.insert(service.to_string(), ip);
+                }
+            }
+            None => {
+                self.labels.remove(service);
+            }
+        }
+    }
+
+    /// The breaches this change makes. `ring` gives the addresses of the
+    /// ring's members at this moment; it is read only for a change that
+    /// removes something of a member.
+    fn apply(&mut self, event: &Event, ring: impl FnOnce() -> BTreeSet<String>) -> Vec<String> {
         let object = event.object.as_ref();
-        let prev = event.prev.as_deref();
         let rv = event.rv;
+        let mut breaches = Vec::new();
+        // (member, what removes it)
+        let mut removals: Vec<(String, Removal)> = Vec::new();
         match event.plural.as_str() {
             "services" => {
                 let service = name(object).to_string();
-                let began_deleting = event.kind == EventType::Deleted && !deleting(prev)
-                    || deleting(Some(object)) && !deleting(prev);
-                // Its last state before this change.
-                let confirmed = self.confirmed(&service);
-                if event.kind == EventType::Deleted {
-                    self.labels.remove(&service);
-                } else {
-                    self.labels.insert(service.clone(), labels(object));
-                }
-                if began_deleting && is_member(&service) && !confirmed {
-                    return Some(format!(
-                        "rv {rv}: member Service {service} deleted without a confirmed decommission"
-                    ));
+                let gone = event.kind == EventType::Deleted;
+                self.learn(&service, (!gone).then_some(object));
+                if began_deleting(event) && is_member(&service) {
+                    removals.push((service, Removal::Service));
                 }
                 let replacing: Vec<&String> = self
                     .labels
@@ -109,35 +186,62 @@ impl Known {
                     .filter(|(_, l)| l.contains_key(contract::REPLACE))
                     .map(|(n, _)| n)
                     .collect();
-                (replacing.len() > 1)
-                    .then(|| format!("rv {rv}: two members being replaced at once: {replacing:?}"))
+                if replacing.len() > 1 {
+                    breaches.push(format!(
+                        "rv {rv}: two members being replaced at once: {replacing:?}"
+                    ));
+                }
             }
             "persistentvolumeclaims" => {
                 let claim = name(object);
-                let member = claim.strip_prefix("data-")?;
-                let began_deleting = event.kind == EventType::Deleted && !deleting(prev)
-                    || deleting(Some(object)) && !deleting(prev);
-                (began_deleting && !self.replacing(member) && !self.confirmed(member)).then(|| {
-                    format!(
-                        "rv {rv}: claim {claim} deleted while its member Service records neither the replace intent nor a confirmed decommission (labels: {:?})",
-                        self.labels.get(member)
-                    )
-                })
+                if let Some(member) = claim.strip_prefix("data-")
+                    && began_deleting(event)
+                    && !self.replacing(member)
+                {
+                    removals.push((member.to_string(), Removal::Claim(claim.to_string())));
+                }
             }
             "statefulsets" => {
-                let (before, after) = (replicas(prev)?, replicas(Some(object))?);
-                let sts = name(object);
-                (after..before)
-                    .map(|ordinal| format!("{sts}-{ordinal}"))
-                    .find(|member| !self.confirmed(member))
-                    .map(|member| {
-                        format!(
-                            "rv {rv}: StatefulSet {sts} shrunk from {before} to {after} while member {member} has no confirmed decommission"
-                        )
-                    })
+                if let (Some(before), Some(after)) =
+                    (replicas(event.prev.as_deref()), replicas(Some(object)))
+                {
+                    let sts = name(object);
+                    for ordinal in after.max(0)..before {
+                        removals.push((
+                            format!("{sts}-{ordinal}"),
+                            Removal::Shrink {
+                                sts: sts.to_string(),
+                                before,
+                                after,
+                            },
+                        ));
+                    }
+                }
             }
-            _ => None,
+            _ => {}
         }
+        if removals.is_empty() {
+            return breaches;
+        }
+        let members = ring();
+        for (member, removal) in removals {
+            let Some(address) = self.addresses.get(&member).filter(|a| members.contains(*a)) else {
+                continue;
+            };
+            breaches.push(match removal {
+                Removal::Claim(claim) => format!(
+                    "rv {rv}: claim {claim} deleted while {member}'s node ({address}) is in the ring and its member Service records no replace intent (labels: {:?})",
+                    self.labels.get(&member)
+                ),
+                Removal::Service => format!(
+                    "rv {rv}: member Service {member} deleted while its node ({address}) is in the ring"
+                ),
+                Removal::Shrink { sts, before, after } => format!(
+                    "rv {rv}: StatefulSet {sts} shrunk from {before} to {after} while member {member}'s node ({address}) is in the ring"
+                ),
+            });
+        }
+        breaches
     }
 }
 
@@ -150,22 +254,26 @@ impl SafetyWatch {
             testworld::kubesim::store::Target::new("", "v1", "services", Some(namespace));
         if let Ok(list) = sim.store().list(&services, &Default::default()) {
             for s in list["items"].as_array().into_iter().flatten() {
-                known.labels.insert(name(s).to_string(), labels(s));
+                known.learn(name(s), Some(s));
             }
         }
         let breaches = Arc::new(Mutex::new(Vec::new()));
         let found = breaches.clone();
         let namespace = namespace.to_string();
+        let rings = sim.ring().clone();
+        let judged = Arc::new(std::sync::atomic::AtomicU64::new(
+            sim.store().resource_version(),
+        ));
+        let judging = judged.clone();
         let task = tokio::spawn(async move {
             loop {
                 match events.recv().await {
                     Ok(event) => {
-                        if event.namespace() != namespace {
-                            continue;
+                        if event.namespace() == namespace {
+                            let breaches = known.apply(&event, || world_ring_members(&rings));
+                            found.lock().unwrap().extend(breaches);
                         }
-                        if let Some(breach) = known.apply(&event) {
-                            found.lock().unwrap().push(breach);
-                        }
+                        judging.fetch_max(event.rv, std::sync::atomic::Ordering::SeqCst);
                     }
                     Err(RecvError::Lagged(n)) => found.lock().unwrap().push(format!(
                         "the safety watch missed {n} changes: it cannot vouch for them"
@@ -174,11 +282,27 @@ impl SafetyWatch {
                 }
             }
         });
-        SafetyWatch { breaches, task }
+        SafetyWatch {
+            breaches,
+            judged,
+            store: sim.store().clone(),
+            task,
+        }
     }
 
-    /// Panics with the breaches seen so far, if any.
+    /// Panics with the breaches seen so far, if any, once the watch has
+    /// judged every change committed before the call (or after 5 s, which
+    /// is itself a failure: it could not vouch for them).
     pub(crate) fn assert_safe(&self, context: &str) {
+        let committed = self.store.resource_version();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while self.judged.load(std::sync::atomic::Ordering::SeqCst) < committed {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{context}: the safety watch has not judged the changes up to revision {committed}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         let breaches = self.breaches.lock().unwrap();
         assert!(
             breaches.is_empty(),
@@ -198,6 +322,7 @@ impl Drop for SafetyWatch {
 mod tests {
     use super::*;
     use serde_json::json;
+    use testworld::ring::{HostId, NodeConfig, OperationMode, Options};
 
     fn event(kind: EventType, plural: &str, object: Value, prev: Option<Value>) -> Event {
         Event {
@@ -211,100 +336,273 @@ mod tests {
         }
     }
 
-    fn service(name: &str, labels: Value) -> Value {
-        json!({"metadata": {"name": name, "namespace": "ns", "labels": labels}})
+    /// Member `s-<ordinal>` and its node's address.
+    fn address(ordinal: usize) -> String {
+        format!("10.96.0.{}", 10 + ordinal)
     }
 
-    #[test]
-    fn a_claim_deleted_without_a_record_of_intent_is_a_breach() {
-        let mut known = Known::default();
-        known.apply(&event(
-            EventType::Added,
-            "services",
-            service("s-0", json!({})),
-            None,
-        ));
-        let claim =
-            json!({"metadata": {"name": "data-s-0", "namespace": "ns", "deletionTimestamp": "x"}});
-        let plain = json!({"metadata": {"name": "data-s-0", "namespace": "ns"}});
-        let modified = event(
+    fn service(name: &str, ip: Option<&str>, labels: Value) -> Value {
+        json!({
+            "metadata": {"name": name, "namespace": "ns", "labels": labels},
+            "spec": {"clusterIP": ip.unwrap_or("None")},
+        })
+    }
+
+    fn member_service(ordinal: usize, labels: Value) -> Value {
+        service(&format!("s-{ordinal}"), Some(&address(ordinal)), labels)
+    }
+
+    fn added(object: Value) -> Event {
+        event(EventType::Added, "services", object, None)
+    }
+
+    fn claim(member: &str, deleting: bool) -> Value {
+        let mut claim = json!({"metadata": {"name": format!("data-{member}"), "namespace": "ns"}});
+        if deleting {
+            claim["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        }
+        claim
+    }
+
+    /// The claim of `member` starts being deleted.
+    fn claim_deleting(member: &str) -> Event {
+        event(
             EventType::Modified,
             "persistentvolumeclaims",
-            claim.clone(),
-            Some(plain.clone()),
-        );
-        assert!(known.apply(&modified).is_some());
-        known.apply(&event(
+            claim(member, true),
+            Some(claim(member, false)),
+        )
+    }
+
+    fn shrink(before: i64, after: i64) -> Event {
+        let sts =
+            |n: i64| json!({"metadata": {"name": "s", "namespace": "ns"}, "spec": {"replicas": n}});
+        event(
             EventType::Modified,
-            "services",
-            service("s-0", json!({contract::REPLACE: "10.0.0.1"})),
-            None,
-        ));
-        assert_eq!(known.apply(&modified), None);
-        // Finishing a deletion already begun is no new deletion.
+            "statefulsets",
+            sts(after),
+            Some(sts(before)),
+        )
+    }
+
+    /// A ring of 3 NORMAL nodes, member `s-<i>` at [`address`]`(i)`; their
+    /// host IDs.
+    fn three_nodes() -> (Ring, Vec<HostId>) {
+        let mut ring = Ring::new(Options::default());
+        let seed = address(0);
+        let ids = (0..3)
+            .map(|i| {
+                let config = NodeConfig::new(
+                    "c",
+                    &address(i),
+                    "dc1",
+                    "r1",
+                    &[seed.as_str()],
+                    &format!("/data/{i}"),
+                );
+                let started = ring.start(&config).unwrap();
+                if started.mode == OperationMode::Joining {
+                    ring.finish(&started.host_id).unwrap();
+                }
+                started.host_id
+            })
+            .collect();
+        (ring, ids)
+    }
+
+    /// Knows the Services of the three members.
+    fn known() -> Known {
+        let mut known = Known::default();
+        for i in 0..3 {
+            known.apply(&added(member_service(i, json!({}))), || {
+                panic!("an added Service removes nothing")
+            });
+        }
+        known
+    }
+
+    /// Decommissions node `host_id` to the end: it has left the ring.
+    fn decommission(ring: &mut Ring, host_id: &str) {
+        ring.start_decommission(host_id, true).unwrap();
+        ring.finish(host_id).unwrap();
+    }
+
+    #[test]
+    fn the_ring_members_are_the_nodes_that_have_not_left() {
+        let (mut ring, ids) = three_nodes();
         assert_eq!(
-            known.apply(&event(
-                EventType::Deleted,
-                "persistentvolumeclaims",
-                claim.clone(),
-                Some(claim)
-            )),
-            None
+            ring_members(&ring),
+            (0..3).map(address).collect::<BTreeSet<_>>()
+        );
+        // Down (DN), still in; leaving (UL), still in; left, out.
+        ring.kill(&ids[1]).unwrap();
+        ring.start_decommission(&ids[2], true).unwrap();
+        assert_eq!(
+            ring_members(&ring),
+            (0..3).map(address).collect::<BTreeSet<_>>()
+        );
+        ring.finish(&ids[2]).unwrap();
+        assert_eq!(
+            ring_members(&ring),
+            (0..2).map(address).collect::<BTreeSet<_>>()
         );
     }
 
     #[test]
-    fn a_shrink_and_a_service_deletion_need_a_confirmed_decommission() {
-        let mut known = Known::default();
-        let sts =
-            |n: i64| json!({"metadata": {"name": "s", "namespace": "ns"}, "spec": {"replicas": n}});
-        known.apply(&event(
-            EventType::Added,
-            "services",
-            service("s-2", json!({contract::DECOMMISSIONED: "false"})),
-            None,
-        ));
-        let shrink = event(EventType::Modified, "statefulsets", sts(2), Some(sts(3)));
-        assert!(known.apply(&shrink).is_some());
-        let gone = event(
-            EventType::Deleted,
-            "services",
-            service("s-2", json!({contract::DECOMMISSIONED: "false"})),
-            None,
+    fn a_claim_is_deleted_only_once_its_node_left_the_ring_or_for_a_replace() {
+        let (mut ring, ids) = three_nodes();
+        let mut known = known();
+        // A decommission confirmed by hand proves nothing: the node is in
+        // the ring.
+        known.apply(
+            &added(member_service(
+                2,
+                json!({contract::DECOMMISSIONED: contract::DECOMMISSION_DONE}),
+            )),
+            BTreeSet::new,
         );
-        assert!(known.apply(&gone).is_some());
-        known.apply(&event(
-            EventType::Added,
-            "services",
-            service("s-2", json!({contract::DECOMMISSIONED: "true"})),
-            None,
-        ));
-        assert_eq!(known.apply(&shrink), None);
-        assert_eq!(known.apply(&gone), None);
-        // The client Service is no member's.
+        let breaches = known.apply(&claim_deleting("s-2"), || ring_members(&ring));
+        assert_eq!(breaches.len(), 1, "{breaches:?}");
+        assert!(breaches[0].contains("data-s-2"), "{breaches:?}");
+        assert!(breaches[0].contains(&address(2)), "{breaches:?}");
+        // Leaving, still in.
+        ring.start_decommission(&ids[2], true).unwrap();
         assert_eq!(
-            known.apply(&event(
+            known
+                .apply(&claim_deleting("s-2"), || ring_members(&ring))
+                .len(),
+            1
+        );
+        ring.finish(&ids[2]).unwrap();
+        assert_eq!(
+            known.apply(&claim_deleting("s-2"), || ring_members(&ring)),
+            Vec::<String>::new()
+        );
+        // A lost disk: the node is down and still in the ring; only the
+        // replace intent allows its claim's deletion.
+        ring.kill(&ids[1]).unwrap();
+        assert_eq!(
+            known
+                .apply(&claim_deleting("s-1"), || ring_members(&ring))
+                .len(),
+            1
+        );
+        known.apply(
+            &added(member_service(1, json!({contract::REPLACE: address(1)}))),
+            BTreeSet::new,
+        );
+        assert_eq!(
+            known.apply(&claim_deleting("s-1"), || ring_members(&ring)),
+            Vec::<String>::new()
+        );
+        // Finishing a deletion already begun is no new deletion.
+        let finished = event(
+            EventType::Deleted,
+            "persistentvolumeclaims",
+            claim("s-0", true),
+            Some(claim("s-0", true)),
+        );
+        assert_eq!(
+            known.apply(&finished, || ring_members(&ring)),
+            Vec::<String>::new()
+        );
+        // A claim deleted outright (no finalizer) starts its deletion.
+        let outright = event(
+            EventType::Deleted,
+            "persistentvolumeclaims",
+            claim("s-0", false),
+            Some(claim("s-0", false)),
+        );
+        assert_eq!(known.apply(&outright, || ring_members(&ring)).len(), 1);
+    }
+
+    #[test]
+    fn a_member_whose_address_the_ring_never_knew_is_not_in_it() {
+        let (ring, _) = three_nodes();
+        let mut known = known();
+        // A member never started: its address is no ring member's.
+        known.apply(
+            &added(service("s-3", Some("10.96.0.99"), json!({}))),
+            BTreeSet::new,
+        );
+        // A member with no Service at all, and one whose Service has no
+        // ClusterIP.
+        known.apply(&added(service("t-0", None, json!({}))), BTreeSet::new);
+        for member in ["s-3", "s-4", "t-0"] {
+            assert_eq!(
+                known.apply(&claim_deleting(member), || ring_members(&ring)),
+                Vec::<String>::new(),
+                "{member}"
+            );
+        }
+        assert_eq!(
+            known.apply(&shrink(5, 3), || ring_members(&ring)),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn a_shrink_and_a_service_deletion_need_the_node_out_of_the_ring() {
+        let (mut ring, ids) = three_nodes();
+        let mut known = known();
+        let breaches = known.apply(&shrink(3, 2), || ring_members(&ring));
+        assert_eq!(breaches.len(), 1, "{breaches:?}");
+        assert!(breaches[0].contains("member s-2"), "{breaches:?}");
+        let gone = |ordinal: usize| {
+            event(
                 EventType::Deleted,
                 "services",
-                service("s-client", json!({})),
-                None
-            )),
-            None
+                member_service(ordinal, json!({})),
+                None,
+            )
+        };
+        assert_eq!(known.apply(&gone(2), || ring_members(&ring)).len(), 1);
+        decommission(&mut ring, &ids[2]);
+        assert_eq!(
+            known.apply(&shrink(3, 2), || ring_members(&ring)),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            known.apply(&gone(2), || ring_members(&ring)),
+            Vec::<String>::new()
+        );
+        // Past a member that is down: still in the ring.
+        ring.kill(&ids[1]).unwrap();
+        let breaches = known.apply(&shrink(3, 1), || ring_members(&ring));
+        assert_eq!(breaches.len(), 1, "{breaches:?}");
+        assert!(breaches[0].contains("member s-1"), "{breaches:?}");
+        // The address outlives the Service: the claim of a member whose
+        // Service is gone is judged on the node that had it.
+        assert_eq!(known.apply(&gone(1), || ring_members(&ring)).len(), 1);
+        assert_eq!(
+            known
+                .apply(&claim_deleting("s-1"), || ring_members(&ring))
+                .len(),
+            1
+        );
+        // The client Service is no member's.
+        assert_eq!(
+            known.apply(
+                &event(
+                    EventType::Deleted,
+                    "services",
+                    service("s-client", Some("10.96.0.10"), json!({})),
+                    None
+                ),
+                || ring_members(&ring)
+            ),
+            Vec::<String>::new()
         );
     }
 
     #[test]
     fn two_members_being_replaced_is_a_breach() {
-        let mut known = Known::default();
-        let replacing = |n: &str| {
-            event(
-                EventType::Modified,
-                "services",
-                service(n, json!({contract::REPLACE: "10.0.0.1"})),
-                None,
-            )
-        };
-        assert_eq!(known.apply(&replacing("s-0")), None);
-        assert!(known.apply(&replacing("s-1")).is_some());
+        let mut known = known();
+        let replacing = |i: usize| added(member_service(i, json!({contract::REPLACE: address(i)})));
+        assert_eq!(
+            known.apply(&replacing(0), BTreeSet::new),
+            Vec::<String>::new()
+        );
+        assert_eq!(known.apply(&replacing(1), BTreeSet::new).len(), 1);
     }
 }
