@@ -15,6 +15,7 @@ pub mod decide;
 pub mod index;
 pub mod metrics;
 pub mod observe;
+pub mod observed;
 pub mod reconcile;
 pub mod resources;
 pub mod status;

@@ -1,0 +1,258 @@
+//! What a reconcile observed of a Cluster's objects, as decide reads it:
+//! members (Pods, member Services and their records of intent, claims,
+//! volumes), racks (StatefulSets), and what stands in the way. The types
+//! only, and the judgements decide needs of them. Pure; a leaf of the
+//! controller crate (observe fills it, decide reads it).
+
+use std::collections::BTreeMap;
+
+use crds::contract::{Decommission, DecommissionConfirmation, DecommissionRequest, GossipView};
+use crds::versions::Version;
+
+use crate::confirmation::{self, Leaving, Verdict};
+
+/// What the caches show of one member (one ordinal of a rack).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemberObserved {
+    /// Its member Service, if it exists.
+    pub service: Option<ServiceObserved>,
+    /// Its Pod exists.
+    pub pod_exists: bool,
+    /// Its Pod's UID, when it exists.
+    pub pod_uid: Option<String>,
+    /// Its Pod is Ready (the sidecar reports operation mode NORMAL).
+    pub pod_ready: bool,
+    /// The major version of the database image its Pod runs, when known.
+    pub pod_major: Option<u32>,
+    /// The database version its Pod runs (major and minor), when its image
+    /// tag names one.
+    pub pod_version: Option<Version>,
+    /// Its PersistentVolumeClaims that exist (`<template>-<pod>`).
+    pub claims: Vec<String>,
+    /// One of its claims is bound to a local PersistentVolume whose node
+    /// affinity names only Nodes that no longer exist: the disk is gone.
+    pub disk_lost: bool,
+    /// The StatefulSet revision its Pod runs (`controller-revision-hash`).
+    pub revision: Option<String>,
+    /// Its Pod is being deleted (evicted and draining).
+    pub pod_terminating: bool,
+    /// When its Pod was created (seconds since the epoch).
+    pub pod_created: Option<i64>,
+    /// Its restart (a roll) has not brought it back (Ready, and seen up by
+    /// every member) within the bound:
+    /// set by [`crate::observe::overdue_restarts`].
+    pub restart_overdue: bool,
+}
+
+impl MemberObserved {
+    /// Its Pod runs a revision other than the rack's update revision: the
+    /// rack's template changed since it started.
+    pub fn outdated(&self, rack: &RackObserved) -> bool {
+        match (&self.revision, &rack.update_revision) {
+            (Some(runs), Some(wanted)) => self.pod_exists && runs != wanted,
+            _ => false,
+        }
+    }
+}
+
+/// The records of intent on a member Service.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServiceObserved {
+    /// The `cassandra.rook.io/decommissioned` label, if present.
+    pub decommissioned: Option<String>,
+    /// The `cassandra.rook.io/replace` label, if present.
+    pub replace: Option<String>,
+    /// The sidecar claimed the decommission (`decommission-started`).
+    pub decommission_started: bool,
+    /// Cassandra refused or failed the decommission: its reason.
+    pub decommission_refused: Option<String>,
+    /// The sidecar asks for a replace (empty disk, ring knows the member).
+    pub replace_requested: Option<String>,
+    /// The Service's ClusterIP: the member's address in the ring.
+    pub cluster_ip: Option<String>,
+    /// Its resourceVersion, to guard writes that race the sidecar.
+    pub resource_version: Option<String>,
+    /// The controller's record of a restart under way (a roll evicts the
+    /// member): when it was recorded, RFC 3339.
+    pub restarting: Option<String>,
+    /// The gossip generation the member ran when the roll took it down.
+    pub restarted_from_generation: Option<i64>,
+    /// What the member's gossip says, as its sidecar recorded it.
+    pub gossip: Option<GossipView>,
+    /// The controller's decommission request, when it holds a readable one.
+    pub decommission_request: Option<DecommissionRequest>,
+    /// The sidecar's confirmation, when it holds a readable one.
+    pub decommission_confirmation: Option<DecommissionConfirmation>,
+}
+
+impl ServiceObserved {
+    /// The decommission record, as the contract reads it.
+    pub fn decommission(&self) -> Decommission {
+        Decommission::from_label(self.decommissioned.as_deref())
+    }
+}
+
+/// What the caches show of one rack.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RackObserved {
+    /// `spec.replicas` of its StatefulSet, if the StatefulSet exists.
+    pub replicas: Option<i32>,
+    /// The database version of its StatefulSet's Pod template, when the
+    /// image tag names one: what its next Pods will run.
+    pub template_version: Option<Version>,
+    /// What its StatefulSet's volumeClaimTemplates ask for (immutable in a
+    /// StatefulSet), when the StatefulSet exists.
+    pub claim_templates: Option<Vec<ClaimTemplate>>,
+    /// Its members by ordinal (Pods, member Services and claims found).
+    pub members: BTreeMap<i32, MemberObserved>,
+    /// Its StatefulSet's `status.updateRevision`: the revision of its
+    /// current template, which every member should run.
+    pub update_revision: Option<String>,
+    /// Its StatefulSet's status is behind its spec (`observedGeneration`
+    /// below `generation`): `update_revision` may not be the template's.
+    pub status_stale: bool,
+    /// Its StatefulSet differs from what the builders make of the spec
+    /// (its applied hash is another): set by the reconcile, which builds.
+    pub statefulset_outdated: bool,
+}
+
+/// What a volumeClaimTemplate asks for, as far as the spec can say it: the
+/// fields a user sets, so that the API server's defaults do not count as
+/// changes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClaimTemplate {
+    pub name: String,
+    pub storage_class: Option<String>,
+    /// Sorted.
+    pub access_modes: Vec<String>,
+    /// The storage request in bytes, when it parses.
+    pub storage_bytes: Option<u64>,
+}
+
+impl ClaimTemplate {
+    /// The shape of a claim template (from the spec or a StatefulSet).
+    pub fn of(claim: &k8s_openapi::api::core::v1::PersistentVolumeClaim) -> ClaimTemplate {
+        let spec = claim.spec.clone().unwrap_or_default();
+        let mut access_modes = spec.access_modes.unwrap_or_default();
+        access_modes.sort();
+        ClaimTemplate {
+            name: claim.metadata.name.clone().unwrap_or_default(),
+            storage_class: spec.storage_class_name,
+            access_modes,
+            storage_bytes: spec
+                .resources
+                .and_then(|r| r.requests)
+                .and_then(|r| r.get("storage").cloned())
+                .and_then(|q| crds::quantity::Quantity::parse(&q.0).ok())
+                .map(|q| q.ceil_units()),
+        }
+    }
+}
+
+/// An object with one of the cluster's names that the Cluster does not own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForeignObject {
+    /// Its kind.
+    pub kind: String,
+    /// Its name.
+    pub name: String,
+}
+
+/// Everything the decision looks at besides the spec.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// Racks by name: the spec's racks and any rack whose StatefulSet exists.
+    pub racks: BTreeMap<String, RackObserved>,
+    /// Objects in the way.
+    pub foreign: Vec<ForeignObject>,
+    /// Datacenter names on the cluster's StatefulSets that differ from the
+    /// spec's (a renamed datacenter).
+    pub other_datacenters: Vec<String>,
+    /// Racks whose overrides ConfigMap sets keys the operator refuses.
+    pub refused_overrides: BTreeMap<String, RefusedOverrides>,
+}
+
+/// The keys a rack's overrides ConfigMap sets that the operator refuses
+/// (`crds::overrides::REFUSED_KEYS`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedOverrides {
+    /// The ConfigMap's name.
+    pub config_map: String,
+    /// Its key the sidecar reads (`cassandra.yaml` or `scylla.yaml`).
+    pub file: &'static str,
+    /// The refused keys it sets, in the fragment's order (never empty).
+    pub keys: Vec<&'static crds::overrides::RefusedKey>,
+}
+
+impl Observed {
+    /// The replicas a (re-)created StatefulSet of `rack` needs so that it
+    /// adopts the members that exist instead of deleting them: one past
+    /// the highest ordinal with a Pod, a Service or a claim, except
+    /// members whose decommission is confirmed (they are leftovers, not
+    /// members).
+    pub fn members_to_keep(&self, rack: &str) -> i32 {
+        let Some(observed_rack) = self.racks.get(rack) else {
+            return 0;
+        };
+        observed_rack
+            .members
+            .iter()
+            .filter(|&(&ordinal, m)| {
+                !self.decommission_confirmed(rack, ordinal)
+                    && (m.pod_exists || m.service.is_some() || !m.claims.is_empty())
+            })
+            .map(|(&ordinal, _)| ordinal + 1)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Every other member's last record of its ring.
+    fn rings_besides(&self, rack: &str, member: i32) -> Vec<&GossipView> {
+        self.racks
+            .iter()
+            .flat_map(|(name, r)| r.members.iter().map(move |(&i, m)| (name, i, m)))
+            .filter(|&(name, i, _)| !(name == rack && i == member))
+            .filter_map(|(_, _, m)| m.service.as_ref()?.gossip.as_ref())
+            .collect()
+    }
+
+    /// What `member` of `rack` is, as the judgement of its decommission
+    /// record reads it.
+    fn leaving(&self, rack: &str, member: i32) -> Option<Leaving<'_>> {
+        let state = self.racks.get(rack)?.members.get(&member)?;
+        let service = state.service.as_ref()?;
+        Some(Leaving {
+            address: service.cluster_ip.as_deref(),
+            request: service.decommission_request.as_ref(),
+            confirmation: service.decommission_confirmation.as_ref(),
+            own_record: service.gossip.as_ref(),
+            ready: state.pod_ready,
+        })
+    }
+
+    /// The judgement of the `decommissioned=true` of `member` of `rack`
+    /// (a member without one, or without a Service, is `Stale`), and
+    /// whether the member is in the ring.
+    pub fn decommission_verdict(&self, rack: &str, member: i32) -> (Verdict, bool) {
+        let Some(leaving) = self.leaving(rack, member) else {
+            return (Verdict::Stale("no member Service".into()), false);
+        };
+        let others = self.rings_besides(rack, member);
+        (
+            confirmation::judge(&leaving, others.iter().copied()),
+            leaving.in_ring(others.iter().copied()),
+        )
+    }
+
+    /// Whether `member` of `rack` carries `decommissioned=true` and the
+    /// judgement confirms it.
+    pub fn decommission_confirmed(&self, rack: &str, member: i32) -> bool {
+        let labelled = self
+            .racks
+            .get(rack)
+            .and_then(|r| r.members.get(&member))
+            .and_then(|m| m.service.as_ref())
+            .is_some_and(|s| s.decommission() == Decommission::Confirmed);
+        labelled && self.decommission_verdict(rack, member).0 == Verdict::Confirmed
+    }
+}
