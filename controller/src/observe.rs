@@ -22,9 +22,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Service
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::cached::{CachedPod, CachedVolume};
-use crate::decide::{
+use crate::decide::image_major;
+use crate::observed::{
     ClaimTemplate, ForeignObject, MemberObserved, Observed, RackObserved, RefusedOverrides,
-    ServiceObserved, image_major,
+    ServiceObserved,
 };
 
 /// What the caches show of storage and Nodes, for the members' claims and

@@ -1,0 +1,768 @@
+//! Scale-down, replace and the decommission records: the safety rules of
+//! DESIGN.md section 5, one named case per row.
+
+use super::*;
+
+#[test]
+fn lifecycle_table() {
+    use Action::*;
+    let b = || "b".to_string();
+    let cases: Vec<(&str, i32, Observed, Action)> = vec![
+        (
+            "scale down: the highest member is asked to leave",
+            1,
+            racks(3, vec![member(0), member(1), member(2)]),
+            RequestDecommission {
+                rack: b(),
+                member: 2,
+                resource_version: "102".into(),
+                pod_uid: Some("uid-2".into()),
+                host_id: None,
+            },
+        ),
+        (
+            "while it leaves, nothing else starts",
+            1,
+            racks(
+                3,
+                vec![member(0), member(1), unready(started(asked(member(2))))],
+            ),
+            Wait(WaitReason::MemberLeaving {
+                rack: b(),
+                member: 2,
+            }),
+        ),
+        (
+            "a confirmed decommission shrinks the StatefulSet past it",
+            1,
+            left(
+                racks(
+                    3,
+                    vec![member(0), member(1), unready(started(confirmed(member(2))))],
+                ),
+                2,
+            ),
+            ScaleDown {
+                rack: b(),
+                replicas: 2,
+            },
+        ),
+        (
+            "its Pod still terminating: its identity stays",
+            1,
+            left(
+                racks(2, vec![member(0), member(1), unready(confirmed(member(2)))]),
+                2,
+            ),
+            Wait(WaitReason::MemberLeaving {
+                rack: b(),
+                member: 2,
+            }),
+        ),
+        (
+            "Pod gone: its claims and Service are deleted",
+            1,
+            left(
+                racks(2, vec![member(0), member(1), gone(confirmed(member(2)))]),
+                2,
+            ),
+            DeleteLeftovers {
+                rack: b(),
+                member: 2,
+                claims: vec!["data-c-dc-b-2".into()],
+            },
+        ),
+        (
+            "then the next member, one at a time",
+            1,
+            racks(2, vec![member(0), member(1)]),
+            RequestDecommission {
+                rack: b(),
+                member: 1,
+                resource_version: "101".into(),
+                pod_uid: Some("uid-1".into()),
+                host_id: None,
+            },
+        ),
+        (
+            "above the replicas without a confirmation: nothing is deleted",
+            2,
+            racks(2, vec![member(0), member(1), gone(asked(member(2)))]),
+            Converged,
+        ),
+        (
+            "above the replicas with no label at all: nothing is deleted",
+            2,
+            racks(2, vec![member(0), member(1), gone(member(2))]),
+            Converged,
+        ),
+        (
+            "a confirmation below the top never shrinks the StatefulSet",
+            1,
+            left(
+                racks(3, vec![member(0), unready(confirmed(member(1))), member(2)]),
+                1,
+            ),
+            Refuse(Refusal::DecommissionedBelowTheTop {
+                rack: b(),
+                member: 1,
+            }),
+        ),
+        (
+            "an unreadable label: neither side acts",
+            1,
+            racks(3, vec![member(0), member(1), label(member(2), "yes")]),
+            Refuse(Refusal::UnreadableDecommission {
+                rack: b(),
+                member: 2,
+                value: "yes".into(),
+            }),
+        ),
+        (
+            "a stale request on a wanted member, unclaimed: withdrawn, guarded",
+            3,
+            racks(3, vec![member(0), member(1), asked(member(2))]),
+            WithdrawDecommission {
+                rack: b(),
+                member: 2,
+                resource_version: "102".into(),
+            },
+        ),
+        (
+            "unclaimed but not ready (LEAVING already?): never withdrawn, finished first",
+            3,
+            racks(3, vec![member(0), member(1), unready(asked(member(2)))]),
+            Wait(WaitReason::DecommissionBeforeScaleUp {
+                rack: b(),
+                member: 2,
+            }),
+        ),
+        (
+            "raised back while the sidecar has claimed it: finished first",
+            3,
+            racks(
+                3,
+                vec![member(0), member(1), unready(started(asked(member(2))))],
+            ),
+            Wait(WaitReason::DecommissionBeforeScaleUp {
+                rack: b(),
+                member: 2,
+            }),
+        ),
+        (
+            "a scale-up waits for a decommission under way in another rack's place",
+            4,
+            racks(
+                3,
+                vec![member(0), member(1), unready(started(asked(member(2))))],
+            ),
+            Wait(WaitReason::DecommissionBeforeScaleUp {
+                rack: b(),
+                member: 2,
+            }),
+        ),
+        (
+            "finished while raised back: the member is removed, then made anew",
+            3,
+            left(
+                racks(
+                    3,
+                    vec![member(0), member(1), unready(started(confirmed(member(2))))],
+                ),
+                2,
+            ),
+            ScaleDown {
+                rack: b(),
+                replicas: 2,
+            },
+        ),
+        (
+            "refused: nothing is removed, the refusal is reported",
+            2,
+            racks(
+                3,
+                vec![
+                    member(0),
+                    member(1),
+                    refused(started(asked(member(2))), "Not enough live nodes"),
+                ],
+            ),
+            Refuse(Refusal::DecommissionRefused {
+                rack: b(),
+                member: 2,
+                reason: "Not enough live nodes".into(),
+            }),
+        ),
+        (
+            "refused, then raised back: withdrawn",
+            3,
+            racks(
+                3,
+                vec![
+                    member(0),
+                    member(1),
+                    refused(started(asked(member(2))), "Not enough live nodes"),
+                ],
+            ),
+            WithdrawDecommission {
+                rack: b(),
+                member: 2,
+                resource_version: "102".into(),
+            },
+        ),
+        (
+            "nothing starts while a member is not ready",
+            1,
+            racks(3, vec![member(0), unready(member(1)), member(2)]),
+            Wait(WaitReason::MemberNotReady {
+                rack: b(),
+                member: 1,
+            }),
+        ),
+        (
+            "nothing starts while members run different majors",
+            1,
+            racks(
+                3,
+                vec![
+                    member(0),
+                    member(1),
+                    with(member(2), |m| m.pod_major = Some(5)),
+                ],
+            ),
+            Wait(WaitReason::MixedMajorVersions { majors: vec![4, 5] }),
+        ),
+        (
+            "mixed majors and nothing to change: converged",
+            3,
+            racks(
+                3,
+                vec![
+                    member(0),
+                    member(1),
+                    with(member(2), |m| m.pod_major = Some(5)),
+                ],
+            ),
+            Converged,
+        ),
+        (
+            "a lost disk: the replace is recorded with the member's address",
+            3,
+            racks(
+                3,
+                vec![
+                    member(0),
+                    unready(with(member(1), |m| m.disk_lost = true)),
+                    member(2),
+                ],
+            ),
+            StartReplace {
+                rack: b(),
+                member: 1,
+                address: "10.96.0.1".into(),
+                resource_version: "101".into(),
+            },
+        ),
+        (
+            "recorded: the lost claims go, then the Pod",
+            3,
+            racks(
+                3,
+                vec![
+                    member(0),
+                    unready(with(member(1), |m| {
+                        m.disk_lost = true;
+                        m.service.as_mut().unwrap().replace = Some("10.96.0.1".into())
+                    })),
+                    member(2),
+                ],
+            ),
+            DeleteLostDisk {
+                rack: b(),
+                member: 1,
+                claims: vec!["data-c-dc-b-1".into()],
+            },
+        ),
+        (
+            "a new disk, not ready yet: wait",
+            3,
+            racks(
+                3,
+                vec![
+                    member(0),
+                    unready(with(member(1), |m| {
+                        m.service.as_mut().unwrap().replace = Some("10.96.0.1".into())
+                    })),
+                    member(2),
+                ],
+            ),
+            Wait(WaitReason::MemberReplacing {
+                rack: b(),
+                member: 1,
+            }),
+        ),
+        (
+            "replaced and ready: the record is cleared",
+            3,
+            racks(
+                3,
+                vec![
+                    member(0),
+                    with(member(1), |m| {
+                        m.service.as_mut().unwrap().replace = Some("10.96.0.1".into())
+                    }),
+                    member(2),
+                ],
+            ),
+            FinishReplace {
+                rack: b(),
+                member: 1,
+            },
+        ),
+        (
+            "a lost disk waits while another member is not ready",
+            3,
+            racks(
+                3,
+                vec![
+                    unready(member(0)),
+                    unready(with(member(1), |m| m.disk_lost = true)),
+                    member(2),
+                ],
+            ),
+            Wait(WaitReason::MemberNotReady {
+                rack: b(),
+                member: 0,
+            }),
+        ),
+        (
+            "two lost disks: one replace at a time, no deadlock",
+            3,
+            racks(
+                3,
+                vec![
+                    member(0),
+                    unready(with(member(1), |m| m.disk_lost = true)),
+                    unready(with(member(2), |m| m.disk_lost = true)),
+                ],
+            ),
+            StartReplace {
+                rack: b(),
+                member: 1,
+                address: "10.96.0.1".into(),
+                resource_version: "101".into(),
+            },
+        ),
+        (
+            "a lost disk waits while another member leaves",
+            2,
+            racks(
+                3,
+                vec![
+                    unready(with(member(0), |m| m.disk_lost = true)),
+                    member(1),
+                    unready(started(asked(member(2)))),
+                ],
+            ),
+            Wait(WaitReason::MemberLeaving {
+                rack: b(),
+                member: 2,
+            }),
+        ),
+        (
+            "the sidecar asks for a replace (empty disk, surviving Node)",
+            3,
+            racks(
+                3,
+                vec![
+                    member(0),
+                    unready(with(member(1), |m| {
+                        m.service.as_mut().unwrap().replace_requested = Some("empty".into())
+                    })),
+                    member(2),
+                ],
+            ),
+            StartReplace {
+                rack: b(),
+                member: 1,
+                address: "10.96.0.1".into(),
+                resource_version: "101".into(),
+            },
+        ),
+        (
+            "a ready member's stale replace request is ignored",
+            3,
+            racks(
+                3,
+                vec![
+                    member(0),
+                    with(member(1), |m| {
+                        m.service.as_mut().unwrap().replace_requested = Some("empty".into())
+                    }),
+                    member(2),
+                ],
+            ),
+            Converged,
+        ),
+    ];
+    for (what, wanted, observed, expected) in cases {
+        assert_eq!(
+            decide(&spec(&[("b", wanted)]), &observed),
+            expected,
+            "{what}"
+        );
+    }
+}
+
+/// The verdict on a `decommissioned=true` decides, never the label.
+#[test]
+fn a_decommissioned_true_the_controller_never_asked_for_is_taken_back() {
+    use Action::*;
+    let b = || "b".to_string();
+    let forged = |m| label(m, "true");
+    let missing_of = |action: &Action| match action {
+        ClearStaleDecommission { missing, .. } => missing.clone(),
+        Refuse(Refusal::StaleDecommissionRecord { missing, .. }) => missing.clone(),
+        other => panic!("not a stale record: {other:?}"),
+    };
+    // (what, wanted members, observed, member, restore_request, missing contains)
+    let cleared: Vec<(&str, i32, Observed, i32, bool, &str)> = vec![
+        (
+            "on the highest member of a healthy rack",
+            3,
+            ring_at(
+                racks(3, vec![member(0), member(1), forged(member(2))]),
+                LEFT,
+                |_| true,
+            ),
+            2,
+            false,
+            "no decommission request",
+        ),
+        (
+            "on a lower member",
+            3,
+            racks(3, vec![member(0), forged(member(1)), member(2)]),
+            1,
+            false,
+            "no decommission request",
+        ),
+        (
+            "with a forged confirmation and no request",
+            3,
+            racks(
+                3,
+                vec![
+                    member(0),
+                    member(1),
+                    with(forged(member(2)), |m| {
+                        m.service.as_mut().unwrap().decommission_confirmation =
+                            Some(DecommissionConfirmation {
+                                request: "made-up".into(),
+                                host_id: None,
+                                confirmed_at: ANSWERED.into(),
+                            })
+                    }),
+                ],
+            ),
+            2,
+            false,
+            "no decommission request",
+        ),
+        (
+            "with a request of the controller but no answer (the member not ready yet)",
+            2,
+            ring_at(
+                racks(
+                    3,
+                    vec![
+                        member(0),
+                        member(1),
+                        unready(label(asked(member(2)), "true")),
+                    ],
+                ),
+                LEFT,
+                |_| true,
+            ),
+            2,
+            true,
+            "no confirmation",
+        ),
+        (
+            "with a confirmation that answers another request",
+            2,
+            ring_at(
+                racks(
+                    3,
+                    vec![
+                        member(0),
+                        member(1),
+                        unready(with(confirmed(member(2)), |m| {
+                            let service = m.service.as_mut().unwrap();
+                            service.decommission_confirmation.as_mut().unwrap().request =
+                                "uid-2/2026-01-01T00:00:00Z".into();
+                        })),
+                    ],
+                ),
+                LEFT,
+                |_| true,
+            ),
+            2,
+            true,
+            "answers request uid-2/2026-01-01T00:00:00Z",
+        ),
+        (
+            "answered, but a ring recorded after the answer still counts it",
+            2,
+            ring_at(
+                racks(3, vec![member(0), member(1), unready(confirmed(member(2)))]),
+                "2026-11-27T10:03:00Z",
+                |_| true,
+            ),
+            2,
+            true,
+            "the ring still counts the node",
+        ),
+    ];
+    for (what, wanted, observed, at, restore, missing) in cleared {
+        let action = decide(&spec(&[("b", wanted)]), &observed);
+        assert!(
+            matches!(
+                &action,
+                ClearStaleDecommission { rack, member, restore_request, resource_version, .. }
+                    if *rack == b() && *member == at && *restore_request == restore
+                        && *resource_version == format!("{}", 100 + at)
+            ),
+            "{what}: {action:?}"
+        );
+        assert!(missing_of(&action).contains(missing), "{what}: {action:?}");
+    }
+
+    // Asked and answered, the ring not recorded since: the decommission
+    // is under way, nothing is taken back and nothing shrinks.
+    let answered = racks(3, vec![member(0), member(1), unready(confirmed(member(2)))]);
+    assert_eq!(
+        decide(&spec(&[("b", 2)]), &answered),
+        Wait(WaitReason::MemberLeaving {
+            rack: b(),
+            member: 2
+        })
+    );
+    // A bare `false` (an older controller's): the request is written.
+    assert_eq!(
+        decide(
+            &spec(&[("b", 2)]),
+            &racks(3, vec![member(0), member(1), label(member(2), "false")])
+        ),
+        RequestDecommission {
+            rack: b(),
+            member: 2,
+            resource_version: "102".into(),
+            pod_uid: Some("uid-2".into()),
+            host_id: None,
+        }
+    );
+    // Above the replicas, a forged `true` deletes nothing, and a
+    // re-created StatefulSet keeps the member.
+    let above = racks(2, vec![member(0), member(1), gone(forged(member(2)))]);
+    assert_eq!(decide(&spec(&[("b", 2)]), &above), Converged);
+    assert_eq!(above.members_to_keep("b"), 3);
+    // Not in the ring (its Pod not ready, no ring counts it): reported,
+    // the label stays, nothing is deleted.
+    let outside = ring_at(
+        racks(3, vec![member(0), member(1), unready(forged(member(2)))]),
+        LEFT,
+        |i| i != 2,
+    );
+    let action = decide(&spec(&[("b", 3)]), &outside);
+    assert!(
+        matches!(
+            &action,
+            Refuse(Refusal::StaleDecommissionRecord { member: 2, .. })
+        ),
+        "{action:?}"
+    );
+    assert!(missing_of(&action).contains("no decommission request"));
+}
+
+/// What one member's record the controller will not act on holds, and
+/// what goes on elsewhere (DESIGN.md section 5): replacements,
+/// restarts under way and an outage's recovery go on; topology changes
+/// and rolls wait.
+#[test]
+fn one_members_bad_record_holds_topology_changes_not_repairs() {
+    use Action::*;
+    let b = || "b".to_string();
+    // Each refusal a member's record can raise, on member 1 of four.
+    let outside = |m: MemberObserved| unready(label(m, "true"));
+    let refusals: Vec<(&str, Observed, Refusal)> = vec![
+        (
+            "a stale true on a member outside the ring",
+            ring_at(
+                racks(4, vec![member(0), outside(member(1)), member(2), member(3)]),
+                LEFT,
+                |i| i != 1,
+            ),
+            Refusal::StaleDecommissionRecord {
+                rack: b(),
+                member: 1,
+                missing: "no decommission request of the controller".into(),
+            },
+        ),
+        (
+            "an unreadable label",
+            racks(
+                4,
+                vec![member(0), label(member(1), "maybe"), member(2), member(3)],
+            ),
+            Refusal::UnreadableDecommission {
+                rack: b(),
+                member: 1,
+                value: "maybe".into(),
+            },
+        ),
+        (
+            "a confirmed decommission below the top",
+            left(
+                racks(
+                    4,
+                    vec![
+                        member(0),
+                        unready(confirmed(member(1))),
+                        member(2),
+                        member(3),
+                    ],
+                ),
+                1,
+            ),
+            Refusal::DecommissionedBelowTheTop {
+                rack: b(),
+                member: 1,
+            },
+        ),
+    ];
+    for (what, observed, refusal) in refusals {
+        // Alone: refused, nothing else.
+        assert_eq!(
+            decide(&spec(&[("b", 4)]), &observed),
+            Refuse(refusal.clone()),
+            "{what}"
+        );
+        // Topology changes wait: a scale-up, a scale-down.
+        for members in [5, 3] {
+            assert_eq!(
+                decide(&spec(&[("b", members)]), &observed),
+                Refuse(refusal.clone()),
+                "{what}: to {members} members"
+            );
+        }
+        // A roll waits.
+        let mut roll = observed.clone();
+        roll.racks.get_mut("b").unwrap().update_revision = Some("new".into());
+        for i in 0..4 {
+            with_member(&mut roll, i, |m| m.revision = Some("old".into()));
+        }
+        assert_eq!(
+            decide(&spec(&[("b", 4)]), &roll),
+            Refuse(refusal.clone()),
+            "{what}: a roll"
+        );
+        // Another member's Node and disk lost: replaced.
+        let mut lost = observed.clone();
+        with_member(&mut lost, 3, |m| {
+            m.disk_lost = true;
+            m.pod_ready = false;
+        });
+        assert_eq!(
+            decide(&spec(&[("b", 4)]), &lost),
+            StartReplace {
+                rack: b(),
+                member: 3,
+                address: "10.96.0.3".into(),
+                resource_version: "103".into(),
+            },
+            "{what}: a lost Node"
+        );
+        // ... and the replace goes on to its end.
+        with_member(&mut lost, 3, |m| {
+            m.service.as_mut().unwrap().replace = Some("10.96.0.3".into())
+        });
+        assert_eq!(
+            decide(&spec(&[("b", 4)]), &lost),
+            DeleteLostDisk {
+                rack: b(),
+                member: 3,
+                claims: vec!["data-c-dc-b-3".into()],
+            },
+            "{what}: a replace under way"
+        );
+        with_member(&mut lost, 3, |m| {
+            m.disk_lost = false;
+            m.pod_ready = true;
+        });
+        assert_eq!(
+            decide(&spec(&[("b", 4)]), &lost),
+            FinishReplace {
+                rack: b(),
+                member: 3
+            },
+            "{what}: a replace finishing"
+        );
+        // A full outage: every Pod gone at once; the controller waits
+        // for the StatefulSet to bring them back and recreates nothing
+        // it should not; a member Service lost meanwhile is recreated.
+        let mut outage = observed.clone();
+        for i in 0..4 {
+            with_member(&mut outage, i, |m| {
+                m.pod_exists = false;
+                m.pod_ready = false;
+            });
+        }
+        assert_eq!(
+            decide(&spec(&[("b", 4)]), &outage),
+            Refuse(refusal.clone()),
+            "{what}: an outage"
+        );
+        with_member(&mut outage, 2, |m| m.service = None);
+        assert_eq!(
+            decide(&spec(&[("b", 4)]), &outage),
+            CreateMemberService {
+                rack: b(),
+                member: 2,
+                seed: false
+            },
+            "{what}: an outage that lost a member Service"
+        );
+    }
+}
+
+#[test]
+fn a_recreated_statefulset_keeps_the_members_that_exist() {
+    // `kubectl delete sts --cascade=orphan`: Pods, Services and claims
+    // remain; a StatefulSet at 0 would adopt the Pods and delete them.
+    let mut seen = racks(3, vec![member(0), member(1), member(2)]);
+    seen.racks.get_mut("b").unwrap().replicas = None;
+    assert_eq!(
+        decide(&spec(&[("b", 3)]), &seen),
+        Action::CreateStatefulSets {
+            racks: vec![("b".into(), 3)]
+        }
+    );
+    // Claims alone count (Pods gone too); a confirmed leftover does not.
+    let mut seen = racks(
+        3,
+        vec![
+            gone(member(0)),
+            with(gone(member(1)), |m| m.service = None),
+            gone(confirmed(member(2))),
+        ],
+    );
+    seen = left(seen, 2);
+    seen.racks.get_mut("b").unwrap().replicas = None;
+    assert_eq!(
+        decide(&spec(&[("b", 1)]), &seen),
+        Action::CreateStatefulSets {
+            racks: vec![("b".into(), 2)]
+        }
+    );
+}
