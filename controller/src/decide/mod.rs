@@ -326,8 +326,11 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
     if let Some((refusal, _)) = held {
         return Action::Refuse(refusal);
     }
-    // 10. One topology change at a time: every member Ready first.
-    if let Some(wait) = topology::not_ready_besides(spec, observed, &BTreeSet::new()) {
+    // 10. One topology change at a time: every member Ready first, and no
+    // Pod left above the replicas that did not confirm its decommission.
+    if let Some(wait) = topology::not_ready_besides(spec, observed, &BTreeSet::new())
+        .or_else(|| topology::unsettled_above_replicas(spec, observed))
+    {
         return Action::Wait(wait);
     }
     // 11. Every member is Ready: roll the next one, if any runs an old

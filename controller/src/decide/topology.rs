@@ -73,6 +73,31 @@ pub(super) fn leftovers(spec: &ClusterSpec, observed: &Observed) -> Option<Actio
     None
 }
 
+/// A Pod at an ordinal at or above its StatefulSet's replicas, as the
+/// caches show them, whose decommission is not confirmed: the cache is
+/// behind the StatefulSet, or the StatefulSet was shrunk past a member by
+/// someone else and is removing it. Either way the rack is not what the
+/// caches say: no topology change or roll starts until the Pod is gone or
+/// the caches catch up.
+pub(super) fn unsettled_above_replicas(
+    spec: &ClusterSpec,
+    observed: &Observed,
+) -> Option<WaitReason> {
+    spec.datacenter.racks.iter().find_map(|rack| {
+        let observed_rack = observed.racks.get(&rack.name)?;
+        let replicas = observed_rack.replicas.unwrap_or(0);
+        observed_rack
+            .members
+            .range(replicas..)
+            .any(|(&member, state)| {
+                state.pod_exists && !observed.decommission_confirmed(&rack.name, member)
+            })
+            .then(|| WaitReason::StatefulSetNotObserved {
+                rack: rack.name.clone(),
+            })
+    })
+}
+
 /// Repair: every running member has its Service (its identity).
 pub(super) fn missing_member_services(spec: &ClusterSpec, observed: &Observed) -> Option<Action> {
     // Repair: every running member has its Service (its identity).

@@ -97,6 +97,18 @@ fn lifecycle_table() {
             Converged,
         ),
         (
+            "a Pod above the cached replicas that never confirmed: the rack is not settled",
+            2,
+            racks(2, vec![member(0), member(1), member(2)]),
+            Wait(WaitReason::StatefulSetNotObserved { rack: b() }),
+        ),
+        (
+            "... and no decommission starts below it",
+            1,
+            racks(2, vec![member(0), member(1), unready(member(2))]),
+            Wait(WaitReason::StatefulSetNotObserved { rack: b() }),
+        ),
+        (
             "a confirmation below the top never shrinks the StatefulSet",
             1,
             left(
