@@ -82,7 +82,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Controller(args) => {
             let runtime = tokio::runtime::Runtime::new()?;
-            runtime.block_on(controller::reconcile::run(args))?;
+            runtime.block_on(controller::run::run(args))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Sidecar(args) => {

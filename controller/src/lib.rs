@@ -1,23 +1,39 @@
 //! The controller crate: reconciles `Cluster` objects into StatefulSets,
 //! Services, PVC clean-up, status and Events.
 //!
+//! - [`run`]: the kube-runtime Controller, its reflector caches and watch
+//!   mappers (I/O); [`context`]: what every reconcile shares, and the read
+//!   of one cluster's objects from the caches.
+//! - [`reconcile`]: the pipeline of one reconcile, one call per step.
 //! - [`resources`]: the pure builders of every object a Cluster is made of.
-//! - [`observe`]: from the cached objects to the observed state (pure).
+//! - [`observe`]: from the cached objects to the observed state (pure);
+//!   [`observed`]: its types.
 //! - [`validated`]: the validated Cluster the builders take.
 //! - [`decide`]: the pure decision step: (spec, observed state) -> next action.
+//! - [`apply`]: the supporting objects and StatefulSets, written when
+//!   missing or different (I/O).
+//! - [`recheck`]: the fresh reads a destructive write needs (I/O, reads).
+//! - [`act`]: the one write the decision asks for (I/O).
 //! - [`status`]: the status and conditions a reconcile writes (pure).
-//! - [`reconcile`]: the caches, the reconcile pipeline and the kube-runtime
-//!   Controller (I/O); [`metrics`]: Prometheus metrics and probes.
+//! - [`report`]: the status patch, Events and metrics (I/O);
+//!   [`metrics`]: Prometheus metrics and probes; [`error`]: the errors.
 
+pub mod act;
+pub mod apply;
 pub mod cached;
 pub mod confirmation;
+pub mod context;
 pub mod decide;
+pub mod error;
 pub mod index;
 pub mod metrics;
 pub mod observe;
 pub mod observed;
+pub mod recheck;
 pub mod reconcile;
+pub mod report;
 pub mod resources;
+pub mod run;
 pub mod status;
 pub mod validated;
 

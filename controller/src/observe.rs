@@ -11,6 +11,7 @@
 //! owner (or none) is foreign: the controller never adopts it silently.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use crds::contract;
 use crds::labels;
@@ -111,6 +112,82 @@ pub fn pod_ready(pod: &CachedPod) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// What the caches hold of one cluster, as the read step found it: its
+/// objects by name (a superset: observe filters it as it would the whole
+/// caches), the volumes of its claims, every Node and every ConfigMap.
+#[derive(Default)]
+pub struct Cached {
+    pub statefulsets: Vec<Arc<StatefulSet>>,
+    pub services: Vec<Arc<Service>>,
+    pub pods: Vec<Arc<CachedPod>>,
+    pub claims: Vec<Arc<PersistentVolumeClaim>>,
+    pub volumes: Vec<Arc<CachedVolume>>,
+    pub nodes: Vec<Arc<Node>>,
+    pub config_maps: Vec<Arc<ConfigMap>>,
+}
+
+/// The observed state in full, as decide reads it: the racks and members
+/// ([`observe`]), the racks' refused overrides ([`refused_overrides`]), the
+/// restarts overdue at `now_seconds` ([`overdue_restarts`]) and the racks
+/// whose StatefulSet differs from `desired`, the StatefulSets built from
+/// the spec by rack (none for a spec that did not validate: nothing is
+/// built from it).
+pub fn observe_cached(
+    cluster: &Cluster,
+    cached: &Cached,
+    desired: &BTreeMap<String, StatefulSet>,
+    now_seconds: i64,
+    restart_bound_seconds: i64,
+) -> Observed {
+    let storage = Storage {
+        claims: cached.claims.iter().map(|c| c.as_ref()).collect(),
+        volumes: cached.volumes.iter().map(|v| v.as_ref()).collect(),
+        nodes: Some(cached.nodes.iter().map(|n| n.as_ref()).collect()),
+    };
+    let mut observed = observe(
+        cluster,
+        cached.statefulsets.iter().map(|s| s.as_ref()),
+        cached.services.iter().map(|s| s.as_ref()),
+        cached.pods.iter().map(|p| p.as_ref()),
+        &storage,
+    );
+    observed.refused_overrides =
+        refused_overrides(cluster, cached.config_maps.iter().map(|c| c.as_ref()));
+    overdue_restarts(&mut observed, now_seconds, restart_bound_seconds);
+    outdated_statefulsets(
+        &mut observed,
+        cluster,
+        cached.statefulsets.iter().map(|s| s.as_ref()),
+        desired,
+    );
+    observed
+}
+
+/// Marks the racks whose StatefulSet (the Cluster's) carries another
+/// applied hash than the one built from the spec (`desired`, by rack): the
+/// plan applies them.
+pub fn outdated_statefulsets<'a>(
+    observed: &mut Observed,
+    cluster: &Cluster,
+    statefulsets: impl IntoIterator<Item = &'a StatefulSet> + Clone,
+    desired: &BTreeMap<String, StatefulSet>,
+) {
+    for (rack, desired) in desired {
+        let outdated = statefulsets
+            .clone()
+            .into_iter()
+            .find(|s| s.metadata.name == desired.metadata.name)
+            .is_some_and(|cached| {
+                owned_by(&cached.metadata, cluster)
+                    && crate::resources::applied_hash(cached)
+                        != crate::resources::applied_hash(desired)
+            });
+        if let Some(observed_rack) = observed.racks.get_mut(rack) {
+            observed_rack.statefulset_outdated = outdated;
+        }
+    }
 }
 
 /// The observed state of a cluster, from the objects of its namespace.
@@ -637,7 +714,7 @@ spec:
         });
         sts.metadata.generation = Some(2);
         let mut stripped = sts.clone();
-        crate::reconcile::strip_statefulset(&mut stripped);
+        crate::run::strip_statefulset(&mut stripped);
         let size = |s: &StatefulSet| serde_json::to_vec(s).unwrap().len();
         assert!(
             size(&stripped) * 3 < size(&sts),
@@ -660,7 +737,7 @@ spec:
 
     #[test]
     fn members_stripped_for_the_caches_are_observed_as_in_full() {
-        use crate::reconcile::{strip_claim, strip_pod, strip_service, strip_volume};
+        use crate::run::{strip_claim, strip_pod, strip_service, strip_volume};
         let mut cluster = cluster();
         let rack_a = &mut cluster.spec.datacenter.racks[0];
         rack_a.storage.volume_claim_templates = vec![
@@ -1131,5 +1208,32 @@ spec:
         // the decision judges): the bound counts on
         assert!(!overdue(observed(Some("new"), Some(t), true), t + 60));
         assert!(overdue(observed(Some("new"), Some(t), true), t + 61));
+    }
+
+    #[test]
+    fn a_statefulset_of_ours_with_another_applied_hash_is_outdated() {
+        let cluster = cluster();
+        let valid = resources::ValidCluster::unchecked(&cluster);
+        let rack = &cluster.spec.datacenter.racks[0];
+        let ctx = BuildContext::default();
+        let desired: BTreeMap<String, StatefulSet> = [(
+            rack.name.clone(),
+            resources::applied_statefulset(&valid, rack, &ctx),
+        )]
+        .into();
+        let ours = resources::statefulset_for_rack(&valid, rack, 3, &ctx);
+        let mut changed = ours.clone();
+        changed
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(resources::APPLIED_HASH.into(), "another".into());
+        let mut foreign = changed.clone();
+        foreign.metadata.owner_references = None;
+        for (sts, outdated) in [(&ours, false), (&changed, true), (&foreign, false)] {
+            let mut observed = observe(&cluster, [sts], &[], &[], &Storage::default());
+            outdated_statefulsets(&mut observed, &cluster, [sts], &desired);
+            assert_eq!(observed.racks["a"].statefulset_outdated, outdated);
+        }
     }
 }

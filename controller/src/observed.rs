@@ -112,7 +112,9 @@ pub struct RackObserved {
     /// below `generation`): `update_revision` may not be the template's.
     pub status_stale: bool,
     /// Its StatefulSet differs from what the builders make of the spec
-    /// (its applied hash is another): set by the reconcile, which builds.
+    /// (its applied hash is another): set by
+    /// `observe::outdated_statefulsets` from what the builders make of the
+    /// spec.
     pub statefulset_outdated: bool,
 }
 

@@ -13,7 +13,8 @@ use crds::v1alpha1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use crate::decide::{Action, Observed, Refusal, RefusedOverrides, WaitReason};
+use crate::decide::{Action, Refusal, WaitReason};
+use crate::observed::{Observed, RefusedOverrides};
 
 /// What the reconcile concluded.
 #[derive(Debug, Clone, PartialEq)]

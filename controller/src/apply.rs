@@ -1,0 +1,359 @@
+//! Reads the caches; writes the supporting objects and StatefulSets that are missing or differ.
+//!
+//! The builders make every object in full from the validated Cluster, each
+//! with a hash of itself in an annotation; an object is written only when
+//! it is missing (created) or its cached hash differs (server-side apply
+//! with the operator's one field manager, forcing its fields). A
+//! StatefulSet's replicas are never applied: the one-member-at-a-time
+//! steps own them (`act`). An object of one of the Cluster's names that
+//! the Cluster does not own is never adopted nor changed.
+//!
+//! A name the caches do not hold (an object without the cluster's labels,
+//! or a cache behind) is read from the API server: a foreign object costs
+//! a read per reconcile, never a failed write. The supporting objects are
+//! applied before decide, in order, and the first one whose name a foreign
+//! object holds (or whose RBAC, the user's, lacks a grant) is a refusal:
+//! nothing more is written and decide does not run.
+
+use std::sync::Arc;
+
+use crds::contract;
+use crds::v1alpha1::Cluster;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::info;
+
+use crate::context::Context;
+use crate::decide::Refusal;
+use crate::error::Error;
+use crate::index::NameIndex;
+use crate::observe::owned_by;
+use crate::observed::ForeignObject;
+use crate::resources;
+use crate::validated::ValidCluster;
+
+/// The field manager of every write.
+pub const FIELD_MANAGER: &str = "cassandra-operator";
+
+/// The name of a rack's StatefulSet.
+pub(crate) fn statefulset_name(cluster: &Cluster, rack: &str) -> String {
+    crds::names::statefulset_name(&cluster.name_any(), &cluster.spec.datacenter.name, rack)
+}
+
+/// The name of a member's Pod and of its member Service.
+pub(crate) fn member_name(cluster: &Cluster, rack: &str, member: i32) -> String {
+    crds::names::member_name(&statefulset_name(cluster, rack), member)
+}
+
+/// Applies the cluster-wide objects (client Service, PDB, member RBAC):
+/// each is built in full and written only when the cache shows it missing
+/// (created) or different (its applied hash differs: server-side apply).
+/// Returns a refusal when one of their names is taken by an object the
+/// Cluster does not own.
+pub(crate) async fn apply_supporting_objects(
+    cluster: &ValidCluster<'_>,
+    namespace: &str,
+    ctx: &Context,
+) -> Result<Option<Refusal>, Error> {
+    let client = &ctx.client;
+    // In order, stopping at the first name held by someone else: a refused
+    // cluster gets nothing more written. `$unowned` judges an object of the
+    // name that the Cluster does not own (None: usable as it is).
+    macro_rules! apply_or_refuse {
+        ($store:expr, $desired:expr, $kind:literal) => {{
+            let desired = $desired;
+            let name = desired.name_any();
+            apply_or_refuse!($store, desired, $kind, |_| Some(foreign($kind, &name)))
+        }};
+        ($store:expr, $desired:expr, $kind:literal, $unowned:expr) => {
+            if let Some(refusal) = apply_object(
+                client, namespace, cluster, $store, $desired, $kind, $unowned,
+            )
+            .await?
+            {
+                return Ok(Some(refusal));
+            }
+        };
+    }
+    apply_or_refuse!(&ctx.services, resources::client_service(cluster), "Service");
+    // The members' RBAC may be the user's own (Rook's example brings it):
+    // used as it is when it gives members what they need.
+    apply_or_refuse!(
+        &ctx.service_accounts,
+        resources::member_service_account(cluster),
+        "ServiceAccount",
+        // a ServiceAccount grants nothing by itself
+        |_: &ServiceAccount| None
+    );
+    let role = resources::member_role(cluster);
+    apply_or_refuse!(&ctx.roles, role.clone(), "Role", |provided: &Role| {
+        let missing = resources::missing_grants(provided, &role);
+        (!missing.is_empty()).then(|| Refusal::MemberRbacInsufficient {
+            kind: "Role".to_string(),
+            name: provided.name_any(),
+            missing: missing.join(", "),
+        })
+    });
+    let binding = resources::member_role_binding(cluster);
+    let account = crds::names::member_service_account_name(&cluster.name_any());
+    apply_or_refuse!(
+        &ctx.role_bindings,
+        binding.clone(),
+        "RoleBinding",
+        |provided: &RoleBinding| {
+            (!resources::binds_the_same(provided, &binding)).then(|| {
+                Refusal::MemberRbacInsufficient {
+                    kind: "RoleBinding".to_string(),
+                    name: provided.name_any(),
+                    missing: format!(
+                        "a binding of Role {} to ServiceAccount {account}",
+                        binding.role_ref.name
+                    ),
+                }
+            })
+        }
+    );
+    apply_or_refuse!(
+        &ctx.pdbs,
+        resources::pod_disruption_budget(cluster),
+        "PodDisruptionBudget"
+    );
+    // The member Services that exist: kept as built (an operator upgrade
+    // that changes their ports or labels reaches running members). Never
+    // created here: a member Service is created as the first step of a
+    // scale-up, and deleted only after its member left the ring.
+    for rack in &cluster.spec.datacenter.racks {
+        let statefulset = statefulset_name(cluster, &rack.name);
+        for ordinal in cached_member_ordinals(&ctx.names.services, namespace, &statefulset) {
+            let desired =
+                resources::member_service(cluster, rack, ordinal, contract::is_seed(ordinal));
+            // One that is not ours is the scale-up's to refuse.
+            apply_object(
+                client,
+                namespace,
+                cluster,
+                &ctx.services,
+                desired,
+                "Service",
+                |_: &Service| None,
+            )
+            .await?;
+        }
+    }
+    Ok(None)
+}
+
+/// The ordinals of the member Services of a StatefulSet the cache holds
+/// (`<statefulset>-<ordinal>`).
+fn cached_member_ordinals(services: &NameIndex, namespace: &str, statefulset: &str) -> Vec<i32> {
+    let mut ordinals: Vec<i32> = services
+        .with_prefix(namespace, &format!("{statefulset}-"))
+        .iter()
+        .filter_map(|name| crds::names::member_ordinal(statefulset, name))
+        .collect();
+    ordinals.sort_unstable();
+    ordinals
+}
+
+/// A namespaced kind the controller creates.
+pub(crate) trait NamespacedObject:
+    Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + DeserializeOwned
+    + Serialize
+    + std::fmt::Debug
+{
+}
+
+impl<K> NamespacedObject for K where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + std::fmt::Debug
+{
+}
+
+/// The object of `name` as the cache holds it or, when the cache does not
+/// (an object without the cluster's labels, or a cache behind), as the API
+/// server does: a foreign object costs a read per reconcile, never a
+/// failed write.
+async fn existing<K>(
+    client: &Client,
+    namespace: &str,
+    store: &Store<K>,
+    name: &str,
+    kind: &'static str,
+) -> Result<Option<Arc<K>>, Error>
+where
+    K: NamespacedObject,
+{
+    let reference = ObjectRef::<K>::new(name).within(namespace);
+    match store.get(&reference) {
+        Some(cached) => Ok(Some(cached)),
+        None => Ok(Api::<K>::namespaced(client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map_err(|source| Error::GetObject {
+                kind,
+                name: name.to_string(),
+                source,
+            })?
+            .map(Arc::new)),
+    }
+}
+
+/// Writes `desired` when what exists differs: creates it when missing,
+/// applies it (server-side apply, forcing the operator's fields) when the
+/// Cluster owns it and its applied hash differs, and leaves it alone
+/// otherwise. An object of its name that the Cluster does not own is never
+/// adopted nor changed: `unowned` says whether it is in the way (a
+/// refusal) or usable as it is (the members' RBAC a user made, as Rook's
+/// example does).
+async fn apply_object<K>(
+    client: &Client,
+    namespace: &str,
+    cluster: &Cluster,
+    store: &Store<K>,
+    desired: K,
+    kind: &'static str,
+    unowned: impl Fn(&K) -> Option<Refusal>,
+) -> Result<Option<Refusal>, Error>
+where
+    K: NamespacedObject,
+{
+    let desired = resources::hashed(desired);
+    let name = desired.name_any();
+    match existing(client, namespace, store, &name, kind).await? {
+        Some(existing) if owned_by(existing.meta(), cluster) => {
+            if resources::applied_hash(existing.as_ref()) != resources::applied_hash(&desired) {
+                let api: Api<K> = Api::namespaced(client.clone(), namespace);
+                api.patch(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&desired),
+                )
+                .await
+                .map_err(|source| Error::ApplyObject {
+                    kind,
+                    name: name.clone(),
+                    source,
+                })?;
+                info!(cluster = %cluster.name_any(), kind, name = %name, "applied");
+            }
+            Ok(None)
+        }
+        Some(existing) => Ok(unowned(&existing)),
+        None => {
+            create(client, namespace, cluster, desired, kind).await?;
+            Ok(None)
+        }
+    }
+}
+
+/// Creates `desired` unless an object of its name exists: a foreign one
+/// is refused, one of ours is left as it is.
+pub(crate) async fn create_unless_present<K>(
+    client: &Client,
+    namespace: &str,
+    cluster: &Cluster,
+    store: &Store<K>,
+    desired: K,
+    kind: &'static str,
+) -> Result<Result<bool, Refusal>, Error>
+where
+    K: NamespacedObject,
+{
+    let name = desired.name_any();
+    match existing(client, namespace, store, &name, kind).await? {
+        Some(existing) if owned_by(existing.meta(), cluster) => Ok(Ok(false)),
+        Some(_) => Ok(Err(foreign(kind, &name))),
+        None => Ok(Ok(create(client, namespace, cluster, desired, kind).await?)),
+    }
+}
+
+fn foreign(kind: &str, name: &str) -> Refusal {
+    Refusal::ForeignObject(ForeignObject {
+        kind: kind.to_string(),
+        name: name.to_string(),
+    })
+}
+
+/// Creates an object as built. False when the name was taken meanwhile
+/// (409): the next reconcile reads who holds it.
+async fn create<K>(
+    client: &Client,
+    namespace: &str,
+    cluster: &Cluster,
+    desired: K,
+    kind: &'static str,
+) -> Result<bool, Error>
+where
+    K: NamespacedObject,
+{
+    let name = desired.name_any();
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PostParams::default()
+    };
+    match api.create(&params, &desired).await {
+        Ok(_) => {
+            info!(cluster = %cluster.name_any(), kind, name = %name, "created");
+            Ok(true)
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            info!(cluster = %cluster.name_any(), kind, name = %name, "the name was taken meanwhile; looking again");
+            Ok(false)
+        }
+        Err(source) => Err(Error::CreateObject { kind, name, source }),
+    }
+}
+
+/// Writes a rack's StatefulSet with server-side apply, forcing the
+/// operator's ownership of every field it sets (replicas are not among
+/// them).
+pub(crate) async fn apply_statefulset(
+    ctx: &Context,
+    namespace: &str,
+    sts: &StatefulSet,
+) -> Result<(), Error> {
+    let name = sts.name_any();
+    let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
+    // A StatefulSet made with the default strategy (RollingUpdate, as this
+    // operator's earlier versions made them) holds `rollingUpdate`, which
+    // the API server defaulted and no apply owns: applying `OnDelete`
+    // leaves it, and the API server refuses the pair. A merge patch
+    // switches the strategy and removes it first.
+    let reference = ObjectRef::<StatefulSet>::new(&name).within(namespace);
+    let rolling = ctx.statefulsets.get(&reference).is_some_and(|cached| {
+        cached
+            .spec
+            .as_ref()
+            .and_then(|s| s.update_strategy.as_ref())
+            .is_some_and(|u| u.rolling_update.is_some())
+    });
+    if rolling {
+        let patch = serde_json::json!({"spec": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": null}}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| Error::ApplyStatefulSet {
+                name: name.clone(),
+                source,
+            })?;
+    }
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(sts),
+    )
+    .await
+    .map_err(|source| Error::ApplyStatefulSet { name, source })?;
+    Ok(())
+}

@@ -1,0 +1,433 @@
+//! Runs the controller (I/O): watches Clusters and their objects into caches; reconciles on change.
+//!
+//! Each kind is watched once: the same stream fills the cache a reconcile
+//! reads and triggers the reconciles (owned objects by owner reference;
+//! Pods, claims, volumes, Nodes and ConfigMaps through mappers that find
+//! the clusters they concern). Each cache keeps only what observe and
+//! apply read of an object (the strip functions): at a thousand clusters
+//! the rest was most of the controller's memory.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crds::v1alpha1::Cluster;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::runtime::controller::Action as Requeue;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use tracing::{info, warn};
+
+use crate::ControllerArgs;
+use crate::apply::FIELD_MANAGER;
+use crate::cached::{CachedPod, CachedVolume};
+use crate::context::{CacheNames, Context};
+use crate::error::Error;
+use crate::index::NameIndex;
+use crate::metrics::{ErrorLabels, Metrics};
+use crate::observe::{claim_of_volume, references_config_map, volume_pinned_to};
+use crate::reconcile::reconcile;
+use crate::resources::BuildContext;
+
+/// Runs the controller until SIGTERM or SIGINT.
+pub async fn run(args: ControllerArgs) -> Result<(), Error> {
+    let client = Client::try_default().await.map_err(Error::Connect)?;
+    let metrics = Arc::new(Metrics::new());
+    let ready = Arc::new(AtomicBool::new(false));
+    tokio::spawn(crate::metrics::serve(
+        args.metrics_addr,
+        metrics.clone(),
+        ready.clone(),
+    ));
+
+    fn api<K>(client: &Client, namespace: &Option<String>) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        match namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+    // Everything the controller creates carries `app: rook-cassandra`: the
+    // caches hold only those objects, not every Pod and Service of the cluster.
+    let owned = watcher::Config::default().labels(&format!(
+        "{}={}",
+        crds::labels::APP,
+        crds::labels::APP_NAME
+    ));
+
+    macro_rules! cache {
+        ($kind:ty) => {
+            cache!($kind, strip_metadata::<$kind>, NameIndex::default())
+        };
+        ($kind:ty, $strip:expr, $names:expr) => {{
+            let (reader, writer) = reflector::store::<$kind>();
+            let names = $names;
+            let stream = watcher(api::<$kind>(&client, &args.namespace), owned.clone())
+                .default_backoff()
+                .modify($strip)
+                .map_ok(move |event| {
+                    names.apply(&event);
+                    event
+                })
+                .reflect(writer)
+                .touched_objects();
+            (reader, stream)
+        }};
+    }
+    // The kinds a reconcile reads one cluster's objects of, by name.
+    let names = CacheNames::default();
+    let (statefulsets, sts_stream) =
+        cache!(StatefulSet, strip_statefulset, names.statefulsets.clone());
+    let (services, svc_stream) = cache!(Service, strip_service, names.services.clone());
+    let (pods, pod_stream) = cache!(CachedPod, strip_pod, names.pods.clone());
+    let (pdbs, pdb_stream) = cache!(PodDisruptionBudget);
+    let (service_accounts, sa_stream) = cache!(ServiceAccount);
+    let (roles, role_stream) = cache!(Role);
+    let (role_bindings, rb_stream) = cache!(RoleBinding);
+    // The StatefulSet controller gives claims the selector's labels.
+    let (claims, claim_stream) = cache!(PersistentVolumeClaim, strip_claim, names.claims.clone());
+    // The racks' overrides ConfigMaps are the user's, without our label:
+    // every ConfigMap of the watched namespace(s), to refuse a key that
+    // would defeat the safety rules as soon as it is written.
+    let (config_maps, config_map_stream) = {
+        let (reader, writer) = reflector::store::<ConfigMap>();
+        let stream = watcher(
+            api::<ConfigMap>(&client, &args.namespace),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+        (reader, stream)
+    };
+    // Volumes and Nodes carry none of ours: a lost local disk is a volume
+    // whose Node is gone (DESIGN.md section 5).
+    macro_rules! cluster_cache {
+        ($kind:ty, $strip:expr) => {{
+            let (reader, writer) = reflector::store::<$kind>();
+            let stream = watcher(
+                Api::<$kind>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .default_backoff()
+            .modify($strip)
+            .reflect(writer)
+            .touched_objects();
+            (reader, stream)
+        }};
+    }
+    let (volumes, volume_stream) = cluster_cache!(CachedVolume, strip_volume);
+    let (nodes, node_stream) = cluster_cache!(Node, strip_node);
+
+    let ctx = Arc::new(Context {
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.to_string(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        ),
+        client: client.clone(),
+        statefulsets: statefulsets.clone(),
+        services: services.clone(),
+        pods: pods.clone(),
+        pdbs: pdbs.clone(),
+        service_accounts: service_accounts.clone(),
+        roles: roles.clone(),
+        role_bindings: role_bindings.clone(),
+        claims: claims.clone(),
+        volumes: volumes.clone(),
+        nodes: nodes.clone(),
+        config_maps: config_maps.clone(),
+        names,
+        metrics,
+        build: BuildContext {
+            operator_image: args.operator_image.clone(),
+            ..BuildContext::default()
+        },
+        restart_timeout_seconds: i64::try_from(args.member_restart_timeout_seconds)
+            .unwrap_or(i64::MAX),
+        synced: ready.clone(),
+    });
+
+    let clusters: Api<Cluster> = api(&client, &args.namespace);
+    let (clusters_reader, clusters_writer) = reflector::store::<Cluster>();
+    let cluster_stream = watcher(clusters, watcher::Config::default())
+        .default_backoff()
+        .modify(strip_metadata::<Cluster>)
+        .reflect(clusters_writer)
+        .applied_objects();
+    let controller = Controller::for_stream(cluster_stream, clusters_reader).with_config(
+        kube::runtime::controller::Config::default().concurrency(args.concurrent_reconciles),
+    );
+    let caches_ready = {
+        let clusters_store = controller.store();
+        let (sts, svc, pod, pdb, sa, role, rb) = (
+            statefulsets,
+            services,
+            pods,
+            pdbs,
+            service_accounts,
+            roles,
+            role_bindings,
+        );
+        let (pvc, pv, node, cm) = (claims, volumes, nodes, config_maps);
+        async move {
+            // Every cache must hold a first full list before the reconciles'
+            // reads mean anything.
+            synced(&clusters_store).await;
+            tracing::debug!("clusters cache synced");
+            synced(&sts).await;
+            tracing::debug!("statefulsets cache synced");
+            synced(&svc).await;
+            tracing::debug!("services cache synced");
+            synced(&pod).await;
+            tracing::debug!("pods cache synced");
+            synced(&pdb).await;
+            tracing::debug!("pdbs cache synced");
+            synced(&sa).await;
+            tracing::debug!("service accounts cache synced");
+            synced(&role).await;
+            tracing::debug!("roles cache synced");
+            synced(&rb).await;
+            tracing::debug!("role bindings cache synced");
+            synced(&pvc).await;
+            synced(&pv).await;
+            synced(&node).await;
+            tracing::debug!("claims, volumes and nodes caches synced");
+            synced(&cm).await;
+            tracing::debug!("config maps cache synced");
+        }
+    };
+    tokio::spawn(async move {
+        caches_ready.await;
+        ready.store(true, Ordering::Relaxed);
+        info!("caches synced");
+    });
+
+    let pod_to_cluster = |pod: CachedPod| {
+        let namespace = pod.namespace();
+        pod.labels().get(crds::labels::CLUSTER).map(|name| {
+            ObjectRef::<Cluster>::new(name).within(namespace.as_deref().unwrap_or_default())
+        })
+    };
+    // A claim, a volume or a Node changes what a member's disk is, and only
+    // that member's: a claim concerns its cluster; a volume, the cluster of
+    // the claim it is bound to; a Node, the clusters of the volumes pinned
+    // to it (a lost local disk is a volume whose Node is gone). Not every
+    // Cluster: with a thousand of them, each volume's binding and each
+    // Node's update would reconcile them all.
+    fn cluster_of_claim(claim: &PersistentVolumeClaim) -> Option<ObjectRef<Cluster>> {
+        let namespace = claim.namespace();
+        claim.labels().get(crds::labels::CLUSTER).map(|name| {
+            ObjectRef::<Cluster>::new(name).within(namespace.as_deref().unwrap_or_default())
+        })
+    }
+    fn cluster_of_volume(
+        pv: &CachedVolume,
+        claims: &Store<PersistentVolumeClaim>,
+    ) -> Option<ObjectRef<Cluster>> {
+        let (namespace, name) = claim_of_volume(pv)?;
+        cluster_of_claim(
+            claims
+                .get(&ObjectRef::new(&name).within(&namespace))?
+                .as_ref(),
+        )
+    }
+    let claim_to_cluster = |claim: PersistentVolumeClaim| cluster_of_claim(&claim);
+    let volume_to_cluster = {
+        let claims = ctx.claims.clone();
+        move |pv: CachedVolume| cluster_of_volume(&pv, &claims)
+    };
+    let node_to_clusters = {
+        let (claims, volumes) = (ctx.claims.clone(), ctx.volumes.clone());
+        move |node: Node| {
+            volumes
+                .state()
+                .iter()
+                .filter(|pv| volume_pinned_to(pv, &node))
+                .filter_map(|pv| cluster_of_volume(pv, &claims))
+                .collect::<std::collections::HashSet<_>>()
+        }
+    };
+    // A ConfigMap change concerns the Clusters that name it as overrides.
+    let clusters_of_config_map = {
+        let clusters = controller.store();
+        move |config_map: ConfigMap| {
+            clusters
+                .state()
+                .iter()
+                .filter(|c| references_config_map(c, &config_map))
+                .map(|c| ObjectRef::from_obj(c.as_ref()))
+                .collect::<Vec<_>>()
+        }
+    };
+    info!(
+        namespace = args.namespace.as_deref().unwrap_or("*"),
+        "controller starting"
+    );
+    controller
+        .owns_stream(sts_stream)
+        .owns_stream(svc_stream)
+        .owns_stream(pdb_stream)
+        .owns_stream(sa_stream)
+        .owns_stream(role_stream)
+        .owns_stream(rb_stream)
+        .watches_stream(pod_stream, pod_to_cluster)
+        .watches_stream(claim_stream, claim_to_cluster)
+        .watches_stream(volume_stream, volume_to_cluster)
+        .watches_stream(node_stream, node_to_clusters)
+        .watches_stream(config_map_stream, clusters_of_config_map)
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((cluster, _)) => tracing::debug!(cluster = %cluster.name, "reconciled"),
+                Err(e) => warn!(error = %e, "reconcile failed"),
+            }
+        })
+        .await;
+    info!("controller stopped");
+    Ok(())
+}
+
+/// What every cache keeps of an object: all but `managedFields`, which
+/// the controller never reads and which is often the largest part of an
+/// object (one entry per field manager, each listing its fields).
+fn strip_metadata<K: Resource>(object: &mut K) {
+    object.managed_fields_mut().clear();
+}
+
+/// What the Pod cache keeps beyond its type ([`CachedPod`]): not the
+/// annotations nor the owner references, which observe never reads.
+pub(crate) fn strip_pod(pod: &mut CachedPod) {
+    strip_metadata(pod);
+    pod.metadata.annotations = None;
+    pod.metadata.owner_references = None;
+}
+
+/// What the Service cache keeps: the metadata (the sidecar's records are
+/// its labels and annotations; the apply reads the applied hash and the
+/// owner) and the cluster IP, a member's address. The ports and selector
+/// are the applied hash's to compare, not the cache's.
+pub(crate) fn strip_service(service: &mut Service) {
+    strip_metadata(service);
+    if let Some(spec) = service.spec.as_mut() {
+        *spec = k8s_openapi::api::core::v1::ServiceSpec {
+            cluster_ip: spec.cluster_ip.take(),
+            ..Default::default()
+        };
+    }
+    service.status = None;
+}
+
+/// What the claim cache keeps: the name and labels (whose cluster and
+/// member it is) and the volume it is bound to.
+pub(crate) fn strip_claim(claim: &mut PersistentVolumeClaim) {
+    strip_metadata(claim);
+    claim.metadata.annotations = None;
+    claim.metadata.finalizers = None;
+    if let Some(spec) = claim.spec.as_mut() {
+        *spec = k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
+            volume_name: spec.volume_name.take(),
+            ..Default::default()
+        };
+    }
+    claim.status = None;
+}
+
+/// What the volume cache keeps beyond its type ([`CachedVolume`]): not the
+/// labels, annotations nor finalizers.
+pub(crate) fn strip_volume(volume: &mut CachedVolume) {
+    strip_metadata(volume);
+    volume.metadata.labels = None;
+    volume.metadata.annotations = None;
+    volume.metadata.finalizers = None;
+}
+
+/// What the StatefulSet cache keeps: what observe and the apply read
+/// (metadata with the applied hash, replicas, claim templates, update
+/// strategy, the containers' names and images, the status). The Pod
+/// template's volumes, environment and probes are most of a StatefulSet,
+/// and a thousand of them were most of the controller's memory.
+pub(crate) fn strip_statefulset(sts: &mut StatefulSet) {
+    strip_metadata(sts);
+    if let Some(spec) = sts.spec.as_mut() {
+        let containers = spec
+            .template
+            .spec
+            .take()
+            .map(|pod| names_and_images(pod.containers))
+            .unwrap_or_default();
+        spec.template = k8s_openapi::api::core::v1::PodTemplateSpec {
+            metadata: None,
+            spec: Some(k8s_openapi::api::core::v1::PodSpec {
+                containers,
+                ..Default::default()
+            }),
+        };
+    }
+}
+
+/// Containers as the caches keep them: name and image (observe finds the
+/// database's version by the container's name).
+fn names_and_images(
+    containers: Vec<k8s_openapi::api::core::v1::Container>,
+) -> Vec<k8s_openapi::api::core::v1::Container> {
+    containers
+        .into_iter()
+        .map(|c| k8s_openapi::api::core::v1::Container {
+            name: c.name,
+            image: c.image,
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// What the Node cache keeps: the name and labels (a volume's Node is
+/// matched by name or hostname label); a Node's status (images,
+/// addresses, capacity) is never read.
+fn strip_node(node: &mut Node) {
+    strip_metadata(node);
+    node.metadata.annotations = None;
+    node.spec = None;
+    node.status = None;
+}
+
+/// Waits until a cache holds its first full list. `wait_until_ready` is
+/// polled again and again: kube-runtime's readiness signal keeps only the
+/// last waiter's waker, and the Controller waits on the same store.
+async fn synced<K>(store: &Store<K>)
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    loop {
+        if let Ok(result) =
+            tokio::time::timeout(Duration::from_millis(200), store.wait_until_ready()).await
+        {
+            if result.is_err() {
+                warn!("a cache's writer was dropped");
+            }
+            return;
+        }
+    }
+}
+
+fn error_policy(_cluster: Arc<Cluster>, error: &Error, ctx: Arc<Context>) -> Requeue {
+    ctx.metrics
+        .errors
+        .get_or_create(&ErrorLabels {
+            kind: error.kind().to_string(),
+        })
+        .inc();
+    Requeue::requeue(Duration::from_secs(5))
+}
