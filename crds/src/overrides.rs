@@ -4,7 +4,14 @@
 //! that skips its bootstrap, ports the member Services do not expose, data
 //! off the persistent volume). One list for both sides: the sidecar refuses
 //! to render a configuration that sets one (the member does not start), and
-//! the controller reports it as a condition and a Warning Event. Pure.
+//! the controller reports it as a condition and a Warning Event.
+//!
+//! And the settings Cassandra 4.1 renamed ([`RENAMED_SETTINGS`]): 4.1 and
+//! 5.0 still read the old names but refuse a file that holds the old and
+//! the new name of one setting, which a fragment written for 3.11 merged
+//! onto a 4.1 default file would make. The sidecar keeps the fragment's
+//! name and drops the default file's other one (Cassandra reads either
+//! alone), and refuses a fragment that sets both. Pure.
 
 use std::collections::BTreeMap;
 
@@ -201,6 +208,203 @@ pub fn refused_in_config_map(
         .unwrap_or_default()
 }
 
+/// One setting of cassandra.yaml that Cassandra renamed (CASSANDRA-15234 in
+/// 4.1: `read_request_timeout_in_ms: 10000` became
+/// `read_request_timeout: 10000ms`), as an `@Replaces(oldName, converter,
+/// deprecated)` annotation on the field of the new name in
+/// `org.apache.cassandra.config.Config` records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RenamedSetting {
+    /// The mapping the names sit in: `None` for the top level of the file,
+    /// `Some("server_encryption_options")` for a key inside that one.
+    pub section: Option<&'static str>,
+    /// The name before the rename (3.11's, 4.0's).
+    pub old: &'static str,
+    /// The release's name.
+    pub new: &'static str,
+    /// The `Converters` constant Cassandra reads an old value with (its
+    /// unit: `MILLIS_DURATION_LONG` reads `10000` as `10000ms`,
+    /// `KIBIBYTES_DATASTORAGE` `64` as `64KiB`, `MEBIBYTES_DATA_STORAGE_INT`
+    /// `100` as `100MiB`, `IDENTITY` takes the value as it is).
+    pub converter: &'static str,
+    /// The releases whose `Config` carries the pair.
+    pub releases: &'static [&'static str],
+}
+
+const fn renamed(
+    old: &'static str,
+    new: &'static str,
+    converter: &'static str,
+    releases: &'static [&'static str],
+) -> RenamedSetting {
+    RenamedSetting {
+        section: None,
+        old,
+        new,
+        converter,
+        releases,
+    }
+}
+
+/// Every old → new pair of Cassandra 4.1 and 5.0, read from the
+/// `@Replaces` annotations of `Config` (and of
+/// `EncryptionOptions.ServerEncryptionOptions`, the one nested class that
+/// has any) in the released jars `org.apache.cassandra:cassandra-all:4.1.8`
+/// and `5.0.3` from Maven Central, in the order of `Config`'s fields.
+/// Left out: the three that keep their name and only gain a unit
+/// (`key_cache_save_period`, `row_cache_save_period`,
+/// `counter_cache_save_period`: Cassandra's `isValueFormatReplacement`, not
+/// a second name). Both releases refuse to start on a file that holds the
+/// old and the new name of one pair at the same level
+/// (`YamlConfigurationLoader.verifyReplacements`: "Config contains both old
+/// and new keys for the same configuration parameters, migrate old -> new:
+/// [read_request_timeout_in_ms -> read_request_timeout]"), and both read an
+/// old name alone, through its converter, with a deprecation warning
+/// (`deprecated = true` only logs).
+#[rustfmt::skip]
+pub const RENAMED_SETTINGS: &[RenamedSetting] = &[
+    // old name, new name, Cassandra's converter, releases
+    renamed("permissions_validity_in_ms", "permissions_validity", "MILLIS_DURATION_INT", &["4.1", "5.0"]),
+    renamed("permissions_update_interval_in_ms", "permissions_update_interval", "MILLIS_CUSTOM_DURATION", &["4.1", "5.0"]),
+    renamed("roles_validity_in_ms", "roles_validity", "MILLIS_DURATION_INT", &["4.1", "5.0"]),
+    renamed("roles_update_interval_in_ms", "roles_update_interval", "MILLIS_CUSTOM_DURATION", &["4.1", "5.0"]),
+    renamed("credentials_validity_in_ms", "credentials_validity", "MILLIS_DURATION_INT", &["4.1", "5.0"]),
+    renamed("credentials_update_interval_in_ms", "credentials_update_interval", "MILLIS_CUSTOM_DURATION", &["4.1", "5.0"]),
+    renamed("max_hint_window_in_ms", "max_hint_window", "MILLIS_DURATION_INT", &["4.1", "5.0"]),
+    renamed("native_transport_idle_timeout_in_ms", "native_transport_idle_timeout", "MILLIS_DURATION_LONG", &["4.1", "5.0"]),
+    renamed("request_timeout_in_ms", "request_timeout", "MILLIS_DURATION_LONG", &["4.1", "5.0"]),
+    renamed("read_request_timeout_in_ms", "read_request_timeout", "MILLIS_DURATION_LONG", &["4.1", "5.0"]),
+    renamed("range_request_timeout_in_ms", "range_request_timeout", "MILLIS_DURATION_LONG", &["4.1", "5.0"]),
+    renamed("write_request_timeout_in_ms", "write_request_timeout", "MILLIS_DURATION_LONG", &["4.1", "5.0"]),
+    renamed("counter_write_request_timeout_in_ms", "counter_write_request_timeout", "MILLIS_DURATION_LONG", &["4.1", "5.0"]),
+    renamed("cas_contention_timeout_in_ms", "cas_contention_timeout", "MILLIS_DURATION_LONG", &["4.1", "5.0"]),
+    renamed("truncate_request_timeout_in_ms", "truncate_request_timeout", "MILLIS_DURATION_LONG", &["4.1", "5.0"]),
+    renamed("repair_request_timeout_in_ms", "repair_request_timeout", "MILLIS_DURATION_LONG", &["4.1", "5.0"]),
+    renamed("streaming_keep_alive_period_in_secs", "streaming_keep_alive_period", "SECONDS_DURATION", &["4.1", "5.0"]),
+    renamed("cross_node_timeout", "internode_timeout", "IDENTITY", &["4.1", "5.0"]),
+    renamed("slow_query_log_timeout_in_ms", "slow_query_log_timeout", "MILLIS_DURATION_LONG", &["4.1", "5.0"]),
+    renamed("memtable_heap_space_in_mb", "memtable_heap_space", "MEBIBYTES_DATA_STORAGE_INT", &["4.1", "5.0"]),
+    renamed("memtable_offheap_space_in_mb", "memtable_offheap_space", "MEBIBYTES_DATA_STORAGE_INT", &["4.1", "5.0"]),
+    renamed("repair_session_space_in_mb", "repair_session_space", "MEBIBYTES_DATA_STORAGE_INT", &["4.1", "5.0"]),
+    renamed("internode_max_message_size_in_bytes", "internode_max_message_size", "BYTES_DATASTORAGE", &["4.1", "5.0"]),
+    renamed("internode_socket_send_buffer_size_in_bytes", "internode_socket_send_buffer_size", "BYTES_DATASTORAGE", &["4.1", "5.0"]),
+    renamed("internode_send_buff_size_in_bytes", "internode_socket_send_buffer_size", "BYTES_DATASTORAGE", &["4.1", "5.0"]),
+    renamed("internode_socket_receive_buffer_size_in_bytes", "internode_socket_receive_buffer_size", "BYTES_DATASTORAGE", &["4.1", "5.0"]),
+    renamed("internode_recv_buff_size_in_bytes", "internode_socket_receive_buffer_size", "BYTES_DATASTORAGE", &["4.1", "5.0"]),
+    renamed("internode_application_send_queue_capacity_in_bytes", "internode_application_send_queue_capacity", "BYTES_DATASTORAGE", &["4.1", "5.0"]),
+    renamed("internode_application_send_queue_reserve_endpoint_capacity_in_bytes", "internode_application_send_queue_reserve_endpoint_capacity", "BYTES_DATASTORAGE", &["4.1", "5.0"]),
+    renamed("internode_application_send_queue_reserve_global_capacity_in_bytes", "internode_application_send_queue_reserve_global_capacity", "BYTES_DATASTORAGE", &["4.1", "5.0"]),
+    renamed("internode_application_receive_queue_capacity_in_bytes", "internode_application_receive_queue_capacity", "BYTES_DATASTORAGE", &["4.1", "5.0"]),
+    renamed("internode_application_receive_queue_reserve_endpoint_capacity_in_bytes", "internode_application_receive_queue_reserve_endpoint_capacity", "BYTES_DATASTORAGE", &["4.1", "5.0"]),
+    renamed("internode_application_receive_queue_reserve_global_capacity_in_bytes", "internode_application_receive_queue_reserve_global_capacity", "BYTES_DATASTORAGE", &["4.1", "5.0"]),
+    renamed("internode_tcp_connect_timeout_in_ms", "internode_tcp_connect_timeout", "MILLIS_DURATION_INT", &["4.1", "5.0"]),
+    renamed("internode_tcp_user_timeout_in_ms", "internode_tcp_user_timeout", "MILLIS_DURATION_INT", &["4.1", "5.0"]),
+    renamed("internode_streaming_tcp_user_timeout_in_ms", "internode_streaming_tcp_user_timeout", "MILLIS_DURATION_INT", &["4.1", "5.0"]),
+    renamed("native_transport_max_frame_size_in_mb", "native_transport_max_frame_size", "MEBIBYTES_DATA_STORAGE_INT", &["4.1", "5.0"]),
+    renamed("native_transport_max_concurrent_requests_in_bytes_per_ip", "native_transport_max_request_data_in_flight_per_ip", "BYTES_CUSTOM_DATASTORAGE", &["4.1", "5.0"]),
+    renamed("native_transport_max_concurrent_requests_in_bytes", "native_transport_max_request_data_in_flight", "BYTES_CUSTOM_DATASTORAGE", &["4.1", "5.0"]),
+    renamed("native_transport_receive_queue_capacity_in_bytes", "native_transport_receive_queue_capacity", "BYTES_DATASTORAGE", &["4.1", "5.0"]),
+    renamed("max_value_size_in_mb", "max_value_size", "MEBIBYTES_DATA_STORAGE_INT", &["4.1", "5.0"]),
+    renamed("column_index_size_in_kb", "column_index_size", "KIBIBYTES_DATASTORAGE", &["4.1", "5.0"]),
+    renamed("column_index_cache_size_in_kb", "column_index_cache_size", "KIBIBYTES_DATASTORAGE", &["4.1", "5.0"]),
+    renamed("batch_size_warn_threshold_in_kb", "batch_size_warn_threshold", "KIBIBYTES_DATASTORAGE", &["4.1", "5.0"]),
+    renamed("batch_size_fail_threshold_in_kb", "batch_size_fail_threshold", "KIBIBYTES_DATASTORAGE", &["4.1", "5.0"]),
+    renamed("compaction_throughput_mb_per_sec", "compaction_throughput", "MEBIBYTES_PER_SECOND_DATA_RATE", &["4.1", "5.0"]),
+    renamed("compaction_large_partition_warning_threshold_mb", "compaction_large_partition_warning_threshold", "MEBIBYTES_DATA_STORAGE_INT", &["4.1"]),
+    renamed("min_free_space_per_drive_in_mb", "min_free_space_per_drive", "MEBIBYTES_DATA_STORAGE_INT", &["4.1", "5.0"]),
+    renamed("stream_throughput_outbound_megabits_per_sec", "stream_throughput_outbound", "MEGABITS_TO_BYTES_PER_SECOND_DATA_RATE", &["4.1", "5.0"]),
+    renamed("inter_dc_stream_throughput_outbound_megabits_per_sec", "inter_dc_stream_throughput_outbound", "MEGABITS_TO_BYTES_PER_SECOND_DATA_RATE", &["4.1", "5.0"]),
+    renamed("commitlog_total_space_in_mb", "commitlog_total_space", "MEBIBYTES_DATA_STORAGE_INT", &["4.1", "5.0"]),
+    renamed("commitlog_sync_group_window_in_ms", "commitlog_sync_group_window", "MILLIS_DURATION_DOUBLE", &["4.1", "5.0"]),
+    renamed("commitlog_sync_period_in_ms", "commitlog_sync_period", "MILLIS_DURATION_INT", &["4.1", "5.0"]),
+    renamed("commitlog_segment_size_in_mb", "commitlog_segment_size", "MEBIBYTES_DATA_STORAGE_INT", &["4.1", "5.0"]),
+    renamed("periodic_commitlog_sync_lag_block_in_ms", "periodic_commitlog_sync_lag_block", "MILLIS_DURATION_INT", &["4.1", "5.0"]),
+    renamed("max_mutation_size_in_kb", "max_mutation_size", "KIBIBYTES_DATASTORAGE", &["4.1", "5.0"]),
+    renamed("cdc_total_space_in_mb", "cdc_total_space", "MEBIBYTES_DATA_STORAGE_INT", &["4.1", "5.0"]),
+    renamed("cdc_free_space_check_interval_ms", "cdc_free_space_check_interval", "MILLIS_DURATION_INT", &["4.1", "5.0"]),
+    renamed("dynamic_snitch_update_interval_in_ms", "dynamic_snitch_update_interval", "MILLIS_DURATION_INT", &["4.1", "5.0"]),
+    renamed("dynamic_snitch_reset_interval_in_ms", "dynamic_snitch_reset_interval", "MILLIS_DURATION_INT", &["4.1", "5.0"]),
+    renamed("hinted_handoff_throttle_in_kb", "hinted_handoff_throttle", "KIBIBYTES_DATASTORAGE", &["4.1", "5.0"]),
+    renamed("batchlog_replay_throttle_in_kb", "batchlog_replay_throttle", "KIBIBYTES_DATASTORAGE", &["4.1", "5.0"]),
+    renamed("hints_flush_period_in_ms", "hints_flush_period", "MILLIS_DURATION_INT", &["4.1", "5.0"]),
+    renamed("max_hints_file_size_in_mb", "max_hints_file_size", "MEBIBYTES_DATA_STORAGE_INT", &["4.1", "5.0"]),
+    renamed("trickle_fsync_interval_in_kb", "trickle_fsync_interval", "KIBIBYTES_DATASTORAGE", &["4.1", "5.0"]),
+    renamed("sstable_preemptive_open_interval_in_mb", "sstable_preemptive_open_interval", "NEGATIVE_MEBIBYTES_DATA_STORAGE_INT", &["4.1", "5.0"]),
+    renamed("key_cache_size_in_mb", "key_cache_size", "MEBIBYTES_DATA_STORAGE_LONG", &["4.1", "5.0"]),
+    renamed("row_cache_size_in_mb", "row_cache_size", "MEBIBYTES_DATA_STORAGE_LONG", &["4.1", "5.0"]),
+    renamed("counter_cache_size_in_mb", "counter_cache_size", "MEBIBYTES_DATA_STORAGE_LONG", &["4.1", "5.0"]),
+    renamed("cache_load_timeout_seconds", "cache_load_timeout", "NEGATIVE_SECONDS_DURATION", &["4.1", "5.0"]),
+    renamed("networking_cache_size_in_mb", "networking_cache_size", "MEBIBYTES_DATA_STORAGE_INT", &["4.1", "5.0"]),
+    renamed("file_cache_size_in_mb", "file_cache_size", "MEBIBYTES_DATA_STORAGE_INT", &["4.1", "5.0"]),
+    renamed("index_summary_capacity_in_mb", "index_summary_capacity", "MEBIBYTES_DATA_STORAGE_LONG", &["4.1", "5.0"]),
+    renamed("index_summary_resize_interval_in_minutes", "index_summary_resize_interval", "MINUTES_CUSTOM_DURATION", &["4.1", "5.0"]),
+    renamed("gc_log_threshold_in_ms", "gc_log_threshold", "MILLIS_DURATION_INT", &["4.1", "5.0"]),
+    renamed("gc_warn_threshold_in_ms", "gc_warn_threshold", "MILLIS_DURATION_INT", &["4.1", "5.0"]),
+    renamed("tracetype_query_ttl", "trace_type_query_ttl", "SECONDS_DURATION", &["4.1", "5.0"]),
+    renamed("tracetype_repair_ttl", "trace_type_repair_ttl", "SECONDS_DURATION", &["4.1", "5.0"]),
+    renamed("prepared_statements_cache_size_mb", "prepared_statements_cache_size", "MEBIBYTES_DATA_STORAGE_LONG", &["4.1", "5.0"]),
+    renamed("enable_user_defined_functions", "user_defined_functions_enabled", "IDENTITY", &["4.1", "5.0"]),
+    renamed("enable_scripted_user_defined_functions", "scripted_user_defined_functions_enabled", "IDENTITY", &["4.1", "5.0"]),
+    renamed("enable_materialized_views", "materialized_views_enabled", "IDENTITY", &["4.1", "5.0"]),
+    renamed("enable_transient_replication", "transient_replication_enabled", "IDENTITY", &["4.1", "5.0"]),
+    renamed("enable_sasi_indexes", "sasi_indexes_enabled", "IDENTITY", &["4.1", "5.0"]),
+    renamed("enable_drop_compact_storage", "drop_compact_storage_enabled", "IDENTITY", &["4.1", "5.0"]),
+    renamed("enable_user_defined_functions_threads", "user_defined_functions_threads_enabled", "IDENTITY", &["4.1", "5.0"]),
+    renamed("user_defined_function_warn_timeout", "user_defined_functions_warn_timeout", "MILLIS_DURATION_LONG", &["4.1", "5.0"]),
+    renamed("user_defined_function_fail_timeout", "user_defined_functions_fail_timeout", "MILLIS_DURATION_LONG", &["4.1", "5.0"]),
+    renamed("validation_preview_purge_head_start_in_sec", "validation_preview_purge_head_start", "NEGATIVE_SECONDS_DURATION", &["4.1", "5.0"]),
+    renamed("keyspace_count_warn_threshold", "keyspaces_warn_threshold", "KEYSPACE_COUNT_THRESHOLD_TO_GUARDRAIL", &["5.0"]),
+    renamed("table_count_warn_threshold", "tables_warn_threshold", "TABLE_COUNT_THRESHOLD_TO_GUARDRAIL", &["5.0"]),
+    renamed("compaction_large_partition_warning_threshold_mb", "partition_size_warn_threshold", "LONG_BYTES_DATASTORAGE_MEBIBYTES_INT", &["5.0"]),
+    renamed("compaction_large_partition_warning_threshold", "partition_size_warn_threshold", "LONG_BYTES_DATASTORAGE_MEBIBYTES_DATASTORAGE", &["5.0"]),
+    renamed("compaction_tombstone_warning_threshold", "partition_tombstones_warn_threshold", "INTEGER_PRIMITIVE_LONG", &["5.0"]),
+    RenamedSetting {
+        section: Some("server_encryption_options"),
+        old: "enable_legacy_ssl_storage_port",
+        new: "legacy_ssl_storage_port_enabled",
+        converter: "IDENTITY",
+        releases: &["4.1", "5.0"],
+    },
+];
+
+/// The names [`RENAMED_SETTINGS`] pairs with `key` in `section`: the other
+/// names of its setting that Cassandra refuses beside it.
+pub fn renamed_partners(section: Option<&str>, key: &str) -> Vec<&'static str> {
+    RENAMED_SETTINGS
+        .iter()
+        .filter(|r| r.section == section)
+        .filter_map(|r| {
+            if r.old == key {
+                Some(r.new)
+            } else if r.new == key {
+                Some(r.old)
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// The renamed settings a fragment sets under both names (at the top level,
+/// or both inside the pair's section), in the table's order: Cassandra 4.1
+/// and 5.0 refuse such a file whatever it is merged onto. A fragment that
+/// is not YAML, or not a mapping, sets none.
+pub fn renamed_twice_in(fragment: &str) -> Vec<&'static RenamedSetting> {
+    let Ok(Value::Mapping(map)) = serde_norway::from_str::<Value>(fragment) else {
+        return Vec::new();
+    };
+    RENAMED_SETTINGS
+        .iter()
+        .filter(|r| {
+            let level = match r.section {
+                None => Some(&map),
+                Some(section) => map.get(section).and_then(Value::as_mapping),
+            };
+            level.is_some_and(|m| m.contains_key(r.old) && m.contains_key(r.new))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -320,6 +524,170 @@ mod tests {
                 "{} appears in none of the default files",
                 r.key
             );
+        }
+    }
+
+    fn fixture(file: &str) -> String {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/fixtures")
+            .join(file);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// The top-level keys of a real default file.
+    fn default_keys(version: &str) -> Vec<String> {
+        match serde_norway::from_str::<Value>(&fixture(&format!(
+            "cassandra/{version}/cassandra.yaml"
+        )))
+        .unwrap()
+        {
+            Value::Mapping(m) => m.keys().map(|k| k.as_str().unwrap().to_string()).collect(),
+            other => panic!("{version}: not a mapping: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_renamed_pair_is_listed_once_and_names_two_keys() {
+        for (i, a) in RENAMED_SETTINGS.iter().enumerate() {
+            assert_ne!(a.old, a.new, "{a:?}");
+            assert!(!a.releases.is_empty(), "{a:?}");
+            assert!(
+                RENAMED_SETTINGS[i + 1..]
+                    .iter()
+                    .all(|b| (b.section, b.old, b.new) != (a.section, a.old, a.new)),
+                "{a:?} twice"
+            );
+        }
+        // The pairs the 3.11-style fragment of the sidecar's test relies on.
+        for (old, new) in [
+            ("read_request_timeout_in_ms", "read_request_timeout"),
+            ("column_index_cache_size_in_kb", "column_index_cache_size"),
+            ("key_cache_size_in_mb", "key_cache_size"),
+            ("compaction_throughput_mb_per_sec", "compaction_throughput"),
+        ] {
+            assert_eq!(renamed_partners(None, old), [new], "{old}");
+            assert_eq!(renamed_partners(None, new), [old], "{new}");
+        }
+        assert!(renamed_partners(None, "num_tokens").is_empty());
+        // A nested pair is not a top-level one.
+        assert!(renamed_partners(None, "enable_legacy_ssl_storage_port").is_empty());
+        assert_eq!(
+            renamed_partners(
+                Some("server_encryption_options"),
+                "enable_legacy_ssl_storage_port"
+            ),
+            ["legacy_ssl_storage_port_enabled"]
+        );
+    }
+
+    /// Every setting of the real 3.11 default file that the 4.1 or 5.0
+    /// file no longer holds under its name is in the table (or is one that
+    /// 4.x removed without a successor): a 3.11 fragment's name that is
+    /// missing here would end up beside its new name.
+    #[test]
+    fn every_setting_the_real_4_1_and_5_0_files_renamed_is_in_the_table() {
+        // Gone in 4.x without a new name (Thrift, the request scheduler),
+        // or kept under its name but no longer in the default file.
+        let without_successor = [
+            "back_pressure_enabled",
+            "back_pressure_strategy",
+            "request_scheduler",
+            "rpc_port",
+            "rpc_server_type",
+            "start_rpc",
+            "thrift_framed_transport_size_in_mb",
+            "thrift_prepared_statements_cache_size_mb",
+            "windows_timer_interval",
+        ];
+        let old = default_keys("3.11");
+        for version in ["4.1", "5.0"] {
+            let new = default_keys(version);
+            for key in old.iter().filter(|k| !new.contains(k)) {
+                if without_successor.contains(&key.as_str()) {
+                    continue;
+                }
+                let pairs: Vec<_> = RENAMED_SETTINGS
+                    .iter()
+                    .filter(|r| {
+                        r.section.is_none() && r.old == key && r.releases.contains(&version)
+                    })
+                    .collect();
+                assert!(
+                    !pairs.is_empty(),
+                    "{key} of 3.11 is not in the {version} file and has no new name in the table"
+                );
+            }
+        }
+    }
+
+    /// On the real default files: no file holds an old name (the sidecar's
+    /// rule keys on the fragment), none holds both names of a pair, and a
+    /// pair of one release only never makes the other release's file drop a
+    /// setting of its own: where that file holds one of its names, it does
+    /// not mention the other at all (the release does not know it).
+    #[test]
+    fn the_real_default_files_agree_with_the_table() {
+        for version in ["4.1", "5.0"] {
+            let keys = default_keys(version);
+            let text = fixture(&format!("cassandra/{version}/cassandra.yaml"));
+            let holds = |name: &str| keys.iter().any(|k| k == name);
+            let mut new_names_held = 0;
+            for r in RENAMED_SETTINGS.iter().filter(|r| r.section.is_none()) {
+                assert!(
+                    !(holds(r.old) && holds(r.new)),
+                    "{version} holds both {} and {}",
+                    r.old,
+                    r.new
+                );
+                if r.releases.contains(&version) {
+                    assert!(!holds(r.old), "{version} holds the old name {}", r.old);
+                    new_names_held += usize::from(holds(r.new));
+                } else {
+                    for (held, other) in [(r.old, r.new), (r.new, r.old)] {
+                        assert!(
+                            !holds(held) || !text.contains(other),
+                            "{version} holds {held} and knows {other}, a pair of {:?} only",
+                            r.releases
+                        );
+                    }
+                }
+            }
+            // The 4.1 and 5.0 files are written in the new names.
+            assert!(new_names_held >= 35, "{version}: {new_names_held}");
+        }
+    }
+
+    #[test]
+    fn a_fragment_naming_one_setting_twice_is_found() {
+        let twice = |text: &str| -> Vec<(&str, &str)> {
+            renamed_twice_in(text)
+                .iter()
+                .map(|r| (r.old, r.new))
+                .collect()
+        };
+        assert_eq!(
+            twice(
+                "read_request_timeout_in_ms: 10000\nread_request_timeout: 5000ms\nnum_tokens: 16\n"
+            ),
+            [("read_request_timeout_in_ms", "read_request_timeout")]
+        );
+        assert_eq!(
+            twice(
+                "server_encryption_options:\n  enable_legacy_ssl_storage_port: true\n  legacy_ssl_storage_port_enabled: false\n"
+            ),
+            [(
+                "enable_legacy_ssl_storage_port",
+                "legacy_ssl_storage_port_enabled"
+            )]
+        );
+        for once in [
+            "read_request_timeout_in_ms: 10000\nwrite_request_timeout: 2s\n",
+            // The names at different levels are different settings.
+            "enable_legacy_ssl_storage_port: true\nserver_encryption_options:\n  legacy_ssl_storage_port_enabled: false\n",
+            "",
+            "a: [",
+        ] {
+            assert_eq!(twice(once), Vec::<(&str, &str)>::new(), "{once:?}");
         }
     }
 }

@@ -49,6 +49,12 @@ pub enum Error {
     Compile { path: PathBuf, stderr: String },
     #[error("starting java failed: {source}")]
     StartJava { source: std::io::Error },
+    #[error(
+        "the Jolokia JVM agent is not at {path}: fetch it with `scripts/fetch-cassandra <version>` (e.g. 4.1.8)"
+    )]
+    FindAgentJar { path: PathBuf },
+    #[error("the jvm with the Jolokia agent did not print the agent's URL: {detail}")]
+    AwaitAgent { detail: String },
     #[error("the fake cassandra jvm ({version}) did not print `ready <port>`: {detail}")]
     AwaitReady { version: String, detail: String },
 }
@@ -373,6 +379,221 @@ impl RealJolokia {
 }
 
 impl Drop for RealJolokia {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The Jolokia JVM agent the operator image ships (`init/Dockerfile`:
+/// `org.jolokia:jolokia-jvm:1.7.2`, its main artifact), where
+/// `scripts/fetch-cassandra` puts it.
+pub fn jolokia_agent_jar() -> PathBuf {
+    target_dir()
+        .join("cassandra")
+        .join("jolokia")
+        .join("jolokia-jvm-1.7.2.jar")
+}
+
+/// A JVM with the real Jolokia agent loaded by `-javaagent`, as Cassandra
+/// loads it, in front of a StorageService MBean whose `drain` blocks: the
+/// agent's HTTP server, executor and policy restrictor are the shipped
+/// ones, only the MBean is a stand-in (a real node cannot be made to drain
+/// for a chosen time). Killed on drop.
+#[derive(Debug)]
+pub struct AgentJvm {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+const AGENT_PROGRAM: &str = "BlockingStorageService";
+
+/// Its source: the StorageService attributes the readiness probe reads,
+/// and a `drain()` that blocks for the time given as the first argument.
+const AGENT_PROGRAM_SOURCE: &str = r#"import java.lang.management.ManagementFactory;
+import javax.management.ObjectName;
+import javax.management.StandardMBean;
+
+public class BlockingStorageService {
+    public interface StorageServiceMBean {
+        String getOperationMode();
+        String getReleaseVersion();
+        void drain() throws InterruptedException;
+    }
+
+    static long drainMillis;
+    static volatile String mode = "NORMAL";
+
+    public static class StorageService implements StorageServiceMBean {
+        public String getOperationMode() { return mode; }
+        public String getReleaseVersion() { return "4.1.8"; }
+        public void drain() throws InterruptedException {
+            mode = "DRAINING";
+            Thread.sleep(drainMillis);
+            mode = "DRAINED";
+        }
+    }
+
+    public static void main(String[] args) throws Exception {
+        drainMillis = Long.parseLong(args[0]);
+        ManagementFactory.getPlatformMBeanServer().registerMBean(
+            new StandardMBean(new StorageService(), StorageServiceMBean.class),
+            new ObjectName("org.apache.cassandra.db:type=StorageService"));
+        System.out.println("registered");
+        System.out.flush();
+        Thread.sleep(Long.MAX_VALUE);
+    }
+}
+"#;
+
+/// Compiles [`AGENT_PROGRAM_SOURCE`] once (per source text) under the
+/// target directory; the directory holding its classes.
+fn compile_agent_program() -> Result<PathBuf, Error> {
+    let base = target_dir().join("jolokia-agent");
+    let classes = base.join(format!(
+        "classes-{:016x}",
+        fnv1a(AGENT_PROGRAM_SOURCE.as_bytes())
+    ));
+    if classes.join(format!("{AGENT_PROGRAM}.class")).is_file() {
+        return Ok(classes);
+    }
+    let prepare = |path: &Path, e| Error::PrepareClassDir {
+        path: path.to_path_buf(),
+        source: e,
+    };
+    let scratch = base.join(format!(
+        "tmp-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    std::fs::create_dir_all(&scratch).map_err(|e| prepare(&scratch, e))?;
+    let source = scratch.join(format!("{AGENT_PROGRAM}.java"));
+    std::fs::write(&source, AGENT_PROGRAM_SOURCE).map_err(|e| prepare(&source, e))?;
+    let output = Command::new("javac")
+        .arg("-nowarn")
+        .arg("-d")
+        .arg(&scratch)
+        .arg(&source)
+        .output()
+        .map_err(|e| Error::FindPrerequisite {
+            what: "javac".to_string(),
+            detail: e.to_string(),
+        })?;
+    if !output.status.success() {
+        return Err(Error::Compile {
+            path: source,
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        });
+    }
+    match std::fs::rename(&scratch, &classes) {
+        Ok(()) => Ok(classes),
+        Err(_) if classes.join(format!("{AGENT_PROGRAM}.class")).is_file() => {
+            let _ = std::fs::remove_dir_all(&scratch);
+            Ok(classes)
+        }
+        Err(e) => Err(prepare(&classes, e)),
+    }
+}
+
+impl AgentJvm {
+    /// Starts the JVM with `-javaagent:<jar>=<options>`, where `options`
+    /// gets the path the agent jar has in this JVM's own directory (the
+    /// sidecar writes the access policy beside the jar: give `options` the
+    /// path, as the renderer takes it) and `policy` is written where
+    /// [`sidecar::jolokia_access::policy_path`] puts it. Returns once the
+    /// agent printed its URL and the MBean is registered.
+    pub fn start(
+        options: impl FnOnce(&str) -> String,
+        policy: &str,
+        drain: Duration,
+    ) -> Result<Self, Error> {
+        let agent = jolokia_agent_jar();
+        if !agent.is_file() {
+            return Err(Error::FindAgentJar { path: agent });
+        }
+        let classes = compile_agent_program()?;
+        let dir = tempfile::tempdir().map_err(|e| Error::PrepareClassDir {
+            path: std::env::temp_dir(),
+            source: e,
+        })?;
+        // The jar in a directory of its own, so that the policy goes beside
+        // it as on a member's shared volume.
+        let jar = dir.path().join("jolokia-jvm-agent.jar");
+        std::fs::copy(&agent, &jar).map_err(|e| Error::PrepareClassDir {
+            path: jar.clone(),
+            source: e,
+        })?;
+        let jar = jar.display().to_string();
+        let policy_path = PathBuf::from(sidecar::jolokia_access::policy_path(&jar));
+        std::fs::write(&policy_path, policy).map_err(|e| Error::PrepareClassDir {
+            path: policy_path.clone(),
+            source: e,
+        })?;
+        let javaagent = format!("-javaagent:{jar}={}", options(&jar));
+        let mut child = Command::new("java")
+            .args(["-Xmx64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
+            .arg(&javaagent)
+            .arg("-cp")
+            .arg(&classes)
+            .arg(AGENT_PROGRAM)
+            .arg(drain.as_millis().to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|source| Error::StartJava { source })?;
+        let Some(stdout) = child.stdout.take() else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(Error::AwaitAgent {
+                detail: "no stdout pipe".to_string(),
+            });
+        };
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut url = None;
+            let mut registered = false;
+            let mut lines = BufReader::new(stdout).lines();
+            for line in lines.by_ref() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.strip_prefix("Jolokia: Agent started with URL ") {
+                    url = Some(rest.trim().to_string());
+                }
+                registered |= line == "registered";
+                if registered && url.is_some() {
+                    break;
+                }
+            }
+            let _ = tx.send(url.filter(|_| registered));
+            for _ in lines {}
+        });
+        match rx.recv_timeout(START_TIMEOUT) {
+            Ok(Some(url)) => Ok(AgentJvm {
+                child,
+                url,
+                _dir: dir,
+            }),
+            outcome => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(Error::AwaitAgent {
+                    detail: match outcome {
+                        Ok(_) => format!("the jvm exited (see its stderr above): {javaagent}"),
+                        Err(_) => format!("nothing within {START_TIMEOUT:?}: {javaagent}"),
+                    },
+                })
+            }
+        }
+    }
+
+    /// The agent's URL, e.g. `http://127.0.0.1:41234/jolokia/`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl Drop for AgentJvm {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

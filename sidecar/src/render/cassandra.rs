@@ -56,6 +56,7 @@ pub(super) fn render_cassandra(
         defaults,
         &identity,
         config.overrides.as_ref(),
+        crds::overrides::RENAMED_SETTINGS,
     )?;
 
     let mut env = Vec::new();

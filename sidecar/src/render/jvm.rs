@@ -21,15 +21,54 @@ pub const JOLOKIA_PORT: u16 = 8778;
 /// reach it.
 pub const JOLOKIA_HOST: &str = "127.0.0.1";
 
+/// Threads the Jolokia agent serves requests on.
+///
+/// The agent's HTTP server (the JDK's `com.sun.net.httpserver`) runs each
+/// request on the executor the agent option `executor` names, and Jolokia
+/// 1.x defaults to `single`: one thread for every request (jolokia/jolokia
+/// branch 1.x, `agent/jvm/.../JolokiaServerConfig.java` `initExecutor`:
+/// "single", "fixed" or "cached", default "single"; `initThreadNr`: option
+/// `threadNr`, default 5; `JolokiaServer.createHttpServer`: "fixed" is
+/// `Executors.newFixedThreadPool(threadNr)`; the same names are in the
+/// 1.7.2 jar the image ships). A JMX operation holds its thread until it
+/// returns, so a decommission, drain or cleanup of minutes held every
+/// other request behind it: the readiness probe (OperationMode), the
+/// gossip recorder and `nodetool` timed out and the member turned
+/// NotReady. A fixed pool, not `cached`: requests that hang (a node in a
+/// long GC) cannot grow threads without bound. At most one long operation
+/// runs at a time (the sidecar and the operator's maintenance go one
+/// operation per member), beside the probe, the gossip recorder and a
+/// `nodetool`: four, and one spare.
+pub const JOLOKIA_THREADS: u32 = 5;
+
+/// The Jolokia agent's options after `-javaagent:<jar>=`.
+///
+/// `discoveryEnabled=false`: the 1.x JVM agent answers multicast discovery
+/// by default (`default-jolokia-agent.properties` in the 1.7.2 jar:
+/// `discoveryEnabled=true`; the option is `ConfigKey.DISCOVERY_ENABLED`):
+/// a multicast listener that tells whoever asks on the Pod's network where
+/// the agent is and what it runs in. Nothing here needs it (the sidecar
+/// knows the address), and it is one more thread and socket in every
+/// member. The pool options come after `policyLocation` only so that the
+/// options before them read as they did.
+pub fn jolokia_agent_options(jolokia_agent_jar: &str) -> String {
+    let policy = crate::jolokia_access::policy_path(jolokia_agent_jar);
+    format!(
+        "port={JOLOKIA_PORT},host={JOLOKIA_HOST},policyLocation=file://{policy},\
+         executor=fixed,threadNr={JOLOKIA_THREADS},discoveryEnabled=false"
+    )
+}
+
 /// The flags of `JVM_EXTRA_OPTS`: the Jolokia agent (on loopback, with the
-/// access policy the sidecar writes beside it: `crate::jolokia_access`), and
+/// access policy the sidecar writes beside it: `crate::jolokia_access`, and
+/// a pool of threads: [`jolokia_agent_options`]), and
 /// `-Dcassandra.replace_address_first_boot` when the member replaces a lost
 /// node (`_first_boot`: ignored once the node has bootstrapped, so a
 /// restart of the replacement is harmless).
 pub fn jvm_extra_opts(jolokia_agent_jar: &str, replace_address: Option<IpAddr>) -> Vec<String> {
-    let policy = crate::jolokia_access::policy_path(jolokia_agent_jar);
     let mut opts = vec![format!(
-        "-javaagent:{jolokia_agent_jar}=port={JOLOKIA_PORT},host={JOLOKIA_HOST},policyLocation=file://{policy}"
+        "-javaagent:{jolokia_agent_jar}={}",
+        jolokia_agent_options(jolokia_agent_jar)
     )];
     if let Some(address) = replace_address {
         opts.push(format!("-Dcassandra.replace_address_first_boot={address}"));
@@ -42,12 +81,47 @@ mod tests {
     use super::*;
 
     #[test]
-    fn jolokia_is_bound_to_loopback_only_with_the_access_policy() {
+    fn jolokia_is_bound_to_loopback_only_with_the_access_policy_and_a_thread_pool() {
         assert_eq!(
             jvm_extra_opts(DEFAULT_JOLOKIA_AGENT_JAR, None),
             [
-                "-javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1,policyLocation=file:///mnt/shared/plugins/jolokia-access.xml"
+                "-javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1,policyLocation=file:///mnt/shared/plugins/jolokia-access.xml,executor=fixed,threadNr=5,discoveryEnabled=false"
             ]
+        );
+    }
+
+    /// The agent splits its options at `,` and each at the first `=`
+    /// (`JvmAgentConfig.split`): every option is one `key=value` pair, each
+    /// key once, none of them the agent's single-thread default.
+    #[test]
+    fn the_agent_options_are_distinct_key_value_pairs() {
+        let options = jolokia_agent_options(DEFAULT_JOLOKIA_AGENT_JAR);
+        let pairs: Vec<(&str, &str)> = options
+            .split(',')
+            .map(|kv| kv.split_once('=').expect(kv))
+            .collect();
+        let keys: Vec<&str> = pairs.iter().map(|(k, _)| *k).collect();
+        assert_eq!(
+            keys,
+            [
+                "port",
+                "host",
+                "policyLocation",
+                "executor",
+                "threadNr",
+                "discoveryEnabled"
+            ]
+        );
+        assert!(pairs.contains(&("executor", "fixed")), "{options}");
+        assert!(pairs.contains(&("discoveryEnabled", "false")), "{options}");
+        let threads: u32 = pairs
+            .iter()
+            .find(|(k, _)| *k == "threadNr")
+            .map(|(_, v)| v.parse().unwrap())
+            .unwrap();
+        assert!(
+            threads >= 4,
+            "probe, recorder, nodetool and one long operation: {threads}"
         );
     }
 
@@ -57,7 +131,7 @@ mod tests {
         assert_eq!(
             opts,
             [
-                "-javaagent:/x/agent.jar=port=8778,host=127.0.0.1,policyLocation=file:///x/jolokia-access.xml",
+                "-javaagent:/x/agent.jar=port=8778,host=127.0.0.1,policyLocation=file:///x/jolokia-access.xml,executor=fixed,threadNr=5,discoveryEnabled=false",
                 "-Dcassandra.replace_address_first_boot=10.96.0.12",
             ]
         );

@@ -27,6 +27,15 @@
 //! `cassandra-rackdc.properties`, and the arguments of the `scylla` binary
 //! ([`scylla`]).
 //!
+//! Cassandra 4.1 renamed many settings (`read_request_timeout_in_ms: 10000`
+//! became `read_request_timeout: 10000ms`); 4.1 and 5.0 read either name
+//! alone but refuse a file with both. When the fragment sets one name of a
+//! renamed setting ([`crds::overrides::RENAMED_SETTINGS`]), the default
+//! file's entry under the other name goes, so a fragment written for 3.11
+//! works on 4.1 and 5.0 as written (Cassandra converts the old value with
+//! the old unit itself); a fragment that sets both names is refused.
+//! ScyllaDB keeps Cassandra 3.x's names and is left as it is.
+//!
 //! Overrides may not set the member's identity nor what would defeat the
 //! safety rules ([`crds::overrides::REFUSED_KEYS`]: `auto_bootstrap`, the
 //! ports, the data directories, ...): such a fragment is an error naming the
@@ -275,6 +284,14 @@ pub enum RenderError {
     },
     #[error("{origin} is not a YAML mapping (it is a {found})")]
     OverridesNotMapping { origin: String, found: &'static str },
+    #[error(
+        "{origin} sets both {old} and {new}, the old and the new name of one setting, which Cassandra 4.1 and 5.0 refuse to start with; keep one"
+    )]
+    OverrideSetsBothNames {
+        origin: String,
+        old: String,
+        new: String,
+    },
     #[error("{origin} has a key that is not a string: {key}")]
     OverrideKeyNotString { origin: String, key: String },
     #[error("{origin} sets {key}, which the operator refuses: {reason}; remove it")]

@@ -110,7 +110,15 @@ pub(super) fn render_scylla(
         broadcast_address: config.broadcast_address.to_string(),
         seeds: seeds.clone(),
     };
-    let yaml = render_main_file(SCYLLA_YAML, defaults, &identity, config.overrides.as_ref())?;
+    // ScyllaDB kept Cassandra 3.x's names (read_request_timeout_in_ms)
+    // and has no rule against two names of one setting.
+    let yaml = render_main_file(
+        SCYLLA_YAML,
+        defaults,
+        &identity,
+        config.overrides.as_ref(),
+        &[],
+    )?;
 
     // The image's own (`SCYLLA_ARGS` in /etc/default/scylla-server, as
     // dist/docker's build script sets it): logs on the container's output.

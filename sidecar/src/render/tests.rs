@@ -445,7 +445,7 @@ fn cassandra_environment_sizes_the_heap_and_binds_jolokia_to_loopback() {
                 ("HEAP_NEWSIZE".to_string(), "200M".to_string()),
                 (
                     "JVM_EXTRA_OPTS".to_string(),
-                    "-javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1,policyLocation=file:///mnt/shared/plugins/jolokia-access.xml"
+                    "-javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1,policyLocation=file:///mnt/shared/plugins/jolokia-access.xml,executor=fixed,threadNr=5,discoveryEnabled=false"
                         .to_string()
                 ),
             ],
@@ -498,7 +498,7 @@ fn replacing_cassandra_adds_the_first_boot_property() {
     assert_eq!(
         rendered.env_var("JVM_EXTRA_OPTS"),
         Some(
-            "-javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1,policyLocation=file:///mnt/shared/plugins/jolokia-access.xml \
+            "-javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1,policyLocation=file:///mnt/shared/plugins/jolokia-access.xml,executor=fixed,threadNr=5,discoveryEnabled=false \
              -Dcassandra.replace_address_first_boot=10.96.0.12"
         )
     );
@@ -720,7 +720,7 @@ fn render_to_dir_writes_every_file() {
     assert_eq!(yaml["listen_address"], Value::from("10.8.1.7"));
     assert_eq!(
         std::fs::read_to_string(out.join("entrypoint.env")).unwrap(),
-        "MAX_HEAP_SIZE='1024M'\nHEAP_NEWSIZE='100M'\nJVM_EXTRA_OPTS='-javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1,policyLocation=file:///mnt/shared/plugins/jolokia-access.xml -Dcassandra.replace_address_first_boot=10.96.0.12'\n"
+        "MAX_HEAP_SIZE='1024M'\nHEAP_NEWSIZE='100M'\nJVM_EXTRA_OPTS='-javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1,policyLocation=file:///mnt/shared/plugins/jolokia-access.xml,executor=fixed,threadNr=5,discoveryEnabled=false -Dcassandra.replace_address_first_boot=10.96.0.12'\n"
     );
     assert_eq!(
         report.summary().lines().last(),
@@ -869,7 +869,7 @@ fn cassandra_env_sh_turns_the_environment_into_jvm_flags() {
         assert_eq!(
             flags[flags.len() - 2..],
             [
-                "-javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1,policyLocation=file:///mnt/shared/plugins/jolokia-access.xml",
+                "-javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1,policyLocation=file:///mnt/shared/plugins/jolokia-access.xml,executor=fixed,threadNr=5,discoveryEnabled=false",
                 "-Dcassandra.replace_address_first_boot=10.96.0.12",
             ],
             "{version}"
@@ -901,4 +901,161 @@ fn a_member_replaces_only_with_the_label_and_an_empty_data_directory() {
     assert_eq!(replace_address_for(Some(" "), true), None);
     // Not an address: no intent at all.
     assert_eq!(replace_address_for(Some("true"), true), None);
+}
+
+/// A rack's fragment written for Cassandra 3.11: a `_in_ms`, a `_in_kb`, a
+/// `_in_mb`, a rate and a flag, each with a value other than the defaults.
+const FRAGMENT_FOR_3_11: &str = "read_request_timeout_in_ms: 10000
+column_index_cache_size_in_kb: 4
+key_cache_size_in_mb: 64
+compaction_throughput_mb_per_sec: 32
+enable_materialized_views: true
+";
+
+/// (old name, new name, the fragment's value) of [`FRAGMENT_FOR_3_11`].
+fn fragment_for_3_11_settings() -> [(&'static str, &'static str, Value); 5] {
+    [
+        (
+            "read_request_timeout_in_ms",
+            "read_request_timeout",
+            Value::from(10000),
+        ),
+        (
+            "column_index_cache_size_in_kb",
+            "column_index_cache_size",
+            Value::from(4),
+        ),
+        ("key_cache_size_in_mb", "key_cache_size", Value::from(64)),
+        (
+            "compaction_throughput_mb_per_sec",
+            "compaction_throughput",
+            Value::from(32),
+        ),
+        (
+            "enable_materialized_views",
+            "materialized_views_enabled",
+            Value::Bool(true),
+        ),
+    ]
+}
+
+/// Cassandra 4.1 and 5.0 refuse a file with the old and the new name of one
+/// setting ("Config contains both old and new keys for the same
+/// configuration parameters"); their default files use the new names.
+#[test]
+fn a_fragment_written_for_3_11_leaves_one_name_of_each_setting_on_4_1_and_5_0() {
+    for version in ["4.1", "5.0"] {
+        let defaults = fixtures::read(&format!("cassandra/{version}/cassandra.yaml"));
+        let default = mapping(&defaults);
+        let mut config = member(ClusterMode::Cassandra);
+        config.overrides = configmap(FRAGMENT_FOR_3_11);
+        let out = main_file(&render(&config, &defaults).unwrap(), ClusterMode::Cassandra);
+        for (old, new, value) in fragment_for_3_11_settings() {
+            assert!(
+                default.contains_key(new),
+                "{version}: the default file has no {new}: the case tests nothing"
+            );
+            assert_eq!(out.get(old), Some(&value), "{version}: {old}");
+            assert!(
+                !out.contains_key(new),
+                "{version}: {new} beside {old}: {:?}",
+                out.get(new)
+            );
+        }
+        for r in crds::overrides::RENAMED_SETTINGS
+            .iter()
+            .filter(|r| r.section.is_none())
+        {
+            assert!(
+                !(out.contains_key(r.old) && out.contains_key(r.new)),
+                "{version}: both {} and {}",
+                r.old,
+                r.new
+            );
+        }
+        // Everything else of the default file is still there, in place.
+        let dropped: Vec<&str> = fragment_for_3_11_settings().map(|(_, new, _)| new).to_vec();
+        for (key, value) in &default {
+            let name = key.as_str().unwrap();
+            if CHANGED.contains(&name) || dropped.contains(&name) {
+                continue;
+            }
+            assert_eq!(out.get(key), Some(value), "{version}: {name}");
+        }
+    }
+}
+
+#[test]
+fn a_fragment_written_for_3_11_renders_on_3_11_as_a_plain_merge() {
+    let defaults = fixtures::read("cassandra/3.11/cassandra.yaml");
+    let default = mapping(&defaults);
+    let mut config = member(ClusterMode::Cassandra);
+    config.overrides = configmap(FRAGMENT_FOR_3_11);
+    let out = main_file(&render(&config, &defaults).unwrap(), ClusterMode::Cassandra);
+    let mut expected = main_file(
+        &render(&member(ClusterMode::Cassandra), &defaults).unwrap(),
+        ClusterMode::Cassandra,
+    );
+    yaml::deep_merge(&mut expected, mapping(FRAGMENT_FOR_3_11));
+    assert_eq!(out, expected);
+    // Every key of 3.11's file stays, the fragment's in their places.
+    let out_keys: Vec<&Value> = out.keys().collect();
+    let default_keys: Vec<&Value> = default.keys().collect();
+    assert_eq!(out_keys[..default_keys.len()], default_keys[..]);
+    for (old, _, value) in fragment_for_3_11_settings() {
+        assert_eq!(out.get(old), Some(&value), "{old}");
+    }
+}
+
+#[test]
+fn a_fragment_in_the_new_names_replaces_the_old_ones() {
+    let defaults = "read_request_timeout_in_ms: 5000\nnum_tokens: 16\n\
+                    server_encryption_options:\n  internode_encryption: none\n  enable_legacy_ssl_storage_port: false\n";
+    let mut config = member(ClusterMode::Cassandra);
+    config.overrides = configmap(
+        "read_request_timeout: 10s\nserver_encryption_options:\n  legacy_ssl_storage_port_enabled: true\n",
+    );
+    let out = main_file(&render(&config, defaults).unwrap(), ClusterMode::Cassandra);
+    assert!(!out.contains_key("read_request_timeout_in_ms"), "{out:?}");
+    assert_eq!(out["read_request_timeout"], Value::from("10s"));
+    assert_eq!(out["num_tokens"], Value::from(16));
+    let tls = out["server_encryption_options"].as_mapping().unwrap();
+    assert_eq!(
+        tls.keys().map(|k| k.as_str().unwrap()).collect::<Vec<_>>(),
+        ["internode_encryption", "legacy_ssl_storage_port_enabled"]
+    );
+    assert_eq!(tls["legacy_ssl_storage_port_enabled"], Value::Bool(true));
+}
+
+#[test]
+fn a_fragment_that_sets_both_names_of_a_setting_is_refused() {
+    let defaults = fixtures::read("cassandra/4.1/cassandra.yaml");
+    for (text, message) in [
+        (
+            "read_request_timeout_in_ms: 10000\nread_request_timeout: 10s\n",
+            "ConfigMap \"my-overrides\": key cassandra.yaml sets both read_request_timeout_in_ms and read_request_timeout, the old and the new name of one setting, which Cassandra 4.1 and 5.0 refuse to start with; keep one",
+        ),
+        (
+            "server_encryption_options:\n  enable_legacy_ssl_storage_port: true\n  legacy_ssl_storage_port_enabled: true\n",
+            "ConfigMap \"my-overrides\": key cassandra.yaml sets both enable_legacy_ssl_storage_port and legacy_ssl_storage_port_enabled, the old and the new name of one setting, which Cassandra 4.1 and 5.0 refuse to start with; keep one",
+        ),
+    ] {
+        let mut config = member(ClusterMode::Cassandra);
+        config.overrides = configmap(text);
+        let e = render(&config, &defaults).unwrap_err();
+        assert_eq!(e.to_string(), message, "{text:?}");
+        // The controller finds the same pair in the ConfigMap.
+        assert_eq!(crds::overrides::renamed_twice_in(text).len(), 1, "{text:?}");
+    }
+}
+
+/// ScyllaDB kept 3.x's names: its file is merged as it is.
+#[test]
+fn scylla_keeps_both_names_it_was_given() {
+    let defaults = fixtures::read("scylla/scylla.yaml");
+    let mut config = member(ClusterMode::Scylla);
+    config.overrides = configmap("read_request_timeout: 10s\n");
+    let out = main_file(&render(&config, &defaults).unwrap(), ClusterMode::Scylla);
+    assert_eq!(out["read_request_timeout_in_ms"], Value::from(5000));
+    assert_eq!(out["read_request_timeout"], Value::from("10s"));
 }

@@ -1,6 +1,6 @@
 //! The main configuration file (cassandra.yaml, scylla.yaml): the image's
 //! default file with the member's identity set and the rack's overrides
-//! merged on top. Pure.
+//! merged on top, keeping one name of each renamed setting. Pure.
 //!
 //! The file goes through a YAML value and back, so the default file's
 //! comments and formatting are not kept; every key, its position, its
@@ -8,6 +8,7 @@
 //! `'7000'` stays a string), for Cassandra's YAML 1.1 reader too
 //! ([`super::emit`]).
 
+use crds::overrides::RenamedSetting;
 use serde_norway::{Mapping, Value};
 
 use super::emit::mapping_to_yaml;
@@ -34,21 +35,26 @@ pub struct Identity<'a> {
     pub seeds: String,
 }
 
-/// Renders the main file: defaults, identity, overrides. Every check runs
-/// before anything is returned, so an error leaves nothing half-rendered.
+/// Renders the main file: defaults, identity, overrides. `renamed`: the
+/// settings whose two names may not stand side by side in this file
+/// (Cassandra: [`crds::overrides::RENAMED_SETTINGS`]; ScyllaDB: none).
+/// Every check runs before anything is returned, so an error leaves nothing
+/// half-rendered.
 pub fn render_main_file(
     file_name: &str,
     defaults: &str,
     identity: &Identity<'_>,
     overrides: Option<&Overrides>,
+    renamed: &[RenamedSetting],
 ) -> Result<String, RenderError> {
     let mut doc = parse_defaults(file_name, defaults)?;
     let fragment = match overrides {
-        Some(o) => Some(parse_overrides(file_name, o)?),
+        Some(o) => Some(parse_overrides(file_name, o, renamed)?),
         None => None,
     };
     apply_identity(file_name, &mut doc, identity)?;
     if let Some(fragment) = fragment {
+        drop_other_names(&mut doc, &fragment, renamed);
         deep_merge(&mut doc, fragment);
     }
     let body = mapping_to_yaml(&doc).map_err(|source| RenderError::WriteYaml {
@@ -78,7 +84,11 @@ fn parse_defaults(file_name: &str, text: &str) -> Result<Mapping, RenderError> {
 }
 
 /// Parses the rack's fragment. Empty (or only comments) is no override.
-fn parse_overrides(file_name: &str, overrides: &Overrides) -> Result<Mapping, RenderError> {
+fn parse_overrides(
+    file_name: &str,
+    overrides: &Overrides,
+    renamed: &[RenamedSetting],
+) -> Result<Mapping, RenderError> {
     let origin = overrides.origin.describe(file_name);
     let value: Value =
         serde_norway::from_str(&overrides.text).map_err(|source| RenderError::ParseOverrides {
@@ -115,7 +125,71 @@ fn parse_overrides(file_name: &str, overrides: &Overrides) -> Result<Mapping, Re
             });
         }
     }
+    // Which of two names the user meant is not ours to guess.
+    if let Some(twice) = renamed
+        .iter()
+        .find(|r| level(&fragment, r.section).is_some_and(|m| holds_both(m, r)))
+    {
+        return Err(RenderError::OverrideSetsBothNames {
+            origin,
+            old: twice.old.to_string(),
+            new: twice.new.to_string(),
+        });
+    }
     Ok(fragment)
+}
+
+/// The mapping a renamed setting's names sit in: the file itself, or one of
+/// its sections.
+fn level<'a>(doc: &'a Mapping, section: Option<&str>) -> Option<&'a Mapping> {
+    match section {
+        None => Some(doc),
+        Some(section) => doc.get(section).and_then(Value::as_mapping),
+    }
+}
+
+fn holds_both(map: &Mapping, renamed: &RenamedSetting) -> bool {
+    map.contains_key(renamed.old) && map.contains_key(renamed.new)
+}
+
+/// Removes from the rendered file the other name of each renamed setting
+/// the fragment sets, so that the merge leaves one name of it: the
+/// fragment's, with the fragment's value.
+///
+/// Dropping the default file's entry rather than translating the
+/// fragment's (`read_request_timeout_in_ms: 10000` to
+/// `read_request_timeout: 10000ms`): Cassandra 4.1 and 5.0 read an old name
+/// alone and convert its value with the old unit themselves (the converter
+/// of its `@Replaces`; `deprecated = true` only logs a warning), so the
+/// file says what the user wrote and no unit rule is copied here; the
+/// default's value is the release's default, which the fragment overrides
+/// anyway. Only the pairs of the table go. A pair of one release only (5.0
+/// made 4.1's `compaction_tombstone_warning_threshold` an old name of
+/// `partition_tombstones_warn_threshold`) could drop a setting the other
+/// release keeps apart; on the real default files it cannot: where one
+/// release's file holds a name of such a pair, that file never mentions
+/// the other name (`crds` tests it), so a fragment naming it is one that
+/// release refuses anyway.
+fn drop_other_names(doc: &mut Mapping, fragment: &Mapping, renamed: &[RenamedSetting]) {
+    for r in renamed {
+        let Some(set) = level(fragment, r.section) else {
+            continue;
+        };
+        let other = if set.contains_key(r.old) {
+            r.new
+        } else if set.contains_key(r.new) {
+            r.old
+        } else {
+            continue;
+        };
+        let below = match r.section {
+            None => Some(&mut *doc),
+            Some(section) => doc.get_mut(section).and_then(Value::as_mapping_mut),
+        };
+        if let Some(below) = below {
+            below.shift_remove(other);
+        }
+    }
 }
 
 fn apply_identity(
