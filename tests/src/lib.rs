@@ -8,5 +8,6 @@ pub mod harness;
 pub mod jolokia_contract;
 pub mod jolokia_real;
 pub mod kubesim;
+pub mod real_cassandra;
 pub mod ring;
 pub mod schema;

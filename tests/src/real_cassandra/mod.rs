@@ -1,0 +1,79 @@
+//! Real Apache Cassandra in the test world (DESIGN.md section 7, issue 28):
+//! the jars Maven resolves for a release, laid out as the official
+//! `cassandra:` image lays them out, started through the release's own
+//! `bin/cassandra` with the real Jolokia JVM agent.
+//!
+//! - [`release`]: what `scripts/fetch-cassandra <version>` cached under
+//!   `target/` (jars, Java, the Jolokia agent). Reads files only.
+//! - [`image`]: the image's file system under a root directory and the
+//!   environment its Dockerfile sets. File system I/O.
+//! - [`config`]: `cassandra.yaml` rendered from the release's default with
+//!   a few keys changed. Pure.
+//! - [`node`]: one node as a process, its Jolokia agent, and its stop.
+//!   Process and HTTP I/O.
+//!
+//! Nothing here skips: a release that was not fetched is an error naming
+//! the command that fetches it.
+
+pub mod config;
+pub mod image;
+pub mod node;
+pub mod release;
+
+use std::path::PathBuf;
+
+pub use config::{NodeAddresses, render_cassandra_yaml};
+pub use image::Image;
+pub use node::{Node, NodeOptions, Ports, STORAGE_SERVICE};
+pub use release::Release;
+
+/// The 4.1 release the fixtures' `conf/` and `bin/` match (SOURCES.md: the
+/// conf files are the blobs of the 4.1.8 release preparation).
+pub const VERSION_4_1: &str = "4.1.8";
+
+/// Errors of preparing, starting and stopping a real Cassandra node.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "Cassandra {version} is not fetched ({detail}): run `scripts/fetch-cassandra {version}` \
+         (once per machine; scripts/test runs it)"
+    )]
+    FindRelease { version: String, detail: String },
+    #[error("the release's bin/ and conf/ are not in {0}: put shared/ beside the repository")]
+    FindFixtures(PathBuf),
+    #[error("laying out the image at {path}: {source}")]
+    LayOut {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("rendering cassandra.yaml: {0}")]
+    RenderConfig(String),
+    #[error("finding a free port: {0}")]
+    FreePort(std::io::Error),
+    #[error("starting {path}: {source}")]
+    Start {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cassandra exited ({status}) before {waited_for}; the end of its output:\n{output}")]
+    Exited {
+        status: String,
+        waited_for: String,
+        output: String,
+    },
+    #[error(
+        "cassandra was not {waited_for} after {seconds} s (last answer: {last}); the end of its output:\n{output}"
+    )]
+    Timeout {
+        waited_for: String,
+        seconds: u64,
+        last: String,
+        output: String,
+    },
+    #[error("jolokia {request}: {detail}")]
+    Jolokia { request: String, detail: String },
+    #[error("signalling cassandra (pid {pid}): {source}")]
+    Signal { pid: i32, source: nix::Error },
+    #[error("waiting for cassandra: {0}")]
+    Wait(std::io::Error),
+}

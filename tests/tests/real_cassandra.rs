@@ -1,0 +1,81 @@
+//! Real Apache Cassandra 4.1 (DESIGN.md section 7, issue 28): the release's
+//! jars from Maven, in the official image's layout, started through its own
+//! `bin/cassandra` as the image's cassandra user, with the real Jolokia JVM
+//! agent the operator image ships.
+//!
+//! Needs `scripts/fetch-cassandra 4.1.8` once per machine (scripts/test
+//! runs it); without it the test fails and names that command.
+
+use std::time::Duration;
+
+use serde_json::json;
+use testworld::harness::require_root;
+use testworld::real_cassandra::image::CASSANDRA_UID;
+use testworld::real_cassandra::{
+    Image, Node, NodeOptions, Ports, Release, STORAGE_SERVICE, VERSION_4_1,
+};
+
+/// Start to NORMAL took 5.5-8 s here (2 cores) with a one-second ring
+/// delay; the margin is for a loaded CI machine.
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+/// Drain on SIGTERM took about 6.5 s.
+const STOP_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_4_1_node_started_by_bin_cassandra_reaches_normal_and_answers_jolokia() {
+    require_root().expect("the image's directories belong to uid 999");
+    let release = Release::cached(VERSION_4_1).unwrap_or_else(|e| panic!("{e}"));
+    let root = tempfile::tempdir().expect("a temporary directory");
+    let image = Image::lay_out(root.path(), &release).unwrap_or_else(|e| panic!("{e}"));
+    let ports = Ports::free().unwrap_or_else(|e| panic!("{e}"));
+
+    let mut node = Node::start(&image, &release, &NodeOptions::single(ports))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let to_normal = node
+        .wait_for_mode("NORMAL", START_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    let mode = node.read(STORAGE_SERVICE, "OperationMode").await.unwrap();
+    assert_eq!(mode, "NORMAL");
+    let version = node.read(STORAGE_SERVICE, "ReleaseVersion").await.unwrap();
+    assert_eq!(
+        version, VERSION_4_1,
+        "the jars Maven resolved are the release asked for"
+    );
+    assert_eq!(
+        node.uid(),
+        Some(CASSANDRA_UID),
+        "the JVM runs as the image's cassandra user"
+    );
+    let agent = node.request(json!({"type": "version"})).await.unwrap();
+    // The 1.7.2 jar's own version constant still says 1.7.1.
+    assert_eq!(agent["agent"], "1.7.1");
+    assert_eq!(
+        agent["config"]["discoveryEnabled"], "false",
+        "the -javaagent options reach the agent"
+    );
+    let jvm_uptime_ms = node.read("java.lang:type=Runtime", "Uptime").await.unwrap();
+    let java = node
+        .read("java.lang:type=Runtime", "SpecVersion")
+        .await
+        .unwrap();
+    assert_eq!(
+        java, "11",
+        "4.1 runs on Java 11, as the official image does"
+    );
+    let rss_kib = node.rss_kib().expect("the node's /proc status");
+
+    let (status, to_stop) = node
+        .stop(STOP_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!(
+        "real cassandra {}: spawn to NORMAL {:.1} s (JVM uptime {jvm_uptime_ms} ms), \
+         RSS {} MiB at NORMAL (heap 512M, pre-touched), SIGTERM to exit {:.1} s ({status})",
+        version.as_str().unwrap_or_default(),
+        to_normal.as_secs_f64(),
+        rss_kib / 1024,
+        to_stop.as_secs_f64(),
+    );
+}
