@@ -856,6 +856,13 @@ pub fn ring_from_values(
     Ok(ring)
 }
 
+/// `forceKeyspaceCleanup` as `nodetool cleanup` calls it: the overload
+/// named by its signature (`int jobs, String keyspace, String... tables`;
+/// the other, deprecated, takes no job count). The agent's access policy
+/// matches an operation by the name the request gives, signature included,
+/// so the policy lists this very name (`crate::jolokia_access`).
+pub const CLEANUP: &str = "forceKeyspaceCleanup(int,java.lang.String,[Ljava.lang.String;)";
+
 /// Typed, version-aware access to Cassandra's StorageService (and
 /// EndpointSnitchInfo) through Jolokia. Learns the Cassandra version from
 /// `ReleaseVersion` on first need and keeps it.
@@ -1048,10 +1055,9 @@ impl StorageService {
     /// status: 0 SUCCESSFUL, 1 ABORTED (the node has not joined), 2
     /// UNABLE_TO_CANCEL.
     pub async fn cleanup(&self, keyspace: &str) -> Result<i64, Error> {
-        let request = Request::exec_signed(
+        let request = Request::exec(
             STORAGE_SERVICE,
-            "forceKeyspaceCleanup",
-            &["int", "java.lang.String", "[Ljava.lang.String;"],
+            CLEANUP,
             vec![json!(0), json!(keyspace), json!([])],
         );
         let value = self

@@ -79,3 +79,74 @@ async fn a_real_4_1_node_started_by_bin_cassandra_reaches_normal_and_answers_jol
         to_stop.as_secs_f64(),
     );
 }
+
+/// The sidecar's own Jolokia client against the real node, through the
+/// agent options it renders and the access policy it writes: what the
+/// sidecar and `nodetool` call passes the policy (`nodetool cleanup` was
+/// refused with 403: the policy named the operation without the signature
+/// the client calls it by).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sidecars_calls_pass_the_rendered_agent_options_and_policy_on_a_real_4_1_node() {
+    use sidecar::jolokia::{Jolokia, OperationMode, StorageService};
+
+    require_root().expect("the image's directories belong to uid 999");
+    let release = Release::cached(VERSION_4_1).unwrap_or_else(|e| panic!("{e}"));
+    let root = tempfile::tempdir().expect("a temporary directory");
+    let image = Image::lay_out(root.path(), &release).unwrap_or_else(|e| panic!("{e}"));
+    let ports = Ports::free().unwrap_or_else(|e| panic!("{e}"));
+    // The policy as the sidecar writes it beside the agent, readable by
+    // the cassandra user.
+    let policy = root.path().join("jolokia-access.xml");
+    std::fs::write(&policy, sidecar::jolokia_access::policy_xml()).unwrap();
+    std::fs::set_permissions(&policy, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let rendered = sidecar::render::jvm::jolokia_agent_options("/mnt/shared/plugins/agent.jar");
+    let mut options = NodeOptions::single(ports);
+    options.jolokia_options = rendered
+        .split(',')
+        .filter(|kv| !kv.starts_with("port=") && !kv.starts_with("host="))
+        .map(|kv| {
+            if kv.starts_with("policyLocation=") {
+                format!("policyLocation=file://{}", policy.display())
+            } else {
+                kv.to_string()
+            }
+        })
+        .collect();
+    let mut node = Node::start(&image, &release, &options).unwrap_or_else(|e| panic!("{e}"));
+    node.wait_for_mode("NORMAL", START_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    let storage = StorageService::new(Jolokia::new(node.jolokia_url()).unwrap());
+    assert_eq!(
+        storage.operation_mode().await.unwrap(),
+        OperationMode::Normal
+    );
+    assert!(storage.local_host_id().await.unwrap().is_some());
+    let owners = storage.endpoint_to_host_id().await.unwrap();
+    assert_eq!(owners.len(), 1, "{owners:?}");
+    assert_eq!(
+        storage
+            .cleanup("system_auth")
+            .await
+            .unwrap_or_else(|e| panic!("nodetool cleanup: {e}")),
+        0,
+        "cleanup SUCCESSFUL"
+    );
+    // Anything else is refused by the agent.
+    let refused = node
+        .request(json!({"type": "exec", "mbean": STORAGE_SERVICE, "operation": "stopGossiping"}))
+        .await;
+    assert!(
+        refused.as_ref().is_err()
+            || refused
+                .as_ref()
+                .unwrap()
+                .get("status")
+                .is_some_and(|s| s != 200),
+        "the policy lets stopGossiping through: {refused:?}"
+    );
+    node.stop(STOP_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+}
