@@ -498,7 +498,7 @@ pub fn references_config_map(cluster: &Cluster, config_map: &ConfigMap) -> bool 
 pub fn service_observed(service: &Service) -> ServiceObserved {
     let meta = &service.metadata;
     ServiceObserved {
-        decommissioned: label(meta, contract::DECOMMISSIONED).map(str::to_string),
+        decommissioned: contract::Decommission::label_of(meta).map(str::to_string),
         replace: label(meta, contract::REPLACE).map(str::to_string),
         decommission_started: annotation(meta, contract::DECOMMISSION_STARTED).is_some(),
         decommission_refused: annotation(meta, contract::DECOMMISSION_REFUSED).map(str::to_string),

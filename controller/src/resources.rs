@@ -24,6 +24,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 
+use crds::contract::pod::{self, env, subcommand};
 use crds::contract::{
     self, JMX_EXPORTER_DIR, MEMBER_PORTS, OVERRIDES_DIR, SHARED_DIR, SIDECAR_PORT, data_dir,
 };
@@ -255,7 +256,7 @@ fn pod_template(
         .as_ref()
         .map(|i| i.reference())
         .unwrap_or_else(|| ctx.operator_image.clone());
-    let binary = format!("{SHARED_DIR}/cassandra-operator");
+    let binary = pod::installed_binary();
 
     let mut volumes = vec![Volume {
         name: "shared".to_string(),
@@ -361,9 +362,9 @@ fn pod_template(
                 image: Some(sidecar_image),
                 image_pull_policy: Some("IfNotPresent".to_string()),
                 command: Some(vec![
-                    "/usr/local/bin/cassandra-operator".to_string(),
-                    "install".to_string(),
-                    "--target".to_string(),
+                    pod::IMAGE_BINARY.to_string(),
+                    subcommand::INSTALL.to_string(),
+                    format!("--{}", subcommand::INSTALL_TARGET),
                     SHARED_DIR.to_string(),
                 ]),
                 volume_mounts: Some(vec![mounts[0].clone()]),
@@ -374,7 +375,7 @@ fn pod_template(
                 name: mode.as_str().to_string(),
                 image: Some(cluster.database_image()),
                 image_pull_policy: Some("IfNotPresent".to_string()),
-                command: Some(vec![binary.clone(), "sidecar".to_string()]),
+                command: Some(vec![binary.clone(), subcommand::SIDECAR.to_string()]),
                 env: Some(downward_env()),
                 ports: Some(ports),
                 resources: Some(rack.resources.clone()),
@@ -390,8 +391,8 @@ fn pod_template(
                         exec: Some(ExecAction {
                             command: Some(vec![
                                 binary,
-                                "nodetool".to_string(),
-                                "drain".to_string(),
+                                subcommand::NODETOOL.to_string(),
+                                subcommand::DRAIN.to_string(),
                             ]),
                         }),
                         ..LifecycleHandler::default()
@@ -488,20 +489,23 @@ fn downward_env() -> Vec<EnvVar> {
         value: None,
     };
     vec![
-        field("POD_NAME", "metadata.name"),
-        field("POD_NAMESPACE", "metadata.namespace"),
-        field("POD_IP", "status.podIP"),
+        field(env::POD_NAME, "metadata.name"),
+        field(env::POD_NAMESPACE, "metadata.namespace"),
+        field(env::POD_IP, "status.podIP"),
         field(
-            "POD_CLUSTER",
+            env::POD_CLUSTER,
             &format!("metadata.labels['{}']", labels::CLUSTER),
         ),
         field(
-            "POD_DATACENTER",
+            env::POD_DATACENTER,
             &format!("metadata.labels['{}']", labels::DATACENTER),
         ),
-        field("POD_RACK", &format!("metadata.labels['{}']", labels::RACK)),
-        resource("CPU_LIMIT", "limits.cpu"),
-        resource("MEMORY_LIMIT", "limits.memory"),
+        field(
+            env::POD_RACK,
+            &format!("metadata.labels['{}']", labels::RACK),
+        ),
+        resource(env::CPU_LIMIT, "limits.cpu"),
+        resource(env::MEMORY_LIMIT, "limits.memory"),
     ]
 }
 

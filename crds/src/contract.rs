@@ -2,16 +2,20 @@
 //! 4 to 6): the records of intent on member Services, how each side reads
 //! them, the paths and ports both sides assume, and the seed rule. The
 //! controller and the sidecar never call each other; everything they agree
-//! on is here, in one place, as Rook kept it in one `constants` package.
+//! on is here, in one place, as Rook kept it in one `constants` package;
+//! the member Pod's command lines and environment are in [`pod`].
 //! Pure.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
 use crate::v1alpha1::ClusterMode;
+
+pub mod pod;
 
 // ---------------------------------------------------------------------------
 // Records of intent on a member Service
@@ -97,6 +101,21 @@ pub enum Decommission {
 }
 
 impl Decommission {
+    /// The record an object carries (a member Service): the one reader of
+    /// [`DECOMMISSIONED`] off an object, for both sides.
+    pub fn of(meta: &ObjectMeta) -> Decommission {
+        Decommission::from_label(Decommission::label_of(meta))
+    }
+
+    /// The label's value as an object carries it, for messages about a
+    /// value neither side acts on ([`Decommission::Unknown`]).
+    pub fn label_of(meta: &ObjectMeta) -> Option<&str> {
+        meta.labels
+            .as_ref()?
+            .get(DECOMMISSIONED)
+            .map(String::as_str)
+    }
+
     /// From the label's value (`None` when the label is absent).
     pub fn from_label(value: Option<&str>) -> Decommission {
         match value {
@@ -326,6 +345,13 @@ pub fn ring_settled(members: &[GossipMember<'_>], required: &[&str]) -> Result<(
 
 /// Where the init container installs the binary, in both containers.
 pub const SHARED_DIR: &str = "/mnt/shared";
+/// The directory, under the install target ([`SHARED_DIR`]), that the init
+/// container copies the image's plugins (the Jolokia agent) into.
+pub const PLUGINS: &str = "plugins";
+/// Where the sidecar renders the member's configuration, on the shared
+/// volume: `nodetool` (the preStop hook) looks there for `scylla.yaml` to
+/// tell the database.
+pub const RENDERED_CONFIG_DIR: &str = "/mnt/shared/conf";
 /// Where a rack's ConfigMap of configuration overrides is mounted.
 pub const OVERRIDES_DIR: &str = "/mnt/overrides";
 /// Where a rack's JMX exporter ConfigMap is mounted.
@@ -485,6 +511,42 @@ mod tests {
     }
 
     #[test]
+    fn the_decommission_record_is_read_off_an_object_by_its_label() {
+        let meta = |labels: &[(&str, &str)]| ObjectMeta {
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..ObjectMeta::default()
+        };
+        assert_eq!(
+            Decommission::of(&ObjectMeta::default()),
+            Decommission::Serve
+        );
+        assert_eq!(Decommission::of(&meta(&[(SEED, "")])), Decommission::Serve);
+        assert_eq!(
+            Decommission::of(&meta(&[(DECOMMISSIONED, "false")])),
+            Decommission::Requested
+        );
+        assert_eq!(
+            Decommission::of(&meta(&[(DECOMMISSIONED, "true")])),
+            Decommission::Confirmed
+        );
+        // An annotation of the same key is no record.
+        let annotated = ObjectMeta {
+            annotations: Some([(DECOMMISSIONED.to_string(), "false".to_string())].into()),
+            ..ObjectMeta::default()
+        };
+        assert_eq!(Decommission::of(&annotated), Decommission::Serve);
+        let odd = meta(&[(DECOMMISSIONED, "yes")]);
+        assert_eq!(Decommission::of(&odd), Decommission::Unknown);
+        assert_eq!(Decommission::label_of(&odd), Some("yes"));
+        assert_eq!(Decommission::label_of(&ObjectMeta::default()), None);
+    }
+
+    #[test]
     fn a_replace_record_is_an_address_or_nothing() {
         assert_eq!(
             replace_address(Some("10.96.0.12")),
@@ -512,6 +574,12 @@ mod tests {
         );
         assert_eq!(data_dir(ClusterMode::Scylla), "/var/lib/scylla");
         assert_eq!(config_dir(ClusterMode::Cassandra), "/etc/cassandra");
+    }
+
+    #[test]
+    fn the_rendered_configuration_lives_on_the_shared_volume() {
+        assert!(Path::new(RENDERED_CONFIG_DIR).starts_with(SHARED_DIR));
+        assert_ne!(Path::new(RENDERED_CONFIG_DIR), Path::new(SHARED_DIR));
     }
 
     #[test]

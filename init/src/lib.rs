@@ -14,18 +14,17 @@ use std::io::{self, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use crds::contract::pod::{BINARY_NAME, subcommand};
+use crds::contract::{PLUGINS, SHARED_DIR};
 use thiserror::Error;
 use tracing::info;
-
-/// The name the binary is installed under.
-pub const BINARY_NAME: &str = "cassandra-operator";
 
 /// `cassandra-operator install`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct InstallArgs {
     /// Directory to install into: the volume shared with the database
     /// container.
-    #[arg(long, env = "INSTALL_TARGET", default_value = "/mnt/shared")]
+    #[arg(long = subcommand::INSTALL_TARGET, env = "INSTALL_TARGET", default_value = SHARED_DIR)]
     pub target: PathBuf,
     /// Directory of plugins (e.g. the Jolokia agent jar) to copy into
     /// `<target>/plugins`.
@@ -77,7 +76,7 @@ pub fn install(args: &InstallArgs) -> Result<Report, InstallError> {
     install_file(&source, &args.target.join(BINARY_NAME), 0o755, &mut report)?;
 
     if let Some(plugins) = &args.plugins {
-        install_tree(plugins, &args.target.join("plugins"), &mut report)?;
+        install_tree(plugins, &args.target.join(PLUGINS), &mut report)?;
     }
     for path in &report.written {
         info!(path = %path.display(), "installed");

@@ -13,14 +13,23 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 use tokio::sync::OnceCell;
 
-/// Where the Jolokia agent of the local Cassandra listens (loopback only).
-pub const DEFAULT_URL: &str = "http://127.0.0.1:8778/jolokia/";
+/// Where the Jolokia agent of the local Cassandra listens: where the
+/// sidecar binds it (loopback only, [`crate::render::jvm::JOLOKIA_HOST`],
+/// on [`crds::contract::JOLOKIA_PORT`]).
+pub static DEFAULT_URL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "http://{}:{}/jolokia/",
+        crate::render::jvm::JOLOKIA_HOST,
+        crds::contract::JOLOKIA_PORT
+    )
+});
 /// Timeout of an ordinary request (a read, a quick operation).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Timeout of a blocking operation (drain, decommission): decommission
@@ -1146,6 +1155,11 @@ pub fn decommission_call(version: &CassandraVersion) -> (&'static str, Vec<Value
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_client_calls_the_agent_where_the_sidecar_binds_it() {
+        assert_eq!(*super::DEFAULT_URL, "http://127.0.0.1:8778/jolokia/");
+    }
 
     #[test]
     fn generations_are_read_from_cassandras_endpoint_state_dump() {

@@ -34,21 +34,17 @@ use crate::scylla::{self, Scylla};
 #[derive(clap::Args, Debug, Clone)]
 pub struct NodetoolArgs {
     /// Jolokia endpoint of the node.
-    #[arg(
-        long,
-        env = "JOLOKIA_URL",
-        default_value = "http://127.0.0.1:8778/jolokia/"
-    )]
+    #[arg(long, env = "JOLOKIA_URL", default_value = jolokia::DEFAULT_URL.as_str())]
     pub jolokia: String,
     /// ScyllaDB's REST API of the node (scylla mode).
-    #[arg(long = "scylla-api", env = "SCYLLA_API_URL", default_value = scylla::DEFAULT_URL)]
+    #[arg(long = "scylla-api", env = "SCYLLA_API_URL", default_value = scylla::DEFAULT_URL.as_str())]
     pub scylla_api: String,
     /// The database: cassandra, scylla, or auto (scylla when scylla.yaml
     /// was rendered into --config-dir).
     #[arg(long, env = "NODETOOL_MODE", default_value = "auto")]
     pub mode: String,
     /// Where the sidecar renders the member's configuration.
-    #[arg(long, env = "CONFIG_DIR", default_value = "/mnt/shared/conf")]
+    #[arg(long, env = "CONFIG_DIR", default_value = crds::contract::RENDERED_CONFIG_DIR)]
     pub config_dir: std::path::PathBuf,
     /// What to do.
     #[command(subcommand)]
@@ -76,6 +72,7 @@ pub enum NodetoolCommand {
     /// This node's operation mode (NORMAL, JOINING, LEAVING, DECOMMISSIONED, ...).
     OperationMode,
     /// Flush memtables and stop accepting writes (before a restart).
+    #[command(name = crds::contract::pod::subcommand::DRAIN)]
     Drain,
     /// Stream this node's data to the others and leave the ring (blocks until done).
     Decommission,

@@ -21,6 +21,7 @@
 //! pure and unit-tested here.
 
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -28,11 +29,16 @@ use serde_json::Value;
 
 use crate::jolokia::OperationMode;
 
-/// Where the local ScyllaDB serves its REST API (`--api-address 127.0.0.1`,
-/// the default `api_port` 10000).
-pub const DEFAULT_URL: &str = "http://127.0.0.1:10000";
-/// The REST API's port.
-pub const API_PORT: u16 = 10000;
+/// Where the local ScyllaDB serves its REST API: the address the sidecar
+/// gives it (`--api-address`, [`crate::render::scylla::API_ADDRESS`]) and
+/// its default `api_port` ([`crds::contract::SCYLLA_API_PORT`]).
+pub static DEFAULT_URL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "http://{}:{}",
+        crate::render::scylla::API_ADDRESS,
+        crds::contract::SCYLLA_API_PORT
+    )
+});
 /// Timeout of an ordinary request.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Timeout of a blocking operation (drain, decommission).
@@ -446,6 +452,11 @@ impl Scylla {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_client_calls_the_api_where_the_sidecar_binds_it() {
+        assert_eq!(*DEFAULT_URL, "http://127.0.0.1:10000");
+    }
 
     #[test]
     fn seastar_error_bodies_give_their_message() {

@@ -45,18 +45,6 @@ pub async fn watch_own_service(
     }
 }
 
-/// The decommission record of a member Service.
-pub fn intent_of(service: &Service) -> Intent {
-    Intent::from_label(
-        service
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(contract::DECOMMISSIONED))
-            .map(String::as_str),
-    )
-}
-
 /// The sidecar's own records on a member Service.
 pub fn claim_of(service: &Service) -> Claim {
     let annotations = service.metadata.annotations.as_ref();
@@ -133,7 +121,7 @@ pub async fn decommission_loop(links: Links, mut service: watch::Receiver<Servic
             Some(updated) => updated.clone(),
             None => service.borrow_and_update().clone(),
         };
-        let intent = intent_of(&snapshot);
+        let intent = Intent::of(&snapshot.metadata);
         let claim = claim_of(&snapshot);
         let node = if refused_decommissioned.load(Ordering::Relaxed) {
             NodeState::RefusedDecommissioned
@@ -474,7 +462,7 @@ mod tests {
             &[(contract::DECOMMISSIONED, "false")],
             &[(contract::DECOMMISSION_STARTED, "t")],
         );
-        assert_eq!(intent_of(&s), Intent::Requested);
+        assert_eq!(Intent::of(&s.metadata), Intent::Requested);
         assert_eq!(
             claim_of(&s),
             Claim {
@@ -490,7 +478,7 @@ mod tests {
                 (contract::DECOMMISSION_REFUSED, "Not enough live nodes"),
             ],
         );
-        assert_eq!(intent_of(&s), Intent::Serve);
+        assert_eq!(Intent::of(&s.metadata), Intent::Serve);
         assert!(!claim_of(&s).stands());
         assert_eq!(claim_of(&Service::default()), Claim::default());
     }

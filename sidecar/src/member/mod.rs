@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crds::contract;
+use crds::contract::pod::env;
 use crds::v1alpha1::Cluster;
 use k8s_openapi::api::core::v1::Service;
 use kube::{Api, Client};
@@ -49,33 +50,33 @@ pub use identity::{Member, cluster_ip};
 #[derive(clap::Args, Debug, Clone)]
 pub struct SidecarArgs {
     /// Name of this member's Pod (and of its member Service).
-    #[arg(long, env = "POD_NAME")]
+    #[arg(long, env = env::POD_NAME)]
     pub pod_name: String,
     /// Namespace of the Pod.
-    #[arg(long, env = "POD_NAMESPACE")]
+    #[arg(long, env = env::POD_NAMESPACE)]
     pub pod_namespace: String,
     /// IP of the Pod (listen_address).
-    #[arg(long, env = "POD_IP")]
+    #[arg(long, env = env::POD_IP)]
     pub pod_ip: IpAddr,
     /// The Pod's Cluster, datacenter and rack: its labels, through the
     /// downward API (so that the member's token needs no read of Pods).
-    #[arg(long, env = "POD_CLUSTER", default_value = "")]
+    #[arg(long, env = env::POD_CLUSTER, default_value = "")]
     pub pod_cluster: String,
-    #[arg(long, env = "POD_DATACENTER", default_value = "")]
+    #[arg(long, env = env::POD_DATACENTER, default_value = "")]
     pub pod_datacenter: String,
-    #[arg(long, env = "POD_RACK", default_value = "")]
+    #[arg(long, env = env::POD_RACK, default_value = "")]
     pub pod_rack: String,
     /// CPU limit of the container (resourceFieldRef limits.cpu).
-    #[arg(long, env = "CPU_LIMIT")]
+    #[arg(long, env = env::CPU_LIMIT)]
     pub cpu_limit: Option<String>,
     /// Memory limit of the container (resourceFieldRef limits.memory).
-    #[arg(long, env = "MEMORY_LIMIT")]
+    #[arg(long, env = env::MEMORY_LIMIT)]
     pub memory_limit: Option<String>,
     /// The database's Jolokia endpoint (bound to the Pod's loopback).
-    #[arg(long, env = "JOLOKIA_URL", default_value = crate::jolokia::DEFAULT_URL)]
+    #[arg(long, env = "JOLOKIA_URL", default_value = crate::jolokia::DEFAULT_URL.as_str())]
     pub jolokia_url: String,
     /// ScyllaDB's REST API (bound to the Pod's loopback), in scylla mode.
-    #[arg(long, env = "SCYLLA_API_URL", default_value = crate::scylla::DEFAULT_URL)]
+    #[arg(long, env = "SCYLLA_API_URL", default_value = crate::scylla::DEFAULT_URL.as_str())]
     pub scylla_api_url: String,
     /// ScyllaDB's disk benchmark, run once per data volume (scylla mode).
     #[arg(long, env = "IOTUNE_COMMAND", default_value = "iotune")]
@@ -89,7 +90,7 @@ pub struct SidecarArgs {
     pub config_defaults_dir: Option<PathBuf>,
     /// Where to write the member's configuration (given to Cassandra as
     /// CASSANDRA_CONF).
-    #[arg(long, env = "CONFIG_DIR", default_value = "/mnt/shared/conf")]
+    #[arg(long, env = "CONFIG_DIR", default_value = contract::RENDERED_CONFIG_DIR)]
     pub config_dir: PathBuf,
     /// The data directory (default: /var/lib/cassandra or /var/lib/scylla).
     #[arg(long, env = "DATA_DIR")]
@@ -187,7 +188,7 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
     // 2. A volume whose node left the ring, given back to a member the spec
     //    wants again (a later scale-up reusing the PVC): its data left with
     //    the node; start afresh as a new, bootstrapping member.
-    if marker.exists() && act::intent_of(&member.service) == Intent::Serve {
+    if marker.exists() && Intent::of(&member.service.metadata) == Intent::Serve {
         info!(member = %name, "the data volume holds a node that left the ring, and the member is wanted again: clearing it to bootstrap as a new member");
         markers::clear_left_node(&data_dir).map_err(MemberError::Marker)?;
     }
@@ -218,8 +219,8 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
         seeds: seeds.clone(),
         datacenter: member.dc.clone(),
         rack: member.rack.clone(),
-        memory_limit: database::parse_limit("MEMORY_LIMIT", args.memory_limit.as_deref())?,
-        cpu_limit: database::parse_limit("CPU_LIMIT", args.cpu_limit.as_deref())?,
+        memory_limit: database::parse_limit(env::MEMORY_LIMIT, args.memory_limit.as_deref())?,
+        cpu_limit: database::parse_limit(env::CPU_LIMIT, args.cpu_limit.as_deref())?,
         node_cpu_cores: render::node_cpu_cores(),
         replace_address: replace_address.clone(),
         overrides: database::read_overrides(
@@ -350,7 +351,7 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
         if let Err(e) = markers::write_marker(&marker, "") {
             warn!(error = %e, "writing the decommission marker");
         } else if let seen = service_rx.borrow().clone()
-            && act::intent_of(&seen) == Intent::Requested
+            && Intent::of(&seen.metadata) == Intent::Requested
             && let Err(e) =
                 act::confirm(&services, &seen, &contract::leaving_marker(&data_dir)).await
         {
@@ -524,8 +525,8 @@ mod tests {
             pod_rack: "r".into(),
             cpu_limit: None,
             memory_limit: None,
-            jolokia_url: crate::jolokia::DEFAULT_URL.into(),
-            scylla_api_url: crate::scylla::DEFAULT_URL.into(),
+            jolokia_url: crate::jolokia::DEFAULT_URL.clone(),
+            scylla_api_url: crate::scylla::DEFAULT_URL.clone(),
             iotune_command: "iotune".into(),
             probe_addr: "127.0.0.1:0".parse().unwrap(),
             config_defaults_dir: None,

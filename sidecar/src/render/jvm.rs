@@ -11,11 +11,11 @@
 
 use std::net::IpAddr;
 
+use crds::contract::JOLOKIA_PORT;
+
 /// Where the init container installs the Jolokia agent (`install` copies
 /// the image's plugins to `/mnt/shared/plugins`).
 pub const DEFAULT_JOLOKIA_AGENT_JAR: &str = "/mnt/shared/plugins/jolokia-jvm-agent.jar";
-/// The Jolokia agent's port.
-pub const JOLOKIA_PORT: u16 = 8778;
 /// The Jolokia agent's address: loopback only. Jolokia executes any MBean
 /// operation without authentication; only the sidecar in the same Pod may
 /// reach it.
