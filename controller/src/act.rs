@@ -321,7 +321,12 @@ pub(crate) async fn act(
             claims,
         } => {
             let service = rechecked.service_preconditions();
-            delete_leftovers(cluster, namespace, rack, *member, claims, service, ctx).await?;
+            if !delete_leftovers(cluster, namespace, rack, *member, claims, service, ctx).await? {
+                return Ok(Acted::Conflict(Conflict::Wait(WaitReason::MemberLeaving {
+                    rack: rack.clone(),
+                    member: *member,
+                })));
+            }
         }
         Action::StartReplace {
             rack,
@@ -619,7 +624,8 @@ async fn delete_claim(ctx: &Context, namespace: &str, name: &str) -> Result<(), 
 /// was confirmed and that the StatefulSet no longer counts (rechecked).
 /// The Service goes last, and only unchanged since the recheck read it
 /// (`service`: its uid and resourceVersion): it holds the confirmation
-/// that allows the rest.
+/// that allows the rest. False when it changed since (409 on its
+/// preconditions): a conflict, and the next reconcile decides again.
 async fn delete_leftovers(
     cluster: &Cluster,
     namespace: &str,
@@ -628,13 +634,13 @@ async fn delete_leftovers(
     claims: &[String],
     service: Option<&Preconditions>,
     ctx: &Context,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let service_name = member_name(cluster, rack, member);
     let Some(service) = service else {
         // Only the recheck makes a DeleteLeftovers to act on, and with the
         // Service it read: without it, nothing may be deleted.
         warn!(cluster = %cluster.name_any(), rack, member, "the member Service was not read afresh: nothing deleted");
-        return Ok(());
+        return Ok(true);
     };
     for claim in claims {
         delete_claim(ctx, namespace, claim).await?;
@@ -647,6 +653,10 @@ async fn delete_leftovers(
     match api.delete(&service_name, &params).await {
         Ok(_) => {}
         Err(e) if not_found(&e) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            info!(cluster = %cluster.name_any(), rack, member, "the member Service changed since it was read: looking again");
+            return Ok(false);
+        }
         Err(source) => {
             return Err(Error::DeleteObject {
                 kind: "Service",
@@ -671,7 +681,7 @@ async fn delete_leftovers(
         Some(related_statefulset(cluster, rack)),
     )
     .await;
-    Ok(())
+    Ok(true)
 }
 
 /// Deletes a member's claims on a lost disk (rechecked), then its Pod, so
@@ -703,3 +713,7 @@ async fn delete_lost_disk(
     info!(cluster = %cluster.name_any(), rack, member, ?claims, "claims on a lost disk and the Pod deleted");
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "act_tests/mod.rs"]
+mod tests;

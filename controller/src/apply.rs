@@ -357,3 +357,7 @@ pub(crate) async fn apply_statefulset(
     .map_err(|source| Error::ApplyStatefulSet { name, source })?;
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "apply_tests.rs"]
+mod tests;

@@ -127,3 +127,39 @@ impl Context {
         }
     }
 }
+
+#[cfg(test)]
+impl Context {
+    /// A Context over `client` (a mocked API server in the unit tests),
+    /// with empty caches that count as synced; `crate::fixtures` fills them.
+    pub(crate) fn test(client: Client) -> Context {
+        use kube::runtime::events::Reporter;
+        use kube::runtime::reflector;
+        Context {
+            recorder: Recorder::new(
+                client.clone(),
+                Reporter {
+                    controller: crate::apply::FIELD_MANAGER.to_string(),
+                    instance: None,
+                },
+            ),
+            client,
+            statefulsets: reflector::store().0,
+            services: reflector::store().0,
+            pods: reflector::store().0,
+            pdbs: reflector::store().0,
+            service_accounts: reflector::store().0,
+            roles: reflector::store().0,
+            role_bindings: reflector::store().0,
+            claims: reflector::store().0,
+            volumes: reflector::store().0,
+            nodes: reflector::store().0,
+            config_maps: reflector::store().0,
+            names: CacheNames::default(),
+            metrics: Arc::new(Metrics::new()),
+            build: BuildContext::default(),
+            restart_timeout_seconds: 600,
+            synced: Arc::new(AtomicBool::new(true)),
+        }
+    }
+}

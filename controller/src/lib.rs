@@ -37,6 +37,9 @@ pub mod run;
 pub mod status;
 pub mod validated;
 
+#[cfg(test)]
+mod fixtures;
+
 /// `cassandra-operator controller`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ControllerArgs {

@@ -291,3 +291,7 @@ async fn fresh_replicas(
         })?;
     Ok(sts.map(|s| s.spec.and_then(|s| s.replicas).unwrap_or(1)))
 }
+
+#[cfg(test)]
+#[path = "recheck_tests.rs"]
+pub(crate) mod tests;
