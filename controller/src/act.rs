@@ -370,6 +370,19 @@ pub(crate) async fn act(
         } => {
             delete_lost_disk(cluster, namespace, rack, *member, claims, ctx).await?;
         }
+        Action::RequestRingRecord {
+            rack,
+            member,
+            witness_rack,
+            witness,
+        } => {
+            let service = member_name(cluster, witness_rack, *witness);
+            let patch = serde_json::json!({"metadata": {"annotations": {
+                crds::contract::RING_RECORD_REQUESTED: k8s_openapi::jiff::Timestamp::now().to_string(),
+            }}});
+            patch_member_service(ctx, namespace, &service, &patch).await?;
+            info!(cluster = %cluster.name_any(), rack, member, witness = %service, "asked a member to record its ring: the decommission waits for the ring's word");
+        }
         Action::FinishReplace { rack, member } => {
             let service = member_name(cluster, rack, *member);
             let patch =

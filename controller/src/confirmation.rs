@@ -29,6 +29,9 @@ pub enum Verdict {
     Confirmed,
     /// Asked and answered; the ring has not said so yet: `why`.
     Pending(String),
+    /// Asked and answered; no other member has recorded its ring since the
+    /// request (a sidecar records only what changes: ask one to).
+    Unrecorded,
     /// Not a decommission: what is missing or contradicts it.
     Stale(String),
 }
@@ -131,9 +134,7 @@ pub fn judge<'g>(
         (false, Some(at)) => Verdict::Pending(format!(
             "the ring still counted the node when last recorded ({at})"
         )),
-        (false, None) => {
-            Verdict::Pending("no other member has recorded its ring since the request".into())
-        }
+        (false, None) => Verdict::Unrecorded,
     }
 }
 
@@ -256,24 +257,27 @@ mod tests {
                 )),
             ),
             (
-                "a ring recorded before the request says nothing: pending",
-                pending(judge(&genuine, &[ring(BEFORE, WITHOUT)])),
+                "a ring recorded before the request says nothing: unrecorded",
+                judge(&genuine, &[ring(BEFORE, WITHOUT)]) == Verdict::Unrecorded,
             ),
             (
                 "a ring that still counted it before the confirmation: pending",
                 pending(judge(&genuine, &[ring(LEFT, WITH)])),
             ),
             (
-                "a record that names no owners says nothing: pending",
-                pending(judge(
+                "a record that names no owners says nothing: unrecorded",
+                judge(
                     &genuine,
                     &[GossipView {
                         at: Some(LEFT.into()),
                         ..GossipView::default()
                     }],
-                )),
+                ) == Verdict::Unrecorded,
             ),
-            ("no other record: pending", pending(judge(&genuine, &[]))),
+            (
+                "no other record: unrecorded",
+                judge(&genuine, &[]) == Verdict::Unrecorded,
+            ),
         ];
         for (what, holds) in cases {
             assert!(holds, "{what}");

@@ -515,6 +515,8 @@ pub fn service_observed(service: &Service) -> ServiceObserved {
         gossip: annotation(meta, contract::GOSSIP).and_then(contract::GossipView::from_annotation),
         decommission_request: annotation(meta, contract::DECOMMISSION_REQUEST)
             .and_then(contract::DecommissionRequest::from_annotation),
+        ring_record_requested: annotation(meta, contract::RING_RECORD_REQUESTED)
+            .map(str::to_string),
         decommission_confirmation: annotation(meta, contract::DECOMMISSION_CONFIRMATION)
             .and_then(contract::DecommissionConfirmation::from_annotation),
     }

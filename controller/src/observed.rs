@@ -83,6 +83,8 @@ pub struct ServiceObserved {
     pub decommission_request: Option<DecommissionRequest>,
     /// The sidecar's confirmation, when it holds a readable one.
     pub decommission_confirmation: Option<DecommissionConfirmation>,
+    /// When the controller asked this member to record its ring again.
+    pub ring_record_requested: Option<String>,
 }
 
 impl ServiceObserved {

@@ -129,6 +129,7 @@ pub(crate) async fn recheck<'a>(
         | Action::WithdrawDecommission { .. }
         | Action::StartReplace { .. }
         | Action::FinishReplace { .. }
+        | Action::RequestRingRecord { .. }
         | Action::Wait(_)
         | Action::Refuse(_)
         | Action::Converged => Ok(Rechecked::agrees(action)),
@@ -269,6 +270,9 @@ async fn decommission_confirmed(
     Ok(match judged {
         Verdict::Confirmed => Ok(()),
         Verdict::Pending(why) | Verdict::Stale(why) => Err(why),
+        Verdict::Unrecorded => {
+            Err("no other member has recorded its ring since the request".into())
+        }
     })
 }
 

@@ -297,6 +297,7 @@ fn operation(action: &Action) -> &'static str {
         Action::StartReplace { .. } => "StartReplace",
         Action::DeleteLostDisk { .. } => "DeleteLostDisk",
         Action::FinishReplace { .. } => "FinishReplace",
+        Action::RequestRingRecord { .. } => "RequestRingRecord",
         Action::Wait(_) => "Wait",
         Action::Refuse(_) => "Refuse",
         Action::Converged => "Converged",
@@ -385,6 +386,12 @@ mod tests {
             Action::FinishReplace {
                 rack: rack.clone(),
                 member,
+            },
+            Action::RequestRingRecord {
+                rack: rack.clone(),
+                member,
+                witness_rack: rack.clone(),
+                witness: 0,
             },
             Action::Wait(WaitReason::MemberNotReady {
                 rack: rack.clone(),

@@ -124,6 +124,17 @@ fn conditions(outcome: &Outcome) -> [(&'static str, Cond); 3] {
                         "member {member} of rack {rack} has a decommissioned=true that is no confirmed decommission ({missing}): taking it back, nothing is deleted"
                     ),
                 ),
+                Action::RequestRingRecord {
+                    rack,
+                    member,
+                    witness_rack,
+                    witness,
+                } => progressing(
+                    "MemberLeaving",
+                    format!(
+                        "member {member} of rack {rack} left: asking member {witness} of rack {witness_rack} to record its ring, which must agree before anything is removed"
+                    ),
+                ),
                 Action::WithdrawDecommission { rack, member, .. } => progressing(
                     "DecommissionCancelled",
                     format!(

@@ -71,6 +71,13 @@ pub const HOST_ID: &str = "cassandra.rook.io/host-id";
 /// member up under the generation that member runs ([`ring_settled`]);
 /// readiness alone says nothing of how the others see a member.
 pub const GOSSIP: &str = "cassandra.rook.io/gossip";
+/// Annotation, written by the controller on another member's Service while
+/// it waits for the ring to agree that a member left: the time it asked
+/// (RFC 3339). The sidecar records its ring again ([`GOSSIP`]), changed
+/// or not, once its record is older than that: a sidecar records only
+/// what changes, and a ring that had not counted the leaving member yet
+/// (it joined and left between two reads) would never record again.
+pub const RING_RECORD_REQUESTED: &str = "cassandra.rook.io/ring-record-requested";
 /// Annotation, written by the controller with [`RESTARTING`]: the gossip
 /// generation the member ran when a roll took it down. The member is back
 /// when its record shows a newer one.
@@ -256,6 +263,26 @@ impl GossipView {
         } == GossipView {
             at: None,
             ..other.clone()
+        }
+    }
+
+    /// Whether this view, recorded as `recorded`, must be written: it says
+    /// something else, or the record is older than what the controller
+    /// asked for (`requested`, [`RING_RECORD_REQUESTED`]).
+    pub fn to_record(&self, recorded: Option<&GossipView>, requested: Option<&str>) -> bool {
+        let Some(recorded) = recorded else {
+            return true;
+        };
+        if !recorded.same_as(self) {
+            return true;
+        }
+        match (
+            requested.and_then(parse_time),
+            recorded.at.as_deref().and_then(parse_time),
+        ) {
+            (Some(requested), Some(at)) => at <= requested,
+            (Some(_), None) => true,
+            (None, _) => false,
         }
     }
 
@@ -635,6 +662,38 @@ mod tests {
             choose_seeds("10.0.0.3", &ips(&["10.0.0.2", "10.0.0.1"]), true, true),
             ips(&["10.0.0.1", "10.0.0.2"])
         );
+    }
+
+    #[test]
+    fn a_view_is_recorded_when_it_changes_or_when_the_controller_asks_for_a_newer_record() {
+        let seen = GossipView {
+            generation: 7,
+            at: Some("2026-11-27T10:00:00Z".into()),
+            ..GossipView::default()
+        };
+        let now = GossipView {
+            at: None,
+            ..seen.clone()
+        };
+        assert!(now.to_record(None, None), "nothing recorded yet");
+        assert!(
+            !now.to_record(Some(&seen), None),
+            "the same view, not asked"
+        );
+        let changed = GossipView {
+            generation: 8,
+            ..now.clone()
+        };
+        assert!(changed.to_record(Some(&seen), None));
+        assert!(
+            now.to_record(Some(&seen), Some("2026-11-27T10:00:05Z")),
+            "asked after it was recorded"
+        );
+        assert!(
+            !now.to_record(Some(&seen), Some("2026-11-27T09:59:00Z")),
+            "asked before: the record answers it"
+        );
+        assert!(!now.to_record(Some(&seen), Some("not a time")));
     }
 
     fn view(generation: i64, up: &[(&str, i64)]) -> GossipView {

@@ -805,12 +805,47 @@ async fn the_scale_down_survives_the_controller_killed_at_random_moments() {
             if converged {
                 break;
             }
-            assert!(
-                Instant::now() < deadline,
-                "run {run} (faults: {faults}, seed {seed}) did not converge:\n{}\n{}",
-                ring_text(sim),
-                tail(&log)
-            );
+            if Instant::now() >= deadline {
+                let services: Api<Service> = Api::namespaced(client.clone(), NS);
+                let records = services
+                    .get_opt(&member)
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|s| (s.metadata.labels, s.metadata.annotations));
+                let sts: Api<StatefulSet> = Api::namespaced(client.clone(), NS);
+                let replicas = sts
+                    .get_opt(STS_R)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|s| s.spec?.replicas);
+                let status = clusters.get("cassandra").await.ok().and_then(|c| c.status);
+                let rings: Vec<_> = services
+                    .list(&Default::default())
+                    .await
+                    .map(|l| l.items)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|s| {
+                        let gossip = s.metadata.annotations?.get(crds::contract::GOSSIP)?.clone();
+                        Some((s.metadata.name?, gossip))
+                    })
+                    .collect();
+                let said: Vec<String> = std::fs::read_to_string(&log)
+                    .unwrap_or_default()
+                    .lines()
+                    .filter(|l| l.contains("missing") || l.contains("stale") || l.contains("Stale"))
+                    .map(str::to_string)
+                    .collect();
+                eprintln!("rings: {rings:#?}\ncontroller said: {said:#?}");
+                panic!(
+                    "run {run} (faults: {faults}, seed {seed}) did not converge:\n{}\n\
+                     {member}: {records:?}\nreplicas: {replicas:?}\nstatus: {status:?}\n{}",
+                    ring_text(sim),
+                    tail(&log)
+                );
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         sim.set_faults(Default::default());

@@ -367,3 +367,37 @@ async fn leftovers_whose_service_changed_since_the_recheck_are_a_conflict() {
         .await;
     assert_eq!(run.acted(), leaving("b", 2));
 }
+
+/// A decommission waits for a ring no one recorded since its request: the
+/// witness's Service gets the time of the ask, unguarded (the sidecar only
+/// reads it), and nothing else is written.
+#[tokio::test]
+async fn a_witness_is_asked_to_record_its_ring_with_the_time_of_the_ask() {
+    let asked_from = k8s_openapi::jiff::Timestamp::now();
+    let run = act_on(Action::RequestRingRecord {
+        rack: "b".into(),
+        member: 2,
+        witness_rack: "b".into(),
+        witness: 0,
+    })
+    .expect(vec![
+        Expect::merge_patch(&service_path("c-dc-b-0"), json!({}))
+            .body_where(move |body| {
+                let keys: Vec<&String> = body["metadata"]["annotations"]
+                    .as_object()
+                    .expect("annotations")
+                    .keys()
+                    .collect();
+                assert_eq!(keys, [contract::RING_RECORD_REQUESTED]);
+                let at = body["metadata"]["annotations"][contract::RING_RECORD_REQUESTED]
+                    .as_str()
+                    .and_then(contract::parse_time)
+                    .expect("an RFC 3339 time");
+                assert!(at >= asked_from, "{at} is before the ask");
+                assert_eq!(body.as_object().unwrap().len(), 1, "{body}");
+            })
+            .reply(Reply::ok(&member(&cluster(), "b", 0).build())),
+    ])
+    .await;
+    assert_eq!(run.acted(), Acted::Done);
+}

@@ -243,6 +243,15 @@ pub enum Action {
         member: i32,
         claims: Vec<String>,
     },
+    /// A member's decommission waits for the ring, and no other member has
+    /// recorded its ring since the request: ask `witness` of `witness_rack`
+    /// to record it again (`cassandra.rook.io/ring-record-requested`).
+    RequestRingRecord {
+        rack: String,
+        member: i32,
+        witness_rack: String,
+        witness: i32,
+    },
     /// The replaced member is ready: remove the `replace` record.
     FinishReplace { rack: String, member: i32 },
     /// Wait for the cluster to settle.

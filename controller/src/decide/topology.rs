@@ -170,6 +170,11 @@ pub(super) fn under_way<'a>(
                                 member,
                             }));
                         }
+                        (Verdict::Unrecorded, _) => {
+                            return ControlFlow::Break(ask_for_a_ring_record(
+                                observed, &rack.name, member,
+                            ));
+                        }
                         (Verdict::Stale(missing), true) => {
                             return ControlFlow::Break(match service.resource_version.clone() {
                                 Some(resource_version) => Action::ClearStaleDecommission {
@@ -289,6 +294,53 @@ pub(super) fn under_way<'a>(
         }
     }
     ControlFlow::Continue(held)
+}
+
+/// A member's decommission is asked and answered, and no other member has
+/// recorded its ring since the request: a sidecar records its ring only
+/// when it changes, and one that had not counted the member yet (it joined
+/// and left between two of its reads) never would. One other Ready member
+/// is asked to record it again; once it has been asked, the controller
+/// waits for its record.
+fn ask_for_a_ring_record(observed: &Observed, rack: &str, member: i32) -> Action {
+    let leaving = WaitReason::MemberLeaving {
+        rack: rack.to_string(),
+        member,
+    };
+    let Some(requested_at) = observed
+        .racks
+        .get(rack)
+        .and_then(|r| r.members.get(&member))
+        .and_then(|m| m.service.as_ref()?.decommission_request.as_ref())
+        .and_then(|r| crds::contract::parse_time(&r.requested_at))
+    else {
+        return Action::Wait(leaving);
+    };
+    let witnesses: Vec<(&String, i32, Option<&str>)> = observed
+        .racks
+        .iter()
+        .flat_map(|(name, r)| r.members.iter().map(move |(&i, m)| (name, i, m)))
+        .filter(|&(name, i, m)| !(name == rack && i == member) && m.pod_ready)
+        .filter_map(|(name, i, m)| {
+            let service = m.service.as_ref()?;
+            service.gossip.as_ref()?;
+            Some((name, i, service.ring_record_requested.as_deref()))
+        })
+        .collect();
+    let asked = witnesses.iter().any(|(_, _, asked)| {
+        asked
+            .and_then(crds::contract::parse_time)
+            .is_some_and(|at| at >= requested_at)
+    });
+    match witnesses.first() {
+        Some((witness_rack, witness, _)) if !asked => Action::RequestRingRecord {
+            rack: rack.to_string(),
+            member,
+            witness_rack: witness_rack.to_string(),
+            witness: *witness,
+        },
+        _ => Action::Wait(leaving),
+    }
 }
 
 /// Every member is Ready and nothing is under way: one step towards the

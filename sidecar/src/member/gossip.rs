@@ -5,7 +5,9 @@
 //! (DESIGN.md section 6): a Pod's readiness says how the node sees itself,
 //! never how the others see it. The record also names the token owners, so
 //! that the controller deletes a member's data only once another member's
-//! ring no longer counts it. Writes only on a change, so a steady ring
+//! ring no longer counts it, and is written again, unchanged, when the
+//! controller asks for a record newer than a decommission's request
+//! (`contract::RING_RECORD_REQUESTED`). Writes only on a change, so a steady ring
 //! costs no writes. I/O (the node, the member Service).
 
 use std::time::Duration;
@@ -51,8 +53,17 @@ pub async fn record_gossip(
                 continue;
             }
         };
-        let recorded = recorded(&service.borrow());
-        if recorded.as_ref().is_some_and(|r| r.same_as(&view)) {
+        let (recorded, requested) = {
+            let service = service.borrow();
+            let requested = service
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(contract::RING_RECORD_REQUESTED))
+                .cloned();
+            (recorded(&service), requested)
+        };
+        if !view.to_record(recorded.as_ref(), requested.as_deref()) {
             continue;
         }
         // When it was seen: the controller accepts a decommission only on

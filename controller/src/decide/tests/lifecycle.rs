@@ -560,6 +560,49 @@ fn a_decommissioned_true_the_controller_never_asked_for_is_taken_back() {
             member: 2
         })
     );
+    // The others recorded their ring before the request (the member joined
+    // and left between two of their reads, and they record only changes):
+    // one Ready member is asked to record it again, then it is waited for.
+    let recorded_before = ring_at(answered, "2026-11-27T09:59:00Z", |i| i != 2);
+    assert_eq!(
+        decide(&spec(&[("b", 2)]), &recorded_before),
+        RequestRingRecord {
+            rack: b(),
+            member: 2,
+            witness_rack: b(),
+            witness: 0,
+        }
+    );
+    let mut asked_witness = recorded_before.clone();
+    asked_witness
+        .racks
+        .get_mut("b")
+        .unwrap()
+        .members
+        .get_mut(&0)
+        .unwrap()
+        .service
+        .as_mut()
+        .unwrap()
+        .ring_record_requested = Some("2026-11-27T10:00:30Z".into());
+    assert_eq!(
+        decide(&spec(&[("b", 2)]), &asked_witness),
+        Wait(WaitReason::MemberLeaving {
+            rack: b(),
+            member: 2
+        })
+    );
+    // Its record made after the request: the ring agrees, the rack shrinks.
+    assert_eq!(
+        decide(
+            &spec(&[("b", 2)]),
+            &ring_at(asked_witness, "2026-11-27T10:00:31Z", |i| i != 2)
+        ),
+        ScaleDown {
+            rack: b(),
+            replicas: 2
+        }
+    );
     // A bare `false` (an older controller's): the request is written.
     assert_eq!(
         decide(
