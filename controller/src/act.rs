@@ -157,7 +157,11 @@ pub(crate) async fn act(
             }
         }
         Action::ScaleUp { rack, replicas } => {
-            scale_statefulset(cluster, namespace, rack, *replicas, ctx).await?;
+            if !scale_from(cluster, namespace, rack, *replicas - 1, *replicas, ctx).await? {
+                return Ok(Acted::Conflict(Conflict::Wait(
+                    WaitReason::StatefulSetNotObserved { rack: rack.clone() },
+                )));
+            }
             publish(
                 ctx,
                 cluster,
@@ -296,7 +300,7 @@ pub(crate) async fn act(
             .await;
         }
         Action::ScaleDown { rack, replicas } => {
-            if !scale_down_past(cluster, namespace, rack, *replicas, ctx).await? {
+            if !scale_from(cluster, namespace, rack, *replicas + 1, *replicas, ctx).await? {
                 info!(cluster = %cluster.name_any(), rack, member = replicas, "the StatefulSet's replicas changed meanwhile: looking again");
                 return Ok(Acted::Conflict(Conflict::Wait(WaitReason::MemberLeaving {
                     rack: rack.clone(),
@@ -566,24 +570,31 @@ async fn patch_member_service_unchanged(
     }
 }
 
-/// Shrinks a rack's StatefulSet past `member` (its highest), only if it
-/// still has `member + 1` replicas: a JSON patch whose `test` the API
-/// server checks in the same write, so that a stale cache can never shrink
-/// it past another member. False when the replicas were something else.
-async fn scale_down_past(
+/// Sets a rack's StatefulSet's replicas from `from` to `to`, only if it
+/// still has `from`: a JSON patch whose `test` the API server checks in the
+/// same write, so that a stale cache never shrinks it past a member (a
+/// scale-down past another, or a scale-up from a count already passed).
+/// False when the replicas were something else.
+async fn scale_from(
     cluster: &Cluster,
     namespace: &str,
     rack: &str,
-    member: i32,
+    from: i32,
+    to: i32,
     ctx: &Context,
 ) -> Result<bool, Error> {
     let name = statefulset_name(cluster, rack);
     let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
-    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
-        {"op": "test", "path": "/spec/replicas", "value": member + 1},
-        {"op": "replace", "path": "/spec/replicas", "value": member},
-    ]))
-    .expect("a JSON patch");
+    let patch = json_patch::Patch(vec![
+        json_patch::PatchOperation::Test(json_patch::TestOperation {
+            path: json_patch::jsonptr::PointerBuf::parse("/spec/replicas").expect("a JSON pointer"),
+            value: serde_json::json!(from),
+        }),
+        json_patch::PatchOperation::Replace(json_patch::ReplaceOperation {
+            path: json_patch::jsonptr::PointerBuf::parse("/spec/replicas").expect("a JSON pointer"),
+            value: serde_json::json!(to),
+        }),
+    ]);
     match api
         .patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
         .await
@@ -593,31 +604,10 @@ async fn scale_down_past(
         Err(kube::Error::Api(status)) if status.code == 422 || status.code == 409 => Ok(false),
         Err(source) => Err(Error::ScaleStatefulSet {
             name,
-            replicas: member,
+            replicas: to,
             source,
         }),
     }
-}
-
-/// Sets a rack's StatefulSet's replicas.
-async fn scale_statefulset(
-    cluster: &Cluster,
-    namespace: &str,
-    rack: &str,
-    replicas: i32,
-    ctx: &Context,
-) -> Result<(), Error> {
-    let name = statefulset_name(cluster, rack);
-    let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
-    let patch = serde_json::json!({"spec": {"replicas": replicas}});
-    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(|source| Error::ScaleStatefulSet {
-            name: name.clone(),
-            replicas,
-            source,
-        })?;
-    Ok(())
 }
 
 async fn delete_claim(ctx: &Context, namespace: &str, name: &str) -> Result<(), Error> {

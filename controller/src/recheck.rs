@@ -206,13 +206,30 @@ async fn disk_lost(namespace: &str, claims: &[String], ctx: &Context) -> Result<
             continue;
         };
         let hostnames = volume_hostnames(&pv);
+        // A volume names its Node by `kubernetes.io/hostname`, which is
+        // the Node's name on GKE but need not be: a Node found by either is
+        // there (observe reads the caches the same way).
         let mut any_node = false;
         for host in &hostnames {
-            any_node |= nodes
+            if any_node {
+                break;
+            }
+            any_node = nodes
                 .get_opt(host)
                 .await
                 .map_err(get_failed("Node", host))?
                 .is_some();
+            if !any_node {
+                let labelled = ListParams::default()
+                    .labels(&format!("kubernetes.io/hostname={host}"))
+                    .limit(1);
+                any_node = !nodes
+                    .list_metadata(&labelled)
+                    .await
+                    .map_err(get_failed("Node", host))?
+                    .items
+                    .is_empty();
+            }
         }
         lost |= !hostnames.is_empty() && !any_node;
     }

@@ -255,13 +255,40 @@ async fn a_lost_disk_is_deferred_when_its_node_exists_again() {
     assert!(matches!(verdict, Recheck::Defer), "{}", describe(&verdict));
 }
 
+/// No Node by that name: a Node whose hostname label says it is looked
+/// for too, the name a volume's affinity gives being the label's.
+fn hostname_read(nodes: &[Node]) -> Expect {
+    Expect::list("/api/v1/nodes", "kubernetes.io/hostname=node-1")
+        .query(&[
+            ("labelSelector", "kubernetes.io/hostname=node-1"),
+            ("limit", "1"),
+        ])
+        .reply(Reply::list(nodes))
+}
+
+#[tokio::test]
+async fn a_lost_disk_is_deferred_when_a_node_of_another_name_has_its_hostname() {
+    let cluster = cluster();
+    let action = lost_disk();
+    let mut elsewhere = node("gke-pool-1-abcd");
+    elsewhere
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("kubernetes.io/hostname".into(), "node-1".into());
+    let mut reads = disk_reads(&cluster, Reply::not_found());
+    reads.push(hostname_read(&[elsewhere]));
+    let verdict = rechecked(&cluster, &action, reads).await.unwrap();
+    assert!(matches!(verdict, Recheck::Defer), "{}", describe(&verdict));
+}
+
 #[tokio::test]
 async fn a_lost_disk_agrees_when_no_node_of_its_volume_exists() {
     let cluster = cluster();
     let action = lost_disk();
-    let verdict = rechecked(&cluster, &action, disk_reads(&cluster, Reply::not_found()))
-        .await
-        .unwrap();
+    let mut reads = disk_reads(&cluster, Reply::not_found());
+    reads.push(hostname_read(&[]));
+    let verdict = rechecked(&cluster, &action, reads).await.unwrap();
     assert!(
         matches!(&verdict, Recheck::Agrees(r) if r.action() == &action),
         "{}",

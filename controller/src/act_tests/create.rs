@@ -10,21 +10,54 @@ use super::*;
 use crate::fixtures::{Reply, member, statefulset, to_json};
 
 #[tokio::test]
-async fn a_scale_up_sets_the_replicas_with_a_merge_patch() {
+async fn a_scale_up_tests_the_replicas_it_grows_in_the_same_write() {
     let run = act_on(Action::ScaleUp {
         rack: "b".into(),
         replicas: 4,
     })
     .expect(vec![
-        Expect::merge_patch(
+        Expect::json_patch(
             &statefulset_path("c-dc-b"),
-            json!({"spec": {"replicas": 4}}),
+            json!([
+                {"op": "test", "path": "/spec/replicas", "value": 3},
+                {"op": "replace", "path": "/spec/replicas", "value": 4},
+            ]),
         )
         .reply(Reply::ok(&statefulset(&cluster(), "b", 4))),
         event("Normal", "RackScaledUp"),
     ])
     .await;
     assert_eq!(run.acted(), Acted::Done);
+}
+
+/// A cache behind the StatefulSet (replicas already past the count it
+/// shows) must never set them back: the test fails (422), nothing else is
+/// written, and the next reconcile decides on what the API server holds.
+#[tokio::test]
+async fn a_scale_up_from_a_stale_count_is_a_conflict_and_shrinks_nothing() {
+    for reply in [Reply::unprocessable(), Reply::conflict()] {
+        let run = act_on(Action::ScaleUp {
+            rack: "b".into(),
+            replicas: 4,
+        })
+        .expect(vec![
+            Expect::json_patch(
+                &statefulset_path("c-dc-b"),
+                json!([
+                    {"op": "test", "path": "/spec/replicas", "value": 3},
+                    {"op": "replace", "path": "/spec/replicas", "value": 4},
+                ]),
+            )
+            .reply(reply),
+        ])
+        .await;
+        assert_eq!(
+            run.acted(),
+            Acted::Conflict(Conflict::Wait(WaitReason::StatefulSetNotObserved {
+                rack: "b".into()
+            }))
+        );
+    }
 }
 
 fn create_member_service() -> Action {
