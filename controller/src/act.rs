@@ -374,6 +374,43 @@ pub(crate) async fn act(
         } => {
             delete_lost_disk(cluster, namespace, rack, *member, claims, ctx).await?;
         }
+        Action::RecordRemoval {
+            rack,
+            member,
+            resource_version,
+            request,
+            host_id,
+            ..
+        } => {
+            let service = member_name(cluster, rack, *member);
+            let confirmation = crds::contract::DecommissionConfirmation {
+                request: request.clone(),
+                host_id: host_id.clone(),
+                confirmed_at: k8s_openapi::jiff::Timestamp::now().to_string(),
+                removed: Some(true),
+            };
+            let patch = serde_json::json!({"metadata": {
+                "resourceVersion": resource_version,
+                "labels": {crds::contract::DECOMMISSIONED: crds::contract::DECOMMISSION_DONE},
+                "annotations": {crds::contract::DECOMMISSION_CONFIRMATION: confirmation.to_annotation()},
+            }});
+            if !patch_member_service_unchanged(ctx, namespace, &service, &patch).await? {
+                return Ok(Acted::Conflict(Conflict::Wait(WaitReason::MemberLeaving {
+                    rack: rack.clone(),
+                    member: *member,
+                })));
+            }
+            publish(
+                ctx,
+                cluster,
+                EventType::Normal,
+                "MemberRemovedFromRing",
+                "Decommission",
+                format!("Member {member} of rack {rack} ({service}) lost its Node and disk while leaving, and the ring no longer counts it (removenode): its removal is recorded, and the scale-down proceeds"),
+                Some(related_statefulset(cluster, rack)),
+            )
+            .await;
+        }
         Action::RequestRingRecord {
             rack,
             member,

@@ -138,6 +138,47 @@ pub fn judge<'g>(
     }
 }
 
+/// Judges a member asked to leave whose disk was lost with its Node (it
+/// cannot answer: the node is gone for good): it left the ring only when
+/// another member's ring, recorded after the request, no longer counts it
+/// (someone ran `nodetool removenode`), and no ring recorded after the
+/// request still does. `Pending` while one does.
+pub fn judge_removed<'g>(
+    member: &Leaving<'_>,
+    others: impl IntoIterator<Item = &'g GossipView>,
+) -> Verdict {
+    let Some(request) = member.request else {
+        return Verdict::Stale("no decommission request of the controller".into());
+    };
+    let Some(requested) = parse_time(&request.requested_at) else {
+        return Verdict::Stale("the request has no readable time".into());
+    };
+    let host_id = member.host_id();
+    let mut agrees = false;
+    for view in others {
+        let Some(at) = view.at.as_deref().and_then(parse_time) else {
+            continue;
+        };
+        if at <= requested {
+            continue;
+        }
+        match view.counts_owner(member.address, host_id) {
+            None => {}
+            Some(false) => agrees = true,
+            Some(true) => {
+                return Verdict::Pending(format!(
+                    "the ring still counts the node (a member's record made at {at})"
+                ));
+            }
+        }
+    }
+    if agrees {
+        Verdict::Confirmed
+    } else {
+        Verdict::Unrecorded
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,6 +203,7 @@ mod tests {
             request: request.into(),
             host_id: host_id.map(str::to_string),
             confirmed_at: ANSWERED.into(),
+            removed: None,
         }
     }
 
@@ -299,6 +341,38 @@ mod tests {
         // The host ID the confirmation names is looked for in the ring too.
         assert!(matches!(
             judge(&member, &[ring(AFTER, &[("10.96.0.7", "h2")])]),
+            Verdict::Stale(_)
+        ));
+    }
+
+    #[test]
+    fn a_member_lost_while_leaving_left_once_the_ring_recorded_after_the_request_drops_it() {
+        let asked = request("r1", Some("h2"));
+        let member = Leaving {
+            address: Some("10.96.0.2"),
+            request: Some(&asked),
+            confirmation: None,
+            own_record: None,
+            ready: false,
+        };
+        assert_eq!(
+            judge_removed(&member, &[ring(LEFT, WITHOUT)]),
+            Verdict::Confirmed
+        );
+        assert!(matches!(
+            judge_removed(&member, &[ring(LEFT, WITHOUT), ring(AFTER, WITH)]),
+            Verdict::Pending(_)
+        ));
+        assert_eq!(
+            judge_removed(&member, &[ring(BEFORE, WITHOUT)]),
+            Verdict::Unrecorded
+        );
+        let bare = Leaving {
+            request: None,
+            ..member
+        };
+        assert!(matches!(
+            judge_removed(&bare, &[ring(LEFT, WITHOUT)]),
             Verdict::Stale(_)
         ));
     }

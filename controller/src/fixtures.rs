@@ -260,6 +260,7 @@ impl Member {
             request: asked.request.as_ref().expect("asked").id.clone(),
             host_id: None,
             confirmed_at: ANSWERED.into(),
+            removed: None,
         };
         asked
             .label(contract::DECOMMISSIONED, contract::DECOMMISSION_DONE)

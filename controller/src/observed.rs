@@ -248,6 +248,41 @@ impl Observed {
         )
     }
 
+    /// The host ID of `member` of `rack`: from its decommission request,
+    /// its own record of its ring, or, when it has recorded none yet (it
+    /// just joined), the token owners another member's ring lists at its
+    /// address.
+    pub fn host_id_of(&self, rack: &str, member: i32) -> Option<String> {
+        let service = self
+            .racks
+            .get(rack)?
+            .members
+            .get(&member)?
+            .service
+            .as_ref()?;
+        service
+            .decommission_request
+            .as_ref()
+            .and_then(|r| r.host_id.clone())
+            .or_else(|| service.gossip.as_ref().and_then(|g| g.host_id.clone()))
+            .or_else(|| {
+                let address = service.cluster_ip.as_deref()?;
+                self.rings_besides(rack, member)
+                    .into_iter()
+                    .find_map(|g| g.owners.as_ref()?.get(address).cloned())
+            })
+    }
+
+    /// The judgement of a member asked to leave whose disk was lost with
+    /// its Node ([`confirmation::judge_removed`]).
+    pub fn removal_verdict(&self, rack: &str, member: i32) -> Verdict {
+        let Some(leaving) = self.leaving(rack, member) else {
+            return Verdict::Stale("no member Service".into());
+        };
+        let others = self.rings_besides(rack, member);
+        confirmation::judge_removed(&leaving, others.iter().copied())
+    }
+
     /// Whether `member` of `rack` carries `decommissioned=true` and the
     /// judgement confirms it.
     pub fn decommission_confirmed(&self, rack: &str, member: i32) -> bool {

@@ -21,11 +21,13 @@ use tracing::{info, warn};
 
 use crate::apply::{member_name, statefulset_name};
 use crate::cached::CachedVolume;
-use crate::confirmation::{Leaving, Verdict, judge};
+use crate::confirmation::{Leaving, Verdict, judge, judge_removed};
 use crate::context::Context;
 use crate::decide::{Action, WaitReason};
 use crate::error::Error;
 use crate::observe::{service_observed, volume_hostnames};
+use crate::observed::ServiceObserved;
+use crds::contract::GossipView;
 use crds::v1alpha1::Cluster;
 
 /// What the fresh reads say of a decision.
@@ -103,6 +105,26 @@ pub(crate) async fn recheck<'a>(
                     }),
                     None => Recheck::Defer,
                 })
+        }
+        Action::RecordRemoval {
+            rack,
+            member,
+            claims,
+            ..
+        } => {
+            // Its disk lost (read afresh) and the ring, read afresh, no
+            // longer counting it: never inferred.
+            let removed = removal_confirmed(cluster, namespace, rack, *member, ctx).await?;
+            if let Err(missing) = &removed {
+                warn!(cluster = %cluster.name_any(), rack, member, %missing, "the caches showed a member removed from the ring, the API server does not: nothing recorded");
+            }
+            if removed.is_err() || !disk_lost(namespace, claims, ctx).await? {
+                return Ok(Recheck::Wait(WaitReason::MemberLeaving {
+                    rack: rack.clone(),
+                    member: *member,
+                }));
+            }
+            Ok(Rechecked::agrees(action))
         }
         Action::DeleteLostDisk {
             rack,
@@ -248,6 +270,50 @@ async fn decommission_confirmed(
     member: i32,
     ctx: &Context,
 ) -> Result<Result<(), String>, Error> {
+    let Some((leaving, others)) = fresh_records(cluster, namespace, rack, member, ctx).await?
+    else {
+        return Ok(Err("member Service not found".into()));
+    };
+    if leaving.decommission() != crds::contract::Decommission::Confirmed {
+        return Ok(Err(
+            "the member Service does not say decommissioned=true".into()
+        ));
+    }
+    Ok(verdict(judge(&as_leaving(&leaving), &others)))
+}
+
+/// Whether a member asked to leave, whose disk was lost, left the ring
+/// (removenode), judged on the records read afresh as decide judges them
+/// on the caches ([`crate::confirmation::judge_removed`]).
+async fn removal_confirmed(
+    cluster: &Cluster,
+    namespace: &str,
+    rack: &str,
+    member: i32,
+    ctx: &Context,
+) -> Result<Result<(), String>, Error> {
+    let Some((leaving, others)) = fresh_records(cluster, namespace, rack, member, ctx).await?
+    else {
+        return Ok(Err("member Service not found".into()));
+    };
+    if leaving.decommission() != crds::contract::Decommission::Requested {
+        return Ok(Err(
+            "the member Service does not say decommissioned=false".into()
+        ));
+    }
+    Ok(verdict(judge_removed(&as_leaving(&leaving), &others)))
+}
+
+/// The member Service of `member` and every other member's record of its
+/// ring, read afresh (one list of the cluster's Services); `None` when the
+/// member Service is gone.
+async fn fresh_records(
+    cluster: &Cluster,
+    namespace: &str,
+    rack: &str,
+    member: i32,
+    ctx: &Context,
+) -> Result<Option<(ServiceObserved, Vec<GossipView>)>, Error> {
     let name = member_name(cluster, rack, member);
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
     let selector = format!("{}={}", crds::labels::CLUSTER, cluster.name_any());
@@ -260,37 +326,37 @@ async fn decommission_confirmed(
             source,
         })?;
     let Some(service) = services.items.iter().find(|s| s.name_any() == name) else {
-        return Ok(Err(format!("member Service {name} not found")));
+        return Ok(None);
     };
-    let leaving = service_observed(service);
-    if leaving.decommission() != crds::contract::Decommission::Confirmed {
-        return Ok(Err(format!(
-            "member Service {name} does not say decommissioned=true"
-        )));
-    }
-    let others: Vec<crds::contract::GossipView> = services
+    let others = services
         .items
         .iter()
         .filter(|s| s.name_any() != name)
         .filter_map(|s| service_observed(s).gossip)
         .collect();
-    let judged = judge(
-        &Leaving {
-            address: leaving.cluster_ip.as_deref(),
-            request: leaving.decommission_request.as_ref(),
-            confirmation: leaving.decommission_confirmation.as_ref(),
-            own_record: leaving.gossip.as_ref(),
-            ready: false,
-        },
-        &others,
-    );
-    Ok(match judged {
+    Ok(Some((service_observed(service), others)))
+}
+
+/// What the judgement reads of the member, read afresh (its Pod's
+/// readiness is the caches' to judge).
+fn as_leaving(service: &ServiceObserved) -> Leaving<'_> {
+    Leaving {
+        address: service.cluster_ip.as_deref(),
+        request: service.decommission_request.as_ref(),
+        confirmation: service.decommission_confirmation.as_ref(),
+        own_record: service.gossip.as_ref(),
+        ready: false,
+    }
+}
+
+fn verdict(judged: Verdict) -> Result<(), String> {
+    match judged {
         Verdict::Confirmed => Ok(()),
         Verdict::Pending(why) | Verdict::Stale(why) => Err(why),
         Verdict::Unrecorded => {
             Err("no other member has recorded its ring since the request".into())
         }
-    })
+    }
 }
 
 /// The StatefulSet's replicas, read afresh (`None`: no StatefulSet).

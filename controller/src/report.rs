@@ -298,6 +298,7 @@ fn operation(action: &Action) -> &'static str {
         Action::DeleteLostDisk { .. } => "DeleteLostDisk",
         Action::FinishReplace { .. } => "FinishReplace",
         Action::RequestRingRecord { .. } => "RequestRingRecord",
+        Action::RecordRemoval { .. } => "RecordRemoval",
         Action::Wait(_) => "Wait",
         Action::Refuse(_) => "Refuse",
         Action::Converged => "Converged",

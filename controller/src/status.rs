@@ -124,6 +124,12 @@ fn conditions(outcome: &Outcome) -> [(&'static str, Cond); 3] {
                         "member {member} of rack {rack} has a decommissioned=true that is no confirmed decommission ({missing}): taking it back, nothing is deleted"
                     ),
                 ),
+                Action::RecordRemoval { rack, member, .. } => progressing(
+                    "MemberLeaving",
+                    format!(
+                        "member {member} of rack {rack}, lost while leaving, was removed from the ring: recording it"
+                    ),
+                ),
                 Action::RequestRingRecord {
                     rack,
                     member,
@@ -345,6 +351,20 @@ pub fn refusal_reason(refusal: &Refusal) -> (&'static str, String) {
             format!(
                 "the member Service of member {member} of rack {rack} says {}=\"true\", but that is no confirmed decommission: {missing}; the member is not in the ring either, so the label is left for you to look at (did it leave by hand?); nothing was deleted, and no topology change or roll starts meanwhile (replacements do)",
                 crds::contract::DECOMMISSIONED
+            ),
+        ),
+        Refusal::LeavingMemberLost {
+            rack,
+            member,
+            host_id,
+            detail,
+        } => (
+            "LeavingMemberLost",
+            format!(
+                "member {member} of rack {rack} lost its Node and local disk while it was asked to leave: its decommission cannot finish, and its data is on the other replicas ({detail}). Remove it from the ring from another member: `kubectl exec <another member's Pod> -- nodetool removenode {}`; the operator then finishes the scale-down. Nothing was deleted; no topology change or roll starts meanwhile (replacements of other members do)",
+                host_id
+                    .as_deref()
+                    .unwrap_or("<its host ID, from nodetool status>")
             ),
         ),
         Refusal::UnreadableDecommission {

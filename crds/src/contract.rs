@@ -173,6 +173,11 @@ pub struct DecommissionConfirmation {
     pub host_id: Option<String>,
     /// When the sidecar confirmed (RFC 3339).
     pub confirmed_at: String,
+    /// Set when the controller recorded it instead of the sidecar: the
+    /// member lost its disk while leaving, and the ring shows it removed
+    /// (`removenode`) — the only way it can leave without its node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removed: Option<bool>,
 }
 
 impl DecommissionRequest {

@@ -109,7 +109,7 @@ pub(crate) async fn thesis_five(
 
 /// Sets the racks' members (rack c: in its zone), keeping the rest of rack
 /// b's spec.
-async fn set_members(clusters: &Api<Cluster>, members: &[(&str, i32)]) {
+pub(crate) async fn set_members(clusters: &Api<Cluster>, members: &[(&str, i32)]) {
     let current = clusters.get("cassandra").await.unwrap();
     let template = current.spec.datacenter.racks[0].clone();
     let racks: Vec<_> = members

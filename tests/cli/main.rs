@@ -9,6 +9,7 @@ mod install;
 mod lifecycle;
 mod lifecycle_crash;
 mod lifecycle_sidecar;
+mod lost_while_leaving;
 mod majors;
 mod manifests;
 mod member_token;

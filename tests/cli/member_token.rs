@@ -130,6 +130,7 @@ async fn a_members_token_may_change_only_its_own_services_records() {
         request: "c-dc-r-0/1".into(),
         host_id: None,
         confirmed_at: "2026-11-27T10:05:00Z".into(),
+        removed: None,
     }
     .to_annotation();
     let e = refused(

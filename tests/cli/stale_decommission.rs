@@ -128,6 +128,7 @@ async fn a_decommissioned_true_nobody_asked_for_deletes_nothing_and_a_real_scale
             request: id.into(),
             host_id: None,
             confirmed_at: now(),
+            removed: None,
         }
         .to_annotation()
     };

@@ -401,3 +401,57 @@ async fn a_witness_is_asked_to_record_its_ring_with_the_time_of_the_ask() {
     .await;
     assert_eq!(run.acted(), Acted::Done);
 }
+
+fn record_removal() -> Action {
+    Action::RecordRemoval {
+        rack: "b".into(),
+        member: 2,
+        resource_version: "102".into(),
+        request: "uid-2/2026-11-27T10:00:00Z".into(),
+        host_id: Some("h2".into()),
+        claims: vec!["data-c-dc-b-2".into()],
+    }
+}
+
+/// A member lost while leaving and removed from the ring: its removal is
+/// recorded as the confirmation of the controller's own request, marked
+/// `removed`, guarded by the resourceVersion read; nothing is deleted.
+#[tokio::test]
+async fn a_removal_is_recorded_as_the_answer_to_the_request_guarded_by_the_resource_version() {
+    let run = act_on(record_removal())
+        .expect(vec![
+            Expect::merge_patch(&service_path("c-dc-b-2"), json!({}))
+                .body_where(|body| {
+                    assert_eq!(body["metadata"]["resourceVersion"], "102");
+                    assert_eq!(
+                        body["metadata"]["labels"],
+                        json!({contract::DECOMMISSIONED: contract::DECOMMISSION_DONE})
+                    );
+                    let record = contract::DecommissionConfirmation::from_annotation(
+                        body["metadata"]["annotations"][contract::DECOMMISSION_CONFIRMATION]
+                            .as_str()
+                            .expect("a confirmation"),
+                    )
+                    .expect("a readable confirmation");
+                    assert_eq!(record.request, "uid-2/2026-11-27T10:00:00Z");
+                    assert_eq!(record.host_id.as_deref(), Some("h2"));
+                    assert_eq!(record.removed, Some(true));
+                })
+                .reply(Reply::ok(&member(&cluster(), "b", 2).build())),
+            event("Normal", "MemberRemovedFromRing"),
+        ])
+        .await;
+    assert_eq!(run.acted(), Acted::Done);
+}
+
+#[tokio::test]
+async fn a_removal_on_a_service_changed_meanwhile_is_a_conflict() {
+    let run = act_on(record_removal())
+        .expect(vec![
+            Expect::merge_patch(&service_path("c-dc-b-2"), json!({}))
+                .body_where(|_| {})
+                .reply(Reply::conflict()),
+        ])
+        .await;
+    assert_eq!(run.acted(), leaving("b", 2));
+}

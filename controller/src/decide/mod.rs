@@ -132,6 +132,17 @@ pub enum Refusal {
         member: i32,
         missing: String,
     },
+    /// A member asked to leave lost its Node and its local disk: its node
+    /// cannot finish (or answer) the decommission. Its data is on the other
+    /// replicas; it leaves the ring by `nodetool removenode <host ID>` run
+    /// on another member, after which the controller finishes the
+    /// scale-down. `detail` says what the ring shows.
+    LeavingMemberLost {
+        rack: String,
+        member: i32,
+        host_id: Option<String>,
+        detail: String,
+    },
     /// A `decommissioned` label with a value neither side acts on.
     UnreadableDecommission {
         rack: String,
@@ -241,6 +252,20 @@ pub enum Action {
     DeleteLostDisk {
         rack: String,
         member: i32,
+        claims: Vec<String>,
+    },
+    /// A member asked to leave lost its disk with its Node, and the ring
+    /// (recorded after the request) no longer counts it: it was removed
+    /// (`removenode`). Record that in its stead: `decommissioned=true` and a
+    /// confirmation of the request marked `removed`, guarded by the
+    /// resourceVersion read; the scale-down then proceeds as after a
+    /// decommission.
+    RecordRemoval {
+        rack: String,
+        member: i32,
+        resource_version: String,
+        request: String,
+        host_id: Option<String>,
         claims: Vec<String>,
     },
     /// A member's decommission waits for the ring, and no other member has

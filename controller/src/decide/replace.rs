@@ -34,6 +34,11 @@ pub(super) fn next_replace(
             let Some(service) = state.service.as_ref() else {
                 continue;
             };
+            // A member with a decommission record is leaving or left: a
+            // replace would bring it back.
+            if service.decommissioned.is_some() {
+                continue;
+            }
             if state.disk_lost || (!state.pod_ready && service.replace_requested.is_some()) {
                 needs_replace.push((rack.name.as_str(), member, service));
             }

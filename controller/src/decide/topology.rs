@@ -210,6 +210,54 @@ pub(super) fn under_way<'a>(
                     continue;
                 }
                 Decommission::Requested
+                    if state.disk_lost && service.decommission_request.is_some() =>
+                {
+                    // Asked to leave, and its node is gone for good with its
+                    // disk: it cannot finish, and a replace would bring a
+                    // leaving node back. It leaves by removenode; the ring
+                    // says when.
+                    let host_id = observed.host_id_of(&rack.name, member);
+                    match observed.removal_verdict(&rack.name, member) {
+                        Verdict::Confirmed => {
+                            return ControlFlow::Break(
+                                match (
+                                    service.resource_version.clone(),
+                                    service.decommission_request.as_ref(),
+                                ) {
+                                    (Some(resource_version), Some(request)) => {
+                                        Action::RecordRemoval {
+                                            rack: rack_name,
+                                            member,
+                                            resource_version,
+                                            request: request.id.clone(),
+                                            host_id,
+                                            claims: state.claims.clone(),
+                                        }
+                                    }
+                                    _ => Action::Wait(WaitReason::MemberLeaving {
+                                        rack: rack_name,
+                                        member,
+                                    }),
+                                },
+                            );
+                        }
+                        Verdict::Unrecorded => {
+                            return ControlFlow::Break(ask_for_a_ring_record(
+                                observed, &rack.name, member,
+                            ));
+                        }
+                        Verdict::Pending(detail) | Verdict::Stale(detail) => {
+                            hold(Refusal::LeavingMemberLost {
+                                rack: rack_name,
+                                member,
+                                host_id,
+                                detail,
+                            });
+                            continue;
+                        }
+                    }
+                }
+                Decommission::Requested
                     if !wanted
                         && member == replicas - 1
                         && service.decommission_request.is_none() =>
@@ -223,7 +271,7 @@ pub(super) fn under_way<'a>(
                             member,
                             resource_version,
                             pod_uid: state.pod_uid.clone(),
-                            host_id: service.gossip.as_ref().and_then(|g| g.host_id.clone()),
+                            host_id: observed.host_id_of(&rack.name, member),
                         },
                         None => Action::Wait(WaitReason::MemberLeaving {
                             rack: rack_name,
@@ -381,7 +429,7 @@ pub(super) fn scale(spec: &ClusterSpec, observed: &Observed) -> Action {
                 member: highest,
                 resource_version,
                 pod_uid: state.and_then(|m| m.pod_uid.clone()),
-                host_id: state.and_then(|m| m.service.as_ref()?.gossip.as_ref()?.host_id.clone()),
+                host_id: observed.host_id_of(&rack.name, highest),
             },
             None => Action::Wait(WaitReason::MemberNotReady {
                 rack: rack.name.clone(),

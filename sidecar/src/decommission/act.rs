@@ -369,6 +369,7 @@ pub fn confirmation(seen: &Service, host_id: Option<String>, at: String) -> serd
         request,
         host_id,
         confirmed_at: at,
+        removed: None,
     };
     serde_json::json!({"metadata": {
         "resourceVersion": seen.metadata.resource_version.as_deref().unwrap_or("0"),

@@ -140,6 +140,7 @@ fn confirmed(m: MemberObserved) -> MemberObserved {
             request: service.decommission_request.as_ref().unwrap().id.clone(),
             host_id: None,
             confirmed_at: ANSWERED.into(),
+            removed: None,
         })
     })
 }
@@ -280,4 +281,5 @@ fn gossip_of(mut observed: Observed, i: i32, f: impl FnOnce(&mut GossipView)) ->
 
 mod decisions;
 mod lifecycle;
+mod records;
 mod roll;

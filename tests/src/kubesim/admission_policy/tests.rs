@@ -528,6 +528,7 @@ fn the_shipped_policy_lets_a_member_only_answer_a_decommission_request() {
         request: "c-dc-r-0/1".into(),
         host_id: Some("6d1c5b7e-0000-4000-8000-000000000001".into()),
         confirmed_at: "2026-11-27T10:05:00Z".into(),
+        removed: None,
     }
     .to_annotation();
     let (req, other_req, conf) = (
