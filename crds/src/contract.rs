@@ -208,6 +208,25 @@ impl DecommissionConfirmation {
     }
 }
 
+/// When a gossip record says it was seen: now, or just after the time the
+/// controller asked for a newer record ([`RING_RECORD_REQUESTED`]) if this
+/// clock is behind the controller's. The view was read after the ask
+/// either way; a clock behind would otherwise never write a record the
+/// controller takes as newer, and would rewrite it at every read.
+pub fn record_time(
+    now: k8s_openapi::jiff::Timestamp,
+    requested: Option<&str>,
+) -> k8s_openapi::jiff::Timestamp {
+    let after_ask = requested.and_then(parse_time).and_then(|at| {
+        at.checked_add(k8s_openapi::jiff::SignedDuration::from_millis(1))
+            .ok()
+    });
+    match after_ask {
+        Some(after) if after > now => after,
+        _ => now,
+    }
+}
+
 /// An RFC 3339 time of a record, as both sides write it.
 pub fn parse_time(text: &str) -> Option<k8s_openapi::jiff::Timestamp> {
     text.parse().ok()
@@ -667,6 +686,21 @@ mod tests {
             choose_seeds("10.0.0.3", &ips(&["10.0.0.2", "10.0.0.1"]), true, true),
             ips(&["10.0.0.1", "10.0.0.2"])
         );
+    }
+
+    #[test]
+    fn a_record_made_after_an_ask_is_newer_than_the_ask_whatever_the_clock() {
+        let now: k8s_openapi::jiff::Timestamp = "2026-11-27T10:00:00Z".parse().unwrap();
+        assert_eq!(record_time(now, None), now);
+        assert_eq!(record_time(now, Some("2026-11-27T09:59:00Z")), now);
+        let behind = record_time(now, Some("2026-11-27T10:00:02Z"));
+        assert!(behind > "2026-11-27T10:00:02Z".parse().unwrap());
+        // ... and then the ask is answered: no rewrite at every read.
+        let recorded = GossipView {
+            at: Some(behind.to_string()),
+            ..GossipView::default()
+        };
+        assert!(!GossipView::default().to_record(Some(&recorded), Some("2026-11-27T10:00:02Z")));
     }
 
     #[test]

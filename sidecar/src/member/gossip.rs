@@ -68,8 +68,9 @@ pub async fn record_gossip(
         }
         // When it was seen: the controller accepts a decommission only on
         // a record of the ring made after its request.
+        let at = contract::record_time(k8s_openapi::jiff::Timestamp::now(), requested.as_deref());
         let view = GossipView {
-            at: Some(k8s_openapi::jiff::Timestamp::now().to_string()),
+            at: Some(at.to_string()),
             ..view
         };
         let patch = serde_json::json!({"metadata": {"annotations": {
