@@ -289,7 +289,7 @@ fn metric(text: &str, name: &str) -> Option<f64> {
 /// downward API, the agent's ConfigMap), and a change of the Pod's label
 /// reaching it. The agent container is left out: its image is a
 /// placeholder kubesim cannot run, and kubesim does not simulate
-/// `shareProcessNamespace` (tests/cli/reloader.rs signals real processes).
+/// `shareProcessNamespace` (tests/e2e/reloader.rs signals real processes).
 async fn the_vrouter_example() {
     let (work, world) = installed_world(&["vrouter"]).await;
     let out = kubectl(&world, &["apply", "-k", path(&example("vrouter-reloader"))]);
