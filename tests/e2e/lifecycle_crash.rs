@@ -708,5 +708,10 @@ async fn the_scale_down_survives_the_leaving_member_killed_at_random_moments() {
     }
     safety.assert_safe("the scale-downs");
     eprintln!("{} runs, {kills} leaving-member kills", crash_runs());
+    assert!(
+        kills > 0,
+        "no kill of the leaving member landed in {} runs (seed {seed})",
+        crash_runs()
+    );
     drop(controller);
 }
