@@ -88,6 +88,18 @@ pub struct ServiceObserved {
 }
 
 impl ServiceObserved {
+    /// What the judgement of a decommission reads of the member: its
+    /// records, and whether its Pod is Ready (`ready`).
+    pub fn leaving(&self, ready: bool) -> Leaving<'_> {
+        Leaving {
+            address: self.cluster_ip.as_deref(),
+            request: self.decommission_request.as_ref(),
+            confirmation: self.decommission_confirmation.as_ref(),
+            own_record: self.gossip.as_ref(),
+            ready,
+        }
+    }
+
     /// The decommission record, as the contract reads it.
     pub fn decommission(&self) -> Decommission {
         Decommission::from_label(self.decommissioned.as_deref())
@@ -224,14 +236,7 @@ impl Observed {
     /// record reads it.
     fn leaving(&self, rack: &str, member: i32) -> Option<Leaving<'_>> {
         let state = self.racks.get(rack)?.members.get(&member)?;
-        let service = state.service.as_ref()?;
-        Some(Leaving {
-            address: service.cluster_ip.as_deref(),
-            request: service.decommission_request.as_ref(),
-            confirmation: service.decommission_confirmation.as_ref(),
-            own_record: service.gossip.as_ref(),
-            ready: state.pod_ready,
-        })
+        Some(state.service.as_ref()?.leaving(state.pod_ready))
     }
 
     /// The judgement of the `decommissioned=true` of `member` of `rack`

@@ -21,7 +21,7 @@ use tracing::{info, warn};
 
 use crate::apply::{member_name, statefulset_name};
 use crate::cached::CachedVolume;
-use crate::confirmation::{Leaving, Verdict, judge, judge_removed};
+use crate::confirmation::{Verdict, judge, judge_removed};
 use crate::context::Context;
 use crate::decide::{Action, WaitReason};
 use crate::error::Error;
@@ -169,32 +169,20 @@ async fn leftovers_deletable(
     member: i32,
     ctx: &Context,
 ) -> Result<Option<Preconditions>, Error> {
-    let service_name = member_name(cluster, rack, member);
     let replicas = fresh_replicas(cluster, namespace, rack, ctx).await?;
     if replicas.is_none_or(|r| member < r) {
         warn!(cluster = %cluster.name_any(), rack, member, ?replicas, "the StatefulSet still counts the member: nothing deleted");
         return Ok(None);
     }
-    let api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
-    let service = api
-        .get_opt(&service_name)
-        .await
-        .map_err(|source| Error::GetObject {
-            kind: "Service",
-            name: service_name.clone(),
-            source,
-        })?;
-    let Some(service) = service else {
-        return Ok(None);
-    };
-    if let Err(missing) = decommission_confirmed(cluster, namespace, rack, member, ctx).await? {
-        warn!(cluster = %cluster.name_any(), rack, member, %missing, "no confirmed decommission (read afresh): nothing deleted");
-        return Ok(None);
+    // The Service judged is the one whose uid and resourceVersion the
+    // deletion carries: one read, no window between the two.
+    match decommission_confirmed(cluster, namespace, rack, member, ctx).await? {
+        Ok(preconditions) => Ok(Some(preconditions)),
+        Err(missing) => {
+            warn!(cluster = %cluster.name_any(), rack, member, %missing, "no confirmed decommission (read afresh): nothing deleted");
+            Ok(None)
+        }
     }
-    Ok(Some(Preconditions {
-        uid: service.metadata.uid.clone(),
-        resource_version: service.metadata.resource_version.clone(),
-    }))
 }
 
 /// Whether one of a member's claims is on a lost disk, read afresh: its
@@ -269,17 +257,17 @@ async fn decommission_confirmed(
     rack: &str,
     member: i32,
     ctx: &Context,
-) -> Result<Result<(), String>, Error> {
+) -> Result<Result<Preconditions, String>, Error> {
     let Some((leaving, others)) = fresh_records(cluster, namespace, rack, member, ctx).await?
     else {
         return Ok(Err("member Service not found".into()));
     };
-    if leaving.decommission() != crds::contract::Decommission::Confirmed {
+    if leaving.record.decommission() != crds::contract::Decommission::Confirmed {
         return Ok(Err(
             "the member Service does not say decommissioned=true".into()
         ));
     }
-    Ok(verdict(judge(&as_leaving(&leaving), &others)))
+    Ok(verdict(judge(&leaving.record.leaving(false), &others)).map(|()| leaving.preconditions))
 }
 
 /// Whether a member asked to leave, whose disk was lost, left the ring
@@ -296,12 +284,22 @@ async fn removal_confirmed(
     else {
         return Ok(Err("member Service not found".into()));
     };
-    if leaving.decommission() != crds::contract::Decommission::Requested {
+    if leaving.record.decommission() != crds::contract::Decommission::Requested {
         return Ok(Err(
             "the member Service does not say decommissioned=false".into()
         ));
     }
-    Ok(verdict(judge_removed(&as_leaving(&leaving), &others)))
+    Ok(verdict(judge_removed(
+        &leaving.record.leaving(false),
+        &others,
+    )))
+}
+
+/// A member Service read afresh: its records, and what a write that
+/// depends on them must find unchanged.
+struct Fresh {
+    record: ServiceObserved,
+    preconditions: Preconditions,
 }
 
 /// The member Service of `member` and every other member's record of its
@@ -313,7 +311,7 @@ async fn fresh_records(
     rack: &str,
     member: i32,
     ctx: &Context,
-) -> Result<Option<(ServiceObserved, Vec<GossipView>)>, Error> {
+) -> Result<Option<(Fresh, Vec<GossipView>)>, Error> {
     let name = member_name(cluster, rack, member);
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
     let selector = format!("{}={}", crds::labels::CLUSTER, cluster.name_any());
@@ -334,19 +332,14 @@ async fn fresh_records(
         .filter(|s| s.name_any() != name)
         .filter_map(|s| service_observed(s).gossip)
         .collect();
-    Ok(Some((service_observed(service), others)))
-}
-
-/// What the judgement reads of the member, read afresh (its Pod's
-/// readiness is the caches' to judge).
-fn as_leaving(service: &ServiceObserved) -> Leaving<'_> {
-    Leaving {
-        address: service.cluster_ip.as_deref(),
-        request: service.decommission_request.as_ref(),
-        confirmation: service.decommission_confirmation.as_ref(),
-        own_record: service.gossip.as_ref(),
-        ready: false,
-    }
+    let fresh = Fresh {
+        record: service_observed(service),
+        preconditions: Preconditions {
+            uid: service.metadata.uid.clone(),
+            resource_version: service.metadata.resource_version.clone(),
+        },
+    };
+    Ok(Some((fresh, others)))
 }
 
 fn verdict(judged: Verdict) -> Result<(), String> {

@@ -1013,6 +1013,25 @@ impl StorageService {
         self.read(self.attributes().await?.host_ids).await
     }
 
+    /// The token owners (as [`StorageService::endpoint_to_host_id`]) and
+    /// this node's `LocalHostId`, in one read of the MBean: the gossip
+    /// record reads both at every tick, in every member.
+    pub async fn owners_and_host_id(
+        &self,
+    ) -> Result<(BTreeMap<String, String>, Option<String>), Error> {
+        let owners = self.attributes().await?.host_ids;
+        let request = Request::read_many(STORAGE_SERVICE, &[owners, "LocalHostId"]);
+        let value = self.jolokia.request(&request).await?;
+        let mut values: Map<String, Value> = decode(&request.label, value)?;
+        Ok((
+            decode(&request.label, values.remove(owners).unwrap_or_default())?,
+            decode(
+                &request.label,
+                values.remove("LocalHostId").unwrap_or_default(),
+            )?,
+        ))
+    }
+
     /// Endpoint → load (`LoadMapWithPort` on 4.0+, `LoadMap` on 3.11).
     pub async fn load_map(&self) -> Result<BTreeMap<String, String>, Error> {
         self.read(self.attributes().await?.loads).await

@@ -117,11 +117,10 @@ impl Node {
     /// broadcast address).
     pub async fn gossip_view(&self, own_address: &str) -> Result<Option<GossipView>, NodeError> {
         let (endpoints, owners, host_id) = match self {
-            Node::Cassandra(storage) => (
-                storage.gossip().await?,
-                storage.endpoint_to_host_id().await?,
-                storage.local_host_id().await?,
-            ),
+            Node::Cassandra(storage) => {
+                let (owners, host_id) = storage.owners_and_host_id().await?;
+                (storage.gossip().await?, owners, host_id)
+            }
             Node::Scylla(scylla) => (
                 scylla.gossip().await?,
                 scylla.host_ids().await?,

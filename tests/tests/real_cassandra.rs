@@ -125,6 +125,13 @@ async fn the_sidecars_calls_pass_the_rendered_agent_options_and_policy_on_a_real
     assert!(storage.local_host_id().await.unwrap().is_some());
     let owners = storage.endpoint_to_host_id().await.unwrap();
     assert_eq!(owners.len(), 1, "{owners:?}");
+    // What the gossip record reads at every tick, in one request.
+    let host_id = storage.local_host_id().await.unwrap();
+    assert_eq!(
+        storage.owners_and_host_id().await.unwrap(),
+        (owners.clone(), host_id.clone())
+    );
+    assert_eq!(owners.values().next(), host_id.as_ref());
     assert_eq!(
         storage
             .cleanup("system_auth")
