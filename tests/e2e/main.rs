@@ -21,6 +21,7 @@ mod render;
 mod rings;
 mod roll;
 mod safety;
+mod scenario;
 mod scylla;
 mod sidecar;
 mod stale_decommission;

@@ -13,7 +13,13 @@
 //!   ring;
 //! - a StatefulSet shrinks past a member (its replicas go below the
 //!   member's ordinal + 1) only once that member's node has left the ring;
-//! - never two members being replaced at once.
+//! - never two members being replaced at once;
+//! - a member's Pod starts being deleted while its node is up only when no
+//!   other node of its ring is down: taking a second replica down is what
+//!   the PodDisruptionBudget and the one-at-a-time roll exist to prevent.
+//!   Deletions the test makes itself ([`SafetyWatch::excuse`]) and those of
+//!   a StatefulSet's garbage collection (the Cluster deleted) are the
+//!   test's, not the operator's.
 //!
 //! A member's node is in the ring while its address (its member Service's
 //! ClusterIP, the node's broadcast address) is one of the ring's members
@@ -41,6 +47,7 @@ use tokio::sync::broadcast::error::RecvError;
 /// records every breach of the rules above.
 pub(crate) struct SafetyWatch {
     breaches: Arc<Mutex<Vec<String>>>,
+    excused: Arc<Mutex<BTreeSet<String>>>,
     /// The revision of the last change the watch judged.
     judged: Arc<std::sync::atomic::AtomicU64>,
     store: testworld::kubesim::store::Store,
@@ -54,6 +61,56 @@ pub(crate) struct SafetyWatch {
 struct Known {
     labels: BTreeMap<String, BTreeMap<String, String>>,
     addresses: BTreeMap<String, String>,
+    /// StatefulSets deleted or being deleted.
+    gone_sets: BTreeSet<String>,
+    /// Pods whose deletion the test makes itself.
+    excused: Arc<Mutex<BTreeSet<String>>>,
+}
+
+/// The rings at one moment: each ring's members (see [`ring_members`]),
+/// and whether each node the status shows is up.
+#[derive(Default)]
+struct RingNow {
+    rings: Vec<(BTreeSet<String>, BTreeMap<String, bool>)>,
+}
+
+impl RingNow {
+    fn of(ring: &Ring) -> RingNow {
+        let mut now = RingNow::default();
+        now.add(ring);
+        now
+    }
+
+    fn add(&mut self, ring: &Ring) {
+        let up = ring
+            .status(None)
+            .map(|s| {
+                s.rows
+                    .iter()
+                    .map(|r| (r.address.clone(), r.status.to_string().starts_with('U')))
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.rings.push((ring_members(ring), up));
+    }
+
+    fn contains(&self, address: &str) -> bool {
+        self.rings
+            .iter()
+            .any(|(members, _)| members.contains(address))
+    }
+
+    /// Whether the node at `address` is up, and the other nodes of its
+    /// ring that are down; `None` when no ring has it.
+    fn peers_down(&self, address: &str) -> Option<(bool, Vec<String>)> {
+        let (_, up) = self.rings.iter().find(|(_, up)| up.contains_key(address))?;
+        let down = up
+            .iter()
+            .filter(|(a, up)| a.as_str() != address && !**up)
+            .map(|(a, _)| a.clone())
+            .collect();
+        Some((up[address], down))
+    }
 }
 
 /// The addresses of a ring's members: those that own tokens (up or down,
@@ -63,19 +120,15 @@ fn ring_members(ring: &Ring) -> BTreeSet<String> {
     ring.endpoint_to_host_id().into_keys().collect()
 }
 
-/// The members of every ring of the world (one per Cassandra cluster;
-/// ClusterIPs are unique, so no address is in two).
-fn world_ring_members(rings: &RingService) -> BTreeSet<String> {
-    let mut members = rings.with(|r| ring_members(r));
+/// Every ring of the world (one per Cassandra cluster; ClusterIPs are
+/// unique, so no address is in two).
+fn world_rings(rings: &RingService) -> RingNow {
+    let mut now = RingNow::default();
+    rings.with(|r| now.add(r));
     for cluster in rings.clusters() {
-        members.extend(
-            rings
-                .with_cluster(&cluster, |r| ring_members(r))
-                .into_iter()
-                .flatten(),
-        );
+        rings.with_cluster(&cluster, |r| now.add(r));
     }
-    members
+    now
 }
 
 fn labels(object: &Value) -> BTreeMap<String, String> {
@@ -139,6 +192,17 @@ enum Removal {
         before: i64,
         after: i64,
     },
+    Pod,
+}
+
+/// The StatefulSet that owns an object, if one does.
+fn owner_set(object: &Value) -> Option<&str> {
+    object
+        .pointer("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|o| o["kind"] == "StatefulSet")?["name"]
+        .as_str()
 }
 
 impl Known {
@@ -166,7 +230,7 @@ impl Known {
     /// The breaches this change makes. `ring` gives the addresses of the
     /// ring's members at this moment; it is read only for a change that
     /// removes something of a member.
-    fn apply(&mut self, event: &Event, ring: impl FnOnce() -> BTreeSet<String>) -> Vec<String> {
+    fn apply(&mut self, event: &Event, ring: impl FnOnce() -> RingNow) -> Vec<String> {
         let object = event.object.as_ref();
         let rv = event.rv;
         let mut breaches = Vec::new();
@@ -201,7 +265,18 @@ impl Known {
                     removals.push((member.to_string(), Removal::Claim(claim.to_string())));
                 }
             }
+            "pods" => {
+                let pod = name(object);
+                let garbage = owner_set(object).is_some_and(|s| self.gone_sets.contains(s));
+                if began_deleting(event) && !garbage && !self.excused.lock().unwrap().contains(pod)
+                {
+                    removals.push((pod.to_string(), Removal::Pod));
+                }
+            }
             "statefulsets" => {
+                if event.kind == EventType::Deleted || deleting(Some(object)) {
+                    self.gone_sets.insert(name(object).to_string());
+                }
                 if let (Some(before), Some(after)) =
                     (replicas(event.prev.as_deref()), replicas(Some(object)))
                 {
@@ -223,11 +298,21 @@ impl Known {
         if removals.is_empty() {
             return breaches;
         }
-        let members = ring();
+        let rings = ring();
         for (member, removal) in removals {
-            let Some(address) = self.addresses.get(&member).filter(|a| members.contains(*a)) else {
+            let Some(address) = self.addresses.get(&member).filter(|a| rings.contains(a)) else {
                 continue;
             };
+            if let Removal::Pod = removal {
+                if let Some((true, down)) = rings.peers_down(address)
+                    && !down.is_empty()
+                {
+                    breaches.push(format!(
+                        "rv {rv}: Pod {member} deleted while its node ({address}) is up and {down:?} of its ring are down: a second replica taken down"
+                    ));
+                }
+                continue;
+            }
             breaches.push(match removal {
                 Removal::Claim(claim) => format!(
                     "rv {rv}: claim {claim} deleted while {member}'s node ({address}) is in the ring and its member Service records no replace intent (labels: {:?})",
@@ -239,6 +324,7 @@ impl Known {
                 Removal::Shrink { sts, before, after } => format!(
                     "rv {rv}: StatefulSet {sts} shrunk from {before} to {after} while member {member}'s node ({address}) is in the ring"
                 ),
+                Removal::Pod => unreachable!("judged above"),
             });
         }
         breaches
@@ -250,6 +336,7 @@ impl SafetyWatch {
     pub(crate) fn start(sim: &KubeSim, namespace: &str) -> SafetyWatch {
         let mut events = sim.store().subscribe();
         let mut known = Known::default();
+        let excused = known.excused.clone();
         let services =
             testworld::kubesim::store::Target::new("", "v1", "services", Some(namespace));
         if let Ok(list) = sim.store().list(&services, &Default::default()) {
@@ -270,7 +357,7 @@ impl SafetyWatch {
                 match events.recv().await {
                     Ok(event) => {
                         if event.namespace() == namespace {
-                            let breaches = known.apply(&event, || world_ring_members(&rings));
+                            let breaches = known.apply(&event, || world_rings(&rings));
                             found.lock().unwrap().extend(breaches);
                         }
                         judging.fetch_max(event.rv, std::sync::atomic::Ordering::SeqCst);
@@ -284,10 +371,18 @@ impl SafetyWatch {
         });
         SafetyWatch {
             breaches,
+            excused,
             judged,
             store: sim.store().clone(),
             task,
         }
+    }
+
+    /// The test deletes these Pods itself (a full outage, say): their
+    /// deletions are no breach.
+    pub(crate) fn excuse(&self, pods: &[&str]) {
+        let mut excused = self.excused.lock().unwrap();
+        excused.extend(pods.iter().map(|p| p.to_string()));
     }
 
     /// Panics with the breaches seen so far, if any, once the watch has
@@ -459,9 +554,9 @@ mod tests {
                 2,
                 json!({contract::DECOMMISSIONED: contract::DECOMMISSION_DONE}),
             )),
-            BTreeSet::new,
+            RingNow::default,
         );
-        let breaches = known.apply(&claim_deleting("s-2"), || ring_members(&ring));
+        let breaches = known.apply(&claim_deleting("s-2"), || RingNow::of(&ring));
         assert_eq!(breaches.len(), 1, "{breaches:?}");
         assert!(breaches[0].contains("data-s-2"), "{breaches:?}");
         assert!(breaches[0].contains(&address(2)), "{breaches:?}");
@@ -469,13 +564,13 @@ mod tests {
         ring.start_decommission(&ids[2], true).unwrap();
         assert_eq!(
             known
-                .apply(&claim_deleting("s-2"), || ring_members(&ring))
+                .apply(&claim_deleting("s-2"), || RingNow::of(&ring))
                 .len(),
             1
         );
         ring.finish(&ids[2]).unwrap();
         assert_eq!(
-            known.apply(&claim_deleting("s-2"), || ring_members(&ring)),
+            known.apply(&claim_deleting("s-2"), || RingNow::of(&ring)),
             Vec::<String>::new()
         );
         // A lost disk: the node is down and still in the ring; only the
@@ -483,16 +578,16 @@ mod tests {
         ring.kill(&ids[1]).unwrap();
         assert_eq!(
             known
-                .apply(&claim_deleting("s-1"), || ring_members(&ring))
+                .apply(&claim_deleting("s-1"), || RingNow::of(&ring))
                 .len(),
             1
         );
         known.apply(
             &added(member_service(1, json!({contract::REPLACE: address(1)}))),
-            BTreeSet::new,
+            RingNow::default,
         );
         assert_eq!(
-            known.apply(&claim_deleting("s-1"), || ring_members(&ring)),
+            known.apply(&claim_deleting("s-1"), || RingNow::of(&ring)),
             Vec::<String>::new()
         );
         // Finishing a deletion already begun is no new deletion.
@@ -503,7 +598,7 @@ mod tests {
             Some(claim("s-0", true)),
         );
         assert_eq!(
-            known.apply(&finished, || ring_members(&ring)),
+            known.apply(&finished, || RingNow::of(&ring)),
             Vec::<String>::new()
         );
         // A claim deleted outright (no finalizer) starts its deletion.
@@ -513,7 +608,7 @@ mod tests {
             claim("s-0", false),
             Some(claim("s-0", false)),
         );
-        assert_eq!(known.apply(&outright, || ring_members(&ring)).len(), 1);
+        assert_eq!(known.apply(&outright, || RingNow::of(&ring)).len(), 1);
     }
 
     #[test]
@@ -523,20 +618,20 @@ mod tests {
         // A member never started: its address is no ring member's.
         known.apply(
             &added(service("s-3", Some("10.96.0.99"), json!({}))),
-            BTreeSet::new,
+            RingNow::default,
         );
         // A member with no Service at all, and one whose Service has no
         // ClusterIP.
-        known.apply(&added(service("t-0", None, json!({}))), BTreeSet::new);
+        known.apply(&added(service("t-0", None, json!({}))), RingNow::default);
         for member in ["s-3", "s-4", "t-0"] {
             assert_eq!(
-                known.apply(&claim_deleting(member), || ring_members(&ring)),
+                known.apply(&claim_deleting(member), || RingNow::of(&ring)),
                 Vec::<String>::new(),
                 "{member}"
             );
         }
         assert_eq!(
-            known.apply(&shrink(5, 3), || ring_members(&ring)),
+            known.apply(&shrink(5, 3), || RingNow::of(&ring)),
             Vec::<String>::new()
         );
     }
@@ -545,7 +640,7 @@ mod tests {
     fn a_shrink_and_a_service_deletion_need_the_node_out_of_the_ring() {
         let (mut ring, ids) = three_nodes();
         let mut known = known();
-        let breaches = known.apply(&shrink(3, 2), || ring_members(&ring));
+        let breaches = known.apply(&shrink(3, 2), || RingNow::of(&ring));
         assert_eq!(breaches.len(), 1, "{breaches:?}");
         assert!(breaches[0].contains("member s-2"), "{breaches:?}");
         let gone = |ordinal: usize| {
@@ -556,27 +651,27 @@ mod tests {
                 None,
             )
         };
-        assert_eq!(known.apply(&gone(2), || ring_members(&ring)).len(), 1);
+        assert_eq!(known.apply(&gone(2), || RingNow::of(&ring)).len(), 1);
         decommission(&mut ring, &ids[2]);
         assert_eq!(
-            known.apply(&shrink(3, 2), || ring_members(&ring)),
+            known.apply(&shrink(3, 2), || RingNow::of(&ring)),
             Vec::<String>::new()
         );
         assert_eq!(
-            known.apply(&gone(2), || ring_members(&ring)),
+            known.apply(&gone(2), || RingNow::of(&ring)),
             Vec::<String>::new()
         );
         // Past a member that is down: still in the ring.
         ring.kill(&ids[1]).unwrap();
-        let breaches = known.apply(&shrink(3, 1), || ring_members(&ring));
+        let breaches = known.apply(&shrink(3, 1), || RingNow::of(&ring));
         assert_eq!(breaches.len(), 1, "{breaches:?}");
         assert!(breaches[0].contains("member s-1"), "{breaches:?}");
         // The address outlives the Service: the claim of a member whose
         // Service is gone is judged on the node that had it.
-        assert_eq!(known.apply(&gone(1), || ring_members(&ring)).len(), 1);
+        assert_eq!(known.apply(&gone(1), || RingNow::of(&ring)).len(), 1);
         assert_eq!(
             known
-                .apply(&claim_deleting("s-1"), || ring_members(&ring))
+                .apply(&claim_deleting("s-1"), || RingNow::of(&ring))
                 .len(),
             1
         );
@@ -589,7 +684,7 @@ mod tests {
                     service("s-client", Some("10.96.0.10"), json!({})),
                     None
                 ),
-                || ring_members(&ring)
+                || RingNow::of(&ring)
             ),
             Vec::<String>::new()
         );
@@ -600,9 +695,74 @@ mod tests {
         let mut known = known();
         let replacing = |i: usize| added(member_service(i, json!({contract::REPLACE: address(i)})));
         assert_eq!(
-            known.apply(&replacing(0), BTreeSet::new),
+            known.apply(&replacing(0), RingNow::default),
             Vec::<String>::new()
         );
-        assert_eq!(known.apply(&replacing(1), BTreeSet::new).len(), 1);
+        assert_eq!(known.apply(&replacing(1), RingNow::default).len(), 1);
+    }
+
+    fn pod(ordinal: usize, owner: &str, deleting: bool) -> Value {
+        let mut pod = json!({"metadata": {"name": format!("s-{ordinal}"), "namespace": "ns",
+            "ownerReferences": [{"kind": "StatefulSet", "name": owner}]}});
+        if deleting {
+            pod["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        }
+        pod
+    }
+
+    /// Member `s-<ordinal>`'s Pod starts being deleted.
+    fn pod_deleting(ordinal: usize) -> Event {
+        event(
+            EventType::Modified,
+            "pods",
+            pod(ordinal, "s", true),
+            Some(pod(ordinal, "s", false)),
+        )
+    }
+
+    #[test]
+    fn a_pod_of_an_up_node_is_deleted_only_while_no_other_node_is_down() {
+        let (mut ring, ids) = three_nodes();
+        let mut known = known();
+        // All up: one member at a time may go.
+        assert_eq!(
+            known.apply(&pod_deleting(0), || RingNow::of(&ring)),
+            Vec::<String>::new()
+        );
+        // s-1 is down: deleting s-0 takes a second replica down.
+        ring.kill(&ids[1]).unwrap();
+        let breaches = known.apply(&pod_deleting(0), || RingNow::of(&ring));
+        assert_eq!(breaches.len(), 1, "{breaches:?}");
+        assert!(breaches[0].contains(&address(1)), "{breaches:?}");
+        // The down member's own Pod may go (a replace, a lost Node).
+        assert_eq!(
+            known.apply(&pod_deleting(1), || RingNow::of(&ring)),
+            Vec::<String>::new()
+        );
+        // The test's own deletions, and the garbage collection of a deleted
+        // StatefulSet, are no breach.
+        known.excused.lock().unwrap().insert("s-2".into());
+        assert_eq!(
+            known.apply(&pod_deleting(2), || RingNow::of(&ring)),
+            Vec::<String>::new()
+        );
+        let sts = json!({"metadata": {"name": "s", "namespace": "ns"}, "spec": {"replicas": 3}});
+        known.apply(
+            &event(EventType::Deleted, "statefulsets", sts.clone(), Some(sts)),
+            || RingNow::of(&ring),
+        );
+        assert_eq!(
+            known.apply(&pod_deleting(0), || RingNow::of(&ring)),
+            Vec::<String>::new()
+        );
+        // A Pod whose node left the ring is no replica.
+        let (mut ring, ids) = three_nodes();
+        let mut known = self::known();
+        decommission(&mut ring, &ids[2]);
+        ring.kill(&ids[1]).unwrap();
+        assert_eq!(
+            known.apply(&pod_deleting(2), || RingNow::of(&ring)),
+            Vec::<String>::new()
+        );
     }
 }
