@@ -6,22 +6,15 @@
 //! with the operator's one field manager, forcing its fields). A
 //! StatefulSet's replicas are never applied: the one-member-at-a-time
 //! steps own them (`act`). An object of one of the Cluster's names that
-//! the Cluster does not own is never adopted nor changed.
-//!
-//! A name the caches do not hold (an object without the cluster's labels,
-//! or a cache behind) is read from the API server: a foreign object costs
-//! a read per reconcile, never a failed write. The supporting objects are
-//! applied before decide, in order, and the first one whose name a foreign
-//! object holds (or whose RBAC, the user's, lacks a grant) is a refusal:
-//! nothing more is written and decide does not run.
+//! the Cluster does not own is never adopted nor changed, and apply never
+//! refuses: observe read the supporting objects' names, decide refused
+//! when one is in the way, and apply runs only when none is.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
 
 use crds::contract;
 use crds::v1alpha1::Cluster;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Service, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -51,79 +44,51 @@ pub(crate) fn member_name(cluster: &Cluster, rack: &str, member: i32) -> String 
     crds::names::member_name(&statefulset_name(cluster, rack), member)
 }
 
-/// Applies the cluster-wide objects (client Service, PDB, member RBAC):
-/// each is built in full and written only when the cache shows it missing
-/// (created) or different (its applied hash differs: server-side apply).
-/// Returns a refusal when one of their names is taken by an object the
-/// Cluster does not own.
+/// Applies the cluster-wide objects (client Service, members' RBAC, PDB)
+/// and the member Services that exist: each is built in full and written
+/// only when the cache shows it missing (created) or different (its applied
+/// hash differs: server-side apply). `unowned` names (`Kind/name`) the
+/// supporting objects observe found held by objects the Cluster does not
+/// own (the members' RBAC a user made, as Rook's example does): left alone.
 pub(crate) async fn apply_supporting_objects(
     cluster: &ValidCluster<'_>,
     namespace: &str,
     ctx: &Context,
-) -> Result<Option<Refusal>, Error> {
-    let client = &ctx.client;
-    // In order, stopping at the first name held by someone else: a refused
-    // cluster gets nothing more written. `$unowned` judges an object of the
-    // name that the Cluster does not own (None: usable as it is).
-    macro_rules! apply_or_refuse {
-        ($store:expr, $desired:expr, $kind:literal) => {{
-            let desired = $desired;
-            let name = desired.name_any();
-            apply_or_refuse!($store, desired, $kind, |_| Some(foreign($kind, &name)))
-        }};
-        ($store:expr, $desired:expr, $kind:literal, $unowned:expr) => {
-            if let Some(refusal) = apply_object(
-                client, namespace, cluster, $store, $desired, $kind, $unowned,
-            )
-            .await?
-            {
-                return Ok(Some(refusal));
-            }
-        };
-    }
-    apply_or_refuse!(&ctx.services, resources::client_service(cluster), "Service");
-    // The members' RBAC may be the user's own (Rook's example brings it):
-    // used as it is when it gives members what they need.
-    apply_or_refuse!(
-        &ctx.service_accounts,
-        resources::member_service_account(cluster),
-        "ServiceAccount",
-        // a ServiceAccount grants nothing by itself
-        |_: &ServiceAccount| None
-    );
-    let role = resources::member_role(cluster);
-    apply_or_refuse!(&ctx.roles, role.clone(), "Role", |provided: &Role| {
-        let missing = resources::missing_grants(provided, &role);
-        (!missing.is_empty()).then(|| Refusal::MemberRbacInsufficient {
-            kind: "Role".to_string(),
-            name: provided.name_any(),
-            missing: missing.join(", "),
-        })
-    });
-    let binding = resources::member_role_binding(cluster);
-    let account = crds::names::member_service_account_name(&cluster.name_any());
-    apply_or_refuse!(
-        &ctx.role_bindings,
-        binding.clone(),
-        "RoleBinding",
-        |provided: &RoleBinding| {
-            (!resources::binds_the_same(provided, &binding)).then(|| {
-                Refusal::MemberRbacInsufficient {
-                    kind: "RoleBinding".to_string(),
-                    name: provided.name_any(),
-                    missing: format!(
-                        "a binding of Role {} to ServiceAccount {account}",
-                        binding.role_ref.name
-                    ),
-                }
-            })
-        }
-    );
-    apply_or_refuse!(
-        &ctx.pdbs,
-        resources::pod_disruption_budget(cluster),
-        "PodDisruptionBudget"
-    );
+    unowned: &BTreeSet<String>,
+) -> Result<(), Error> {
+    let target = Target {
+        client: &ctx.client,
+        namespace,
+        cluster,
+        unowned,
+    };
+    target
+        .apply(&ctx.services, resources::client_service(cluster), "Service")
+        .await?;
+    target
+        .apply(
+            &ctx.service_accounts,
+            resources::member_service_account(cluster),
+            "ServiceAccount",
+        )
+        .await?;
+    target
+        .apply(&ctx.roles, resources::member_role(cluster), "Role")
+        .await?;
+    target
+        .apply(
+            &ctx.role_bindings,
+            resources::member_role_binding(cluster),
+            "RoleBinding",
+        )
+        .await?;
+    target
+        .apply(
+            &ctx.pdbs,
+            resources::pod_disruption_budget(cluster),
+            "PodDisruptionBudget",
+        )
+        .await?;
     // The member Services that exist: kept as built (an operator upgrade
     // that changes their ports or labels reaches running members). Never
     // created here: a member Service is created as the first step of a
@@ -133,20 +98,63 @@ pub(crate) async fn apply_supporting_objects(
         for ordinal in cached_member_ordinals(&ctx.names.services, namespace, &statefulset) {
             let desired =
                 resources::member_service(cluster, rack, ordinal, contract::is_seed(ordinal));
-            // One that is not ours is the scale-up's to refuse.
-            apply_object(
-                client,
-                namespace,
-                cluster,
-                &ctx.services,
-                desired,
-                "Service",
-                |_: &Service| None,
-            )
-            .await?;
+            target.apply(&ctx.services, desired, "Service").await?;
         }
     }
-    Ok(None)
+    Ok(())
+}
+
+/// Where apply writes, and the names it leaves alone.
+struct Target<'a> {
+    client: &'a Client,
+    namespace: &'a str,
+    cluster: &'a Cluster,
+    unowned: &'a BTreeSet<String>,
+}
+
+impl Target<'_> {
+    /// Writes `desired` when what the cache holds differs: creates it when
+    /// missing, applies it (server-side apply, forcing the operator's
+    /// fields) when the Cluster owns it and its applied hash differs, and
+    /// leaves alone one the Cluster does not own.
+    async fn apply<K>(&self, store: &Store<K>, desired: K, kind: &'static str) -> Result<(), Error>
+    where
+        K: NamespacedObject,
+    {
+        let desired = resources::hashed(desired);
+        let name = desired.name_any();
+        if self.unowned.contains(&format!("{kind}/{name}")) {
+            return Ok(());
+        }
+        let reference = ObjectRef::<K>::new(&name).within(self.namespace);
+        match store.get(&reference) {
+            Some(existing) if owned_by(existing.meta(), self.cluster) => {
+                if resources::applied_hash(existing.as_ref()) != resources::applied_hash(&desired) {
+                    let api: Api<K> = Api::namespaced(self.client.clone(), self.namespace);
+                    api.patch(
+                        &name,
+                        &PatchParams::apply(FIELD_MANAGER).force(),
+                        &Patch::Apply(&desired),
+                    )
+                    .await
+                    .map_err(|source| Error::ApplyObject {
+                        kind,
+                        name: name.clone(),
+                        source,
+                    })?;
+                    info!(cluster = %self.cluster.name_any(), kind, name = %name, "applied");
+                }
+            }
+            Some(_) => {}
+            // Missing from the cache, and observe's read found no one
+            // else's: created (a 409, the name taken meanwhile, is for
+            // the next reconcile's read).
+            None => {
+                create(self.client, self.namespace, self.cluster, desired, kind).await?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The ordinals of the member Services of a StatefulSet the cache holds
@@ -180,83 +188,6 @@ impl<K> NamespacedObject for K where
 {
 }
 
-/// The object of `name` as the cache holds it or, when the cache does not
-/// (an object without the cluster's labels, or a cache behind), as the API
-/// server does: a foreign object costs a read per reconcile, never a
-/// failed write.
-async fn existing<K>(
-    client: &Client,
-    namespace: &str,
-    store: &Store<K>,
-    name: &str,
-    kind: &'static str,
-) -> Result<Option<Arc<K>>, Error>
-where
-    K: NamespacedObject,
-{
-    let reference = ObjectRef::<K>::new(name).within(namespace);
-    match store.get(&reference) {
-        Some(cached) => Ok(Some(cached)),
-        None => Ok(Api::<K>::namespaced(client.clone(), namespace)
-            .get_opt(name)
-            .await
-            .map_err(|source| Error::GetObject {
-                kind,
-                name: name.to_string(),
-                source,
-            })?
-            .map(Arc::new)),
-    }
-}
-
-/// Writes `desired` when what exists differs: creates it when missing,
-/// applies it (server-side apply, forcing the operator's fields) when the
-/// Cluster owns it and its applied hash differs, and leaves it alone
-/// otherwise. An object of its name that the Cluster does not own is never
-/// adopted nor changed: `unowned` says whether it is in the way (a
-/// refusal) or usable as it is (the members' RBAC a user made, as Rook's
-/// example does).
-async fn apply_object<K>(
-    client: &Client,
-    namespace: &str,
-    cluster: &Cluster,
-    store: &Store<K>,
-    desired: K,
-    kind: &'static str,
-    unowned: impl Fn(&K) -> Option<Refusal>,
-) -> Result<Option<Refusal>, Error>
-where
-    K: NamespacedObject,
-{
-    let desired = resources::hashed(desired);
-    let name = desired.name_any();
-    match existing(client, namespace, store, &name, kind).await? {
-        Some(existing) if owned_by(existing.meta(), cluster) => {
-            if resources::applied_hash(existing.as_ref()) != resources::applied_hash(&desired) {
-                let api: Api<K> = Api::namespaced(client.clone(), namespace);
-                api.patch(
-                    &name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(&desired),
-                )
-                .await
-                .map_err(|source| Error::ApplyObject {
-                    kind,
-                    name: name.clone(),
-                    source,
-                })?;
-                info!(cluster = %cluster.name_any(), kind, name = %name, "applied");
-            }
-            Ok(None)
-        }
-        Some(existing) => Ok(unowned(&existing)),
-        None => {
-            create(client, namespace, cluster, desired, kind).await?;
-            Ok(None)
-        }
-    }
-}
-
 /// Creates `desired` unless an object of its name exists: a foreign one
 /// is refused, one of ours is left as it is.
 pub(crate) async fn create_unless_present<K>(
@@ -271,7 +202,7 @@ where
     K: NamespacedObject,
 {
     let name = desired.name_any();
-    match existing(client, namespace, store, &name, kind).await? {
+    match crate::context::existing(client, namespace, store, &name, kind).await? {
         Some(existing) if owned_by(existing.meta(), cluster) => Ok(Ok(false)),
         Some(_) => Ok(Err(foreign(kind, &name))),
         None => Ok(Ok(create(client, namespace, cluster, desired, kind).await?)),

@@ -1,8 +1,9 @@
-//! What the apply step writes of the supporting objects, against a mocked
-//! API server: nothing for an object as built (the same applied hash), a
-//! server-side apply by the operator's one field manager, with force, for
-//! one that differs, a creation for one missing, and a refusal, before
-//! anything more is written, for a name held by someone else.
+//! What observe reads and the apply step writes of the supporting objects,
+//! against a mocked API server: nothing for an object as built (the same
+//! applied hash), a server-side apply by the operator's one field manager,
+//! with force, for one that differs, a read then a creation for one
+//! missing; a name held by someone else is found by observe's read, and
+//! then nothing at all is written.
 
 use k8s_openapi::api::core::v1::{Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -11,6 +12,8 @@ use serde_json::Value;
 
 use super::*;
 use crate::fixtures::{self, ApiServer, Expect, Reply, TestCluster, member, to_json};
+use crate::observe::observe_supporting;
+use crate::observed::{InTheWay, Observed};
 use crate::validated::validate;
 
 const CLIENT_SERVICE: &str = "/api/v1/namespaces/db/services/c-client";
@@ -67,19 +70,24 @@ fn cached(built: Built, members: Vec<Service>) -> (Context, ApiServer) {
     (ctx, api)
 }
 
-/// Applies the supporting objects against the script; what the apply
-/// step returned, once every request of the script came and no other.
+/// Observes the supporting objects' names then, when none is in the way,
+/// applies them, as the reconcile does, against the script; what stood in
+/// the way, once every request of the script came and no other.
 async fn apply(
     cluster: &Cluster,
     ctx: Context,
     api: ApiServer,
     script: Vec<Expect>,
-) -> Result<Option<Refusal>, Error> {
+) -> Result<Option<InTheWay>, Error> {
     let valid = validate(cluster).expect("a valid test cluster");
     let api = api.expect(script);
-    let applied = apply_supporting_objects(&valid, "db", &ctx).await;
+    let mut observed = Observed::default();
+    let mut applied = observe_supporting(&mut observed, &valid, "db", &ctx).await;
+    if applied.is_ok() && observed.supporting_in_the_way.is_none() {
+        applied = apply_supporting_objects(&valid, "db", &ctx, &observed.supporting_unowned).await;
+    }
     api.done(ctx).await;
-    applied
+    applied.map(|()| observed.supporting_in_the_way)
 }
 
 fn stale<K: Resource>(mut object: K) -> K {
@@ -188,22 +196,31 @@ async fn a_missing_object_is_read_then_created_by_the_field_manager() {
 }
 
 #[tokio::test]
-async fn a_name_held_by_a_foreign_object_is_refused_before_anything_more_is_written() {
+async fn a_name_held_by_a_foreign_object_is_in_the_way_and_nothing_is_written() {
     let cluster = cluster();
     let mut theirs = built(&cluster).client_service;
     theirs.metadata.owner_references = None;
-    // Nothing else is cached either: none of it is read nor written.
+    // Nothing else is cached either: each name is read, and nothing is
+    // written, not even the objects that are missing.
     let (ctx, api) = fixtures::context();
     let applied = apply(
         &cluster,
         ctx,
         api,
-        vec![Expect::get(CLIENT_SERVICE).reply(Reply::ok(&theirs))],
+        vec![
+            Expect::get(CLIENT_SERVICE).reply(Reply::ok(&theirs)),
+            Expect::get("/api/v1/namespaces/db/serviceaccounts/c-member").reply(Reply::not_found()),
+            Expect::get("/apis/rbac.authorization.k8s.io/v1/namespaces/db/roles/c-member")
+                .reply(Reply::not_found()),
+            Expect::get("/apis/rbac.authorization.k8s.io/v1/namespaces/db/rolebindings/c-member")
+                .reply(Reply::not_found()),
+            Expect::get(PDB).reply(Reply::not_found()),
+        ],
     )
     .await;
     assert_eq!(
         applied.unwrap(),
-        Some(Refusal::ForeignObject(ForeignObject {
+        Some(InTheWay::Foreign(ForeignObject {
             kind: "Service".into(),
             name: "c-client".into(),
         }))
@@ -211,7 +228,7 @@ async fn a_name_held_by_a_foreign_object_is_refused_before_anything_more_is_writ
 }
 
 #[tokio::test]
-async fn the_members_own_role_is_refused_when_it_lacks_a_grant() {
+async fn the_members_own_role_is_in_the_way_when_it_lacks_a_grant() {
     let cluster = cluster();
     let mut objects = built(&cluster);
     objects.role.metadata.owner_references = None;
@@ -221,7 +238,7 @@ async fn the_members_own_role_is_refused_when_it_lacks_a_grant() {
     assert!(
         matches!(
             &applied,
-            Some(Refusal::MemberRbacInsufficient { kind, name, missing })
+            Some(InTheWay::InsufficientRbac { kind, name, missing })
                 if kind == "Role" && name == "c-member" && !missing.is_empty()
         ),
         "{applied:?}"
@@ -240,6 +257,13 @@ async fn the_members_own_rbac_that_grants_enough_is_used_as_it_is() {
         meta.owner_references = None;
         meta.annotations = None;
     }
+    // Stale as they are (another build's hash), they are not applied.
+    let objects = Built {
+        service_account: stale(objects.service_account),
+        role: stale(objects.role),
+        role_binding: stale(objects.role_binding),
+        ..objects
+    };
     let (ctx, api) = cached(objects, members(&cluster));
     assert_eq!(apply(&cluster, ctx, api, vec![]).await.unwrap(), None);
 }

@@ -3,8 +3,8 @@
 //! A reconcile reads only from the caches: the read step finds one
 //! cluster's objects by name ([`NameIndex`]) instead of visiting every
 //! object of every cluster. Only a write that destroys or shrinks reads
-//! afresh from the API server (`recheck`), and the apply of an object whose
-//! name the caches do not hold (`apply`).
+//! afresh from the API server (`recheck`), and observe's read of a
+//! supporting object's name the caches do not hold ([`existing`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -20,6 +20,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
 use crate::cached::{CachedPod, CachedVolume};
+use crate::error::Error;
 use crate::index::NameIndex;
 use crate::metrics::Metrics;
 use crate::observe::{Cached, references_config_map};
@@ -161,5 +162,34 @@ impl Context {
             restart_timeout_seconds: 600,
             synced: Arc::new(AtomicBool::new(true)),
         }
+    }
+}
+
+/// The object of `name` as the cache holds it or, when the cache does not
+/// (an object without the cluster's labels, or a cache behind), as the API
+/// server does: a foreign object costs a read per reconcile, never a
+/// failed write.
+pub(crate) async fn existing<K>(
+    client: &Client,
+    namespace: &str,
+    store: &Store<K>,
+    name: &str,
+    kind: &'static str,
+) -> Result<Option<Arc<K>>, Error>
+where
+    K: crate::apply::NamespacedObject,
+{
+    let reference = ObjectRef::<K>::new(name).within(namespace);
+    match store.get(&reference) {
+        Some(cached) => Ok(Some(cached)),
+        None => Ok(kube::Api::<K>::namespaced(client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map_err(|source| Error::GetObject {
+                kind,
+                name: name.to_string(),
+                source,
+            })?
+            .map(Arc::new)),
     }
 }

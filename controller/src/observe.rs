@@ -1,5 +1,8 @@
 //! From the objects in the caches to the [`Observed`] state the decision step
-//! reads. Pure: the caller passes what its reflectors hold.
+//! reads. Pure ([`observe_cached`]: the caller passes what its reflectors
+//! hold), but for one read: the names of the supporting objects, which the
+//! caches may not hold when someone else's object has them
+//! ([`observe_supporting`]).
 //!
 //! A member's disk counts as lost only when the Nodes are known (a synced,
 //! non-empty list) and the local PersistentVolume bound to one of its claims
@@ -22,12 +25,18 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use kube::ResourceExt;
+
 use crate::cached::{CachedPod, CachedVolume};
+use crate::context::Context;
 use crate::decide::image_major;
+use crate::error::Error;
 use crate::observed::{
-    ClaimTemplate, ForeignObject, MemberObserved, Observed, RackObserved, RefusedOverrides,
-    ServiceObserved,
+    ClaimTemplate, ForeignObject, InTheWay, MemberObserved, Observed, RackObserved,
+    RefusedOverrides, ServiceObserved,
 };
+use crate::resources;
+use crate::validated::ValidCluster;
 
 /// What the caches show of storage and Nodes, for the members' claims and
 /// lost disks.
@@ -163,6 +172,114 @@ pub fn observe_cached(
         desired,
     );
     observed
+}
+
+/// Reads the names of the supporting objects in the order apply writes
+/// them (client Service, members' ServiceAccount, Role and RoleBinding,
+/// PodDisruptionBudget), from the cache or, for a name it does not hold,
+/// the API server: records those the Cluster does not own, and the first
+/// in the way (a foreign object; the user's own Role or RoleBinding that
+/// does not give the members what they need). A ServiceAccount of the
+/// user's grants nothing by itself: it is used as it is.
+pub async fn observe_supporting(
+    observed: &mut Observed,
+    cluster: &ValidCluster<'_>,
+    namespace: &str,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let found = Found {
+        client: &ctx.client,
+        namespace,
+        cluster,
+    };
+    let mut in_the_way = Vec::new();
+    let service = resources::client_service(cluster);
+    if found
+        .unowned(&ctx.services, &service, "Service", observed)
+        .await?
+        .is_some()
+    {
+        in_the_way.push(foreign_object("Service", &service.name_any()));
+    }
+    let account = resources::member_service_account(cluster);
+    found
+        .unowned(&ctx.service_accounts, &account, "ServiceAccount", observed)
+        .await?;
+    let role = resources::member_role(cluster);
+    if let Some(provided) = found.unowned(&ctx.roles, &role, "Role", observed).await? {
+        let missing = resources::missing_grants(&provided, &role);
+        if !missing.is_empty() {
+            in_the_way.push(InTheWay::InsufficientRbac {
+                kind: "Role".to_string(),
+                name: provided.name_any(),
+                missing: missing.join(", "),
+            });
+        }
+    }
+    let binding = resources::member_role_binding(cluster);
+    if let Some(provided) = found
+        .unowned(&ctx.role_bindings, &binding, "RoleBinding", observed)
+        .await?
+        && !resources::binds_the_same(&provided, &binding)
+    {
+        in_the_way.push(InTheWay::InsufficientRbac {
+            kind: "RoleBinding".to_string(),
+            name: provided.name_any(),
+            missing: format!(
+                "a binding of Role {} to ServiceAccount {}",
+                binding.role_ref.name,
+                account.name_any()
+            ),
+        });
+    }
+    let pdb = resources::pod_disruption_budget(cluster);
+    if found
+        .unowned(&ctx.pdbs, &pdb, "PodDisruptionBudget", observed)
+        .await?
+        .is_some()
+    {
+        in_the_way.push(foreign_object("PodDisruptionBudget", &pdb.name_any()));
+    }
+    observed.supporting_in_the_way = in_the_way.into_iter().next();
+    Ok(())
+}
+
+fn foreign_object(kind: &str, name: &str) -> InTheWay {
+    InTheWay::Foreign(ForeignObject {
+        kind: kind.to_string(),
+        name: name.to_string(),
+    })
+}
+
+/// Where [`observe_supporting`] reads.
+struct Found<'a> {
+    client: &'a kube::Client,
+    namespace: &'a str,
+    cluster: &'a Cluster,
+}
+
+impl Found<'_> {
+    /// The object of `desired`'s name when the Cluster does not own it
+    /// (recorded in `observed.supporting_unowned`).
+    async fn unowned<K>(
+        &self,
+        store: &kube::runtime::reflector::Store<K>,
+        desired: &K,
+        kind: &'static str,
+        observed: &mut Observed,
+    ) -> Result<Option<Arc<K>>, Error>
+    where
+        K: crate::apply::NamespacedObject,
+    {
+        let name = desired.name_any();
+        let existing = crate::context::existing(self.client, self.namespace, store, &name, kind)
+            .await?
+            .filter(|o| !owned_by(o.meta(), self.cluster));
+        if existing.is_some() {
+            observed.supporting_unowned.insert(format!("{kind}/{name}"));
+        }
+        Ok(existing)
+    }
 }
 
 /// Marks the racks whose StatefulSet (the Cluster's) carries another

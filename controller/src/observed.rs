@@ -4,7 +4,7 @@
 //! only, and the judgements decide needs of them. Pure; a leaf of the
 //! controller crate (observe fills it, decide reads it).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crds::contract::{Decommission, DecommissionConfirmation, DecommissionRequest, GossipView};
 use crds::versions::Version;
@@ -174,6 +174,22 @@ pub struct ForeignObject {
     pub name: String,
 }
 
+/// What stands in the way of the supporting objects (client Service,
+/// members' RBAC, PodDisruptionBudget), found by a read of their names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InTheWay {
+    /// A name held by an object the Cluster does not own.
+    Foreign(ForeignObject),
+    /// The members' Role or RoleBinding is the user's own (as Rook's
+    /// example brings it) and does not give members what they need:
+    /// `missing` says what.
+    InsufficientRbac {
+        kind: String,
+        name: String,
+        missing: String,
+    },
+}
+
 /// Everything the decision looks at besides the spec.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Observed {
@@ -181,6 +197,13 @@ pub struct Observed {
     pub racks: BTreeMap<String, RackObserved>,
     /// Objects in the way.
     pub foreign: Vec<ForeignObject>,
+    /// The first supporting object, in the order they are applied, whose
+    /// name is in the way: nothing is written for the cluster while one is.
+    pub supporting_in_the_way: Option<InTheWay>,
+    /// The supporting objects (`Kind/name`) held by objects the Cluster
+    /// does not own, in the way or usable as they are (the members' RBAC a
+    /// user made): apply leaves them alone.
+    pub supporting_unowned: BTreeSet<String>,
     /// Datacenter names on the cluster's StatefulSets that differ from the
     /// spec's (a renamed datacenter).
     pub other_datacenters: Vec<String>,

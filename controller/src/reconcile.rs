@@ -1,8 +1,8 @@
 //! One reconcile of one Cluster, as its pipeline: read → observe → decide → recheck → act → report.
 //!
 //! Each step sits in its own module: `context` (the read), `validated` and
-//! `resources` (pure), `observe` (pure), `apply` (the supporting objects),
-//! `decide` (pure), `recheck` (fresh reads before a write that destroys or
+//! `resources` (pure), `observe` (pure, but for a read of the supporting
+//! objects' names), `decide` (pure), `apply` (the supporting objects), `recheck` (fresh reads before a write that destroys or
 //! shrinks), `act` (the one write the decision asks for), `status` (pure)
 //! and `report` (the status patch, Events and metrics). A cluster with
 //! nothing to do costs zero writes.
@@ -23,7 +23,7 @@ use crate::apply::apply_supporting_objects;
 use crate::context::Context;
 use crate::decide::{Action, after_member_service_created, decide};
 use crate::error::Error;
-use crate::observe::observe_cached;
+use crate::observe::{observe_cached, observe_supporting};
 use crate::observed::Observed;
 use crate::recheck::{Recheck, recheck};
 use crate::report::report;
@@ -74,6 +74,7 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Requeue, Er
     let outcome = match valid {
         Err(errors) => Outcome::Invalid(errors),
         Ok((valid, build)) => {
+            observe_supporting(&mut observed, &valid, &namespace, ctx).await?;
             Outcome::Decided(next_step(&valid, &namespace, &build, &mut observed, ctx).await?)
         }
     };
@@ -107,8 +108,9 @@ fn desired_statefulsets(
         .collect()
 }
 
-/// apply → decide → recheck → act: what the reconcile did, or what stood
-/// in its way. A scale-up's member Service created just now is followed by
+/// decide → apply → recheck → act: what the reconcile did, or what stood
+/// in its way. The supporting objects are applied whatever the decision,
+/// unless one of their names is in the way (decide refused it). A scale-up's member Service created just now is followed by
 /// the scale-up in the same reconcile, not after the Service's watch event
 /// and another reconcile.
 async fn next_step(
@@ -118,10 +120,11 @@ async fn next_step(
     observed: &mut Observed,
     ctx: &Context,
 ) -> Result<Action, Error> {
-    if let Some(refusal) = apply_supporting_objects(cluster, namespace, ctx).await? {
-        return Ok(Action::Refuse(refusal));
-    }
     let action = decide(&cluster.spec, observed);
+    if observed.supporting_in_the_way.is_some() {
+        return Ok(action);
+    }
+    apply_supporting_objects(cluster, namespace, ctx, &observed.supporting_unowned).await?;
     let acted = carry_out(cluster, namespace, &action, build, ctx).await?;
     if let (Acted::ServiceCreated, Action::CreateMemberService { rack, member, .. }) =
         (&acted, &action)

@@ -1,4 +1,5 @@
-//! The guards: what stands in the way of every step (a foreign object, a
+//! The guards: what stands in the way of every step (a supporting object's
+//! name in the way, a foreign object, a
 //! renamed datacenter, a version or storage change Cassandra or a
 //! StatefulSet cannot make, a rack removed with members, refused
 //! overrides), and the majors rule of topology changes. Reads the spec and
@@ -10,11 +11,28 @@ use crds::v1alpha1::{ClusterMode, ClusterSpec};
 use crds::versions::{Version, cassandra_upgrade};
 
 use super::{Action, Refusal, WaitReason};
-use crate::observed::{ClaimTemplate, Observed};
+use crate::observed::{ClaimTemplate, InTheWay, Observed};
 
 /// A refusal that stops everything, if any: nothing moves until the spec
 /// or the objects change.
 pub(super) fn refusal(spec: &ClusterSpec, observed: &Observed) -> Option<Action> {
+    match &observed.supporting_in_the_way {
+        Some(InTheWay::Foreign(foreign)) => {
+            return Some(Action::Refuse(Refusal::ForeignObject(foreign.clone())));
+        }
+        Some(InTheWay::InsufficientRbac {
+            kind,
+            name,
+            missing,
+        }) => {
+            return Some(Action::Refuse(Refusal::MemberRbacInsufficient {
+                kind: kind.clone(),
+                name: name.clone(),
+                missing: missing.clone(),
+            }));
+        }
+        None => {}
+    }
     if let Some(foreign) = observed.foreign.first() {
         return Some(Action::Refuse(Refusal::ForeignObject(foreign.clone())));
     }

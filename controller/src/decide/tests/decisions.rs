@@ -230,6 +230,38 @@ fn foreign_objects_stop_everything() {
 }
 
 #[test]
+fn a_supporting_objects_name_in_the_way_stops_everything_first() {
+    let mut seen = observed(vec![]);
+    // A foreign StatefulSet found in the caches comes second.
+    seen.foreign.push(ForeignObject {
+        kind: "StatefulSet".into(),
+        name: "c-dc-b".into(),
+    });
+    seen.supporting_in_the_way = Some(crate::observed::InTheWay::InsufficientRbac {
+        kind: "Role".into(),
+        name: "c-member".into(),
+        missing: "get services".into(),
+    });
+    assert_eq!(
+        decide(&spec(&[("b", 3)]), &seen),
+        Action::Refuse(Refusal::MemberRbacInsufficient {
+            kind: "Role".into(),
+            name: "c-member".into(),
+            missing: "get services".into(),
+        })
+    );
+    let client = ForeignObject {
+        kind: "Service".into(),
+        name: "c-client".into(),
+    };
+    seen.supporting_in_the_way = Some(crate::observed::InTheWay::Foreign(client.clone()));
+    assert_eq!(
+        decide(&spec(&[("b", 3)]), &seen),
+        Action::Refuse(Refusal::ForeignObject(client))
+    );
+}
+
+#[test]
 fn image_majors() {
     assert_eq!(image_major("cassandra:4.1.8"), Some(4));
     assert_eq!(image_major("cassandra:3.11.6"), Some(3));
