@@ -14,7 +14,7 @@ use crds::contract;
 use crds::v1alpha1::Cluster;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, Patch, Preconditions};
 use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
 use tracing::{info, warn};
@@ -561,7 +561,7 @@ async fn patch_member_service(
     patch: &serde_json::Value,
 ) -> Result<(), Error> {
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
-    api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+    api.patch(name, &crate::apply::patch_params(), &Patch::Merge(patch))
         .await
         .map_err(|source| Error::PatchMemberService {
             name: name.to_string(),
@@ -633,7 +633,11 @@ async fn scale_from(
         }),
     ]);
     match api
-        .patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
+        .patch(
+            &name,
+            &crate::apply::patch_params(),
+            &Patch::Json::<()>(patch),
+        )
         .await
     {
         Ok(_) => Ok(true),

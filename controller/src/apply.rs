@@ -34,6 +34,15 @@ use crate::validated::ValidCluster;
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "cassandra-operator";
 
+/// The parameters of a merge or JSON patch: by the operator's one field
+/// manager, so that `managedFields` names who wrote what.
+pub(crate) fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    }
+}
+
 /// The name of a rack's StatefulSet.
 pub(crate) fn statefulset_name(cluster: &Cluster, rack: &str) -> String {
     crds::names::statefulset_name(&cluster.name_any(), &cluster.spec.datacenter.name, rack)
@@ -272,7 +281,7 @@ pub(crate) async fn apply_statefulset(
     });
     if rolling {
         let patch = serde_json::json!({"spec": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": null}}});
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        api.patch(&name, &crate::apply::patch_params(), &Patch::Merge(&patch))
             .await
             .map_err(|source| Error::ApplyStatefulSet {
                 name: name.clone(),

@@ -8,14 +8,14 @@
 
 use crds::v1alpha1::{CONDITION_DEGRADED, Cluster, ClusterStatus};
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use tracing::warn;
 
 use crate::apply::statefulset_name;
 use crate::context::Context;
-use crate::decide::{Action, WaitReason, members_on_old_template};
+use crate::decide::{Action, Refusal, WaitReason, members_on_old_template};
 use crate::error::Error;
 use crate::metrics::{ClusterLabels, MemberOperationLabels};
 use crate::observed::Observed;
@@ -35,7 +35,7 @@ pub(crate) async fn report(
     record_metrics(cluster, namespace, observed, status, outcome, ctx);
     let previous = cluster.status.clone().unwrap_or_default();
     if *status != previous {
-        warn_on_new_degradation(cluster, namespace, &previous, status, ctx).await;
+        warn_on_new_degradation(cluster, namespace, outcome, &previous, status, ctx).await;
         announce_new_wait(cluster, outcome, &previous, status, ctx).await;
         patch_status(cluster, namespace, &previous, status, ctx).await?;
     }
@@ -59,6 +59,7 @@ pub(crate) fn operation_ended(
 async fn warn_on_new_degradation(
     cluster: &Cluster,
     namespace: &str,
+    outcome: &Outcome,
     previous: &ClusterStatus,
     status: &ClusterStatus,
     ctx: &Context,
@@ -75,7 +76,7 @@ async fn warn_on_new_degradation(
     if degraded(previous).is_some_and(|(r, m)| r == reason && m == message) {
         return;
     }
-    if reason == "DecommissionRefused" {
+    if let Outcome::Decided(Action::Refuse(Refusal::DecommissionRefused { .. })) = outcome {
         operation_ended(ctx, cluster, namespace, "decommission", false);
     }
     publish(
@@ -193,7 +194,7 @@ async fn patch_status(
         }
     }
     let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), namespace);
-    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
+    api.patch_status(&name, &crate::apply::patch_params(), &Patch::Merge(&body))
         .await
         .map_err(|source| Error::PatchStatus { name, source })?;
     Ok(())
