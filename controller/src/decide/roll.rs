@@ -153,8 +153,14 @@ pub(super) fn next_restart(spec: &ClusterSpec, observed: &Observed) -> Option<Ac
             continue;
         };
         // Only out of a settled ring: a member the others do not see up
-        // yet (the one rolled last) counts as down for them.
-        if let Err(unsettled) = ring_settled(&gossip_members(spec, observed).as_members(), &[]) {
+        // yet (the one rolled last) counts as down for them, and every
+        // member must have recorded what it sees (both sidecars record
+        // it once their node is NORMAL): right after a cluster converges,
+        // no record may exist yet, and a ring no one has described is no
+        // settled ring.
+        let members = gossip_members(spec, observed);
+        let names: Vec<&str> = members.members.iter().map(|(n, _, _)| n.as_str()).collect();
+        if let Err(unsettled) = ring_settled(&members.as_members(), &names) {
             return Some(Action::Wait(WaitReason::RingNotSettled {
                 rack: rack.name.clone(),
                 member,

@@ -172,6 +172,38 @@ fn roll_table() {
             },
         ),
         (
+            "right after the cluster converged, before any member recorded its gossip: wait",
+            spec(&[("b", 3)]),
+            {
+                let mut o = rolling(vec![old(0), old(1), old(2)]);
+                for m in o.racks.get_mut("b").expect("rack b").members.values_mut() {
+                    m.service.as_mut().expect("a Service").gossip = None;
+                }
+                o
+            },
+            Wait(WaitReason::RingNotSettled {
+                rack: b(),
+                member: 2,
+                detail: "member 0 of rack b has not recorded its gossip view yet".into(),
+            }),
+        ),
+        (
+            "one member has not recorded its gossip yet, though the others see it up: wait",
+            spec(&[("b", 3)]),
+            {
+                let mut o = rolling(vec![old(0), old(1), old(2)]);
+                let rack = o.racks.get_mut("b").expect("rack b");
+                let m = rack.members.get_mut(&1).expect("member 1");
+                m.service.as_mut().expect("a Service").gossip = None;
+                o
+            },
+            Wait(WaitReason::RingNotSettled {
+                rack: b(),
+                member: 2,
+                detail: "member 1 of rack b has not recorded its gossip view yet".into(),
+            }),
+        ),
+        (
             "one at a time: a member not Ready holds the roll",
             spec(&[("b", 3)]),
             rolling(vec![old(0), old(1), unready(new(2))]),
@@ -347,18 +379,19 @@ fn racks_roll_one_after_another_in_spec_order() {
         ..RackObserved::default()
     };
     let spec = spec(&[("c", 2), ("b", 2)]);
-    let both = observed(vec![
+    // Every member's gossip record shows the ring settled.
+    let both = settled(observed(vec![
         ("b", rack_of(["old", "old"])),
         ("c", rack_of(["old", "old"])),
-    ]);
+    ]));
     assert!(
         matches!(decide(&spec, &both), Action::RestartMember { ref rack, member: 1, .. } if rack == "c"),
         "the spec's first rack first"
     );
-    let second = observed(vec![
+    let second = settled(observed(vec![
         ("b", rack_of(["old", "old"])),
         ("c", rack_of(["new", "new"])),
-    ]);
+    ]));
     assert!(
         matches!(decide(&spec, &second), Action::RestartMember { ref rack, member: 1, .. } if rack == "b"),
         "then the next rack"
