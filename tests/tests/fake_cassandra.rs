@@ -11,7 +11,7 @@
 //! flagged by the data check; a node of another cluster is refused.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crds::quantity::Quantity;
@@ -19,7 +19,11 @@ use crds::v1alpha1::ClusterMode;
 use serde_json::{Value, json};
 use sidecar::jolokia::{Jolokia, OperationMode, StorageService};
 use sidecar::render::{MemberConfig, render};
-use testworld::kubesim::{KubeSim, Options};
+use testworld::kubesim::KubeSim;
+
+#[allow(dead_code)]
+mod support;
+use support::{Node, http, poll, ring_sim};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures");
 const RELEASE: &str = "4.1.8";
@@ -44,14 +48,6 @@ fn defaults_of(release: &str) -> String {
     })
 }
 
-/// A fake-cassandra process and where it lives.
-struct Node {
-    name: String,
-    ip: String,
-    dir: PathBuf,
-    child: Option<Child>,
-}
-
 impl Node {
     fn jolokia(&self) -> StorageService {
         StorageService::new(
@@ -61,40 +57,6 @@ impl Node {
 
     fn data_dir(&self) -> PathBuf {
         self.dir.join("data")
-    }
-
-    fn log(&self) -> String {
-        let out = std::fs::read_to_string(self.dir.join("stdout")).unwrap_or_default();
-        let err = std::fs::read_to_string(self.dir.join("stderr")).unwrap_or_default();
-        format!("--- {} stdout\n{out}--- stderr\n{err}", self.name)
-    }
-
-    /// SIGTERM, as the kubelet stops a container, and its exit code.
-    fn terminate(&mut self) -> i32 {
-        let mut child = self.child.take().expect("running");
-        let pid = child.id().to_string();
-        let ok = Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill runs");
-        assert!(ok.success());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = child.try_wait().expect("wait") {
-                return status.code().unwrap_or(-1);
-            }
-            assert!(Instant::now() < deadline, "{} did not stop", self.name);
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
     }
 }
 
@@ -110,24 +72,20 @@ struct World {
     /// CASSANDRA_VERSION) and the rack's cassandra.yaml overrides.
     release: String,
     overrides: Option<String>,
+    /// Command-line arguments after `-f` of the next node started.
+    args: Vec<String>,
 }
 
 impl World {
     async fn new() -> World {
-        let mut opts = Options::default();
-        opts.ring.timing.bootstrap_ms = STREAM_MS;
-        opts.ring.timing.replace_ms = STREAM_MS;
-        opts.ring.timing.decommission_ms = STREAM_MS;
         World {
-            sim: KubeSim::start(opts).await.expect("kubesim starts"),
+            sim: ring_sim(STREAM_MS).await,
             root: tempfile::tempdir().expect("a temp dir"),
-            http: reqwest::Client::builder()
-                .no_proxy()
-                .build()
-                .expect("a client"),
+            http: http(),
             policy: sidecar::jolokia_access::policy_xml(),
             release: RELEASE.to_string(),
             overrides: None,
+            args: Vec::new(),
         }
     }
 
@@ -141,21 +99,6 @@ impl World {
         rack: &str,
         replace: Option<u8>,
         cluster: &str,
-    ) -> Node {
-        self.start_with(name, n, seeds, rack, replace, cluster, &[])
-    }
-
-    /// [`World::start`] with command-line arguments after `-f`.
-    #[allow(clippy::too_many_arguments)]
-    fn start_with(
-        &self,
-        name: &str,
-        n: u8,
-        seeds: &[u8],
-        rack: &str,
-        replace: Option<u8>,
-        cluster: &str,
-        args: &[&str],
     ) -> Node {
         let dir = self.root.path().join(name);
         let conf = dir.join("conf");
@@ -197,7 +140,7 @@ impl World {
         // with bin/cassandra's -R; the storage dir as the sidecar passes it.
         cmd.args(["-f", "-R"])
             .arg(format!("-Dcassandra.storagedir={}", dir.display()))
-            .args(args)
+            .args(&self.args)
             // The nodes share the host's network: each serves Jolokia on
             // its own address, where its agent option says.
             .envs(rendered.env.iter().map(|(k, v)| {
@@ -209,20 +152,25 @@ impl World {
             }))
             .env("CASSANDRA_CONF", &conf)
             .env("CASSANDRA_VERSION", &self.release)
-            .env("KUBESIM_URL", self.sim.sim_url())
-            .stdout(Stdio::from(
-                std::fs::File::create(dir.join("stdout")).expect("stdout file"),
-            ))
-            .stderr(Stdio::from(
-                std::fs::File::create(dir.join("stderr")).expect("stderr file"),
-            ));
-        let child = cmd.spawn().expect("fake-cassandra starts");
-        Node {
-            name: name.to_string(),
-            ip: address,
-            dir,
-            child: Some(child),
-        }
+            .env("KUBESIM_URL", self.sim.sim_url());
+        Node::spawn(name, address, dir, cmd)
+    }
+
+    /// Creates the keyspace `name` of `replication` (201).
+    async fn create_keyspace(&self, name: &str, replication: Value) {
+        let spec = json!({"name": name, "replication": replication});
+        let (status, body) = self.post("/sim/ring/keyspaces", spec).await;
+        assert_eq!(status, 201, "{body}");
+    }
+
+    /// Writes the keys `spec` describes (`prefix`, `count`, `consistency`)
+    /// into the keyspace `ks` (200); the answer.
+    async fn write_keys(&self, ks: &str, spec: Value) -> Value {
+        let (status, body) = self
+            .post(&format!("/sim/ring/keyspaces/{ks}/keys"), spec)
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body
     }
 
     async fn get(&self, path: &str) -> (u16, String) {
@@ -275,19 +223,25 @@ impl World {
             .iter()
             .map(|(n, s)| (ip(*n), s.to_string()))
             .collect();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let got = self.statuses().await;
-            if got == expected {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "ring never became {expected:?}; it is {got:?}\n{}",
-                self.get("/sim/ring/status").await.1
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        poll(
+            30,
+            Duration::from_millis(50),
+            async || {
+                let got = self.statuses().await;
+                (got == expected).then_some(()).ok_or(got)
+            },
+            async |got| {
+                let ring = self.get("/sim/ring/status").await.1;
+                format!("ring never became {expected:?}; it is {got:?}\n{ring}")
+            },
+        )
+        .await
+    }
+
+    /// Waits until `node` is NORMAL and the ring's statuses are `ring`.
+    async fn joined(&self, node: &Node, ring: &[(u8, &str)]) {
+        wait_mode(node, OperationMode::Normal).await;
+        self.wait_statuses(ring).await;
     }
 
     /// The data check: (HTTP status, report).
@@ -313,20 +267,23 @@ impl World {
 
 async fn wait_mode(node: &Node, mode: OperationMode) {
     let storage = node.jolokia();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let got = storage.operation_mode().await;
-        if matches!(&got, Ok(m) if *m == mode) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} never {mode:?} (last {got:?})\n{}",
-            node.name,
-            node.log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    poll(
+        30,
+        Duration::from_millis(50),
+        async || {
+            let got = storage.operation_mode().await;
+            let done = matches!(&got, Ok(m) if *m == mode);
+            done.then_some(()).ok_or(got)
+        },
+        async |got| {
+            format!(
+                "{} never {mode:?} (last {got:?})\n{}",
+                node.name,
+                node.log()
+            )
+        },
+    )
+    .await
 }
 
 fn with_port(n: &[u8]) -> Vec<String> {
@@ -335,7 +292,7 @@ fn with_port(n: &[u8]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fake_cassandra_ring_lifecycle() {
-    let world = World::new().await;
+    let mut world = World::new().await;
     let began = Instant::now();
 
     // Three nodes: two seeds come up NORMAL at once, the third bootstraps.
@@ -344,10 +301,7 @@ async fn fake_cassandra_ring_lifecycle() {
     let n2 = world.start("n2", 2, &[1, 2], "r2", None, CLUSTER);
     wait_mode(&n2, OperationMode::Normal).await;
     let n3 = world.start("n3", 3, &[1, 2], "r3", None, CLUSTER);
-    wait_mode(&n3, OperationMode::Normal).await;
-    world
-        .wait_statuses(&[(1, "UN"), (2, "UN"), (3, "UN")])
-        .await;
+    world.joined(&n3, &[(1, "UN"), (2, "UN"), (3, "UN")]).await;
     // UN in the ring is the processes' truth; n1's own failure detector
     // marks n3 UP once gossip told it, as a client of a real node waits.
     let s1 = n1.jolokia();
@@ -433,20 +387,19 @@ async fn fake_cassandra_ring_lifecycle() {
     );
 
     // Data: a keyspace of RF 3, 300 keys at QUORUM.
-    let (status, body) = world
-        .post(
-            "/sim/ring/keyspaces",
-            json!({"name": "ks", "replication": {"class": "NetworkTopologyStrategy", "datacenters": {"dc1": 3}}}),
+    world
+        .create_keyspace(
+            "ks",
+            json!({"class": "NetworkTopologyStrategy", "datacenters": {"dc1": 3}}),
         )
         .await;
-    assert_eq!(status, 201, "{body}");
-    let (status, body) = world
-        .post(
-            "/sim/ring/keyspaces/ks/keys",
+    let written = world
+        .write_keys(
+            "ks",
             json!({"prefix": "k", "count": 300, "consistency": "QUORUM"}),
         )
         .await;
-    assert_eq!((status, &body), (200, &json!({"written": 300})));
+    assert_eq!(written, json!({"written": 300}));
     let (status, report) = world.check().await;
     assert_eq!(status, 200, "{report}");
     assert_eq!(report["keys"], json!(300));
@@ -470,9 +423,8 @@ async fn fake_cassandra_ring_lifecycle() {
         with_port(&[4]),
         "the others see it joining"
     );
-    wait_mode(&n4, OperationMode::Normal).await;
     world
-        .wait_statuses(&[(1, "UN"), (2, "UN"), (3, "UN"), (4, "UN")])
+        .joined(&n4, &[(1, "UN"), (2, "UN"), (3, "UN"), (4, "UN")])
         .await;
     let (status, report) = world.check().await;
     assert_eq!(status, 200, "after the bootstrap: {report}");
@@ -513,14 +465,8 @@ async fn fake_cassandra_ring_lifecycle() {
     assert_eq!(n3.terminate(), 143, "SIGTERM exits like the JVM");
     // A decommissioned node does not come back without the override.
     let mut again = world.start("n3", 3, &[1, 2], "r3", None, CLUSTER);
-    let code = again
-        .child
-        .take()
-        .expect("child")
-        .wait()
-        .expect("exits")
-        .code();
-    assert_eq!(code, Some(3), "{}", again.log());
+    let (code, log) = again.exit(60);
+    assert_eq!(code, 3, "{log}");
     assert!(
         again
             .log()
@@ -553,10 +499,7 @@ async fn fake_cassandra_ring_lifecycle() {
     // rendered by the sidecar) streams the data back.
     std::fs::remove_dir_all(n4.data_dir()).expect("wipe the data dir");
     let n4b = world.start("n4", 4, &[1, 2], "r1", Some(4), CLUSTER);
-    wait_mode(&n4b, OperationMode::Normal).await;
-    world
-        .wait_statuses(&[(1, "UN"), (2, "UN"), (4, "UN")])
-        .await;
+    world.joined(&n4b, &[(1, "UN"), (2, "UN"), (4, "UN")]).await;
     let (status, report) = world.check().await;
     assert_eq!(status, 200, "after the replacement: {report}");
     assert!(
@@ -568,9 +511,8 @@ async fn fake_cassandra_ring_lifecycle() {
     // A new node that names itself as its seed joins without bootstrapping:
     // it owns ranges without their data, which the check flags.
     let n5 = world.start("n5", 5, &[5], "r2", None, CLUSTER);
-    wait_mode(&n5, OperationMode::Normal).await;
     world
-        .wait_statuses(&[(1, "UN"), (2, "UN"), (4, "UN"), (5, "UN")])
+        .joined(&n5, &[(1, "UN"), (2, "UN"), (4, "UN"), (5, "UN")])
         .await;
     let (status, report) = world.check().await;
     assert_eq!(status, 409, "{report}");
@@ -617,14 +559,8 @@ async fn fake_cassandra_ring_lifecycle() {
     // seed: it fails to start; this cluster's ring never sees it.
     let before = world.get("/sim/ring/status").await.1;
     let mut stranger = world.start("x", 9, &[1], "r1", None, "other-cluster");
-    let code = stranger
-        .child
-        .take()
-        .expect("child")
-        .wait()
-        .expect("exits")
-        .code();
-    assert_eq!(code, Some(3));
+    let (code, log) = stranger.exit(60);
+    assert_eq!(code, 3, "{log}");
     assert!(
         stranger.log().contains("Unable to gossip with any peers"),
         "{}",
@@ -689,15 +625,8 @@ async fn fake_cassandra_ring_lifecycle() {
 
     // The decommissioned n3 comes back with the override, as its own log
     // says, with the tokens its disk kept.
-    let n3b = world.start_with(
-        "n3",
-        3,
-        &[1, 2],
-        "r3",
-        None,
-        CLUSTER,
-        &["-Dcassandra.override_decommission=true"],
-    );
+    world.args = vec!["-Dcassandra.override_decommission=true".into()];
+    let n3b = world.start("n3", 3, &[1, 2], "r3", None, CLUSTER);
     wait_mode(&n3b, OperationMode::Normal).await;
     assert!(
         n3b.log()
@@ -763,13 +692,12 @@ async fn repair_and_cleanup_through_jolokia() {
     let mut n3 = world.start("r3", 13, &seeds, "r1", None, CLUSTER);
     wait_mode(&n3, OperationMode::Normal).await;
     for (name, rf) in [("app", 3), ("single", 1)] {
-        let (status, body) = world
-            .post(
-                "/sim/ring/keyspaces",
-                json!({"name": name, "replication": {"class": "SimpleStrategy", "replication_factor": rf}}),
+        world
+            .create_keyspace(
+                name,
+                json!({"class": "SimpleStrategy", "replication_factor": rf}),
             )
             .await;
-        assert_eq!(status, 201, "{body}");
     }
     // No hints: a node down misses what is written meanwhile.
     let (status, body) = world
@@ -808,9 +736,8 @@ async fn repair_and_cleanup_through_jolokia() {
             .expect("QUORUM with two of three")
     });
     let n3 = world.start("r3", 13, &seeds, "r1", None, CLUSTER);
-    wait_mode(&n3, OperationMode::Normal).await;
     world
-        .wait_statuses(&[(11, "UN"), (12, "UN"), (13, "UN")])
+        .joined(&n3, &[(11, "UN"), (12, "UN"), (13, "UN")])
         .await;
     let (status, report) = world.check().await;
     assert_ne!(
@@ -942,20 +869,15 @@ async fn a_major_upgrade_by_hand_runs_mixed_and_keeps_old_sstables() {
     wait_mode(&n2, OperationMode::Normal).await;
     let n3 = world.start("u3", 33, &seeds, "r1", None, CLUSTER);
     wait_mode(&n3, OperationMode::Normal).await;
-    let (status, body) = world
-        .post(
-            "/sim/ring/keyspaces",
-            json!({"name": "app", "replication": {"class": "SimpleStrategy", "replication_factor": 3}}),
+    world
+        .create_keyspace(
+            "app",
+            json!({"class": "SimpleStrategy", "replication_factor": 3}),
         )
         .await;
-    assert_eq!(status, 201, "{body}");
-    let (status, body) = world
-        .post(
-            "/sim/ring/keyspaces/app/keys",
-            json!({"prefix": "k", "count": 300}),
-        )
+    world
+        .write_keys("app", json!({"prefix": "k", "count": 300}))
         .await;
-    assert_eq!(status, 200, "{body}");
     wait_flushed(&n1, "app", "nb").await;
     assert_eq!(old_format(&n1, RELEASE, None), 0, "4.1's own format");
 
@@ -963,9 +885,8 @@ async fn a_major_upgrade_by_hand_runs_mixed_and_keeps_old_sstables() {
     assert_eq!(n1.terminate(), 143);
     world.release = "5.0.3".into();
     let n1 = world.start("u1", 31, &seeds, "r1", None, CLUSTER);
-    wait_mode(&n1, OperationMode::Normal).await;
     world
-        .wait_statuses(&[(31, "UN"), (32, "UN"), (33, "UN")])
+        .joined(&n1, &[(31, "UN"), (32, "UN"), (33, "UN")])
         .await;
     assert_eq!(
         n1.jolokia()
@@ -997,13 +918,9 @@ async fn a_major_upgrade_by_hand_runs_mixed_and_keeps_old_sstables() {
 
     // Mixed: writes reach every replica, the data check is clean; n1
     // writes 5.0's format beside 4.1's files.
-    let (status, body) = world
-        .post(
-            "/sim/ring/keyspaces/app/keys",
-            json!({"prefix": "mixed-", "count": 100}),
-        )
+    world
+        .write_keys("app", json!({"prefix": "mixed-", "count": 100}))
         .await;
-    assert_eq!(status, 200, "{body}");
     let (status, report) = world.check().await;
     assert_eq!(status, 200, "{report}");
     wait_flushed(&n1, "app", "nc").await;

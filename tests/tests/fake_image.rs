@@ -117,44 +117,21 @@ fn directories_the_user_cannot_write_stop_the_start() {
     let locked = work.path().join("locked");
     std::fs::create_dir_all(&locked).unwrap();
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = run(
-        Some((999, 999)),
-        &conf,
-        &[
-            "-f",
-            &format!("-Dcassandra.storagedir={}", locked.display()),
-        ],
-        &[],
-    );
-    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
-    assert!(
-        text(&out).contains(&format!(
-            "Has no permission to create directory {}/data",
-            locked.display()
-        )),
-        "{}",
-        text(&out)
-    );
+    // The start as user 999 stops with code 3 and `problem` on <locked>/data.
+    let refused = |problem: &str| {
+        let storagedir = format!("-Dcassandra.storagedir={}", locked.display());
+        let out = run(Some((999, 999)), &conf, &["-f", &storagedir], &[]);
+        assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+        assert!(
+            text(&out).contains(&format!("{problem} {}/data", locked.display())),
+            "{}",
+            text(&out)
+        );
+    };
+    refused("Has no permission to create directory");
     // The directory exists but belongs to root: no write permission.
     std::fs::create_dir_all(locked.join("data")).unwrap();
-    let out = run(
-        Some((999, 999)),
-        &conf,
-        &[
-            "-f",
-            &format!("-Dcassandra.storagedir={}", locked.display()),
-        ],
-        &[],
-    );
-    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
-    assert!(
-        text(&out).contains(&format!(
-            "Insufficient permissions on directory {}/data",
-            locked.display()
-        )),
-        "{}",
-        text(&out)
-    );
+    refused("Insufficient permissions on directory");
 }
 
 #[test]

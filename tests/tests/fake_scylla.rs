@@ -17,11 +17,15 @@
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use testworld::kubesim::{KubeSim, Options};
+use testworld::kubesim::KubeSim;
+
+#[allow(dead_code)]
+mod support;
+use support::{Node, http, poll, ring_sim, start_sim};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures");
 const RECORDED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/scylla-rest");
@@ -29,66 +33,29 @@ const RELEASE: &str = "5.4.9";
 /// Bootstrap, replacement and decommission stream for this long.
 const STREAM_MS: u64 = 600;
 
+/// The size of every node here: one shard of 512M with 16 tokens, as a
+/// small test cluster runs.
+const SMALL_NODE: [&str; 9] = [
+    "--num-tokens",
+    "16",
+    "--smp",
+    "1",
+    "--memory",
+    "512M",
+    "--overprovisioned",
+    "--developer-mode",
+    "1",
+];
+
 /// The address of node `n` of the world on network `net` (each test has
 /// its own: the tests of this binary run side by side on one loopback).
 fn addr(net: u8, n: u8) -> String {
     format!("127.0.{net}.{n}")
 }
 
-/// A fake scylla process and where it lives.
-struct Node {
-    name: String,
-    ip: String,
-    dir: PathBuf,
-    child: Option<Child>,
-}
-
 impl Node {
-    fn log(&self) -> String {
-        let out = std::fs::read_to_string(self.dir.join("stdout")).unwrap_or_default();
-        let err = std::fs::read_to_string(self.dir.join("stderr")).unwrap_or_default();
-        format!("--- {} stdout\n{out}--- stderr\n{err}", self.name)
-    }
-
     fn api(&self, path: &str) -> String {
         format!("http://{}:10000{path}", self.ip)
-    }
-
-    /// Waits for the process to exit by itself; its code and output.
-    fn exit(&mut self, secs: u64) -> (i32, String) {
-        let mut child = self.child.take().expect("running");
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        loop {
-            if let Some(status) = child.try_wait().expect("wait") {
-                return (status.code().unwrap_or(-1), self.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} did not exit\n{}",
-                self.name,
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn terminate(&mut self) -> i32 {
-        let pid = self.child.as_ref().expect("running").id().to_string();
-        let ok = Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill runs");
-        assert!(ok.success());
-        self.exit(20).0
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
     }
 }
 
@@ -129,19 +96,12 @@ fn write_conf(dir: &Path, dc: &str, rack: &str) {
 
 impl World {
     async fn new(net: u8) -> World {
-        let mut opts = Options::default();
-        opts.ring.timing.bootstrap_ms = STREAM_MS;
-        opts.ring.timing.replace_ms = STREAM_MS;
-        opts.ring.timing.decommission_ms = STREAM_MS;
         World {
             net,
             release: RELEASE,
-            sim: KubeSim::start(opts).await.expect("kubesim starts"),
+            sim: ring_sim(STREAM_MS).await,
             root: tempfile::tempdir().expect("a temp dir"),
-            http: reqwest::Client::builder()
-                .no_proxy()
-                .build()
-                .expect("a client"),
+            http: http(),
         }
     }
 
@@ -186,36 +146,25 @@ impl World {
             cluster,
             "--endpoint-snitch",
             "GossipingPropertyFileSnitch",
-            "--num-tokens",
-            "16",
             "--workdir",
             &dir.join("var").display().to_string(),
-            "--smp",
-            "1",
-            "--memory",
-            "512M",
-            "--overprovisioned",
-            "--developer-mode",
-            "1",
         ]
         .iter()
+        .chain(&SMALL_NODE)
         .map(|s| s.to_string())
         .collect();
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut cmd = scylla_command(&dir, &args, self.release);
-        cmd.env("KUBESIM_URL", self.sim.sim_url())
-            .stdout(Stdio::from(
-                std::fs::File::create(dir.join("stdout")).expect("stdout file"),
-            ))
-            .stderr(Stdio::from(
-                std::fs::File::create(dir.join("stderr")).expect("stderr file"),
-            ));
-        Node {
-            name: name.to_string(),
-            ip: ip(n),
-            dir,
-            child: Some(cmd.spawn().expect("the fake scylla starts")),
-        }
+        cmd.env("KUBESIM_URL", self.sim.sim_url());
+        Node::spawn(name, ip(n), dir, cmd)
+    }
+
+    /// Starts node `n` (seeded by node 1) with `extra`, which it refuses:
+    /// its exit code is 1. Its log.
+    fn refused(&self, name: &str, n: u8, cluster: &str, extra: &[&str]) -> String {
+        let (code, log) = self.start(name, n, cluster, &[1], extra).exit(20);
+        assert_eq!(code, 1, "{log}");
+        log
     }
 
     /// `method path` on node `node`'s REST API: the status and the body
@@ -252,29 +201,22 @@ impl World {
     }
 
     async fn wait_mode(&self, node: &Node, mode: &str) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let got = self.mode(node).await;
-            if got.as_deref() == Some(mode) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} never {mode} (last {got:?})\n{}",
-                node.name,
-                node.log()
-            );
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        poll(
+            30,
+            Duration::from_millis(25),
+            async || {
+                let got = self.mode(node).await;
+                (got.as_deref() == Some(mode)).then_some(()).ok_or(got)
+            },
+            async |got| format!("{} never {mode} (last {got:?})\n{}", node.name, node.log()),
+        )
+        .await
     }
 
     /// The ring learns that the process at `n`'s address died (as the
     /// kubelet reports a killed container).
     async fn kill(&self, node: &mut Node) {
-        if let Some(mut c) = node.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        node.kill();
         let resp = self
             .http
             .post(format!(
@@ -582,9 +524,7 @@ async fn scylla_lifecycle() {
     world.kill(&mut n3).await;
     // Its address with an empty disk and no replace option: Scylla's
     // collision refusal.
-    let mut wiped = world.start("n3-wiped", 3, cluster, &[1], &[]);
-    let (code, log) = wiped.exit(20);
-    assert_eq!(code, 1, "{log}");
+    let log = world.refused("n3-wiped", 3, cluster, &[]);
     assert!(
         log.contains(&format!(
             "Startup failed: std::runtime_error (A node with address {} already exists, cancelling join. Use replace_address if you want to replace this node.)",
@@ -593,29 +533,13 @@ async fn scylla_lifecycle() {
         "{log}"
     );
     let unknown = "0b7d3e4c-1f5a-4c39-9d6e-2f6a7b8c9d0e";
-    let mut bad = world.start(
-        "bad",
-        4,
-        cluster,
-        &[1],
-        &["--replace-node-first-boot", unknown],
-    );
-    let (code, log) = bad.exit(20);
-    assert_eq!(code, 1, "{log}");
+    let log = world.refused("bad", 4, cluster, &["--replace-node-first-boot", unknown]);
     assert!(
         log.contains(&format!("Replaced node with Host ID {unknown} not found")),
         "{log}"
     );
     let live = host_id_of(&world, &n1).await;
-    let mut bad = world.start(
-        "bad2",
-        5,
-        cluster,
-        &[1],
-        &["--replace-node-first-boot", &live],
-    );
-    let (code, log) = bad.exit(20);
-    assert_eq!(code, 1, "{log}");
+    let log = world.refused("bad2", 5, cluster, &["--replace-node-first-boot", &live]);
     assert!(log.contains("Cannot replace a live node..."), "{log}");
     let n4 = world.start(
         "n4",
@@ -762,15 +686,7 @@ async fn scylla_6_refuses_in_raft_topologys_words() {
         )
     );
     let live = host_id_of(&world, &n1).await;
-    let mut bad = world.start(
-        "bad",
-        2,
-        cluster,
-        &[1],
-        &["--replace-node-first-boot", &live],
-    );
-    let (code, log) = bad.exit(20);
-    assert_eq!(code, 1, "{log}");
+    let log = world.refused("bad", 2, cluster, &["--replace-node-first-boot", &live]);
     assert!(
         log.contains(&format!(
             "Startup failed: std::runtime_error (tried to replace alive node {live})"
@@ -909,19 +825,14 @@ fn scylla_command_line() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scylla_in_its_image() {
     use testworld::harness::{pods, str_at, until};
-    use testworld::kubesim::sim::SimOptions;
     use testworld::kubesim::store::WriteOptions;
 
     let work = tempfile::tempdir().expect("a temp dir");
-    let mut o = SimOptions::new(work.path());
-    o.fake_cassandra = Some(PathBuf::from(env!("CARGO_BIN_EXE_fake-cassandra")));
-    o.fixtures = Some(testworld::harness::fixtures().expect("the fixtures"));
-    let sim = KubeSim::start(Options {
-        sim: Some(o),
-        ..Default::default()
+    let sim = start_sim(work.path(), &["a"], |o| {
+        o.fake_cassandra = Some(PathBuf::from(env!("CARGO_BIN_EXE_fake-cassandra")));
+        o.fixtures = Some(testworld::harness::fixtures().expect("the fixtures"));
     })
-    .await
-    .expect("kubesim starts");
+    .await;
     let store = sim.store().clone();
     let args: Vec<&str> = vec![
         "scylla",
@@ -935,16 +846,10 @@ async fn scylla_in_its_image() {
         "seeds=$(POD_IP)",
         "--api-address",
         "$(POD_IP)",
-        "--num-tokens",
-        "16",
-        "--smp",
-        "1",
-        "--memory",
-        "512M",
-        "--overprovisioned",
-        "--developer-mode",
-        "1",
-    ];
+    ]
+    .into_iter()
+    .chain(SMALL_NODE)
+    .collect();
     store
         .create(
             &pods(),

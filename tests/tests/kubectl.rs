@@ -3,60 +3,31 @@
 //! to `kubectl.1.33` beside `kubectl`): every verb a person uses on a
 //! Cassandra cluster.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use testworld::harness::kubectl_binary;
 use testworld::kubesim::patch::PatchType;
 use testworld::kubesim::store::{Subresource, Target, WriteOptions};
 use testworld::kubesim::{KubeSim, Options};
 
-struct Kubectl {
-    binary: PathBuf,
-    kubeconfig: PathBuf,
-    cache: PathBuf,
-}
+#[allow(dead_code)]
+mod support;
+use support::{Kubectl, write_file as write};
 
-impl Kubectl {
-    fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(&self.binary);
-        c.arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .arg("--cache-dir")
-            .arg(&self.cache)
-            .args(args);
-        c
-    }
-
-    /// Runs kubectl; panics with its stderr when it fails.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.command(args).output().expect("kubectl runs");
-        assert!(
-            out.status.success(),
-            "{} {args:?} failed: {}",
-            self.binary.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    path.to_string_lossy().into_owned()
+/// The words of line `n` of kubectl's table `out` (0: the header).
+fn columns(out: &str, n: usize) -> Vec<&str> {
+    out.lines()
+        .nth(n)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect()
 }
 
 async fn suite(version: &str) {
     let sim = KubeSim::start(Options::default()).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let k = Kubectl {
-        binary: kubectl_binary(version),
-        kubeconfig: sim.write_kubeconfig(dir.path()).unwrap(),
-        cache: dir.path().join("cache"),
-    };
+    let k = Kubectl::new(version, &sim, dir.path());
     let v = version;
 
     // apply, client-side: the CRD, then the multi-rack example
@@ -106,25 +77,13 @@ async fn suite(version: &str) {
         .unwrap();
     for resource in ["events", "events.v1.events.k8s.io"] {
         let out = k.ok(&["get", resource]);
-        let header: Vec<&str> = out
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .split_whitespace()
-            .collect();
         assert_eq!(
-            header,
+            columns(&out, 0),
             ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
             "{v} {resource}:\n{out}"
         );
-        let row: Vec<&str> = out
-            .lines()
-            .nth(1)
-            .unwrap_or_default()
-            .split_whitespace()
-            .collect();
         assert_eq!(
-            row[1..],
+            columns(&out, 1)[1..],
             [
                 "Warning",
                 "MemberReplacing",
@@ -171,14 +130,8 @@ async fn suite(version: &str) {
 
     // get: a table with the CRD's printer columns, the short name
     let table = k.ok(&["get", "clusters.cassandra.rook.io", "-A"]);
-    let header: Vec<&str> = table
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .collect();
     assert_eq!(
-        header,
+        columns(&table, 0),
         [
             "NAMESPACE",
             "NAME",
@@ -234,28 +187,21 @@ async fn suite(version: &str) {
         .contains("configmap/overrides annotate"),
         "{v}"
     );
-    k.ok(&[
-        "patch",
-        "cm",
-        "overrides",
-        "-n",
-        "databases",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"data":{"k":"2"}}"#,
-    ]);
-    k.ok(&[
-        "patch",
-        "cm",
-        "overrides",
-        "-n",
-        "databases",
-        "--type",
-        "json",
-        "-p",
-        r#"[{"op":"add","path":"/data/j","value":"3"}]"#,
-    ]);
+    let patch_overrides = |kind: &str, patch: &str| {
+        k.ok(&[
+            "patch",
+            "cm",
+            "overrides",
+            "-n",
+            "databases",
+            "--type",
+            kind,
+            "-p",
+            patch,
+        ]);
+    };
+    patch_overrides("merge", r#"{"data":{"k":"2"}}"#);
+    patch_overrides("json", r#"[{"op":"add","path":"/data/j","value":"3"}]"#);
     let data = k.ok(&[
         "get",
         "cm",
@@ -330,17 +276,7 @@ async fn suite(version: &str) {
             .collect::<Vec<_>>()
     });
     std::thread::sleep(Duration::from_millis(500));
-    k.ok(&[
-        "patch",
-        "cm",
-        "overrides",
-        "-n",
-        "databases",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"data":{"k":"watched"}}"#,
-    ]);
+    patch_overrides("merge", r#"{"data":{"k":"watched"}}"#);
     let deadline = Instant::now() + Duration::from_secs(10);
     while !reader.is_finished() {
         assert!(
@@ -362,19 +298,19 @@ async fn suite(version: &str) {
         "clusters",
         Some("databases"),
     );
-    let waiter = k
-        .command(&[
-            "wait",
-            "--for=condition=Ready",
-            "cass/orders",
-            "-n",
-            "databases",
-            "--timeout=20s",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let waiter = {
+        let k = k.clone();
+        std::thread::spawn(move || {
+            k.run(&[
+                "wait",
+                "--for=condition=Ready",
+                "cass/orders",
+                "-n",
+                "databases",
+                "--timeout=20s",
+            ])
+        })
+    };
     std::thread::sleep(Duration::from_millis(500));
     let opts = WriteOptions::default();
     sim.store()
@@ -387,15 +323,10 @@ async fn suite(version: &str) {
             &opts,
         )
         .unwrap();
-    let out = waiter.wait_with_output().unwrap();
+    let (ok, out, err) = waiter.join().unwrap();
+    assert!(ok, "{v}: {err}");
     assert!(
-        out.status.success(),
-        "{v}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stdout)
-            .contains("cluster.cassandra.rook.io/orders condition met"),
+        out.contains("cluster.cassandra.rook.io/orders condition met"),
         "{v}"
     );
 

@@ -7,48 +7,66 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
 use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher;
-use kube::{Client, Config};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use testworld::kubesim::faults::FaultConfig;
 use testworld::kubesim::{KubeSim, Options};
 
+#[allow(dead_code)]
+mod support;
+use support::{Kubectl, api_error, client_for, client_without_retries};
+
 async fn start(opts: Options) -> (KubeSim, Client) {
     let sim = KubeSim::start(opts).await.expect("kubesim starts");
-    let client = client_of(&sim, true).await;
+    let client = client_for(&sim.kubeconfig()).await;
     (sim, client)
-}
-
-/// A kube client through kubesim's kubeconfig; `retry`: kube's default
-/// retries of 429, 503 and 504.
-async fn client_of(sim: &KubeSim, retry: bool) -> Client {
-    let kc = Kubeconfig::from_yaml(&sim.kubeconfig()).expect("a valid kubeconfig");
-    let mut cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .expect("kube reads the kubeconfig");
-    cfg.default_retry = retry;
-    Client::try_from(cfg).expect("a client")
 }
 
 async fn sim() -> (KubeSim, Client) {
     start(Options::default()).await
 }
 
-fn api_error(e: kube::Error) -> kube::core::Status {
-    match e {
-        kube::Error::Api(s) => *s,
-        other => panic!("expected an API error, got {other:?}"),
-    }
-}
-
 fn cm(name: &str, labels: Value, data: Value) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}, "data": data}))
         .unwrap()
+}
+
+/// An empty ConfigMap `name`, created.
+async fn create_cm(cms: &Api<ConfigMap>, name: &str) -> ConfigMap {
+    cms.create(&PostParams::default(), &cm(name, json!({}), json!({})))
+        .await
+        .unwrap()
+}
+
+/// `name` merge-patched with `patch`.
+async fn merge<K>(api: &Api<K>, name: &str, patch: Value) -> K
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap()
+}
+
+/// Whether `name` is gone.
+async fn gone<K>(api: &Api<K>, name: &str) -> bool
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.get_opt(name).await.unwrap().is_none()
+}
+
+/// The names of listed objects, in their order.
+fn names<K: kube::Resource>(objects: Vec<K>) -> Vec<String> {
+    objects
+        .into_iter()
+        .filter_map(|o| o.meta().name.clone())
+        .collect()
 }
 
 async fn eventually<F: AsyncFnMut() -> bool>(what: &str, mut f: F) {
@@ -170,14 +188,7 @@ async fn namespaces_and_names_are_checked() {
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "team"}})).unwrap();
     let ns = nss.create(&PostParams::default(), &ns).await.unwrap();
     assert_eq!(ns.status.unwrap().phase.as_deref(), Some("Active"));
-    let names: Vec<String> = nss
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|n| n.metadata.name)
-        .collect();
+    let names = names(nss.list(&ListParams::default()).await.unwrap().items);
     assert_eq!(
         names,
         vec![
@@ -232,32 +243,26 @@ async fn label_and_field_selectors_and_pagination() {
         .await
         .unwrap();
     }
-    let names = |l: kube::core::ObjectList<ConfigMap>| -> Vec<String> {
-        l.items
-            .into_iter()
-            .filter_map(|c| c.metadata.name)
-            .collect()
-    };
     let db = cms
         .list(&ListParams::default().labels("tier=db"))
         .await
         .unwrap();
-    assert_eq!(names(db), vec!["cm-0", "cm-3", "cm-4"]);
+    assert_eq!(names(db.items), vec!["cm-0", "cm-3", "cm-4"]);
     let set = cms
         .list(&ListParams::default().labels("tier in (cache,web),app"))
         .await
         .unwrap();
-    assert_eq!(names(set), vec!["cm-1", "cm-2"]);
+    assert_eq!(names(set.items), vec!["cm-1", "cm-2"]);
     let neg = cms
         .list(&ListParams::default().labels("tier notin (db),!missing"))
         .await
         .unwrap();
-    assert_eq!(names(neg), vec!["cm-1", "cm-2"]);
+    assert_eq!(names(neg.items), vec!["cm-1", "cm-2"]);
     let by_name = cms
         .list(&ListParams::default().fields("metadata.name=cm-3"))
         .await
         .unwrap();
-    assert_eq!(names(by_name), vec!["cm-3"]);
+    assert_eq!(names(by_name.items), vec!["cm-3"]);
     let not_ns = cms
         .list(&ListParams::default().fields("metadata.namespace!=default"))
         .await
@@ -285,14 +290,14 @@ async fn label_and_field_selectors_and_pagination() {
         .unwrap();
     assert_eq!(second.metadata.resource_version, snapshot_rv);
     let token = second.metadata.continue_.clone().expect("a third page");
-    assert_eq!(names(second), vec!["cm-2", "cm-3"]);
+    assert_eq!(names(second.items), vec!["cm-2", "cm-3"]);
     let third = cms
         .list(&ListParams::default().limit(2).continue_token(&token))
         .await
         .unwrap();
     assert_eq!(third.metadata.continue_.as_deref().unwrap_or(""), "");
-    assert_eq!(names(third), vec!["cm-4"]);
-    assert_eq!(names(first), vec!["cm-0", "cm-1"]);
+    assert_eq!(names(third.items), vec!["cm-4"]);
+    assert_eq!(names(first.items), vec!["cm-0", "cm-1"]);
 }
 
 #[tokio::test]
@@ -323,21 +328,14 @@ async fn watcher_follows_changes() {
             )
             .await
             .unwrap();
-            cms.patch(
-                "after",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"data": {"k": "1"}})),
-            )
-            .await
-            .unwrap();
+            merge(&cms, "after", json!({"data": {"k": "1"}})).await;
             // Leaving the selection reads as a deletion.
-            cms.patch(
+            merge(
+                &cms,
                 "before",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"labels": {"app": "gone"}}})),
+                json!({"metadata": {"labels": {"app": "gone"}}}),
             )
-            .await
-            .unwrap();
+            .await;
             cms.delete("after", &DeleteParams::default()).await.unwrap();
         }
     };
@@ -390,14 +388,9 @@ async fn watch_from_a_version_bookmarks_and_410() {
     })
     .await;
     let cms: Api<ConfigMap> = Api::default_namespaced(client);
-    let first = cms
-        .create(&PostParams::default(), &cm("w0", json!({}), json!({})))
-        .await
-        .unwrap();
+    let first = create_cm(&cms, "w0").await;
     let rv0 = first.metadata.resource_version.unwrap();
-    cms.create(&PostParams::default(), &cm("w1", json!({}), json!({})))
-        .await
-        .unwrap();
+    create_cm(&cms, "w1").await;
 
     // From a recent version: the changes after it, then bookmarks.
     let mut stream = cms
@@ -422,12 +415,7 @@ async fn watch_from_a_version_bookmarks_and_410() {
     }
 
     for i in 2..6 {
-        cms.create(
-            &PostParams::default(),
-            &cm(&format!("w{i}"), json!({}), json!({})),
-        )
-        .await
-        .unwrap();
+        create_cm(&cms, &format!("w{i}")).await;
     }
     // Out of the window: an ERROR event with a 410 Expired Status.
     let mut old = cms
@@ -488,14 +476,12 @@ async fn patches_merge_json_strategic_and_apply() {
     assert_eq!(v["containers"][1]["name"], "sidecar");
     assert_eq!(p.metadata.generation, Some(2));
 
-    let p = sets
-        .patch(
-            "p",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"a": null, "b": "2"}}})),
-        )
-        .await
-        .unwrap();
+    let p = merge(
+        &sets,
+        "p",
+        json!({"metadata": {"labels": {"a": null, "b": "2"}}}),
+    )
+    .await;
     assert_eq!(
         serde_json::to_value(&p.metadata.labels).unwrap(),
         json!({"b": "2"})
@@ -565,13 +551,7 @@ async fn patches_merge_json_strategic_and_apply() {
         serde_json::to_value(&mf[0].fields_v1).unwrap(),
         json!({"f:data": {"f:k": {}}, "f:metadata": {"f:labels": {"f:x": {}, "f:y": {}}}})
     );
-    cms.patch(
-        "ssa",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"labels": {"mine": "z"}}})),
-    )
-    .await
-    .unwrap();
+    merge(&cms, "ssa", json!({"metadata": {"labels": {"mine": "z"}}})).await;
     let again = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa", "labels": {"x": "1"}}, "data": {"k": "w"}});
     let c = cms.patch("ssa", &pp, &Patch::Apply(&again)).await.unwrap();
     assert_eq!(
@@ -657,14 +637,12 @@ async fn cluster_custom_resource_with_status_and_validation() {
     assert_eq!(st.status.as_ref().unwrap().members, 3);
     assert_eq!(st.metadata.generation, Some(1));
 
-    let sp = clusters
-        .patch(
-            "rook-cassandra",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"version": "3.11.6"}, "status": {"members": 0}})),
-        )
-        .await
-        .unwrap();
+    let sp = merge(
+        &clusters,
+        "rook-cassandra",
+        json!({"spec": {"version": "3.11.6"}, "status": {"members": 0}}),
+    )
+    .await;
     assert_eq!(sp.metadata.generation, Some(2));
     assert_eq!(
         sp.status.unwrap().members,
@@ -687,14 +665,7 @@ async fn cluster_custom_resource_with_status_and_validation() {
     assert!(e.message.contains("mode is immutable"), "{}", e.message);
 
     // Unknown fields are pruned, or refused when validation is strict.
-    let c = clusters
-        .patch(
-            "rook-cassandra",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"bogus": 1}})),
-        )
-        .await
-        .unwrap();
+    let c = merge(&clusters, "rook-cassandra", json!({"spec": {"bogus": 1}})).await;
     assert_eq!(
         c.metadata.generation,
         Some(2),
@@ -763,10 +734,7 @@ async fn cluster_custom_resource_with_status_and_validation() {
         .await
         .unwrap();
     eventually("the CRD and its clusters to go", async || {
-        crds.get_opt("clusters.cassandra.rook.io")
-            .await
-            .unwrap()
-            .is_none()
+        gone(&crds, "clusters.cassandra.rook.io").await
     })
     .await;
     let e = api_error(clusters.list(&ListParams::default()).await.unwrap_err());
@@ -786,10 +754,7 @@ async fn owner_references_are_garbage_collected() {
         .unwrap()
     };
 
-    let owner = cms
-        .create(&PostParams::default(), &cm("owner", json!({}), json!({})))
-        .await
-        .unwrap();
+    let owner = create_cm(&cms, "owner").await;
     pods.create(&PostParams::default(), &owned_pod("dep", &owner))
         .await
         .unwrap();
@@ -802,15 +767,12 @@ async fn owner_references_are_garbage_collected() {
         .await
         .unwrap();
     eventually("the dependent pod to be collected", async || {
-        pods.get_opt("dep").await.unwrap().is_none()
+        gone(&pods, "dep").await
     })
     .await;
 
     // Foreground: the owner waits, marked, until its dependents are gone.
-    let owner = cms
-        .create(&PostParams::default(), &cm("fg", json!({}), json!({})))
-        .await
-        .unwrap();
+    let owner = create_cm(&cms, "fg").await;
     let mut held = owned_pod("held", &owner);
     held.metadata.finalizers = Some(vec!["test.kubesim/hold".into()]);
     pods.create(&PostParams::default(), &held).await.unwrap();
@@ -835,31 +797,19 @@ async fn owner_references_are_garbage_collected() {
     })
     .await;
     assert!(cms.get_opt("fg").await.unwrap().is_some());
-    pods.patch(
-        "held",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-    )
-    .await
-    .unwrap();
+    merge(&pods, "held", json!({"metadata": {"finalizers": null}})).await;
     eventually("the foreground owner to go", async || {
-        cms.get_opt("fg").await.unwrap().is_none()
+        gone(&cms, "fg").await
     })
     .await;
 
     // Orphan: the dependent stays, without its owner reference.
-    let owner = cms
-        .create(&PostParams::default(), &cm("orph", json!({}), json!({})))
-        .await
-        .unwrap();
+    let owner = create_cm(&cms, "orph").await;
     pods.create(&PostParams::default(), &owned_pod("kept", &owner))
         .await
         .unwrap();
     cms.delete("orph", &DeleteParams::orphan()).await.unwrap();
-    eventually("the orphaning to finish", async || {
-        cms.get_opt("orph").await.unwrap().is_none()
-    })
-    .await;
+    eventually("the orphaning to finish", async || gone(&cms, "orph").await).await;
     let kept = pods.get("kept").await.unwrap();
     assert_eq!(kept.metadata.owner_references, None);
 }
@@ -954,7 +904,8 @@ async fn faults_and_the_request_log() {
         "{codes:?}"
     );
     // Without retries the fault reaches the caller.
-    let bare: Api<ConfigMap> = Api::default_namespaced(client_of(&sim, false).await);
+    let bare: Api<ConfigMap> =
+        Api::default_namespaced(client_without_retries(&sim.kubeconfig()).await);
     sim.set_faults(FaultConfig {
         throttle_rate: 1.0,
         ..FaultConfig::default()
@@ -970,16 +921,8 @@ async fn faults_and_the_request_log() {
     admin(&sim, "DELETE", "/sim/faults", json!({})).await;
 
     admin(&sim, "DELETE", "/sim/requests", json!({})).await;
-    cms.create(&PostParams::default(), &cm("counted", json!({}), json!({})))
-        .await
-        .unwrap();
-    cms.patch(
-        "counted",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"data": {"a": "b"}})),
-    )
-    .await
-    .unwrap();
+    create_cm(&cms, "counted").await;
+    merge(&cms, "counted", json!({"data": {"a": "b"}})).await;
     cms.get("counted").await.unwrap();
     let log = admin(&sim, "GET", "/sim/requests", json!({})).await;
     let items = log["items"].as_array().unwrap();
@@ -1019,33 +962,11 @@ async fn nodes_per_zone() {
         )
         .await
         .unwrap();
-    let names: Vec<String> = c
-        .items
-        .into_iter()
-        .filter_map(|n| n.metadata.name)
-        .collect();
+    let names = names(c.items);
     assert_eq!(
         names,
         vec!["node-europe-west1-c-0", "node-europe-west1-c-1"]
     );
-}
-
-fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        // Discovery is cached per host and port: kubesims of earlier tests
-        // may have had the same port.
-        .arg("--cache-dir")
-        .arg(kubeconfig.with_file_name("kubectl-cache"))
-        .args(args)
-        .output()
-        .expect("kubectl runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1061,54 +982,52 @@ async fn real_kubectl_gets_and_applies() {
     }
     let (sim, _client) = sim().await;
     let dir = tempfile::tempdir().unwrap();
-    let kc = sim.write_kubeconfig(dir.path()).unwrap();
-    let kc2 = kc.clone();
-    let run = move |args: Vec<&'static str>| {
-        let kc = kc2.clone();
-        tokio::task::spawn_blocking(move || kubectl(&kc, &args))
+    // The machine's kubectl, whatever its version.
+    let k = Kubectl {
+        binary: "kubectl".into(),
+        kubeconfig: sim.write_kubeconfig(dir.path()).unwrap(),
+        cache: dir.path().join("kubectl-cache"),
     };
-    let (ok, out, err) = run(vec!["get", "pods", "-A"]).await.unwrap();
+    let run = |args: &[&str]| tokio::task::block_in_place(|| k.run(args));
+    let kubectl = |args: &[&str]| tokio::task::block_in_place(|| k.ok(args));
+    let (ok, out, err) = run(&["get", "pods", "-A"]);
     assert!(ok, "{err}");
     assert_eq!(out, "");
     assert_eq!(err.trim(), "No resources found");
 
-    let manifest = dir.path().join("cm.yaml");
-    std::fs::write(&manifest, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: hello\n  labels: {app: x}\ndata:\n  k: v\n").unwrap();
-    let m: &'static str = Box::leak(manifest.to_string_lossy().into_owned().into_boxed_str());
-    let (ok, out, err) = run(vec!["apply", "-f", m]).await.unwrap();
-    assert!(ok, "{err}");
-    assert_eq!(out.trim(), "configmap/hello created");
-    let (ok, out, err) = run(vec!["apply", "-f", m]).await.unwrap();
-    assert!(ok, "{err}");
-    assert_eq!(out.trim(), "configmap/hello unchanged");
-    let (ok, out, _) = run(vec![
+    let m = dir.path().join("cm.yaml");
+    std::fs::write(&m, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: hello\n  labels: {app: x}\ndata:\n  k: v\n").unwrap();
+    let m = m.to_str().unwrap();
+    assert_eq!(
+        kubectl(&["apply", "-f", m]).trim(),
+        "configmap/hello created"
+    );
+    assert_eq!(
+        kubectl(&["apply", "-f", m]).trim(),
+        "configmap/hello unchanged"
+    );
+    let out = kubectl(&[
         "get",
         "cm",
         "-l",
         "app=x",
         "-o",
         "jsonpath={.items[*].data.k}",
-    ])
-    .await
-    .unwrap();
-    assert!(ok);
+    ]);
     assert_eq!(out, "v");
-    let (ok, out, err) = run(vec!["get", "nodes"]).await.unwrap();
-    assert!(ok, "{err}");
+    let out = kubectl(&["get", "nodes"]);
     assert!(out.starts_with("NAME") && out.contains("node-a-0"), "{out}");
-    let (ok, out, err) = run(vec!["delete", "cm", "hello"]).await.unwrap();
-    assert!(ok, "{err}");
-    assert_eq!(out.trim(), "configmap \"hello\" deleted");
+    assert_eq!(
+        kubectl(&["delete", "cm", "hello"]).trim(),
+        "configmap \"hello\" deleted"
+    );
 
     // The operator's install manifest applies as it is.
-    let (ok, out, err) = run(vec![
+    let out = kubectl(&[
         "apply",
         "-f",
         concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests/operator.yaml"),
-    ])
-    .await
-    .unwrap();
-    assert!(ok, "{err}");
+    ]);
     assert!(
         out.contains("deployment.apps/cassandra-operator created"),
         "{out}"
@@ -1119,21 +1038,19 @@ async fn real_kubectl_gets_and_applies() {
     );
 
     // kubectl's generators send protobuf.
-    let (ok, out, err) = run(vec!["create", "namespace", "team"]).await.unwrap();
-    assert!(ok, "{err}");
-    assert_eq!(out.trim(), "namespace/team created");
-    let (ok, _, err) = run(vec![
+    assert_eq!(
+        kubectl(&["create", "namespace", "team"]).trim(),
+        "namespace/team created"
+    );
+    kubectl(&[
         "create",
         "configmap",
         "gen",
         "-n",
         "team",
         "--from-literal=a=b",
-    ])
-    .await
-    .unwrap();
-    assert!(ok, "{err}");
-    let (ok, _, err) = run(vec![
+    ]);
+    kubectl(&[
         "create",
         "secret",
         "generic",
@@ -1141,21 +1058,15 @@ async fn real_kubectl_gets_and_applies() {
         "-n",
         "team",
         "--from-literal=p=abc",
-    ])
-    .await
-    .unwrap();
-    assert!(ok, "{err}");
-    let (ok, out, _) = run(vec![
+    ]);
+    let out = kubectl(&[
         "get",
         "cm,secret",
         "-n",
         "team",
         "-o",
         "jsonpath={.items[*].data}",
-    ])
-    .await
-    .unwrap();
-    assert!(ok);
+    ]);
     assert_eq!(out, r#"{"a":"b"} {"p":"YWJj"}"#);
     let writes: Vec<String> = sim
         .requests()
@@ -1199,7 +1110,7 @@ async fn slow_responses_and_dropped_watches() {
         ..FaultConfig::default()
     });
     let t = Instant::now();
-    assert!(cms.get_opt("x").await.unwrap().is_none());
+    assert!(gone(&cms, "x").await);
     assert!(
         t.elapsed() >= Duration::from_millis(300),
         "{:?}",
@@ -1274,10 +1185,7 @@ async fn events_of_both_apis_are_one_store() {
     use kube::runtime::events::{Event, EventType, Recorder, Reporter};
     let (_sim, client) = sim().await;
     let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
-    let owner = cms
-        .create(&PostParams::default(), &cm("subject", json!({}), json!({})))
-        .await
-        .unwrap();
+    let owner = create_cm(&cms, "subject").await;
     let reference = ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("ConfigMap".into()),
@@ -1505,10 +1413,7 @@ async fn dry_run_and_delete_collection() {
         .await
         .unwrap();
     assert_eq!(shown.data.unwrap()["k"], "v");
-    assert!(
-        cms.get_opt("dry").await.unwrap().is_none(),
-        "a dry run stores nothing"
-    );
+    assert!(gone(&cms, "dry").await, "a dry run stores nothing");
     assert_eq!(sim.store().resource_version(), rv);
 
     for (n, tier) in [("d0", "db"), ("d1", "db"), ("w0", "web")] {
@@ -1526,22 +1431,9 @@ async fn dry_run_and_delete_collection() {
         )
         .await
         .unwrap();
-    let names: Vec<String> = gone
-        .left()
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|c| c.metadata.name)
-        .collect();
-    assert_eq!(names, vec!["d0", "d1"]);
-    let left: Vec<String> = cms
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|c| c.metadata.name)
-        .collect();
+    let deleted = names(gone.left().unwrap().items);
+    assert_eq!(deleted, vec!["d0", "d1"]);
+    let left = names(cms.list(&ListParams::default()).await.unwrap().items);
     assert_eq!(left, vec!["w0"]);
 }
 
@@ -1641,13 +1533,7 @@ async fn an_apply_that_drops_a_struct_removes_it() {
     sts.create(&post, &serde_json::from_value(created).unwrap())
         .await
         .unwrap();
-    sts.patch(
-        "rack",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"replicas": 3}})),
-    )
-    .await
-    .unwrap();
+    merge(&sts, "rack", json!({"spec": {"replicas": 3}})).await;
     let apply = PatchParams::apply("cassandra-operator").force();
     let with = sts
         .patch("rack", &apply, &Patch::Apply(&desired(true)))

@@ -6,60 +6,15 @@
 //! OwnerReferencesPermissionEnforcement (403 without `delete` on the
 //! object or `update` on the owner's finalizers).
 
-use std::path::Path;
-use std::process::Command;
-
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
 use serde_json::{Value, json};
-use testworld::harness::kubectl_binary;
 use testworld::kubesim::store::{Target, WriteOptions};
 use testworld::kubesim::{KubeSim, Options};
 
-async fn client_for(kubeconfig: &str) -> Client {
-    let kc = Kubeconfig::from_yaml(kubeconfig).unwrap();
-    let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    Client::try_from(cfg).unwrap()
-}
-
-fn create(sim: &KubeSim, group: &str, plural: &str, ns: Option<&str>, obj: Value) -> Value {
-    sim.store()
-        .create(
-            &Target::new(group, "v1", plural, ns),
-            obj,
-            &WriteOptions::default(),
-        )
-        .expect("created")
-}
-
-/// kubectl 1.33 against the sim: (success, stdout, stderr).
-fn kubectl(sim: &KubeSim, dir: &Path, args: &[&str]) -> (bool, String, String) {
-    let kubeconfig = sim.write_kubeconfig(dir).unwrap();
-    let out = Command::new(kubectl_binary("1.33"))
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--cache-dir")
-        .arg(dir.join("cache"))
-        .args(args)
-        .output()
-        .expect("kubectl runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn api_error(e: kube::Error) -> Box<kube::core::Status> {
-    match e {
-        kube::Error::Api(s) => s,
-        other => panic!("not an API error: {other:?}"),
-    }
-}
+#[allow(dead_code)]
+mod support;
+use support::{Kubectl, api_error, client_for, create, http_post, service_account_with_role};
 
 const POLICY: &str = r#"
 apiVersion: admissionregistration.k8s.io/v1
@@ -109,6 +64,7 @@ spec:
 async fn policies_applied_with_kubectl_deny_or_warn_updates_and_deletes() {
     let sim = KubeSim::start(Options::default()).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
+    let k = Kubectl::new("1.33", &sim, dir.path());
     for (ns, label) in [("guarded", "guarded"), ("warned", "warned")] {
         create(
             &sim,
@@ -127,20 +83,15 @@ async fn policies_applied_with_kubectl_deny_or_warn_updates_and_deletes() {
     }
     let file = dir.path().join("policy.yaml");
     std::fs::write(&file, POLICY).unwrap();
-    let (ok, out, err) = tokio::task::block_in_place(|| {
-        kubectl(&sim, dir.path(), &["apply", "-f", file.to_str().unwrap()])
-    });
+    let (ok, out, err) =
+        tokio::task::block_in_place(|| k.run(&["apply", "-f", file.to_str().unwrap()]));
     assert!(ok, "kubectl apply: {err}");
     assert!(
         out.contains("validatingadmissionpolicy.admissionregistration.k8s.io/fixed-type created"),
         "{out}"
     );
     let (ok, out, _) = tokio::task::block_in_place(|| {
-        kubectl(
-            &sim,
-            dir.path(),
-            &["get", "validatingadmissionpolicybindings", "-o", "name"],
-        )
+        k.run(&["get", "validatingadmissionpolicybindings", "-o", "name"])
     });
     assert!(ok);
     assert!(out.contains("fixed-type-warn"), "{out}");
@@ -181,20 +132,16 @@ async fn policies_applied_with_kubectl_deny_or_warn_updates_and_deletes() {
 
     // Warn: the change is made, kubectl shows the API server's warning.
     let (ok, _, err) = tokio::task::block_in_place(|| {
-        kubectl(
-            &sim,
-            dir.path(),
-            &[
-                "-n",
-                "warned",
-                "patch",
-                "service",
-                "s",
-                "--type=merge",
-                "-p",
-                r#"{"spec":{"type":"NodePort"}}"#,
-            ],
-        )
+        k.run(&[
+            "-n",
+            "warned",
+            "patch",
+            "service",
+            "s",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"type":"NodePort"}}"#,
+        ])
     });
     assert!(ok, "{err}");
     assert!(
@@ -207,15 +154,11 @@ async fn policies_applied_with_kubectl_deny_or_warn_updates_and_deletes() {
 
     // The binding gone: the same change is allowed.
     let (ok, _, err) = tokio::task::block_in_place(|| {
-        kubectl(
-            &sim,
-            dir.path(),
-            &[
-                "delete",
-                "validatingadmissionpolicybinding",
-                "fixed-type-deny",
-            ],
-        )
+        k.run(&[
+            "delete",
+            "validatingadmissionpolicybinding",
+            "fixed-type-deny",
+        ])
     });
     assert!(ok, "{err}");
     guarded
@@ -227,30 +170,10 @@ async fn policies_applied_with_kubectl_deny_or_warn_updates_and_deletes() {
 /// A ServiceAccount `member` in `default` that may patch every Service,
 /// a Pod `c-0` running as it, and the Services `c-0` and `c-1`.
 fn member_world(sim: &KubeSim) -> String {
-    create(
+    service_account_with_role(
         sim,
-        "",
-        "serviceaccounts",
-        Some("default"),
-        json!({"metadata": {"name": "member"}}),
-    );
-    create(
-        sim,
-        "rbac.authorization.k8s.io",
-        "roles",
-        Some("default"),
-        json!({"metadata": {"name": "member"}, "rules": [
-            {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "patch"]},
-        ]}),
-    );
-    create(
-        sim,
-        "rbac.authorization.k8s.io",
-        "rolebindings",
-        Some("default"),
-        json!({"metadata": {"name": "member"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "member"},
-            "subjects": [{"kind": "ServiceAccount", "name": "member", "namespace": "default"}]}),
+        "member",
+        json!([{"apiGroups": [""], "resources": ["services"], "verbs": ["get", "patch"]}]),
     );
     for s in ["c-0", "c-1"] {
         create(
@@ -296,22 +219,12 @@ async fn a_policy_sees_the_pod_a_token_is_bound_to() {
         json!({"metadata": {"name": "own"}, "spec": {"policyName": "own", "validationActions": ["Deny"]}}),
     );
     let admin = client_for(&sim.kubeconfig()).await;
-    let tr: Value = serde_json::from_str(
-        &admin
-            .request_text(
-                hyper::Request::post("/api/v1/namespaces/default/serviceaccounts/member/token")
-                    .header("content-type", "application/json")
-                    .body(
-                        serde_json::to_vec(&json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                            "spec": {"boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "c-0", "uid": uid}}}))
-                        .unwrap(),
-                    )
-                    .unwrap(),
-            )
-            .await
-            .unwrap(),
-    )
-    .unwrap();
+    let req = http_post(
+        "/api/v1/namespaces/default/serviceaccounts/member/token",
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "c-0", "uid": uid}}}),
+    );
+    let tr: Value = serde_json::from_str(&admin.request_text(req).await.unwrap()).unwrap();
     let token = tr["status"]["token"].as_str().unwrap();
     let member = client_for(&sim.kubeconfig_with_token(token)).await;
     let services: Api<Service> = Api::default_namespaced(member);
@@ -341,13 +254,6 @@ async fn a_policy_sees_the_pod_a_token_is_bound_to() {
 #[tokio::test]
 async fn owner_references_need_delete_and_blocking_ones_the_owners_finalizers() {
     let sim = KubeSim::start(Options::default()).await.unwrap();
-    create(
-        &sim,
-        "",
-        "serviceaccounts",
-        Some("default"),
-        json!({"metadata": {"name": "writer"}}),
-    );
     let owner = create(
         &sim,
         "",
@@ -355,27 +261,17 @@ async fn owner_references_need_delete_and_blocking_ones_the_owners_finalizers() 
         Some("default"),
         json!({"metadata": {"name": "owner"}}),
     );
+    // The writer's Role: configmaps create, and `extra`.
     let rules = |extra: Value| {
         let mut r =
             vec![json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]})];
         if let Value::Array(a) = extra {
             r.extend(a);
         }
-        json!({"metadata": {"name": "writer"}, "rules": r})
+        Value::Array(r)
     };
+    service_account_with_role(&sim, "writer", rules(json!([])));
     let roles = Target::new("rbac.authorization.k8s.io", "v1", "roles", Some("default"));
-    sim.store()
-        .create(&roles, rules(json!([])), &WriteOptions::default())
-        .unwrap();
-    create(
-        &sim,
-        "rbac.authorization.k8s.io",
-        "rolebindings",
-        Some("default"),
-        json!({"metadata": {"name": "writer"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "writer"},
-            "subjects": [{"kind": "ServiceAccount", "name": "writer", "namespace": "default"}]}),
-    );
     let token = sim.create_token("default", "writer", 600).unwrap();
     let writer: Api<ConfigMap> =
         Api::default_namespaced(client_for(&sim.kubeconfig_with_token(&token)).await);
@@ -408,7 +304,7 @@ async fn owner_references_need_delete_and_blocking_ones_the_owners_finalizers() 
             .update(
                 &roles,
                 "writer",
-                rules(extra),
+                json!({"metadata": {"name": "writer"}, "rules": rules(extra)}),
                 testworld::kubesim::store::Subresource::Main,
                 &WriteOptions::default(),
             )

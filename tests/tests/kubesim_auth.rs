@@ -4,95 +4,31 @@
 //! with the API server's 403 messages, and `kubectl auth can-i` — with the
 //! real kube client and the real kubectl 1.27 and 1.33.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::api::{Api, ListParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
 use serde_json::{Value, json};
-use testworld::harness::kubectl_binary;
-use testworld::kubesim::store::{Target, WriteOptions};
+use testworld::kubesim::store::Target;
 use testworld::kubesim::{KubeSim, Options};
 
-struct Kubectl {
-    binary: PathBuf,
-    kubeconfig: PathBuf,
-    cache: PathBuf,
-}
-
-impl Kubectl {
-    /// Runs kubectl: (success, stdout, stderr).
-    fn run(&self, args: &[&str]) -> (bool, String, String) {
-        let out = Command::new(&self.binary)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .arg("--cache-dir")
-            .arg(&self.cache)
-            .args(args)
-            .output()
-            .expect("kubectl runs");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let (ok, out, err) = self.run(args);
-        assert!(ok, "{} {args:?} failed: {err}", self.binary.display());
-        out
-    }
-}
-
-async fn client_for(kubeconfig: &str) -> Result<Client, String> {
-    let kc = Kubeconfig::from_yaml(kubeconfig).map_err(|e| e.to_string())?;
-    let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    Client::try_from(cfg).map_err(|e| e.to_string())
-}
-
-fn create(sim: &KubeSim, group: &str, plural: &str, ns: Option<&str>, obj: Value) -> Value {
-    sim.store()
-        .create(
-            &Target::new(group, "v1", plural, ns),
-            obj,
-            &WriteOptions::default(),
-        )
-        .expect("created")
-}
+#[allow(dead_code)]
+mod support;
+use support::{
+    Kubectl, api_error, assert_pod_bound_user, client_for, create, http_post,
+    service_account_with_role,
+};
 
 /// A ServiceAccount `member` in `default` that may get and patch the
 /// Service `c-0` only, and list pods.
 fn member_rbac(sim: &KubeSim) {
-    create(
+    service_account_with_role(
         sim,
-        "",
-        "serviceaccounts",
-        Some("default"),
-        json!({"metadata": {"name": "member"}}),
-    );
-    create(
-        sim,
-        "rbac.authorization.k8s.io",
-        "roles",
-        Some("default"),
-        json!({"metadata": {"name": "member"}, "rules": [
+        "member",
+        json!([
             {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "patch"], "resourceNames": ["c-0"]},
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
-        ]}),
-    );
-    create(
-        sim,
-        "rbac.authorization.k8s.io",
-        "rolebindings",
-        Some("default"),
-        json!({"metadata": {"name": "member"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "member"},
-            "subjects": [{"kind": "ServiceAccount", "name": "member", "namespace": "default"}]}),
+        ]),
     );
 }
 
@@ -105,7 +41,7 @@ async fn tls_only_with_its_own_ca() {
         kubeconfig.contains("certificate-authority-data: "),
         "{kubeconfig}"
     );
-    let client = client_for(&kubeconfig).await.unwrap();
+    let client = client_for(&kubeconfig).await;
     Api::<ConfigMap>::default_namespaced(client)
         .list(&ListParams::default())
         .await
@@ -117,7 +53,7 @@ async fn tls_only_with_its_own_ca() {
         .filter(|l| !l.contains("certificate-authority-data"))
         .map(|l| format!("{l}\n"))
         .collect();
-    let client = client_for(&untrusting).await.unwrap();
+    let client = client_for(&untrusting).await;
     let e = Api::<ConfigMap>::default_namespaced(client)
         .list(&ListParams::default())
         .await
@@ -155,24 +91,16 @@ async fn tokens_authenticate_and_rbac_authorizes() {
         json!({"metadata": {"name": "c-1"}, "spec": {"ports": [{"port": 1}]}}),
     );
     let token = sim.create_token("default", "member", 600).unwrap();
-    let member = client_for(&sim.kubeconfig_with_token(&token))
-        .await
-        .unwrap();
+    let member = client_for(&sim.kubeconfig_with_token(&token)).await;
     let services: Api<Service> = Api::default_namespaced(member.clone());
     services.get("c-0").await.expect("granted by name");
-    let e = match services.get("c-1").await.unwrap_err() {
-        kube::Error::Api(s) => s,
-        other => panic!("{other:?}"),
-    };
+    let e = api_error(services.get("c-1").await.unwrap_err());
     assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
     assert_eq!(
         e.message,
         r#"services "c-1" is forbidden: User "system:serviceaccount:default:member" cannot get resource "services" in API group "" in the namespace "default""#
     );
-    let e = match services.list(&ListParams::default()).await.unwrap_err() {
-        kube::Error::Api(s) => s,
-        other => panic!("{other:?}"),
-    };
+    let e = api_error(services.list(&ListParams::default()).await.unwrap_err());
     assert_eq!(e.code, 403, "resourceNames never grant a list");
     // The request log names the user.
     let last = sim.requests().into_iter().last().unwrap();
@@ -184,15 +112,13 @@ async fn tokens_authenticate_and_rbac_authorizes() {
     let mut forged = token.clone();
     forged.replace_range(forged.len() - 4.., "AAAA");
     for bad in [expired, forged, "kubesim".to_string()] {
-        let client = client_for(&sim.kubeconfig_with_token(&bad)).await.unwrap();
-        let e = match Api::<Service>::default_namespaced(client)
-            .get("c-0")
-            .await
-            .unwrap_err()
-        {
-            kube::Error::Api(s) => s,
-            other => panic!("{other:?}"),
-        };
+        let client = client_for(&sim.kubeconfig_with_token(&bad)).await;
+        let e = api_error(
+            Api::<Service>::default_namespaced(client)
+                .get("c-0")
+                .await
+                .unwrap_err(),
+        );
         assert_eq!(
             (e.code, e.reason.as_str(), e.message.as_str()),
             (401, "Unauthorized", "Unauthorized")
@@ -225,7 +151,7 @@ async fn pod_bound_tokens_carry_the_pod_and_die_with_it() {
         "spec": {"serviceAccountName": "member", "containers": [{"name": "c", "image": "x"}]}}),
     );
     let uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
-    let admin = client_for(&sim.kubeconfig()).await.unwrap();
+    let admin = client_for(&sim.kubeconfig()).await;
     let req = http_post(
         "/api/v1/namespaces/default/serviceaccounts/member/token",
         json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
@@ -234,29 +160,9 @@ async fn pod_bound_tokens_carry_the_pod_and_die_with_it() {
     let tr: Value = serde_json::from_str(&admin.request_text(req).await.unwrap()).unwrap();
     assert_eq!(tr["kind"], "TokenRequest");
     let token = tr["status"]["token"].as_str().unwrap().to_string();
-    let member = client_for(&sim.kubeconfig_with_token(&token))
-        .await
-        .unwrap();
-    let review: Value = serde_json::from_str(
-        &member
-            .request_text(http_post(
-                "/apis/authentication.k8s.io/v1/selfsubjectreviews",
-                json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}),
-            ))
-            .await
-            .unwrap(),
-    )
-    .unwrap();
-    let user = &review["status"]["userInfo"];
-    assert_eq!(user["username"], "system:serviceaccount:default:member");
-    assert_eq!(
-        user["extra"]["authentication.kubernetes.io/pod-name"],
-        json!(["c-0"])
-    );
-    assert_eq!(
-        user["extra"]["authentication.kubernetes.io/pod-uid"],
-        json!([uid])
-    );
+    let member = client_for(&sim.kubeconfig_with_token(&token)).await;
+    let user =
+        assert_pod_bound_user(&member, "system:serviceaccount:default:member", "c-0", &uid).await;
     assert_eq!(
         user["groups"],
         json!([
@@ -283,32 +189,16 @@ async fn pod_bound_tokens_carry_the_pod_and_die_with_it() {
     );
 }
 
-fn http_post(path: &str, body: Value) -> hyper::Request<Vec<u8>> {
-    hyper::Request::post(path)
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(&body).unwrap())
-        .unwrap()
-}
-
 fn kubectl_suite(version: &str, sim: &KubeSim, dir: &Path) {
     let v = version;
-    let k = Kubectl {
-        binary: kubectl_binary(version),
-        kubeconfig: sim.write_kubeconfig(dir).unwrap(),
-        cache: dir.join(format!("cache-{v}")),
-    };
+    let k = Kubectl::new(version, sim, dir);
     // create token: a token the server accepts, with 403s and can-i answers by its Role.
     let token = k.ok(&["create", "token", "member"]).trim().to_string();
     assert_eq!(token.split('.').count(), 3, "{v}: a JWT: {token}");
-    let as_member = Kubectl {
-        binary: k.binary.clone(),
-        kubeconfig: PathBuf::from(write_file(
-            dir,
-            &format!("member-{v}"),
-            &sim.kubeconfig_with_token(&token),
-        )),
-        cache: k.cache.clone(),
-    };
+    let as_member = k.with_kubeconfig(
+        dir.join(format!("member-{v}")),
+        &sim.kubeconfig_with_token(&token),
+    );
     assert_eq!(
         as_member
             .ok(&["auth", "can-i", "patch", "services/c-0"])
@@ -369,24 +259,13 @@ fn kubectl_suite(version: &str, sim: &KubeSim, dir: &Path) {
         "{v}: {err}"
     );
     // A bad token: 401, as kubectl reports it.
-    let bad = Kubectl {
-        binary: k.binary.clone(),
-        kubeconfig: PathBuf::from(write_file(
-            dir,
-            &format!("bad-{v}"),
-            &sim.kubeconfig_with_token("nope"),
-        )),
-        cache: k.cache.clone(),
-    };
+    let bad = k.with_kubeconfig(
+        dir.join(format!("bad-{v}")),
+        &sim.kubeconfig_with_token("nope"),
+    );
     let (ok, _, err) = bad.run(&["get", "pods"]);
     assert!(!ok, "{v}");
     assert!(err.contains("Unauthorized"), "{v}: {err}");
-}
-
-fn write_file(dir: &Path, name: &str, text: &str) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    path.to_string_lossy().into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -404,36 +283,16 @@ async fn kubectl_1_27_and_1_33_tokens_can_i_and_impersonation() {
 #[tokio::test]
 async fn a_role_may_grant_only_what_its_writer_holds() {
     let sim = KubeSim::start(Options::default()).await.unwrap();
-    create(
+    service_account_with_role(
         &sim,
-        "",
-        "serviceaccounts",
-        Some("default"),
-        json!({"metadata": {"name": "op"}}),
-    );
-    create(
-        &sim,
-        "rbac.authorization.k8s.io",
-        "roles",
-        Some("default"),
-        json!({"metadata": {"name": "op"}, "rules": [
+        "op",
+        json!([
             {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["create"]},
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
-        ]}),
-    );
-    create(
-        &sim,
-        "rbac.authorization.k8s.io",
-        "rolebindings",
-        Some("default"),
-        json!({"metadata": {"name": "op"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "op"},
-            "subjects": [{"kind": "ServiceAccount", "name": "op", "namespace": "default"}]}),
+        ]),
     );
     let token = sim.create_token("default", "op", 600).unwrap();
-    let op = client_for(&sim.kubeconfig_with_token(&token))
-        .await
-        .unwrap();
+    let op = client_for(&sim.kubeconfig_with_token(&token)).await;
     let roles: Api<k8s_openapi::api::rbac::v1::Role> = Api::default_namespaced(op.clone());
     let role = |name: &str, verb: &str| -> k8s_openapi::api::rbac::v1::Role {
         serde_json::from_value(json!({"metadata": {"name": name},
@@ -444,14 +303,12 @@ async fn a_role_may_grant_only_what_its_writer_holds() {
         .create(&Default::default(), &role("reader", "get"))
         .await
         .expect("it holds pods get");
-    let e = match roles
-        .create(&Default::default(), &role("deleter", "delete"))
-        .await
-        .unwrap_err()
-    {
-        kube::Error::Api(s) => s,
-        other => panic!("{other:?}"),
-    };
+    let e = api_error(
+        roles
+            .create(&Default::default(), &role("deleter", "delete"))
+            .await
+            .unwrap_err(),
+    );
     assert_eq!(e.code, 403);
     assert!(
         e.message.starts_with(r#"roles.rbac.authorization.k8s.io "deleter" is forbidden: user "system:serviceaccount:default:op" (groups=["system:serviceaccounts" "system:serviceaccounts:default" "system:authenticated"]) is attempting to grant RBAC permissions not currently held:"#)

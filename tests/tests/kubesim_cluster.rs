@@ -15,24 +15,20 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use testworld::harness::{pods, str_at as s, until};
-use testworld::kubesim::sim::SimOptions;
 use testworld::kubesim::store::{
     DeleteOptions, EventType, ListOptions, Store, Target, WriteOptions,
 };
-use testworld::kubesim::{KubeSim, Options};
+
+#[allow(dead_code)]
+mod support;
+use support::{container_pid, pod_dir, pod_ready, start_sim, statefulset_on_local_disks};
 
 fn t(group: &str, plural: &str, ns: Option<&str>) -> Target {
     Target::new(group, "v1", plural, ns)
 }
 
 fn ready(pod: &Value) -> bool {
-    s(pod, "/status/phase") == "Running"
-        && pod
-            .pointer("/status/conditions")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    s(pod, "/status/phase") == "Running" && pod_ready(pod)
 }
 
 fn pid_alive(pid: u32) -> bool {
@@ -45,13 +41,6 @@ fn pid_alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-fn container_pid(pod: &Value) -> u32 {
-    s(pod, "/status/containerStatuses/0/containerID")
-        .strip_prefix("kubesim://")
-        .and_then(|p| p.parse().ok())
-        .expect("a running container has an id")
-}
-
 /// The container (`$$$$` is the shell's `$$` after the kubelet's `$(VAR)`
 /// expansion): writes who it is to its data volume, then waits; on
 /// SIGTERM it writes `bye` and exits.
@@ -59,49 +48,34 @@ const SCRIPT: &str = r#"echo "$POD_NAME $POD_IP $$$$ $CPU $NODE" > /data/hello
 trap 'echo bye > /data/bye; exit 0' TERM
 while :; do sleep 0.1; done"#;
 
+/// Three members, one after the other, each with a claim on a local SSD.
 fn statefulset() -> Value {
-    json!({
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": "web", "namespace": "default"},
-        "spec": {
-            "replicas": 3,
-            "serviceName": "web",
-            "podManagementPolicy": "OrderedReady",
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {
-                "metadata": {"labels": {"app": "web"}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 30,
-                    "containers": [{
-                        "name": "app", "image": "busybox:1.36",
-                        "command": ["/bin/sh", "-c", SCRIPT],
-                        "env": [
-                            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                            {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-                            {"name": "CPU", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}
-                        ],
-                        "resources": {"limits": {"cpu": "1500m", "memory": "64Mi"}},
-                        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                        "readinessProbe": {"exec": {"command": ["cat", "/data/hello"]}, "periodSeconds": 1}
-                    }]
-                }
-            },
-            "volumeClaimTemplates": [{
-                "metadata": {"name": "data"},
-                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local-disks",
-                    "resources": {"requests": {"storage": "1Gi"}}}
-            }]
-        }
-    })
+    let mut sts = statefulset_on_local_disks(
+        "web",
+        3,
+        "1Gi",
+        json!({
+            "name": "app", "image": "busybox:1.36",
+            "command": ["/bin/sh", "-c", SCRIPT],
+            "env": [
+                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                {"name": "CPU", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}
+            ],
+            "resources": {"limits": {"cpu": "1500m", "memory": "64Mi"}},
+            "readinessProbe": {"exec": {"command": ["cat", "/data/hello"]}, "periodSeconds": 1}
+        }),
+    );
+    sts["spec"]["podManagementPolicy"] = json!("OrderedReady");
+    sts["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(30);
+    sts
 }
 
-fn pv_dir(work: &Path, store: &Store, pod: &str) -> PathBuf {
+/// The claim `name` and the PersistentVolume it is bound to.
+fn claim_and_volume(store: &Store, name: &str) -> (Value, Value) {
     let pvc = store
-        .get(
-            &t("", "persistentvolumeclaims", Some("default")),
-            &format!("data-{pod}"),
-        )
+        .get(&t("", "persistentvolumeclaims", Some("default")), name)
         .unwrap();
     let pv = store
         .get(
@@ -109,24 +83,23 @@ fn pv_dir(work: &Path, store: &Store, pod: &str) -> PathBuf {
             s(&pvc, "/spec/volumeName"),
         )
         .unwrap();
+    (pvc, pv)
+}
+
+fn pv_dir(work: &Path, store: &Store, pod: &str) -> PathBuf {
+    let (_, pv) = claim_and_volume(store, &format!("data-{pod}"));
     testworld::kubesim::sim::disks::host_dir_of_pv(work, &pv)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statefulset_on_local_disks_and_a_lost_node() {
     let work = tempfile::tempdir().unwrap();
-    let mut sim_opts = SimOptions::new(work.path());
-    sim_opts.max_grace = Some(Duration::from_secs(5));
-    // A spare disk per Node: the lost member needs a free one elsewhere.
-    sim_opts.local_ssds = 2;
-    let sim = KubeSim::start(Options {
-        zones: vec!["a".into(), "b".into(), "c".into()],
-        nodes_per_zone: 1,
-        sim: Some(sim_opts),
-        ..Default::default()
+    let sim = start_sim(work.path(), &["a", "b", "c"], |o| {
+        o.max_grace = Some(Duration::from_secs(5));
+        // A spare disk per Node: the lost member needs a free one elsewhere.
+        o.local_ssds = 2;
     })
-    .await
-    .unwrap();
+    .await;
     let store = sim.store().clone();
     let w = WriteOptions::default();
     let started = Instant::now();
@@ -218,19 +191,8 @@ async fn statefulset_on_local_disks_and_a_lost_node() {
         ips.insert(ip.clone());
         nodes.insert(node.clone());
         // The claim is bound to a local PV on the pod's node.
-        let pvc = store
-            .get(
-                &t("", "persistentvolumeclaims", Some("default")),
-                &format!("data-{name}"),
-            )
-            .unwrap();
+        let (pvc, pv) = claim_and_volume(&store, &format!("data-{name}"));
         assert_eq!(s(&pvc, "/status/phase"), "Bound");
-        let pv = store
-            .get(
-                &t("", "persistentvolumes", None),
-                s(&pvc, "/spec/volumeName"),
-            )
-            .unwrap();
         assert_eq!(s(&pv, "/status/phase"), "Bound");
         assert_eq!(s(&pv, "/spec/storageClassName"), "local-disks");
         assert_eq!(
@@ -358,18 +320,7 @@ async fn statefulset_on_local_disks_and_a_lost_node() {
         "0/2 nodes are available: 2 node(s) had volume node affinity conflict. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     );
     // The claim still names the PV on the gone node.
-    let pvc = store
-        .get(
-            &t("", "persistentvolumeclaims", Some("default")),
-            "data-web-1",
-        )
-        .unwrap();
-    let pv = store
-        .get(
-            &t("", "persistentvolumes", None),
-            s(&pvc, "/spec/volumeName"),
-        )
-        .unwrap();
+    let (pvc, pv) = claim_and_volume(&store, "data-web-1");
     assert_eq!(
         pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"],
         json!([lost_node])
@@ -536,19 +487,15 @@ async fn the_image_contract() {
     );
     let work = tempfile::tempdir().unwrap();
     let bin = tempfile::tempdir().unwrap();
-    let mut sim_opts = SimOptions::new(work.path());
-    sim_opts.operator_binary = Some(script(bin.path(), "cassandra-operator", OPERATOR));
-    sim_opts.fake_cassandra = Some(script(bin.path(), "fake-cassandra", CASSANDRA));
-    sim_opts.fixtures = Some(fixtures.to_path_buf());
-    sim_opts.max_grace = Some(Duration::from_secs(5));
-    sim_opts.max_probe_period = Some(Duration::from_millis(200));
-    sim_opts.restart_backoff = Duration::from_millis(100);
-    let sim = KubeSim::start(Options {
-        sim: Some(sim_opts),
-        ..Default::default()
+    let sim = start_sim(work.path(), &["a"], |o| {
+        o.operator_binary = Some(script(bin.path(), "cassandra-operator", OPERATOR));
+        o.fake_cassandra = Some(script(bin.path(), "fake-cassandra", CASSANDRA));
+        o.fixtures = Some(fixtures.to_path_buf());
+        o.max_grace = Some(Duration::from_secs(5));
+        o.max_probe_period = Some(Duration::from_millis(200));
+        o.restart_backoff = Duration::from_millis(100);
     })
-    .await
-    .unwrap();
+    .await;
     let store = sim.store().clone();
     store
         .create(
@@ -639,18 +586,7 @@ async fn the_image_contract() {
     );
 
     // A network disk: bound at once, no node affinity.
-    let pvc = store
-        .get(
-            &t("", "persistentvolumeclaims", Some("default")),
-            "data-db-0",
-        )
-        .unwrap();
-    let pv = store
-        .get(
-            &t("", "persistentvolumes", None),
-            s(&pvc, "/spec/volumeName"),
-        )
-        .unwrap();
+    let (_, pv) = claim_and_volume(&store, "data-db-0");
     assert_eq!(s(&pv, "/spec/storageClassName"), "standard");
     assert!(pv["spec"].get("nodeAffinity").is_none());
 
@@ -702,16 +638,12 @@ fn rolling_statefulset() -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn liveness_rolling_update_and_scale_down() {
     let work = tempfile::tempdir().unwrap();
-    let mut sim_opts = SimOptions::new(work.path());
-    sim_opts.max_grace = Some(Duration::from_secs(5));
-    sim_opts.max_probe_period = Some(Duration::from_millis(200));
-    sim_opts.restart_backoff = Duration::from_millis(100);
-    let sim = KubeSim::start(Options {
-        sim: Some(sim_opts),
-        ..Default::default()
+    let sim = start_sim(work.path(), &["a"], |o| {
+        o.max_grace = Some(Duration::from_secs(5));
+        o.max_probe_period = Some(Duration::from_millis(200));
+        o.restart_backoff = Duration::from_millis(100);
     })
-    .await
-    .unwrap();
+    .await;
     let store = sim.store().clone();
     let sts_t = t("apps", "statefulsets", Some("default"));
     store
@@ -814,14 +746,10 @@ async fn liveness_rolling_update_and_scale_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configmap_and_downward_api_volumes_follow_their_sources() {
     let work = tempfile::tempdir().unwrap();
-    let mut sim_opts = SimOptions::new(work.path());
-    sim_opts.max_grace = Some(Duration::from_secs(5));
-    let sim = KubeSim::start(Options {
-        sim: Some(sim_opts),
-        ..Default::default()
+    let sim = start_sim(work.path(), &["a"], |o| {
+        o.max_grace = Some(Duration::from_secs(5));
     })
-    .await
-    .unwrap();
+    .await;
     let store = sim.store().clone();
     let w = WriteOptions::default();
     let cms = t("", "configmaps", Some("default"));
@@ -864,10 +792,7 @@ async fn configmap_and_downward_api_volumes_follow_their_sources() {
         ready(&p).then_some(p)
     })
     .await;
-    let dir = work
-        .path()
-        .join("pods")
-        .join(format!("default_watcher_{}", s(&pod, "/metadata/uid")));
+    let dir = pod_dir(work.path(), &pod);
     let seen = |f: &str| std::fs::read_to_string(dir.join("volumes/scratch").join(f)).ok();
     until("the first content", 10, || {
         (seen("key").as_deref() == Some("one") && seen("labels").as_deref() == Some("intent=\"a\""))

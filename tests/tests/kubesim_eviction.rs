@@ -7,25 +7,21 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, EvictParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
 use serde_json::json;
 use testworld::harness::{pods, str_at as s, until};
-use testworld::kubesim::sim::SimOptions;
 use testworld::kubesim::store::{Target, WriteOptions};
-use testworld::kubesim::{KubeSim, Options};
+
+#[allow(dead_code)]
+mod support;
+use support::{api_error, client_without_retries, start_sim};
 
 #[tokio::test]
 async fn evictions_take_disruptions_from_the_budget() {
     let work = tempfile::tempdir().unwrap();
-    let mut opts = SimOptions::new(work.path());
-    opts.max_grace = Some(Duration::from_secs(1));
-    let sim = KubeSim::start(Options {
-        sim: Some(opts),
-        ..Default::default()
+    let sim = start_sim(work.path(), &["a"], |o| {
+        o.max_grace = Some(Duration::from_secs(1));
     })
-    .await
-    .unwrap();
+    .await;
     let store = sim.store();
     store
         .create(
@@ -50,12 +46,8 @@ async fn evictions_take_disruptions_from_the_budget() {
         (b.pointer("/status/disruptionsAllowed") == Some(&json!(1))).then_some(())
     })
     .await;
-    let kc = Kubeconfig::from_yaml(&sim.kubeconfig()).unwrap();
-    let mut cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    cfg.default_retry = false;
-    let api: Api<Pod> = Api::default_namespaced(Client::try_from(cfg).unwrap());
+    // Without kube's retries: the 429 is the answer.
+    let api: Api<Pod> = Api::default_namespaced(client_without_retries(&sim.kubeconfig()).await);
     api.evict("a", &EvictParams::default())
         .await
         .expect("the budget allows it");
@@ -65,10 +57,7 @@ async fn evictions_take_disruptions_from_the_budget() {
             .is_none_or(|p| !s(p, "/metadata/deletionTimestamp").is_empty()),
         "the evicted Pod is deleted"
     );
-    let e = match api.evict("b", &EvictParams::default()).await.unwrap_err() {
-        kube::Error::Api(s) => s,
-        other => panic!("{other:?}"),
-    };
+    let e = api_error(api.evict("b", &EvictParams::default()).await.unwrap_err());
     assert_eq!((e.code, e.reason.as_str()), (429, "TooManyRequests"));
     assert_eq!(
         e.message,

@@ -9,20 +9,13 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams, WatchEvent, WatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
 use serde_json::json;
 use testworld::kubesim::faults::{FaultConfig, ProcessAction, WriteHook};
 use testworld::kubesim::{KubeSim, Options};
 
-async fn client(sim: &KubeSim) -> Client {
-    let kc = Kubeconfig::from_yaml(&sim.kubeconfig()).unwrap();
-    let mut cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    cfg.default_retry = false;
-    Client::try_from(cfg).unwrap()
-}
+#[allow(dead_code)]
+mod support;
+use support::{api_error, client_without_retries};
 
 fn cm(name: &str) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name}})).unwrap()
@@ -31,39 +24,35 @@ fn cm(name: &str) -> ConfigMap {
 #[tokio::test]
 async fn a_lost_response_is_a_committed_write() {
     let sim = KubeSim::start(Options::default()).await.unwrap();
-    let cms: Api<ConfigMap> = Api::default_namespaced(client(&sim).await);
+    let cms: Api<ConfigMap> =
+        Api::default_namespaced(client_without_retries(&sim.kubeconfig()).await);
     sim.set_faults(FaultConfig {
         lost_response_rate: 1.0,
         resources: vec!["configmaps".into()],
         ..Default::default()
     });
-    let e = match cms
-        .create(&PostParams::default(), &cm("a"))
-        .await
-        .unwrap_err()
-    {
-        kube::Error::Api(s) => s,
-        other => panic!("{other:?}"),
-    };
+    let e = api_error(
+        cms.create(&PostParams::default(), &cm("a"))
+            .await
+            .unwrap_err(),
+    );
     assert_eq!((e.code, e.reason.as_str()), (504, "Timeout"));
     sim.set_faults(FaultConfig::default());
     // ... and yet it was written: a retry finds it.
     cms.get("a").await.expect("the write committed");
-    let e = match cms
-        .create(&PostParams::default(), &cm("a"))
-        .await
-        .unwrap_err()
-    {
-        kube::Error::Api(s) => s,
-        other => panic!("{other:?}"),
-    };
+    let e = api_error(
+        cms.create(&PostParams::default(), &cm("a"))
+            .await
+            .unwrap_err(),
+    );
     assert_eq!(e.code, 409);
 }
 
 #[tokio::test]
 async fn a_late_watch_delivers_its_events_late_and_in_order() {
     let sim = KubeSim::start(Options::default()).await.unwrap();
-    let cms: Api<ConfigMap> = Api::default_namespaced(client(&sim).await);
+    let cms: Api<ConfigMap> =
+        Api::default_namespaced(client_without_retries(&sim.kubeconfig()).await);
     sim.set_faults(FaultConfig {
         late_watch_rate: 1.0,
         late_watch_ms: 700,
@@ -104,7 +93,8 @@ fn state(pid: u32) -> Option<char> {
 #[tokio::test]
 async fn a_process_is_killed_or_frozen_after_its_nth_matching_write() {
     let sim = KubeSim::start(Options::default()).await.unwrap();
-    let cms: Api<ConfigMap> = Api::default_namespaced(client(&sim).await);
+    let cms: Api<ConfigMap> =
+        Api::default_namespaced(client_without_retries(&sim.kubeconfig()).await);
     let mut victim = Command::new("sleep")
         .arg("60")
         .stdout(Stdio::null())

@@ -13,25 +13,24 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use testworld::harness::kubectl_binary;
 use testworld::harness::{pods, str_at as s, until};
 use testworld::kubesim::sim::SimOptions;
 use testworld::kubesim::store::{DeleteOptions, Store, WriteOptions};
 use testworld::kubesim::{KubeSim, Options};
 
+#[allow(dead_code)]
+mod support;
+use support::{Kubectl, container_pid};
+
 async fn start_sim(work: &Path, tune: impl FnOnce(&mut SimOptions)) -> KubeSim {
-    let mut o = SimOptions::new(work);
-    o.fake_cassandra = Some(PathBuf::from(env!("CARGO_BIN_EXE_fake-cassandra")));
-    o.fixtures = Some(testworld::harness::fixtures().unwrap());
-    o.max_probe_period = Some(Duration::from_millis(200));
-    o.restart_backoff = Duration::from_millis(100);
-    tune(&mut o);
-    KubeSim::start(Options {
-        sim: Some(o),
-        ..Default::default()
+    support::start_sim(work, &["a"], |o| {
+        o.fake_cassandra = Some(PathBuf::from(env!("CARGO_BIN_EXE_fake-cassandra")));
+        o.fixtures = Some(testworld::harness::fixtures().unwrap());
+        o.max_probe_period = Some(Duration::from_millis(200));
+        o.restart_backoff = Duration::from_millis(100);
+        tune(o);
     })
     .await
-    .unwrap()
 }
 
 fn create(store: &Store, pod: Value) {
@@ -40,34 +39,9 @@ fn create(store: &Store, pod: Value) {
         .unwrap();
 }
 
-fn container_pid(pod: &Value) -> u32 {
-    s(pod, "/status/containerStatuses/0/containerID")
-        .strip_prefix("kubesim://")
-        .and_then(|p| p.parse().ok())
-        .expect("a running container has an id")
-}
-
 fn running(pod: &Value, restarts: u64) -> bool {
     let c = &pod["status"]["containerStatuses"][0];
     c["state"]["running"].is_object() && c["restartCount"] == restarts
-}
-
-/// kubectl `version` against `sim`: (success, stdout, stderr).
-fn kubectl(version: &str, sim: &KubeSim, dir: &Path, args: &[&str]) -> (bool, String, String) {
-    let kubeconfig = sim.write_kubeconfig(dir).unwrap();
-    let out = Command::new(kubectl_binary(version))
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .arg("--cache-dir")
-        .arg(dir.join("cache"))
-        .args(args)
-        .output()
-        .expect("kubectl runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// The address the fake announces: not the pod IP, so that the kubelet
@@ -163,7 +137,8 @@ async fn a_killed_fake_is_down_at_once_and_kubectl_logs_reads_its_runs() {
     ));
     let dir = tempfile::tempdir().unwrap();
     for v in ["1.33", "1.27"] {
-        let (ok, current, err) = kubectl(v, &sim, dir.path(), &["logs", "db-0"]);
+        let k = Kubectl::new(v, &sim, dir.path());
+        let (ok, current, err) = k.run(&["logs", "db-0"]);
         assert!(ok, "{v}: {err}");
         assert!(
             current.contains(&format!("broadcast {ADDRESS}")),
@@ -174,32 +149,24 @@ async fn a_killed_fake_is_down_at_once_and_kubectl_logs_reads_its_runs() {
             file.starts_with(&current),
             "{v}: {current:?} is not the start of {file:?}"
         );
-        let (ok, previous, err) = kubectl(
-            v,
-            &sim,
-            dir.path(),
-            &["logs", "db-0", "-c", "cassandra", "--previous"],
-        );
+        let (ok, previous, err) = k.run(&["logs", "db-0", "-c", "cassandra", "--previous"]);
         assert!(ok, "{v}: {err}");
         assert_eq!(
             previous,
             std::fs::read_to_string(logs.join("0.log")).unwrap(),
             "{v}"
         );
-        let (ok, last, err) = kubectl(v, &sim, dir.path(), &["logs", "db-0", "--tail=1"]);
+        let (ok, last, err) = k.run(&["logs", "db-0", "--tail=1"]);
         assert!(ok, "{v}: {err}");
         assert_eq!(last.lines().count(), 1, "{v}: {last}");
         assert!(current.contains(&last), "{v}: {last}");
-        let (ok, init, err) = kubectl(v, &sim, dir.path(), &["logs", "db-0", "-c", "prepare"]);
+        let (ok, init, err) = k.run(&["logs", "db-0", "-c", "prepare"]);
         assert!(ok, "{v}: {err}");
         assert_eq!(init, "prepared\n", "{v}");
         // --follow: what is there, then what comes, until kubectl is
         // stopped (the container runs on).
-        let kubeconfig = sim.write_kubeconfig(dir.path()).unwrap();
-        let mut follow = Command::new(kubectl_binary(v))
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(["logs", "db-0", "-f"])
+        let mut follow = k
+            .command(&["logs", "db-0", "-f"])
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
@@ -212,12 +179,7 @@ async fn a_killed_fake_is_down_at_once_and_kubectl_logs_reads_its_runs() {
             "{v}: {}",
             String::from_utf8_lossy(&out.stdout)
         );
-        let (ok, _, err) = kubectl(
-            v,
-            &sim,
-            dir.path(),
-            &["logs", "db-0", "-c", "prepare", "--previous"],
-        );
+        let (ok, _, err) = k.run(&["logs", "db-0", "-c", "prepare", "--previous"]);
         assert!(!ok);
         assert!(
             err.contains(
@@ -256,15 +218,11 @@ async fn graceful_deletion_honours_the_grace_period_asked_for() {
         .await;
     }
     let dir = tempfile::tempdir().unwrap();
+    let k = Kubectl::new("1.33", &sim, dir.path());
 
     // --grace-period=5: SIGKILL after 5 s (not 30, not at once).
     let began = Instant::now();
-    let (ok, out, err) = kubectl(
-        "1.33",
-        &sim,
-        dir.path(),
-        &["delete", "pod", "short", "--grace-period=5"],
-    );
+    let (ok, out, err) = k.run(&["delete", "pod", "short", "--grace-period=5"]);
     let took = began.elapsed();
     assert!(ok, "{err}");
     assert!(out.contains("pod \"short\" deleted"), "{out}");
@@ -274,20 +232,10 @@ async fn graceful_deletion_honours_the_grace_period_asked_for() {
     );
 
     // The default 30 s: a second plain DELETE leaves it terminating.
-    let (ok, _, err) = kubectl(
-        "1.33",
-        &sim,
-        dir.path(),
-        &["delete", "pod", "long", "--wait=false"],
-    );
-    assert!(ok, "{err}");
-    let (ok, _, err) = kubectl(
-        "1.33",
-        &sim,
-        dir.path(),
-        &["delete", "pod", "long", "--wait=false"],
-    );
-    assert!(ok, "{err}");
+    for _ in 0..2 {
+        let (ok, _, err) = k.run(&["delete", "pod", "long", "--wait=false"]);
+        assert!(ok, "{err}");
+    }
     store
         .delete(&pods(), "long", &DeleteOptions::default())
         .unwrap();
@@ -307,12 +255,7 @@ async fn graceful_deletion_honours_the_grace_period_asked_for() {
     assert_eq!(p["metadata"]["deletionGracePeriodSeconds"], 30);
     assert!(running(&p, 0), "{p}");
     // --force --grace-period=0 removes it from the store at once.
-    let (ok, _, err) = kubectl(
-        "1.33",
-        &sim,
-        dir.path(),
-        &["delete", "pod", "long", "--force", "--grace-period=0"],
-    );
+    let (ok, _, err) = k.run(&["delete", "pod", "long", "--force", "--grace-period=0"]);
     assert!(ok, "{err}");
     assert_eq!(store.get(&pods(), "long").unwrap_err().code, 404);
 }

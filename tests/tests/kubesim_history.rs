@@ -10,16 +10,17 @@
 //! history|undo statefulset` (1.27 and 1.33).
 
 use serde_json::{Value, json};
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
-use testworld::harness::{kubectl_binary, pods, str_at as s, until};
+use testworld::harness::{pods, str_at as s, until};
+use testworld::kubesim::KubeSim;
 use testworld::kubesim::patch::PatchType;
-use testworld::kubesim::sim::SimOptions;
 use testworld::kubesim::store::{
     DeleteOptions, ListOptions, Store, Subresource, Target, WriteOptions,
 };
-use testworld::kubesim::{KubeSim, Options};
+
+#[allow(dead_code)]
+mod support;
+use support::{Kubectl, container_pid, pod_ready, start_sim};
 
 fn t(group: &str, plural: &str) -> Target {
     Target::new(group, "v1", plural, Some("default"))
@@ -30,60 +31,38 @@ fn sts_t() -> Target {
 }
 
 async fn start(work: &std::path::Path) -> KubeSim {
-    let mut sim_opts = SimOptions::new(work);
-    sim_opts.max_grace = Some(Duration::from_secs(5));
-    sim_opts.restart_backoff = Duration::from_millis(100);
-    KubeSim::start(Options {
-        sim: Some(sim_opts),
-        ..Default::default()
+    start_sim(work, &["a"], |o| {
+        o.max_grace = Some(Duration::from_secs(5));
+        o.restart_backoff = Duration::from_millis(100);
     })
     .await
-    .unwrap()
 }
 
 /// A set whose container carries `VERSION` in its environment and exits
 /// at once on SIGTERM.
 fn statefulset(name: &str, replicas: u32, policy: &str, update: Value) -> Value {
-    json!({
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "replicas": replicas,
-            "serviceName": name,
-            "podManagementPolicy": policy,
-            "updateStrategy": update,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 5,
-                    "containers": [{
-                        "name": "app", "image": "busybox:1.36",
-                        "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 0.1; done"],
-                        "env": [{"name": "VERSION", "value": "v1"}]
-                    }]
-                }
-            }
-        }
-    })
+    let mut sts = support::statefulset(
+        name,
+        replicas.into(),
+        json!({
+            "name": "app", "image": "busybox:1.36",
+            "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 0.1; done"],
+            "env": [{"name": "VERSION", "value": "v1"}]
+        }),
+    );
+    sts["spec"]["podManagementPolicy"] = json!(policy);
+    sts["spec"]["updateStrategy"] = update;
+    sts["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(5);
+    sts
 }
 
 fn ready(pod: &Value) -> bool {
-    s(pod, "/status/phase") == "Running"
-        && pod
-            .pointer("/status/conditions")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    s(pod, "/status/phase") == "Running" && pod_ready(pod)
 }
 
 /// `VERSION` in the environment of the pod's running container process.
 fn running_version(pod: &Value) -> String {
-    let pid: u32 = s(pod, "/status/containerStatuses/0/containerID")
-        .strip_prefix("kubesim://")
-        .and_then(|p| p.parse().ok())
-        .expect("a running container has an id");
+    let pid = container_pid(pod);
     // A container is Running once its PID 1 is started, while that process
     // may still be exec'ing its way (setup script, setpriv) to the
     // container's command, as runc's init does after `start` returns; in
@@ -327,31 +306,7 @@ async fn revisions_partition_on_delete_and_history_limit() {
     .await;
 }
 
-struct Kubectl {
-    binary: PathBuf,
-    kubeconfig: PathBuf,
-    cache: PathBuf,
-}
-
 impl Kubectl {
-    fn ok(&self, args: &[&str]) -> String {
-        let out = Command::new(&self.binary)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .arg("--cache-dir")
-            .arg(&self.cache)
-            .args(args)
-            .output()
-            .expect("kubectl runs");
-        assert!(
-            out.status.success(),
-            "{} {args:?} failed: {}",
-            self.binary.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
     /// `rollout history`'s revision numbers.
     fn history(&self) -> Vec<u32> {
         self.ok(&["rollout", "history", "statefulset/roll"])
@@ -365,11 +320,7 @@ async fn rollout(version: &str) {
     let work = tempfile::tempdir().unwrap();
     let sim = start(work.path()).await;
     let store = sim.store().clone();
-    let k = Kubectl {
-        binary: kubectl_binary(version),
-        kubeconfig: sim.write_kubeconfig(work.path()).unwrap(),
-        cache: work.path().join("cache"),
-    };
+    let k = Kubectl::new(version, &sim, work.path());
     store
         .create(
             &sts_t(),

@@ -10,45 +10,30 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
 use serde_json::{Value, json};
-use testworld::harness::{pods, str_at as s, until};
-use testworld::kubesim::sim::SimOptions;
+use testworld::harness::{pods, str_at as s};
+use testworld::kubesim::KubeSim;
 use testworld::kubesim::store::{Store, Target, WriteOptions};
-use testworld::kubesim::{KubeSim, Options};
+
+#[allow(dead_code)]
+mod support;
+use support::{assert_pod_bound_user, client_for, pod_dir, run_to_end, start_sim};
 
 async fn start(work: &Path) -> KubeSim {
-    let mut opts = SimOptions::new(work);
-    opts.max_grace = Some(Duration::from_secs(2));
-    opts.restart_backoff = Duration::from_millis(100);
-    // Tokens of 3 s: the kubelet must refresh them within the test.
-    opts.max_token_lifetime = Some(Duration::from_secs(3));
-    KubeSim::start(Options {
-        sim: Some(opts),
-        ..Default::default()
+    start_sim(work, &["a"], |opts| {
+        opts.max_grace = Some(Duration::from_secs(2));
+        opts.restart_backoff = Duration::from_millis(100);
+        // Tokens of 3 s: the kubelet must refresh them within the test.
+        opts.max_token_lifetime = Some(Duration::from_secs(3));
     })
     .await
-    .unwrap()
 }
 
 /// Creates a pod and waits until it has run to completion; its log.
 async fn run(store: &Store, work: &Path, pod: Value) -> String {
-    let name = s(&pod, "/metadata/name").to_string();
-    store
-        .create(&pods(), pod, &WriteOptions::default())
-        .unwrap();
-    let done = until(&format!("{name} done"), 60, || {
-        let p = store.get(&pods(), &name).ok()?;
-        matches!(s(&p, "/status/phase"), "Succeeded" | "Failed").then_some(p)
-    })
-    .await;
-    let dir = work.join("pods").join(format!(
-        "default_{}_{}",
-        s(&done, "/metadata/name"),
-        s(&done, "/metadata/uid")
-    ));
-    let log = std::fs::read_to_string(dir.join("logs/c/0.log")).unwrap_or_default();
+    let done = run_to_end(store, pod).await;
+    let log =
+        std::fs::read_to_string(pod_dir(work, &done).join("logs/c/0.log")).unwrap_or_default();
     assert_eq!(s(&done, "/status/phase"), "Succeeded", "{log}");
     log
 }
@@ -106,38 +91,14 @@ async fn pods_get_a_refreshed_bound_token_the_ca_and_the_apis_address() {
 
     // The token is the member's, bound to the Pod.
     let pod = store.get(&pods(), "p").unwrap();
-    let kc = Kubeconfig::from_yaml(&sim.kubeconfig_with_token(t2)).unwrap();
-    let client = Client::try_from(
-        Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-            .await
-            .unwrap(),
+    let client = client_for(&sim.kubeconfig_with_token(t2)).await;
+    assert_pod_bound_user(
+        &client,
+        "system:serviceaccount:default:member",
+        "p",
+        s(&pod, "/metadata/uid"),
     )
-    .unwrap();
-    let review: Value = serde_json::from_str(
-        &client
-            .request_text(
-                hyper::Request::post("/apis/authentication.k8s.io/v1/selfsubjectreviews")
-                    .header("content-type", "application/json")
-                    .body(
-                        br#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#
-                            .to_vec(),
-                    )
-                    .unwrap(),
-            )
-            .await
-            .unwrap(),
-    )
-    .unwrap();
-    let user = &review["status"]["userInfo"];
-    assert_eq!(user["username"], "system:serviceaccount:default:member");
-    assert_eq!(
-        user["extra"]["authentication.kubernetes.io/pod-name"],
-        json!(["p"])
-    );
-    assert_eq!(
-        user["extra"]["authentication.kubernetes.io/pod-uid"],
-        json!([s(&pod, "/metadata/uid")])
-    );
+    .await;
     // It may do nothing its account's roles do not grant.
     let e = Api::<Pod>::default_namespaced(client)
         .get("p")

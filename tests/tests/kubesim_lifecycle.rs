@@ -6,13 +6,16 @@
 //! kubelet comes back or the Node is deleted; a NotReady kubelet's Node
 //! tainted so that nothing is scheduled there.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::time::{Duration, Instant};
 use testworld::harness::{pods, str_at as s, until};
-use testworld::kubesim::sim::SimOptions;
+use testworld::kubesim::KubeSim;
 use testworld::kubesim::sim::nodelifecycle::{NOT_READY, UNREACHABLE};
 use testworld::kubesim::store::{DeleteOptions, Store, Target, WriteOptions};
-use testworld::kubesim::{KubeSim, Options};
+
+#[allow(dead_code)]
+mod support;
+use support::{container_pid, db_statefulset, start_sim};
 
 /// 50 s of grace → 1 s, 300 s of toleration → 6 s.
 const SCALE: f64 = 0.02;
@@ -41,54 +44,18 @@ fn taints(node: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Two members, one per Node, each on its Node's local SSD.
-fn statefulset() -> Value {
-    json!({
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": "db", "namespace": "default"},
-        "spec": {
-            "replicas": 2,
-            "serviceName": "db",
-            "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": {"app": "db"}},
-            "template": {
-                "metadata": {"labels": {"app": "db"}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 1,
-                    "containers": [{
-                        "name": "db", "image": "busybox:1.36",
-                        "command": ["/bin/sh", "-c", "echo here > /data/file; trap 'exit 0' TERM; while :; do sleep 0.1; done"],
-                        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                        "readinessProbe": {"exec": {"command": ["cat", "/data/file"]}, "periodSeconds": 1}
-                    }]
-                }
-            },
-            "volumeClaimTemplates": [{
-                "metadata": {"name": "data"},
-                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local-disks",
-                    "resources": {"requests": {"storage": "100Gi"}}}
-            }]
-        }
-    })
-}
-
 async fn world(work: &std::path::Path, zones: &[&str]) -> (KubeSim, Store) {
-    let mut sim_opts = SimOptions::new(work);
-    sim_opts.max_grace = Some(Duration::from_secs(2));
-    sim_opts.node_time_scale = SCALE;
-    let sim = KubeSim::start(Options {
-        zones: zones.iter().map(|z| z.to_string()).collect(),
-        nodes_per_zone: 1,
-        sim: Some(sim_opts),
-        ..Default::default()
+    let sim = start_sim(work, zones, |o| {
+        o.max_grace = Some(Duration::from_secs(2));
+        o.node_time_scale = SCALE;
     })
-    .await
-    .unwrap();
+    .await;
     let store = sim.store().clone();
     store
         .create(
             &t("apps", "statefulsets", Some("default")),
-            statefulset(),
+            // Two members, one per Node, each on its Node's local SSD.
+            db_statefulset(2),
             &WriteOptions::default(),
         )
         .unwrap();
@@ -119,14 +86,6 @@ async fn post(sim: &KubeSim, path: &str) {
     );
 }
 
-/// The host pid of a Pod's container (`kubesim://<pid>`).
-fn pid_of(pod: &Value) -> u32 {
-    s(pod, "/status/containerStatuses/0/containerID")
-        .trim_start_matches("kubesim://")
-        .parse()
-        .unwrap()
-}
-
 /// A process's state letter in /proc (`T`: stopped), None when gone.
 fn proc_state(pid: u32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -140,7 +99,7 @@ async fn an_unreachable_nodes_pod_is_evicted_stays_terminating_and_comes_back_wi
     let nodes = t("", "nodes", None);
     let pod = store.get(&pods(), "db-0").unwrap();
     let node = s(&pod, "/spec/nodeName").to_string();
-    let (uid, pid) = (s(&pod, "/metadata/uid").to_string(), pid_of(&pod));
+    let (uid, pid) = (s(&pod, "/metadata/uid").to_string(), container_pid(&pod));
 
     // The machine hangs: its kubelet posts nothing, its processes stop.
     let cut = Instant::now();
@@ -254,7 +213,7 @@ async fn a_deleted_unreachable_node_s_pods_are_force_deleted_and_a_not_ready_nod
     // collector force-deletes its Pods, the StatefulSet makes db-0 again.
     let pod = store.get(&pods(), "db-0").unwrap();
     let node = s(&pod, "/spec/nodeName").to_string();
-    let (uid, pid) = (s(&pod, "/metadata/uid").to_string(), pid_of(&pod));
+    let (uid, pid) = (s(&pod, "/metadata/uid").to_string(), container_pid(&pod));
     post(&sim, &format!("{node}/unreachable")).await;
     until("the Pod evicted", 30, || {
         store

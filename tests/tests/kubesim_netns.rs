@@ -13,43 +13,26 @@ use serde_json::{Value, json};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use testworld::harness::{pods, str_at as s, until};
-use testworld::kubesim::sim::SimOptions;
 use testworld::kubesim::store::{DeleteOptions, WriteOptions};
-use testworld::kubesim::{KubeSim, Options};
 
-fn ready(pod: &Value) -> bool {
-    pod.pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .any(|c| c["type"] == "Ready" && c["status"] == "True")
-}
+#[allow(dead_code)]
+mod support;
+use support::{container_pid, pod_ready as ready, start_sim};
 
-fn container_pid(pod: &Value) -> u32 {
-    s(pod, "/status/containerStatuses/0/containerID")
-        .strip_prefix("kubesim://")
-        .and_then(|p| p.parse().ok())
-        .expect("a running container has an id")
-}
-
-/// `curl` run in the network namespace of the process `pid`: the body, or
-/// None when nothing answered.
-fn curl_from(pid: u32, url: &str) -> Option<String> {
-    let out = Command::new("nsenter")
+/// `curl` run in the network namespace of the process `pid` with `args`
+/// (a URL last).
+fn curl_in(pid: u32, args: &[&str]) -> std::process::Output {
+    Command::new("nsenter")
         .arg(format!("--target={pid}"))
-        .args([
-            "--net",
-            "--",
-            "curl",
-            "-sf",
-            "--noproxy",
-            "*",
-            "-m",
-            "3",
-            url,
-        ])
+        .args(["--net", "--", "curl", "-sf", "--noproxy", "*", "-m", "3"])
+        .args(args)
         .output()
-        .expect("nsenter runs");
+        .expect("nsenter runs")
+}
+
+/// [`curl_in`] of `url`: the body, or None when nothing answered.
+fn curl_from(pid: u32, url: &str) -> Option<String> {
+    let out = curl_in(pid, &[url]);
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
@@ -165,14 +148,10 @@ async fn pods_have_their_own_network_namespaces() {
         eprintln!("0.0.0.0:8080 is held by another program of this machine");
     }
     let work = tempfile::tempdir().unwrap();
-    let mut sim_opts = SimOptions::new(work.path());
-    sim_opts.max_grace = Some(Duration::from_secs(2));
-    let sim = KubeSim::start(Options {
-        sim: Some(sim_opts),
-        ..Default::default()
+    let sim = start_sim(work.path(), &["a"], |o| {
+        o.max_grace = Some(Duration::from_secs(2));
     })
-    .await
-    .unwrap();
+    .await;
     let net = sim.network().expect("the sim runs");
     let bridge = net.bridge().to_string();
     let store = sim.store().clone();
@@ -275,28 +254,16 @@ async fn pods_have_their_own_network_namespaces() {
     assert_eq!(api.ip(), std::net::IpAddr::from(net.gateway()));
     let ca = work.path().join("ca.crt");
     std::fs::write(&ca, sim.authority().ca_pem()).unwrap();
-    let out = Command::new("nsenter")
-        .arg(format!("--target={pid_c}"))
-        .args([
-            "--net",
-            "--",
-            "curl",
-            "-sf",
-            "--noproxy",
-            "*",
-            "-m",
-            "3",
+    let out = curl_in(
+        pid_c,
+        &[
             "--cacert",
-        ])
-        .arg(&ca)
-        .arg("-H")
-        .arg(format!(
-            "Authorization: Bearer {}",
-            sim.authority().admin_token()
-        ))
-        .arg(format!("https://{api}/api/v1/namespaces/default/pods/a"))
-        .output()
-        .unwrap();
+            &ca.to_string_lossy(),
+            "-H",
+            &format!("Authorization: Bearer {}", sim.authority().admin_token()),
+            &format!("https://{api}/api/v1/namespaces/default/pods/a"),
+        ],
+    );
     assert!(out.status.success(), "a Pod reaches kubesim's API: {out:?}");
     assert_eq!(
         serde_json::from_slice::<Value>(&out.stdout).unwrap()["status"]["podIP"],
@@ -351,12 +318,7 @@ async fn pods_have_their_own_network_namespaces() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cost_of_a_pods_network() {
     let work = tempfile::tempdir().unwrap();
-    let sim = KubeSim::start(Options {
-        sim: Some(SimOptions::new(work.path())),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let sim = start_sim(work.path(), &["a"], |_| {}).await;
     let net = sim.network().expect("the sim runs");
     let n = 10;
     let began = Instant::now();

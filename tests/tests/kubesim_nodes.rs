@@ -7,51 +7,25 @@
 use serde_json::{Value, json};
 use std::time::Duration;
 use testworld::harness::{pods, str_at as s, until};
-use testworld::kubesim::sim::{SimOptions, disks};
+use testworld::kubesim::sim::disks;
 use testworld::kubesim::store::{DeleteOptions, Store, Subresource, Target, WriteOptions};
 use testworld::kubesim::{KubeSim, Options};
+
+#[allow(dead_code)]
+mod support;
+use support::{db_statefulset, pod_ready as ready, start_sim};
 
 fn t(group: &str, plural: &str, ns: Option<&str>) -> Target {
     Target::new(group, "v1", plural, ns)
 }
 
-fn ready(pod: &Value) -> bool {
-    pod.pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .any(|c| c["type"] == "Ready" && c["status"] == "True")
-}
-
+/// The `db` set, its claims deleted with it and with each scaled-away
+/// member.
 fn statefulset(replicas: u64) -> Value {
-    json!({
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": "db", "namespace": "default"},
-        "spec": {
-            "replicas": replicas,
-            "serviceName": "db",
-            "podManagementPolicy": "Parallel",
-            "persistentVolumeClaimRetentionPolicy": {"whenScaled": "Delete", "whenDeleted": "Delete"},
-            "selector": {"matchLabels": {"app": "db"}},
-            "template": {
-                "metadata": {"labels": {"app": "db"}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 1,
-                    "containers": [{
-                        "name": "db", "image": "busybox:1.36",
-                        "command": ["/bin/sh", "-c", "echo here > /data/file; trap 'exit 0' TERM; while :; do sleep 0.1; done"],
-                        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                        "readinessProbe": {"exec": {"command": ["cat", "/data/file"]}, "periodSeconds": 1}
-                    }]
-                }
-            },
-            "volumeClaimTemplates": [{
-                "metadata": {"name": "data"},
-                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local-disks",
-                    "resources": {"requests": {"storage": "100Gi"}}}
-            }]
-        }
-    })
+    let mut sts = db_statefulset(replicas);
+    sts["spec"]["persistentVolumeClaimRetentionPolicy"] =
+        json!({"whenScaled": "Delete", "whenDeleted": "Delete"});
+    sts
 }
 
 fn claim(store: &Store, name: &str) -> Option<Value> {
@@ -67,17 +41,11 @@ fn pv(store: &Store, name: &str) -> Option<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_ssds_as_the_static_provisioner_publishes_them() {
     let work = tempfile::tempdir().unwrap();
-    let mut sim_opts = SimOptions::new(work.path());
-    sim_opts.max_grace = Some(Duration::from_secs(2));
-    sim_opts.local_ssds = 1;
-    let sim = KubeSim::start(Options {
-        zones: vec!["a".into(), "b".into()],
-        nodes_per_zone: 1,
-        sim: Some(sim_opts),
-        ..Default::default()
+    let sim = start_sim(work.path(), &["a", "b"], |o| {
+        o.max_grace = Some(Duration::from_secs(2));
+        o.local_ssds = 1;
     })
-    .await
-    .unwrap();
+    .await;
     let store = sim.store().clone();
     let w = WriteOptions::default();
 

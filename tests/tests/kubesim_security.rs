@@ -7,41 +7,32 @@
 
 use serde_json::{Value, json};
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 use testworld::harness::{pods, str_at as s, until};
-use testworld::kubesim::sim::SimOptions;
+use testworld::kubesim::KubeSim;
 use testworld::kubesim::store::{Store, Target, WriteOptions};
-use testworld::kubesim::{KubeSim, Options};
+
+#[allow(dead_code)]
+mod support;
+use support::{pod_dir, run_to_end, start_sim};
 
 fn t(group: &str, plural: &str, ns: Option<&str>) -> Target {
     Target::new(group, "v1", plural, ns)
 }
 
 async fn start(work: &Path) -> KubeSim {
-    let mut opts = SimOptions::new(work);
-    opts.fixtures = Some(testworld::harness::fixtures().unwrap());
-    opts.max_grace = Some(Duration::from_secs(2));
-    opts.restart_backoff = Duration::from_millis(100);
-    KubeSim::start(Options {
-        sim: Some(opts),
-        ..Default::default()
+    start_sim(work, &["a"], |opts| {
+        opts.fixtures = Some(testworld::harness::fixtures().unwrap());
+        opts.max_grace = Some(Duration::from_secs(2));
+        opts.restart_backoff = Duration::from_millis(100);
     })
     .await
-    .unwrap()
 }
 
 /// Creates a pod and waits until it has run to completion.
 async fn run_to_completion(store: &Store, pod: Value) -> Value {
-    let name = s(&pod, "/metadata/name").to_string();
-    store
-        .create(&pods(), pod, &WriteOptions::default())
-        .unwrap();
-    let done = until(&format!("{name} done"), 60, || {
-        let p = store.get(&pods(), &name).ok()?;
-        matches!(s(&p, "/status/phase"), "Succeeded" | "Failed").then_some(p)
-    })
-    .await;
+    let done = run_to_end(store, pod).await;
     assert_eq!(
         s(&done, "/status/phase"),
         "Succeeded",
@@ -49,14 +40,6 @@ async fn run_to_completion(store: &Store, pod: Value) -> Value {
         done["status"]
     );
     done
-}
-
-fn pod_dir(work: &Path, pod: &Value) -> PathBuf {
-    work.join("pods").join(format!(
-        "default_{}_{}",
-        s(pod, "/metadata/name"),
-        s(pod, "/metadata/uid")
-    ))
 }
 
 fn log(work: &Path, pod: &Value, container: &str) -> String {

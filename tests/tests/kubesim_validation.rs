@@ -6,22 +6,19 @@
 //! the required fields and formats of what the operator writes.
 
 use k8s_openapi::api::apps::v1::StatefulSet;
+use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
 use serde_json::json;
 use testworld::kubesim::{KubeSim, Options};
+
+#[allow(dead_code)]
+mod support;
+use support::{api_error, client_for};
 
 #[tokio::test]
 async fn a_statefulsets_immutable_fields_stay() {
     let sim = KubeSim::start(Options::default()).await.unwrap();
-    let kc = Kubeconfig::from_yaml(&sim.kubeconfig()).unwrap();
-    let client = Client::try_from(
-        Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-            .await
-            .unwrap(),
-    )
-    .unwrap();
+    let client = client_for(&sim.kubeconfig()).await;
     let api: Api<StatefulSet> = Api::default_namespaced(client);
     let sts: StatefulSet = serde_json::from_value(json!({
         "metadata": {"name": "s"},
@@ -48,14 +45,10 @@ async fn a_statefulsets_immutable_fields_stay() {
         json!({"spec": {"podManagementPolicy": "Parallel"}}),
         json!({"spec": {"selector": {"matchLabels": {"app": "s", "x": "y"}}}}),
     ] {
-        let e = match api
-            .patch("s", &PatchParams::default(), &merge(change.clone()))
-            .await
-            .unwrap_err()
-        {
-            kube::Error::Api(s) => s,
-            other => panic!("{other:?}"),
-        };
+        let e = status_of(
+            api.patch("s", &PatchParams::default(), &merge(change.clone()))
+                .await,
+        );
         assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"), "{change}");
         assert_eq!(
             e.message,
@@ -77,10 +70,7 @@ async fn a_statefulsets_immutable_fields_stay() {
 
 /// The Status of a failed call.
 fn status_of<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> kube::core::Status {
-    match r {
-        Err(kube::Error::Api(s)) => *s,
-        other => panic!("expected an API error, got {other:?}"),
-    }
+    api_error(r.expect_err("an API error"))
 }
 
 /// Creates (or, with `patch`, merge-patches) an object of any kind in
@@ -122,13 +112,7 @@ async fn invalid(
 async fn pods_services_and_what_the_operator_writes_are_validated() {
     use k8s_openapi::api::core::v1::{Pod, Service};
     let sim = KubeSim::start(Options::default()).await.unwrap();
-    let kc = Kubeconfig::from_yaml(&sim.kubeconfig()).unwrap();
-    let client = Client::try_from(
-        Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-            .await
-            .unwrap(),
-    )
-    .unwrap();
+    let client = client_for(&sim.kubeconfig()).await;
     let merge = |p| Patch::Merge(p);
     let pp = PatchParams::default();
 
