@@ -5,23 +5,33 @@
 //! Events it writes, and zero writes when a restarted controller finds
 //! nothing to do.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::future::Future;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crds::Cluster;
+use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::serde::de::DeserializeOwned;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, CustomResourceExt};
-use serde_json::json;
+use serde_json::{Value, json};
 use testworld::kubesim::{KubeSim, Options};
 
-use crate::common::{client, free_port};
+use crate::common::{client, create_cluster, free_port};
+use crate::install::kubectl;
+use crate::scenario::{ClusterSpec, Outcome, cluster, pod_ready, secs, until_with};
+
+/// The StatefulSet of the thesis cluster's first rack.
+const STS_B: &str = "cassandra-europe-west1-europe-west1-b";
 
 struct Controller(Child);
 
@@ -32,128 +42,218 @@ impl Drop for Controller {
     }
 }
 
-fn start_controller(kubeconfig: &Path, metrics: &str, log: &Path) -> Controller {
-    let log = std::fs::File::create(log).unwrap();
-    Controller(
-        Command::new(env!("CARGO_BIN_EXE_cassandra-operator"))
+/// kubesim alone with the CRD and namespace `db`: no scheduler, no
+/// StatefulSet controller, no kubelet ([`play_kubelet`] plays them). The
+/// controller runs as the operator's ServiceAccount, authorized by
+/// manifests/operator.yaml alone.
+struct Bare {
+    sim: KubeSim,
+    client: Client,
+    /// The admin's kubeconfig (kubectl's).
+    admin_kubeconfig: PathBuf,
+    /// The operator's ServiceAccount's kubeconfig (the controller's).
+    kubeconfig: PathBuf,
+    /// The latest controller's log (stderr).
+    log: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Bare {
+    async fn start() -> Bare {
+        let sim = KubeSim::start(Options::default()).await.unwrap();
+        let client = client(&sim).await;
+        let dir = tempfile::tempdir().unwrap();
+        let admin_kubeconfig = sim.write_kubeconfig(dir.path()).unwrap();
+        let kubeconfig = testworld::harness::install_operator_rbac(&sim, dir.path()).unwrap();
+        let _ = Api::<Namespace>::all(client.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": "db"}})).unwrap(),
+            )
+            .await;
+        Api::<CustomResourceDefinition>::all(client.clone())
+            .create(&PostParams::default(), &Cluster::crd())
+            .await
+            .unwrap();
+        Bare {
+            sim,
+            client,
+            admin_kubeconfig,
+            kubeconfig,
+            log: dir.path().join("controller.log"),
+            dir,
+        }
+    }
+
+    /// Starts the controller on a free metrics address, its log in the
+    /// work directory's file `log`; returns it and the address.
+    fn start_controller(&mut self, log: &str) -> (Controller, String) {
+        let metrics = format!("127.0.0.1:{}", free_port());
+        self.log = self.dir.path().join(log);
+        let controller = Command::new(env!("CARGO_BIN_EXE_cassandra-operator"))
             .arg("controller")
-            .env("KUBECONFIG", kubeconfig)
-            .env("METRICS_ADDR", metrics)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("METRICS_ADDR", &metrics)
             .env("RUST_LOG", "info,controller=debug")
             .stdout(Stdio::null())
-            .stderr(log)
+            .stderr(std::fs::File::create(&self.log).unwrap())
             .spawn()
-            .unwrap(),
-    )
-}
+            .unwrap();
+        (Controller(controller), metrics)
+    }
 
-pub(crate) fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let code = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Some((code, body))
-}
+    /// Namespace `db`'s objects of kind `K`.
+    fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        Api::namespaced(self.client.clone(), "db")
+    }
 
-async fn until<F: AsyncFnMut() -> bool>(what: &str, timeout: Duration, client: &Client, mut f: F) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        play_kubelet(client).await;
-        if f().await {
-            return;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    async fn create(&self, cluster: &ClusterSpec) {
+        create_cluster(&self.api(), &cluster.build()).await;
+    }
+
+    /// Merge-patches Cluster `cassandra`.
+    async fn patch(&self, patch: Value) {
+        self.api::<Cluster>()
+            .patch("cassandra", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    /// [`crate::scenario::until`], the test playing the StatefulSet
+    /// controller and the kubelet before each probe; on a timeout, shows
+    /// the controller's log.
+    async fn until<O, F, Fut>(&self, what: &str, timeout: Duration, mut probe: F) -> O::Value
+    where
+        O: Outcome,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = O>,
+    {
+        let client = &self.client;
+        until_with(
+            what,
+            timeout,
+            move || {
+                let probed = probe();
+                async move {
+                    play_kubelet(client).await;
+                    probed.await
+                }
+            },
+            || {
+                format!(
+                    "controller log:\n{}",
+                    std::fs::read_to_string(&self.log).unwrap_or_default()
+                )
+            },
+        )
+        .await
+    }
+
+    /// Waits until Cluster `cassandra` is Degraded: the condition's reason
+    /// and message.
+    async fn until_degraded(&self) -> (String, String) {
+        let clusters = self.api::<Cluster>();
+        self.until("the cluster to become Degraded", secs(30), || async {
+            let status = clusters.get("cassandra").await.unwrap().status;
+            let conditions = status.map(|s| s.conditions).unwrap_or_default();
+            match conditions
+                .iter()
+                .find(|c| c.type_ == "Degraded" && c.status == "True")
+            {
+                Some(d) => Ok((d.reason.clone(), d.message.clone())),
+                None => Err(format!("conditions {conditions:?}")),
+            }
+        })
+        .await
+    }
+
+    /// Waits for a Warning Event of `reason`.
+    async fn until_warning(&self, reason: &str) {
+        let events = self.api::<Event>();
+        self.until(&format!("a Warning Event {reason}"), secs(10), || async {
+            let warnings: Vec<String> = events
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(|e| e.type_.as_deref() == Some("Warning"))
+                .filter_map(|e| e.reason)
+                .collect();
+            if warnings.iter().any(|r| r == reason) {
+                Ok(())
+            } else {
+                Err(format!("Warning Events {warnings:?}"))
+            }
+        })
+        .await
     }
 }
 
-fn ready_members(cluster: &Cluster) -> (i32, i32) {
-    cluster
-        .status
-        .as_ref()
-        .map(|s| (s.members, s.ready_members))
-        .unwrap_or_default()
-}
-
-fn condition(cluster: &Cluster, type_: &str) -> Option<(String, String)> {
-    cluster
-        .status
-        .as_ref()?
+/// (members, ready members) of a Cluster's status, and its Ready
+/// condition's (status, reason): what the waits read.
+fn progress(cluster: &Cluster) -> ((i32, i32), Option<(String, String)>) {
+    let status = cluster.status.clone().unwrap_or_default();
+    let ready = status
         .conditions
         .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.reason.clone()))
+        .find(|c| c.type_ == "Ready")
+        .map(|c| (c.status.clone(), c.reason.clone()));
+    ((status.members, status.ready_members), ready)
+}
+
+/// The thesis's first rack, europe-west1-b, of 3.
+fn thesis() -> ClusterSpec {
+    cluster("cassandra")
+        .version("3.11.6")
+        .datacenter("europe-west1")
+        .rack("europe-west1-b", 3)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controller_scales_the_thesis_cluster_up_one_member_at_a_time() {
-    let (sim, client, dir, kubeconfig) = setup().await;
-    let metrics = format!("127.0.0.1:{}", free_port());
-    let controller = start_controller(&kubeconfig, &metrics, &dir.path().join("controller-1.log"));
-    create_cluster(
-        &client,
-        json!({"version": "3.11.6", "datacenter": {"name": "europe-west1", "racks": [
-            {"name": "europe-west1-b", "members": 3,
-             "storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
-                "spec": {"storageClassName": "local-disks", "resources": {"requests": {"storage": "1Gi"}}}}]}}
-        ]}}),
-    )
-    .await;
-    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
+    let mut bare = Bare::start().await;
+    let (controller, metrics) = bare.start_controller("controller-1.log");
+    bare.create(&thesis()).await;
+    let clusters = bare.api::<Cluster>();
 
     // the first rack grows to 3, one member at a time
-    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), "db");
-    let mut max_seen_unready = 0;
-    until(
-        "3 ready members",
-        Duration::from_secs(90),
-        &client,
-        async || {
-            let c = clusters.get("cassandra").await.unwrap();
-            // never more than one member that is not ready
-            if let Ok(sts) = statefulsets
-                .get("cassandra-europe-west1-europe-west1-b")
-                .await
-            {
-                let replicas = sts.spec.unwrap().replicas.unwrap_or(0);
-                let pods = Api::<Pod>::namespaced(client.clone(), "db")
-                    .list(&ListParams::default())
-                    .await
-                    .unwrap();
-                // Members asked for and not Ready (missing or starting).
-                let ready = pods.items.iter().filter(|p| pod_ready(p)).count() as i32;
-                max_seen_unready = max_seen_unready.max(replicas - ready);
-            }
-            ready_members(&c) == (3, 3)
-                && condition(&c, "Ready") == Some(("True".into(), "AllMembersReady".into()))
-        },
-    )
+    let (statefulsets, pods) = (bare.api::<StatefulSet>(), bare.api::<Pod>());
+    let most_unready = Cell::new(0);
+    bare.until("3 ready members, Ready", secs(90), || async {
+        let c = clusters.get("cassandra").await.unwrap();
+        // never more than one member that is not ready
+        if let Ok(sts) = statefulsets.get(STS_B).await {
+            let replicas = sts.spec.unwrap().replicas.unwrap_or(0);
+            let pods = pods.list(&ListParams::default()).await.unwrap();
+            // Members asked for and not Ready (missing or starting).
+            let ready = pods.items.iter().filter(|p| pod_ready(p)).count() as i32;
+            most_unready.set(most_unready.get().max(replicas - ready));
+        }
+        match progress(&c) {
+            ((3, 3), Some((s, r))) if s == "True" && r == "AllMembersReady" => Ok(()),
+            p => Err(format!("{p:?}")),
+        }
+    })
     .await;
     assert_eq!(
-        max_seen_unready, 1,
+        most_unready.get(),
+        1,
         "at most one member not ready at a time (and one was seen starting: the count can see a second)"
     );
 
     // the objects of the cluster
-    let services: Api<Service> = Api::namespaced(client.clone(), "db");
+    let services = bare.api::<Service>();
     let client_svc = services.get("cassandra-client").await.unwrap();
     assert_eq!(client_svc.spec.unwrap().cluster_ip.as_deref(), Some("None"));
     for (member, seed) in [(0, true), (1, true), (2, false)] {
-        let svc = services
-            .get(&format!("cassandra-europe-west1-europe-west1-b-{member}"))
-            .await
-            .unwrap();
+        let svc = services.get(&format!("{STS_B}-{member}")).await.unwrap();
         let labels = svc.metadata.labels.unwrap();
         assert_eq!(
             labels.contains_key(crds::contract::SEED),
@@ -161,43 +261,30 @@ async fn controller_scales_the_thesis_cluster_up_one_member_at_a_time() {
             "member {member}"
         );
     }
-    Api::<PodDisruptionBudget>::namespaced(client.clone(), "db")
+    bare.api::<PodDisruptionBudget>()
         .get("cassandra")
         .await
         .unwrap();
-    Api::<ServiceAccount>::namespaced(client.clone(), "db")
+    bare.api::<ServiceAccount>()
         .get("cassandra-member")
         .await
         .unwrap();
-    Api::<Role>::namespaced(client.clone(), "db")
-        .get("cassandra-member")
-        .await
-        .unwrap();
-    Api::<RoleBinding>::namespaced(client.clone(), "db")
+    bare.api::<Role>().get("cassandra-member").await.unwrap();
+    bare.api::<RoleBinding>()
         .get("cassandra-member")
         .await
         .unwrap();
 
     // a second rack of 2
-    let patch = json!({"spec": {"datacenter": {"name": "europe-west1", "racks": [
-        {"name": "europe-west1-b", "members": 3,
-         "storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
-            "spec": {"storageClassName": "local-disks", "resources": {"requests": {"storage": "1Gi"}}}}]}},
-        {"name": "europe-west1-c", "members": 2}
-    ]}}});
-    clusters
-        .patch("cassandra", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-    until(
-        "5 ready members",
-        Duration::from_secs(90),
-        &client,
-        async || {
-            let c = clusters.get("cassandra").await.unwrap();
-            ready_members(&c) == (5, 5) && condition(&c, "Ready").is_some_and(|(s, _)| s == "True")
-        },
-    )
+    bare.patch(thesis().rack("europe-west1-c", 2).racks_patch())
+        .await;
+    bare.until("5 ready members, Ready", secs(90), || async {
+        let c = clusters.get("cassandra").await.unwrap();
+        match progress(&c) {
+            ((5, 5), Some((s, _))) if s == "True" => Ok(()),
+            p => Err(format!("{p:?}")),
+        }
+    })
     .await;
     let c = clusters.get("cassandra").await.unwrap();
     let status = c.status.unwrap();
@@ -206,7 +293,7 @@ async fn controller_scales_the_thesis_cluster_up_one_member_at_a_time() {
     assert_eq!(status.observed_generation, c.metadata.generation);
 
     // the Events of the thesis's figures
-    let events: Api<Event> = Api::namespaced(client.clone(), "db");
+    let events = bare.api::<Event>();
     let reasons: Vec<String> = events
         .list(&ListParams::default())
         .await
@@ -228,21 +315,7 @@ async fn controller_scales_the_thesis_cluster_up_one_member_at_a_time() {
     );
 
     // what a person sees: kubectl get and describe
-    let admin_kubeconfig = dir.path().join("kubeconfig");
-    let kubectl = |args: &[&str]| {
-        let out = Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&admin_kubeconfig)
-            .args(args)
-            .output()
-            .expect("kubectl is on the machine");
-        assert!(
-            out.status.success(),
-            "kubectl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let kubectl = |args: &[&str]| kubectl(&bare.admin_kubeconfig, args);
     let table = kubectl(&["get", "clusters.cassandra.rook.io", "-n", "db"]);
     let row: Vec<&str> = table
         .lines()
@@ -280,7 +353,7 @@ async fn controller_scales_the_thesis_cluster_up_one_member_at_a_time() {
     }
 
     // metrics
-    let (code, body) = http_get(&metrics, "/metrics").unwrap();
+    let (code, body) = crate::common::http_get(&metrics, "/metrics").unwrap();
     assert_eq!(code, 200);
     assert!(
         body.contains(
@@ -288,7 +361,8 @@ async fn controller_scales_the_thesis_cluster_up_one_member_at_a_time() {
         ),
         "{body}"
     );
-    let failed: Vec<String> = sim
+    let failed: Vec<String> = bare
+        .sim
         .requests()
         .into_iter()
         .filter(|r| r.code >= 400)
@@ -299,10 +373,10 @@ async fn controller_scales_the_thesis_cluster_up_one_member_at_a_time() {
             )
         })
         .collect();
-    let log = std::fs::read_to_string(dir.path().join("controller-1.log")).unwrap_or_default();
+    let log = std::fs::read_to_string(&bare.log).unwrap_or_default();
     let synced: Vec<&str> = log.lines().filter(|l| l.contains("synced")).collect();
     assert_eq!(
-        http_get(&metrics, "/readyz").map(|r| r.0),
+        crate::common::http_get(&metrics, "/readyz").map(|r| r.0),
         Some(200),
         "{failed:#?} {synced:#?}"
     );
@@ -310,35 +384,26 @@ async fn controller_scales_the_thesis_cluster_up_one_member_at_a_time() {
     // a restarted controller resyncs everything and finds nothing to do:
     // zero writes
     drop(controller);
-    sim.clear_requests();
-    let metrics2 = format!("127.0.0.1:{}", free_port());
-    let _controller =
-        start_controller(&kubeconfig, &metrics2, &dir.path().join("controller-2.log"));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while http_get(&metrics2, "/readyz").map(|r| r.0) != Some(200) {
-        assert!(
-            Instant::now() < deadline,
-            "the restarted controller never became ready"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    bare.sim.clear_requests();
+    let (_controller, metrics) = bare.start_controller("controller-2.log");
+    bare.until("the restarted controller to be ready", secs(30), || async {
+        crate::common::http_get(&metrics, "/readyz").map(|r| r.0) == Some(200)
+    })
+    .await;
     // it reconciled the cluster at least once
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (_, body) = http_get(&metrics2, "/metrics").unwrap();
-        if body.contains(
-            "cassandra_operator_cluster_members{namespace=\"db\",cluster=\"cassandra\"} 5",
-        ) {
-            break;
+    let members = "cassandra_operator_cluster_members{namespace=\"db\",cluster=\"cassandra\"} 5";
+    bare.until("a reconcile after the restart", secs(30), || async {
+        let (_, body) = crate::common::http_get(&metrics, "/metrics").unwrap();
+        if body.contains(members) {
+            Ok(())
+        } else {
+            Err(body)
         }
-        assert!(
-            Instant::now() < deadline,
-            "no reconcile after the restart: {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let writes: Vec<String> = sim
+    let writes: Vec<String> = bare
+        .sim
         .requests()
         .into_iter()
         .filter(|r| r.is_write())
@@ -350,111 +415,30 @@ async fn controller_scales_the_thesis_cluster_up_one_member_at_a_time() {
     );
 }
 
-async fn setup() -> (KubeSim, Client, tempfile::TempDir, std::path::PathBuf) {
-    let sim = KubeSim::start(Options::default()).await.unwrap();
-    let client = client(&sim).await;
-    let dir = tempfile::tempdir().unwrap();
-    sim.write_kubeconfig(dir.path()).unwrap();
-    // The controller runs as the operator's ServiceAccount, authorized by
-    // manifests/operator.yaml alone.
-    let kubeconfig = testworld::harness::install_operator_rbac(&sim, dir.path()).unwrap();
-    let _ = Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "db"}})).unwrap(),
-        )
-        .await;
-    Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(
-        client.clone(),
+/// Cluster `cassandra`, rack `r` of 3, whose members ask for `memory`
+/// under a limit of 4Gi.
+fn asking_memory(memory: &str) -> ClusterSpec {
+    cluster("cassandra").rack("r", 3).with_rack(
+        json!({"resources": {"requests": {"memory": memory}, "limits": {"memory": "4Gi"}}}),
     )
-    .create(&PostParams::default(), &Cluster::crd())
-    .await
-    .unwrap();
-    (sim, client, dir, kubeconfig)
-}
-
-async fn create_cluster(client: &Client, spec: serde_json::Value) {
-    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
-    let cluster: Cluster = serde_json::from_value(json!({
-        "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
-        "metadata": {"name": "cassandra", "namespace": "db"},
-        "spec": spec
-    }))
-    .unwrap();
-    for _ in 0..50 {
-        if clusters
-            .create(&PostParams::default(), &cluster)
-            .await
-            .is_ok()
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the Cluster was not created");
-}
-
-async fn degraded(client: &Client, timeout: Duration) -> (String, String) {
-    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
-    let deadline = Instant::now() + timeout;
-    loop {
-        let c = clusters.get("cassandra").await.unwrap();
-        if let Some(d) = c.status.as_ref().and_then(|s| {
-            s.conditions
-                .iter()
-                .find(|c| c.type_ == "Degraded" && c.status == "True")
-        }) {
-            return (d.reason.clone(), d.message.clone());
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the cluster never became Degraded"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn warning_events(client: &Client) -> Vec<(String, String)> {
-    Api::<Event>::namespaced(client.clone(), "db")
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.type_.as_deref() == Some("Warning"))
-        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_spec_is_degraded_with_a_warning_and_changes_nothing() {
-    let (sim, client, dir, kubeconfig) = setup().await;
-    let metrics = format!("127.0.0.1:{}", free_port());
-    let _controller = start_controller(&kubeconfig, &metrics, &dir.path().join("controller.log"));
+    let mut bare = Bare::start().await;
+    let _controller = bare.start_controller("controller.log");
     // valid for the schema, invalid for validate(): a request above its limit
-    create_cluster(
-        &client,
-        json!({"version": "4.1.8", "datacenter": {"name": "dc", "racks": [{"name": "r", "members": 3,
-            "resources": {"requests": {"memory": "8Gi"}, "limits": {"memory": "4Gi"}}}]}}),
-    )
-    .await;
-    let (reason, message) = degraded(&client, Duration::from_secs(30)).await;
+    bare.create(&asking_memory("8Gi")).await;
+    let (reason, message) = bare.until_degraded().await;
     assert_eq!(reason, "InvalidSpec");
     assert!(
         message.contains("spec.datacenter.racks[0].resources.requests.memory"),
         "{message}"
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !warning_events(&client)
-        .await
-        .iter()
-        .any(|(r, _)| r == "InvalidSpec")
-    {
-        assert!(Instant::now() < deadline, "no Warning Event");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    bare.until_warning("InvalidSpec").await;
     // nothing but the status and the Event was written
-    let writes: Vec<String> = sim
+    let writes: Vec<String> = bare
+        .sim
         .requests()
         .into_iter()
         .filter(|r| r.is_write() && r.resource != "customresourcedefinitions")
@@ -468,8 +452,9 @@ async fn invalid_spec_is_degraded_with_a_warning_and_changes_nothing() {
         writes.is_empty(),
         "an invalid spec changed objects: {writes:#?}"
     );
+    let statefulsets = bare.api::<StatefulSet>();
     assert!(
-        Api::<StatefulSet>::namespaced(client.clone(), "db")
+        statefulsets
             .list(&ListParams::default())
             .await
             .unwrap()
@@ -478,65 +463,39 @@ async fn invalid_spec_is_degraded_with_a_warning_and_changes_nothing() {
     );
 
     // fixing the spec lets the controller go on
-    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
-    let fix = json!({"spec": {"datacenter": {"name": "dc", "racks": [{"name": "r", "members": 3,
-        "resources": {"requests": {"memory": "4Gi"}, "limits": {"memory": "4Gi"}}}]}}});
-    clusters
-        .patch("cassandra", &PatchParams::default(), &Patch::Merge(&fix))
-        .await
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Api::<StatefulSet>::namespaced(client.clone(), "db")
-        .get_opt("cassandra-dc-r")
-        .await
-        .unwrap()
-        .is_none()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the fixed cluster got no StatefulSet"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    bare.patch(asking_memory("4Gi").racks_patch()).await;
+    bare.until("a StatefulSet for the fixed cluster", secs(30), || async {
+        statefulsets
+            .get_opt("cassandra-dc-r")
+            .await
+            .unwrap()
+            .is_some()
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_object_is_never_adopted() {
-    let (_sim, client, dir, kubeconfig) = setup().await;
+    let mut bare = Bare::start().await;
     // someone else's Service holds the name of the client Service
     let foreign: Service = serde_json::from_value(json!({
         "metadata": {"name": "cassandra-client", "namespace": "db", "labels": {"team": "other"}},
         "spec": {"ports": [{"port": 80}]}
     }))
     .unwrap();
-    Api::<Service>::namespaced(client.clone(), "db")
+    let services = bare.api::<Service>();
+    services
         .create(&PostParams::default(), &foreign)
         .await
         .unwrap();
-    let metrics = format!("127.0.0.1:{}", free_port());
-    let _controller = start_controller(&kubeconfig, &metrics, &dir.path().join("controller.log"));
-    create_cluster(
-        &client,
-        json!({"version": "4.1.8", "datacenter": {"name": "dc", "racks": [{"name": "r", "members": 1}]}}),
-    )
-    .await;
-    let (reason, message) = degraded(&client, Duration::from_secs(30)).await;
+    let _controller = bare.start_controller("controller.log");
+    bare.create(&cluster("cassandra").rack("r", 1)).await;
+    let (reason, message) = bare.until_degraded().await;
     assert_eq!(reason, "ForeignObject");
     assert!(message.contains("Service cassandra-client"), "{message}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !warning_events(&client)
-        .await
-        .iter()
-        .any(|(r, _)| r == "ForeignObject")
-    {
-        assert!(Instant::now() < deadline, "no Warning Event");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    bare.until_warning("ForeignObject").await;
     // the foreign Service is untouched and no rack was created
-    let svc = Api::<Service>::namespaced(client.clone(), "db")
-        .get("cassandra-client")
-        .await
-        .unwrap();
+    let svc = services.get("cassandra-client").await.unwrap();
     assert_eq!(
         svc.metadata.labels.unwrap().get("team").map(String::as_str),
         Some("other")
@@ -544,34 +503,27 @@ async fn a_foreign_object_is_never_adopted() {
     assert!(svc.metadata.owner_references.is_none());
     // nothing else was created for the refused cluster either
     assert!(
-        Api::<ServiceAccount>::namespaced(client.clone(), "db")
+        bare.api::<ServiceAccount>()
             .get_opt("cassandra-member")
             .await
             .unwrap()
             .is_none()
     );
     assert!(
-        Api::<PodDisruptionBudget>::namespaced(client.clone(), "db")
+        bare.api::<PodDisruptionBudget>()
             .get_opt("cassandra")
             .await
             .unwrap()
             .is_none()
     );
     assert!(
-        Api::<StatefulSet>::namespaced(client.clone(), "db")
+        bare.api::<StatefulSet>()
             .list(&ListParams::default())
             .await
             .unwrap()
             .items
             .is_empty()
     );
-}
-
-fn pod_ready(p: &Pod) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// The StatefulSet controller and kubelet of these tests: one Ready Pod per
@@ -630,53 +582,42 @@ async fn play_kubelet(client: &Client) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_controller_converges_under_injected_faults() {
-    let (sim, client, dir, kubeconfig) = setup().await;
-    let metrics = format!("127.0.0.1:{}", free_port());
-    let _controller = start_controller(&kubeconfig, &metrics, &dir.path().join("controller.log"));
-    create_cluster(
-        &client,
-        json!({"version": "4.1.8", "datacenter": {"name": "dc", "racks": [{"name": "r", "members": 3}]}}),
-    )
-    .await;
+    let mut bare = Bare::start().await;
+    let _controller = bare.start_controller("controller.log");
+    bare.create(&cluster("cassandra").rack("r", 3)).await;
     // conflicts, server errors, throttling, dropped watches and slow answers
     // on everything, the controller's requests and the test's alike
-    sim.set_faults(testworld::kubesim::faults::FaultConfig {
-        conflict_rate: 0.15,
-        error_rate: 0.1,
-        throttle_rate: 0.05,
-        drop_watch_rate: 0.3,
-        drop_watch_after_ms: 2000,
-        slow_rate: 0.1,
-        slow_ms: 200,
-        ..Default::default()
-    });
-    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        play_kubelet(&client).await;
-        if let Ok(c) = clusters.get("cassandra").await
-            && ready_members(&c) == (3, 3)
-        {
-            break;
+    bare.sim
+        .set_faults(testworld::kubesim::faults::FaultConfig {
+            conflict_rate: 0.15,
+            error_rate: 0.1,
+            throttle_rate: 0.05,
+            drop_watch_rate: 0.3,
+            drop_watch_after_ms: 2000,
+            slow_rate: 0.1,
+            slow_ms: 200,
+            ..Default::default()
+        });
+    let clusters = bare.api::<Cluster>();
+    bare.until("convergence under faults", secs(120), || async {
+        match clusters.get("cassandra").await.as_ref().map(progress) {
+            Ok(((3, 3), _)) => Ok(()),
+            p => Err(format!("{p:?}")),
         }
-        assert!(
-            Instant::now() < deadline,
-            "no convergence under faults: {}",
-            std::fs::read_to_string(dir.path().join("controller.log")).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    sim.set_faults(Default::default());
+    })
+    .await;
+    bare.sim.set_faults(Default::default());
     // faults happened, and were survived: the request log shows them
-    let failed = sim
+    let failed = bare
+        .sim
         .requests()
         .iter()
         .filter(|r| matches!(r.code, 409 | 429 | 500))
         .count();
     assert!(failed > 0, "no fault was injected");
     // and the outcome is exactly the fault-free one: one Service per member
-    let services: Api<Service> = Api::namespaced(client.clone(), "db");
-    let members: Vec<String> = services
+    let members: Vec<String> = bare
+        .api::<Service>()
         .list(&ListParams::default())
         .await
         .unwrap()
@@ -689,7 +630,8 @@ async fn the_controller_converges_under_injected_faults() {
         members,
         ["cassandra-dc-r-0", "cassandra-dc-r-1", "cassandra-dc-r-2"]
     );
-    let sts = Api::<StatefulSet>::namespaced(client.clone(), "db")
+    let sts = bare
+        .api::<StatefulSet>()
         .get("cassandra-dc-r")
         .await
         .unwrap();

@@ -18,19 +18,21 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use testworld::harness::{self, World, WorldOptions, container_logs};
-use testworld::ring::NodeStatus;
 
 use crate::common::ONE_WORLD;
+use crate::common::http_get;
+use crate::scenario::{ring, secs, until_with};
 
 fn manifests() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests"))
 }
 
-/// `kubectl --kubeconfig <world> args...`, which must succeed; its stdout.
-fn kubectl(world: &World, args: &[&str]) -> String {
+/// `kubectl --kubeconfig <kubeconfig> args...`, which must succeed; its
+/// stdout.
+pub(crate) fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
     let out = Command::new("kubectl")
         .arg("--kubeconfig")
-        .arg(&world.kubeconfig)
+        .arg(kubeconfig)
         .args(args)
         .output()
         .expect("kubectl runs");
@@ -65,43 +67,54 @@ async fn run_deployment(world: &World, namespace: &str, name: &str) -> String {
 }
 
 /// Waits until every named Cluster reports Ready with `members` members,
-/// all ready; fails with every status and the containers' logs.
-async fn wait_converged(world: &World, work: &Path, clusters: &[(&str, &str, i32)], secs: u64) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let mut pending = Vec::new();
-        for &(namespace, name, members) in clusters {
-            let api: Api<Cluster> = Api::namespaced(world.client.clone(), namespace);
-            let status = api
-                .get_opt(name)
-                .await
-                .unwrap()
-                .and_then(|c| c.status)
-                .unwrap_or_default();
-            let ready = status
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True");
-            if !(ready && status.members == members && status.ready_members == members) {
-                pending.push(format!(
-                    "{namespace}/{name}: {}/{} ready (want {members}), conditions {:?}",
-                    status.ready_members, status.members, status.conditions
-                ));
+/// all ready; fails with every status, the Pods and the containers' logs.
+async fn wait_converged(
+    world: &World,
+    work: &Path,
+    clusters: &[(&str, &str, i32)],
+    timeout: Duration,
+) {
+    until_with(
+        "every Cluster Ready with all its members",
+        timeout,
+        || async {
+            let mut pending = Vec::new();
+            for &(namespace, name, members) in clusters {
+                let api: Api<Cluster> = Api::namespaced(world.client.clone(), namespace);
+                let status = api
+                    .get_opt(name)
+                    .await
+                    .unwrap()
+                    .and_then(|c| c.status)
+                    .unwrap_or_default();
+                let ready = status
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True");
+                if !(ready && status.members == members && status.ready_members == members) {
+                    pending.push(format!(
+                        "{namespace}/{name}: {}/{} ready (want {members}), conditions {:?}",
+                        status.ready_members, status.members, status.conditions
+                    ));
+                }
             }
-        }
-        if pending.is_empty() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not converged after {secs} s:\n{}\npods:\n{}\ncontainers:\n{}",
-            pending.join("\n"),
-            kubectl(world, &["get", "pods", "-A", "-o", "wide"]),
-            container_logs(work)
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+            if pending.is_empty() {
+                Ok(())
+            } else {
+                Err(pending.join("\n"))
+            }
+        },
+        || {
+            format!(
+                "pods:\n{}\ncontainers:\n{}",
+                kubectl(&world.kubeconfig, &["get", "pods", "-A", "-o", "wide"]),
+                container_logs(work)
+            )
+        },
+    )
+    .await
 }
+
 /// A fresh world (`zones` of 3 Nodes) with the operator installed as a
 /// user installs it: `kubectl apply -k manifests/`, then the operator's
 /// Pod from its Deployment's template (its image is the binary under test,
@@ -115,7 +128,7 @@ async fn installed_world(zones: &[&str]) -> (tempfile::TempDir, World) {
     opts.operator_rbac = false;
     let world = World::start(opts, work.path()).await.unwrap();
 
-    let out = kubectl(&world, &["apply", "-k", path(&manifests())]);
+    let out = kubectl(&world.kubeconfig, &["apply", "-k", path(&manifests())]);
     for created in [
         "customresourcedefinition.apiextensions.k8s.io/clusters.cassandra.rook.io created",
         "namespace/cassandra-operator created",
@@ -127,13 +140,13 @@ async fn installed_world(zones: &[&str]) -> (tempfile::TempDir, World) {
         assert!(out.contains(created), "{created} missing:\n{out}");
     }
     // a second install changes nothing
-    let again = kubectl(&world, &["apply", "-k", path(&manifests())]);
+    let again = kubectl(&world.kubeconfig, &["apply", "-k", path(&manifests())]);
     assert!(
         again.lines().all(|l| l.ends_with(" unchanged")),
         "a second kubectl apply -k changed something:\n{again}"
     );
     kubectl(
-        &world,
+        &world.kubeconfig,
         &[
             "wait",
             "--for=condition=Established",
@@ -143,7 +156,7 @@ async fn installed_world(zones: &[&str]) -> (tempfile::TempDir, World) {
     );
     let pod = run_deployment(&world, "cassandra-operator", "cassandra-operator").await;
     kubectl(
-        &world,
+        &world.kubeconfig,
         &[
             "wait",
             "-n",
@@ -164,17 +177,32 @@ fn example(name: &str) -> PathBuf {
 /// rack europe-west1-c; one member per Node, each rack in its zone.
 async fn the_thesis_example() {
     let (work, world) = installed_world(&["europe-west1-b", "europe-west1-c"]).await;
-    kubectl(&world, &["apply", "-k", path(&example("gke-local-ssd"))]);
-    wait_converged(&world, work.path(), &[("cassandra", "cassandra", 3)], 240).await;
-    let out = kubectl(
+    kubectl(
+        &world.kubeconfig,
+        &["apply", "-k", path(&example("gke-local-ssd"))],
+    );
+    wait_converged(
         &world,
+        work.path(),
+        &[("cassandra", "cassandra", 3)],
+        secs(240),
+    )
+    .await;
+    let out = kubectl(
+        &world.kubeconfig,
         &["apply", "-k", path(&example("gke-local-ssd-two-racks"))],
     );
     assert!(
         out.contains("cluster.cassandra.rook.io/cassandra configured"),
         "{out}"
     );
-    wait_converged(&world, work.path(), &[("cassandra", "cassandra", 6)], 240).await;
+    wait_converged(
+        &world,
+        work.path(),
+        &[("cassandra", "cassandra", 6)],
+        secs(240),
+    )
+    .await;
 
     let pods: Api<Pod> = Api::namespaced(world.client.clone(), "cassandra");
     let mut nodes = Vec::new();
@@ -195,23 +223,18 @@ async fn the_thesis_example() {
     nodes.sort();
     nodes.dedup();
     assert_eq!(nodes.len(), 6, "{nodes:?}");
-    let (up, status) = world.sim.ring().with(|ring| {
-        let status = ring.status(None).unwrap();
-        let up = status
-            .rows
-            .iter()
-            .filter(|r| r.status == NodeStatus::UN)
-            .count();
-        (up, status.to_string())
-    });
-    assert_eq!(up, 6, "{status}");
+    let ring = ring(&world.sim);
+    assert_eq!(ring.up(), 6, "{}", ring.text());
 }
 
 /// The laptop's cluster, with its overrides merged into cassandra.yaml.
 async fn the_laptop_example() {
     let (work, world) = installed_world(&["local"]).await;
-    kubectl(&world, &["apply", "-k", path(&example("laptop"))]);
-    wait_converged(&world, work.path(), &[("laptop", "laptop", 3)], 240).await;
+    kubectl(
+        &world.kubeconfig,
+        &["apply", "-k", path(&example("laptop"))],
+    );
+    wait_converged(&world, work.path(), &[("laptop", "laptop", 3)], secs(240)).await;
     let pod = std::fs::read_dir(work.path().join("pods"))
         .unwrap()
         .flatten()
@@ -241,9 +264,9 @@ async fn rooks_documented_example() {
          provisioner: kubesim.io/network-disk\nvolumeBindingMode: Immediate\n",
     )
     .unwrap();
-    kubectl(&world, &["apply", "-f", path(&prerequisites)]);
+    kubectl(&world.kubeconfig, &["apply", "-f", path(&prerequisites)]);
     kubectl(
-        &world,
+        &world.kubeconfig,
         &[
             "label",
             "nodes",
@@ -253,29 +276,16 @@ async fn rooks_documented_example() {
         ],
     );
     kubectl(
-        &world,
+        &world.kubeconfig,
         &["apply", "-f", path(&example("rook-cluster.yaml"))],
     );
     wait_converged(
         &world,
         work.path(),
         &[("rook-cassandra", "rook-cassandra", 3)],
-        240,
+        secs(240),
     )
     .await;
-}
-
-/// A GET of `path` on 127.0.0.1:`port` (a hostNetwork Pod's port); the body.
-fn http_get(port: u16, path: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_string())
 }
 
 /// The value of an unlabelled series in a metrics text.
@@ -292,7 +302,10 @@ fn metric(text: &str, name: &str) -> Option<f64> {
 /// `shareProcessNamespace` (tests/e2e/reloader.rs signals real processes).
 async fn the_vrouter_example() {
     let (work, world) = installed_world(&["vrouter"]).await;
-    let out = kubectl(&world, &["apply", "-k", path(&example("vrouter-reloader"))]);
+    let out = kubectl(
+        &world.kubeconfig,
+        &["apply", "-k", path(&example("vrouter-reloader"))],
+    );
     assert!(
         out.contains("daemonset.apps/vrouter-agent created"),
         "{out}"
@@ -318,7 +331,7 @@ async fn the_vrouter_example() {
     let pods: Api<Pod> = Api::namespaced(world.client.clone(), "contrail");
     pods.create(&PostParams::default(), &pod).await.unwrap();
     kubectl(
-        &world,
+        &world.kubeconfig,
         &[
             "wait",
             "-n",
@@ -328,29 +341,32 @@ async fn the_vrouter_example() {
             "--timeout=60s",
         ],
     );
-    let metrics = |what: &str, want: f64| {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let text = http_get(9102, "/metrics").unwrap_or_default();
-            if metric(&text, what).is_some_and(|v| v >= want) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{what} never reached {want}:\n{text}\n{}",
-                container_logs(work.path())
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+    // the reloader's metrics, on its hostNetwork port
+    let metrics = || {
+        http_get("127.0.0.1:9102", "/metrics")
+            .map(|(_, body)| body)
+            .unwrap_or_default()
     };
-    metrics("reloader_watched_files_present", 2.0);
-    let before = metric(
-        &http_get(9102, "/metrics").unwrap_or_default(),
-        "reloader_changes_total",
-    )
-    .unwrap_or(0.0);
+    let until_metric = async |what: &str, want: f64| {
+        until_with(
+            &format!("{what} to reach {want}"),
+            secs(30),
+            || async {
+                let text = metrics();
+                if metric(&text, what).is_some_and(|v| v >= want) {
+                    Ok(())
+                } else {
+                    Err(text)
+                }
+            },
+            || container_logs(work.path()),
+        )
+        .await
+    };
+    until_metric("reloader_watched_files_present", 2.0).await;
+    let before = metric(&metrics(), "reloader_changes_total").unwrap_or(0.0);
     kubectl(
-        &world,
+        &world.kubeconfig,
         &[
             "label",
             "pod",
@@ -363,7 +379,7 @@ async fn the_vrouter_example() {
     );
     // the new labels reach the file, the reloader sees the change (and,
     // with no agent to signal here, keeps it pending)
-    metrics("reloader_changes_total", before + 1.0);
+    until_metric("reloader_changes_total", before + 1.0).await;
 }
 
 /// Each example in a world of its own (a world's fake ring holds one
@@ -389,8 +405,14 @@ async fn kubectl_apply_k_installs_the_operator_and_every_example_converges() {
 async fn example_converges(name: &str, namespace: &str, cluster: &str, members: i32) {
     let _one = ONE_WORLD.lock().await;
     let (work, world) = installed_world(&["us-east-1a"]).await;
-    kubectl(&world, &["apply", "-k", path(&example(name))]);
-    wait_converged(&world, work.path(), &[(namespace, cluster, members)], 180).await;
+    kubectl(&world.kubeconfig, &["apply", "-k", path(&example(name))]);
+    wait_converged(
+        &world,
+        work.path(),
+        &[(namespace, cluster, members)],
+        secs(180),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,98 +12,72 @@
 //! `scripts/soak` runs, with `LIFECYCLE_CRASH_RUNS=<n>` (default 3 here, 20
 //! there) crash runs.
 
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
-use std::time::{Duration, Instant};
+use std::future::ready;
 
 use crds::Cluster;
+use crds::contract;
+use crds::v1alpha1::ClusterMode;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
-use testworld::harness::{World, container_logs, fast_ring, tail};
+use testworld::harness::tail;
 use testworld::kubesim::KubeSim;
 use testworld::ring::{Consistency, NodeStatus, Replication};
 
-use crate::common::{ONE_WORLD, create_cluster as create};
-use crate::world::{ring_summary, thesis_cluster, wait_ready, world};
+use crate::common::ONE_WORLD;
+use crate::lifecycle_crash::{
+    Removal, Write, cluster_ip, crash_after, five_percent_faults, kill_at_random_moments, removed,
+    runs_and_seed, until_crashed,
+};
+use crate::scenario::{
+    Scenario, Setup, cluster, label, pod_ready, ring, secs, setup, until, until_with,
+};
+use crate::world::{small_thesis_cluster, thesis_cluster};
 
 pub(crate) const NS: &str = "cassandra";
 pub(crate) const STS_B: &str = "cassandra-europe-west1-europe-west1-b";
+pub(crate) const STS_R: &str = "cassandra-dc-r";
+/// The thesis's zones, one rack each.
+pub(crate) const THESIS_ZONES: [&str; 2] = ["europe-west1-b", "europe-west1-c"];
 
-/// The ring's rows: (address, status).
-pub(crate) fn ring_rows(sim: &KubeSim) -> Vec<(String, NodeStatus)> {
-    sim.ring().with(|ring| {
-        ring.status(None)
-            .map(|s| {
-                s.rows
-                    .iter()
-                    .map(|r| (r.address.clone(), r.status))
-                    .collect()
-            })
-            .unwrap_or_default()
-    })
+/// Whether the node at `address` is in the ring's status (down, joining
+/// and leaving nodes are; one that left is not).
+pub(crate) fn in_ring(sim: &KubeSim, address: &str) -> bool {
+    ring(sim).rows().iter().any(|(a, _)| a == address)
 }
 
-pub(crate) fn ring_text(sim: &KubeSim) -> String {
-    sim.ring()
-        .with(|r| r.status(None).map(|s| s.to_string()).unwrap_or_default())
-}
-
-pub(crate) fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+/// `Err(why)` unless `ok`: a probe's answer.
+pub(crate) fn ensure(ok: bool, why: impl FnOnce() -> String) -> Result<(), String> {
+    if ok { Ok(()) } else { Err(why()) }
 }
 
 /// The thesis cluster in `mode` at `version` with small disks: rack b with
 /// 3 members, 1000 keys at RF 3, then rack c with 2 members; returns when 5
 /// are ready.
-pub(crate) async fn thesis_five(
-    world: &World,
-    mode: crds::v1alpha1::ClusterMode,
-    version: &str,
-    log: &Path,
-) -> Api<Cluster> {
-    let mut cluster = thesis_cluster();
+pub(crate) async fn thesis_five(s: &Scenario, mode: ClusterMode, version: &str) -> Api<Cluster> {
+    let mut cluster = small_thesis_cluster();
     cluster.spec.version = version.to_string();
     if mode != cluster.spec.mode {
         // The mode's own image (scylladb/scylla for ScyllaDB).
         cluster.spec.mode = mode;
         cluster.spec.repository = None;
     }
-    for rack in &mut cluster.spec.datacenter.racks {
-        for template in &mut rack.storage.volume_claim_templates {
-            if let Some(requests) = template
-                .spec
-                .as_mut()
-                .and_then(|s| s.resources.as_mut())
-                .and_then(|r| r.requests.as_mut())
-            {
-                requests.insert(
-                    "storage".into(),
-                    k8s_openapi::apimachinery::pkg::api::resource::Quantity("1Gi".into()),
-                );
-            }
-        }
-    }
-    let clusters: Api<Cluster> = Api::namespaced(world.client.clone(), NS);
-    create(&clusters, &cluster).await;
-    wait_ready(&clusters, "cassandra", 3, Duration::from_secs(180), log).await;
-    world.sim.ring().with(|ring| {
-        ring.create_keyspace(
-            "thesis",
-            Replication::network_topology([("europe-west1", 3)]),
-        )
-        .unwrap();
-        ring.write_keys("thesis", "key", 1000, Consistency::Quorum)
-            .unwrap();
-    });
+    let clusters = s.clusters();
+    s.create(cluster).await;
+    s.until_ready("cassandra", 3, secs(180)).await;
+    s.ring().write(
+        "thesis",
+        Replication::network_topology([("europe-west1", 3)]),
+        1000,
+        Consistency::Quorum,
+    );
     set_members(&clusters, &[("europe-west1-b", 3), ("europe-west1-c", 2)]).await;
-    wait_ready(&clusters, "cassandra", 5, Duration::from_secs(180), log).await;
+    s.until_ready("cassandra", 5, secs(180)).await;
     clusters
 }
 
@@ -147,6 +121,11 @@ pub(crate) fn condition(cluster: &Cluster, type_: &str) -> Option<(String, Strin
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
+/// Whether the Cluster's condition `type_` has `status`.
+pub(crate) fn condition_is(cluster: &Cluster, type_: &str, status: &str) -> bool {
+    condition(cluster, type_).is_some_and(|(s, _, _)| s == status)
+}
+
 /// Reasons and notes of the Events about the Cluster.
 pub(crate) async fn events(client: &Client) -> Vec<(String, String)> {
     let events: Api<Event> = Api::namespaced(client.clone(), NS);
@@ -160,6 +139,17 @@ pub(crate) async fn events(client: &Client) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Asserts that an Event of each of `reasons` was published.
+pub(crate) async fn assert_events(client: &Client, reasons: &[&str]) {
+    let seen: Vec<String> = events(client).await.into_iter().map(|(r, _)| r).collect();
+    for reason in reasons {
+        assert!(
+            seen.iter().any(|r| r == reason),
+            "no {reason} Event: {seen:?}"
+        );
+    }
+}
+
 /// Retries a call of the test's own that kubesim's fault injection may
 /// fail (the faults hit every client, the test's too).
 pub(crate) async fn retried<T, F, Fut>(mut call: F) -> T
@@ -167,15 +157,11 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, kube::Error>>,
 {
-    let mut last = None;
-    for _ in 0..100 {
-        match call().await {
-            Ok(v) => return v,
-            Err(e) => last = Some(e),
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("the test's own call kept failing: {last:?}");
+    until("the test's own call to succeed", secs(10), || {
+        let answer = call();
+        async move { answer.await.map_err(|e| e.to_string()) }
+    })
+    .await
 }
 
 pub(crate) async fn cluster_ips(client: &Client) -> BTreeMap<String, String> {
@@ -210,10 +196,10 @@ where
 /// leaving at once, members leave highest first, a member's claim and
 /// Service go only once its address left the ring. Returns when the
 /// cluster converged.
-pub(crate) async fn scale_rack_b_down_to_one(world: &World, clusters: &Api<Cluster>, log: &Path) {
-    let (sim, client) = (&world.sim, &world.client);
+pub(crate) async fn scale_rack_b_down_to_one(s: &Scenario, clusters: &Api<Cluster>) {
+    let (sim, client) = (s.sim(), &s.world.client);
     let ips = cluster_ips(client).await;
-    let leaving_ips: Vec<(String, String)> = [2, 1]
+    let leaving: Vec<(String, String)> = [2, 1]
         .iter()
         .map(|o| {
             let member = format!("{STS_B}-{o}");
@@ -222,113 +208,96 @@ pub(crate) async fn scale_rack_b_down_to_one(world: &World, clusters: &Api<Clust
         .collect();
     set_members(clusters, &[("europe-west1-b", 1), ("europe-west1-c", 2)]).await;
 
-    let mut left_order: Vec<String> = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(240);
-    loop {
-        let rows = ring_rows(sim);
-        let leaving: Vec<&String> = rows
-            .iter()
-            .filter(|(_, s)| *s == NodeStatus::UL)
-            .map(|(a, _)| a)
-            .collect();
-        assert!(
-            leaving.len() <= 1,
-            "two members leave at once:\n{}",
-            ring_text(sim)
-        );
-        for (member, ip) in &leaving_ips {
-            let in_ring = rows.iter().any(|(a, _)| a == ip);
-            if !in_ring && !left_order.contains(member) {
-                left_order.push(member.clone());
+    let left_order = RefCell::new(Vec::new());
+    until_with(
+        "the scale-down of rack b to 1 member",
+        secs(240),
+        || async {
+            let leaving_now = ring(sim).count(NodeStatus::UL);
+            assert!(
+                leaving_now <= 1,
+                "two members leave at once:\n{}",
+                ring(sim).text()
+            );
+            for (member, ip) in &leaving {
+                let mut left_order = left_order.borrow_mut();
+                if !in_ring(sim, ip) && !left_order.contains(member) {
+                    left_order.push(member.clone());
+                }
             }
-        }
-        // Nothing deleted before its member left the ring.
-        let (claims, services) = (
-            names::<PersistentVolumeClaim>(client).await,
-            names::<Service>(client).await,
-        );
-        let rows = ring_rows(sim);
-        for (member, ip) in &leaving_ips {
-            let still_in_ring = rows.iter().any(|(a, _)| a == ip);
-            if still_in_ring {
-                assert!(
-                    claims.contains(&format!("data-{member}")),
-                    "the claim of {member} was deleted while it is in the ring:\n{}",
-                    ring_text(sim)
-                );
-                assert!(
-                    services.contains(member),
-                    "the Service of {member} was deleted while it is in the ring"
-                );
+            // Nothing deleted before its member left the ring (judged by a
+            // ring read after the lists).
+            let (claims, services) = (
+                names::<PersistentVolumeClaim>(client).await,
+                names::<Service>(client).await,
+            );
+            for (member, ip) in &leaving {
+                if in_ring(sim, ip) {
+                    assert!(
+                        claims.contains(&format!("data-{member}")),
+                        "the claim of {member} was deleted while it is in the ring:\n{}",
+                        ring(sim).text()
+                    );
+                    assert!(
+                        services.contains(member),
+                        "the Service of {member} was deleted while it is in the ring"
+                    );
+                }
             }
-        }
-        let c = clusters.get("cassandra").await.unwrap();
-        let status = c.status.clone().unwrap_or_default();
-        let converged = condition(&c, "Progressing").is_some_and(|(s, _, _)| s == "False")
-            && status.members == 3;
-        if converged && status.ready_members == 3 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the scale-down did not converge: {:?}\n{}\ncontroller:\n{}\n{}",
-            status,
-            ring_text(sim),
-            tail(log),
-            container_logs(log.parent().unwrap())
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+            let c = clusters.get("cassandra").await.unwrap();
+            let status = c.status.clone().unwrap_or_default();
+            ensure(
+                condition_is(&c, "Progressing", "False")
+                    && status.members == 3
+                    && status.ready_members == 3,
+                || format!("{status:?}"),
+            )
+        },
+        || s.context(),
+    )
+    .await;
     assert_eq!(
-        left_order,
+        left_order.into_inner(),
         vec![format!("{STS_B}-2"), format!("{STS_B}-1")],
         "members leave highest first, one after the other"
     );
     // The removed members' claims and Services are gone (cleaned once
     // the StatefulSet no longer counts them).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (claims, services) = (
-            names::<PersistentVolumeClaim>(client).await,
-            names::<Service>(client).await,
-        );
-        let left: Vec<&String> = leaving_ips
-            .iter()
-            .map(|(m, _)| m)
-            .filter(|m| claims.contains(&format!("data-{m}")) || services.contains(*m))
-            .collect();
-        if left.is_empty() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "leftovers of {left:?} remain: {claims:?} {services:?}\n{}",
-            tail(log)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    until_with(
+        "the removed members' claims and Services gone",
+        secs(30),
+        || async {
+            let (claims, services) = (
+                names::<PersistentVolumeClaim>(client).await,
+                names::<Service>(client).await,
+            );
+            let left: Vec<&String> = leaving
+                .iter()
+                .map(|(m, _)| m)
+                .filter(|m| claims.contains(&format!("data-{m}")) || services.contains(*m))
+                .collect();
+            ensure(left.is_empty(), || {
+                format!("leftovers of {left:?} remain: {claims:?} {services:?}")
+            })
+        },
+        || s.context(),
+    )
+    .await;
     let sts: Api<StatefulSet> = Api::namespaced(client.clone(), NS);
     let replicas = sts.get(STS_B).await.unwrap().spec.unwrap().replicas;
     assert_eq!(replicas, Some(1));
-    let (up, status, report) = ring_summary(sim);
-    assert_eq!(up, 3, "{status}");
-    assert!(
-        report.is_clean(),
-        "the scale-down lost data:\n{report}\n{status}"
-    );
-    let reasons: Vec<String> = events(client).await.into_iter().map(|(r, _)| r).collect();
-    for reason in ["MemberDecommissioning", "RackScaledDown", "MemberRemoved"] {
-        assert!(
-            reasons.iter().any(|r| r == reason),
-            "no {reason} Event: {reasons:?}"
-        );
-    }
+    ring(sim).assert_intact(3);
+    assert_events(
+        client,
+        &["MemberDecommissioning", "RackScaledDown", "MemberRemoved"],
+    )
+    .await;
 }
 
 /// Deletes the Node of member b-0 (its local disk goes with it): the
 /// member is replaced with the same ClusterIP on another Node.
-pub(crate) async fn lose_the_node_of_b0(world: &World, clusters: &Api<Cluster>, log: &Path) {
-    let (sim, client) = (&world.sim, &world.client);
+pub(crate) async fn lose_the_node_of_b0(s: &Scenario, clusters: &Api<Cluster>) {
+    let (sim, client) = (s.sim(), &s.world.client);
     let member = format!("{STS_B}-0");
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let old = pods.get(&member).await.unwrap();
@@ -341,104 +310,65 @@ pub(crate) async fn lose_the_node_of_b0(world: &World, clusters: &Api<Cluster>, 
         .unwrap();
 
     let services: Api<Service> = Api::namespaced(client.clone(), NS);
-    let mut saw_replace_label = false;
-    let deadline = Instant::now() + Duration::from_secs(240);
-    loop {
-        let labels = services
-            .get(&member)
-            .await
-            .unwrap()
-            .metadata
-            .labels
-            .unwrap_or_default();
-        if let Some(value) = labels.get(crds::contract::REPLACE) {
-            assert_eq!(
-                value, &ip,
-                "the replace record names the member's ClusterIP"
-            );
-            saw_replace_label = true;
-        }
-        let pod = pods.get_opt(&member).await.unwrap();
-        let on_new_node = pod
-            .as_ref()
-            .and_then(|p| p.spec.as_ref()?.node_name.clone())
-            .is_some_and(|n| n != old_node);
-        let ready = pod.as_ref().is_some_and(pod_ready);
-        let rows = ring_rows(sim);
-        let up = rows.iter().filter(|(_, s)| *s == NodeStatus::UN).count();
-        let c = clusters.get("cassandra").await.unwrap();
-        let progressing_done = condition(&c, "Progressing").is_some_and(|(s, _, _)| s == "False");
-        if saw_replace_label
-            && on_new_node
-            && ready
-            && !labels.contains_key(crds::contract::REPLACE)
-            && up == 3
-            && progressing_done
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "member {member} was not replaced (label seen: {saw_replace_label}, new node: {on_new_node}, ready: {ready}):\n{}\ncontroller:\n{}\n{}",
-            ring_text(sim),
-            tail(log),
-            container_logs(log.parent().unwrap())
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let rows = ring_rows(sim);
+    let saw_replace_label = Cell::new(false);
+    until_with(
+        &format!("member {member} replaced"),
+        secs(240),
+        || async {
+            let service = services.get(&member).await.unwrap();
+            let replace = label(&service.metadata, contract::REPLACE);
+            if let Some(value) = &replace {
+                assert_eq!(
+                    value, &ip,
+                    "the replace record names the member's ClusterIP"
+                );
+                saw_replace_label.set(true);
+            }
+            let pod = pods.get_opt(&member).await.unwrap();
+            let on_new_node = pod
+                .as_ref()
+                .and_then(|p| p.spec.as_ref()?.node_name.clone())
+                .is_some_and(|n| n != old_node);
+            let ready = pod.as_ref().is_some_and(pod_ready);
+            let up = ring(sim).up();
+            let c = clusters.get("cassandra").await.unwrap();
+            let progressing_done = condition_is(&c, "Progressing", "False");
+            let label_seen = saw_replace_label.get();
+            ensure(label_seen
+                && on_new_node
+                && ready
+                && replace.is_none()
+                && up == 3
+                && progressing_done, || format!(
+                    "label seen: {label_seen}, label now: {replace:?}, new node: {on_new_node}, ready: {ready}, {up} UN, Progressing done: {progressing_done}"
+                ))
+        },
+        || s.context(),
+    )
+    .await;
     assert!(
-        rows.iter().any(|(a, s)| a == &ip && *s == NodeStatus::UN),
+        ring(sim)
+            .rows()
+            .iter()
+            .any(|(a, s)| a == &ip && *s == NodeStatus::UN),
         "the replacement took over the same address {ip}:\n{}",
-        ring_text(sim)
+        ring(sim).text()
     );
-    let (up, status, report) = ring_summary(sim);
-    assert_eq!(up, 3, "{status}");
-    assert!(
-        report.is_clean(),
-        "the replace lost data:\n{report}\n{status}"
-    );
-    let reasons: Vec<String> = events(client).await.into_iter().map(|(r, _)| r).collect();
-    for reason in ["MemberReplacing", "MemberReplaced"] {
-        assert!(
-            reasons.iter().any(|r| r == reason),
-            "no {reason} Event: {reasons:?}"
-        );
-    }
+    ring(sim).assert_intact(3);
+    assert_events(client, &["MemberReplacing", "MemberReplaced"]).await;
 }
 
 async fn scale_down_then_node_loss(version: &str) {
     let _one = ONE_WORLD.lock().await;
-    let work = tempfile::tempdir().unwrap();
-    let (world, _controller, log) = world(
-        &["europe-west1-b", "europe-west1-c"],
-        work.path(),
-        fast_ring(),
-        NS,
-    )
-    .await;
-    let clusters = thesis_five(
-        &world,
-        crds::v1alpha1::ClusterMode::Cassandra,
-        version,
-        &log,
-    )
-    .await;
-    scale_rack_b_down_to_one(&world, &clusters, &log).await;
-    lose_the_node_of_b0(&world, &clusters, &log).await;
-    delete_every_member_pod_at_once(&world, &clusters, 3, &log).await;
+    let s = setup().zones(&THESIS_ZONES).namespace(NS).start().await;
+    let clusters = thesis_five(&s, ClusterMode::Cassandra, version).await;
+    scale_rack_b_down_to_one(&s, &clusters).await;
+    lose_the_node_of_b0(&s, &clusters).await;
+    every_member_pod_deleted_at_once(&s, 3).await;
 }
 
-/// Thesis 5.2.3's last step: every member Pod deleted at once (an outage
-/// of the whole cluster); all come back as themselves, the data check
-/// clean.
-pub(crate) async fn delete_every_member_pod_at_once(
-    world: &World,
-    clusters: &Api<Cluster>,
-    members: usize,
-    log: &Path,
-) {
-    let (sim, client) = (&world.sim, &world.client);
+/// The names of the Cluster's member Pods, `members` of them.
+async fn member_pods(client: &Client, members: usize) -> Vec<String> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let selector = format!("{}=cassandra", crds::labels::CLUSTER);
     let names: Vec<String> = pods
@@ -450,27 +380,21 @@ pub(crate) async fn delete_every_member_pod_at_once(
         .filter_map(|p| p.metadata.name)
         .collect();
     assert_eq!(names.len(), members, "{names:?}");
-    for name in &names {
-        pods.delete(name, &DeleteParams::default()).await.unwrap();
-    }
-    harness_until("every member down", 60, || {
-        ring_rows(sim).iter().all(|(_, s)| *s != NodeStatus::UN)
-    })
-    .await;
-    wait_ready(
-        clusters,
-        "cassandra",
-        members as i32,
-        Duration::from_secs(180),
-        log,
-    )
-    .await;
-    let (up, status, report) = ring_summary(sim);
-    assert_eq!(up, members, "{status}");
-    assert!(
-        report.is_clean(),
-        "the full outage lost data:\n{report}\n{status}"
-    );
+    names
+}
+
+/// Thesis 5.2.3's last step: every member Pod deleted at once (an outage
+/// of the whole cluster, the test's own act, which the safety watch
+/// excuses); every member goes down, then all come back as themselves, the
+/// data check clean.
+pub(crate) async fn every_member_pod_deleted_at_once(s: &Scenario, members: usize) {
+    let names = member_pods(&s.client(), members).await;
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    s.delete_pods(&names).await;
+    s.until("every member down", secs(60), || ready(s.ring().up() == 0))
+        .await;
+    s.until_ready("cassandra", members as i32, secs(180)).await;
+    s.ring().assert_intact(members);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -489,59 +413,64 @@ async fn scale_down_and_node_loss_on_cassandra_4_1_and_5_0() {
     }
 }
 
-/// A cluster `cassandra` of one rack `r` with `members` members of
-/// `version` on network disks, in a world with one zone; returns when all
-/// are ready.
-pub(crate) async fn one_rack(
-    world: &World,
-    version: &str,
-    members: i32,
-    log: &Path,
-) -> Api<Cluster> {
-    let cluster: Cluster = serde_json::from_value(json!({
-        "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
-        "metadata": {"name": "cassandra", "namespace": NS},
-        "spec": {"version": version, "datacenter": {"name": "dc", "racks": [{"name": "r", "members": members,
-            "storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
-                "spec": {"storageClassName": "standard", "resources": {"requests": {"storage": "1Gi"}}}}]},
-            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}
-    }))
-    .unwrap();
-    let clusters: Api<Cluster> = Api::namespaced(world.client.clone(), NS);
-    create(&clusters, &cluster).await;
-    wait_ready(
-        &clusters,
-        "cassandra",
-        members,
-        Duration::from_secs(180),
-        log,
-    )
-    .await;
-    clusters
+/// Cluster `cassandra` of one rack `r` with `members` members of `version`
+/// on network disks, all ready, with 300 keys in keyspace `ks` at
+/// replication factor `rf`.
+pub(crate) async fn one_rack(s: &Scenario, version: &str, members: i32, rf: usize) {
+    s.create(&cluster("cassandra").version(version).rack("r", members))
+        .await;
+    s.until_ready("cassandra", members, secs(180)).await;
+    s.ring().write(
+        "ks",
+        Replication::network_topology([("dc", rf)]),
+        300,
+        Consistency::Quorum,
+    );
 }
 
-pub(crate) async fn set_rack_r(clusters: &Api<Cluster>, members: i32) {
-    let mut racks = retried(|| clusters.get("cassandra"))
+/// A scenario (`setup`'s) in the thesis's zone b and namespace, with the
+/// thesis's Cluster as its manifest has it (rack b, on the local SSDs of
+/// the zone's Nodes) with `members` members, all ready, and 300 keys in
+/// keyspace `ks` at replication factor `rf`.
+pub(crate) async fn thesis_rack_b(setup: Setup, members: i32, rf: usize) -> Scenario {
+    let s = setup.zones(&THESIS_ZONES[..1]).namespace(NS).start().await;
+    let mut cluster = thesis_cluster();
+    cluster.spec.datacenter.racks[0].members = members;
+    s.create(cluster).await;
+    s.until_ready("cassandra", members, secs(180)).await;
+    s.ring().write(
+        "ks",
+        Replication::network_topology([("europe-west1", rf)]),
+        300,
+        Consistency::Quorum,
+    );
+    s
+}
+
+/// A StatefulSet's replicas (1 when its spec leaves them out).
+pub(crate) async fn replicas(s: &Scenario, statefulset: &str) -> i32 {
+    s.api::<StatefulSet>()
+        .get(statefulset)
         .await
+        .unwrap()
         .spec
-        .datacenter
-        .racks;
-    racks[0].members = members;
-    let patch = json!({"spec": {"datacenter": {"racks": racks}}});
-    let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+        .and_then(|s| s.replicas)
+        .unwrap_or(1)
+}
+
+/// Sets rack r's members (retried: the API server's faults may be on).
+pub(crate) async fn set_rack_r(s: &Scenario, members: i32) {
+    let patch = cluster("cassandra").rack("r", members).racks_patch();
+    let (clusters, params, patch) = (s.clusters(), PatchParams::default(), Patch::Merge(&patch));
     retried(|| clusters.patch("cassandra", &params, &patch)).await;
 }
-
-pub(crate) const STS_R: &str = "cassandra-dc-r";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statefulset_deleted_with_orphan_is_recreated_with_its_members() {
     let _one = ONE_WORLD.lock().await;
-    let work = tempfile::tempdir().unwrap();
-    let (world, _controller, log) = world(&["a"], work.path(), fast_ring(), NS).await;
-    let clusters = one_rack(&world, "3.11.6", 3, &log).await;
-    let client = world.client.clone();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let s = setup().namespace(NS).start().await;
+    one_rack(&s, "3.11.6", 3, 2).await;
+    let pods: Api<Pod> = s.api();
     let uids = |list: Vec<Pod>| -> BTreeMap<String, String> {
         list.into_iter()
             .filter_map(|p| Some((p.metadata.name?, p.metadata.uid?)))
@@ -552,97 +481,70 @@ async fn a_statefulset_deleted_with_orphan_is_recreated_with_its_members() {
 
     // `kubectl delete sts --cascade=orphan`, the usual way to change an
     // immutable field.
-    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), NS);
+    let statefulsets: Api<StatefulSet> = s.api();
     let old_uid = statefulsets.get(STS_R).await.unwrap().metadata.uid;
     statefulsets
         .delete(STS_R, &DeleteParams::orphan())
         .await
         .unwrap();
-    let recreated = loop {
-        if let Some(sts) = statefulsets.get_opt(STS_R).await.unwrap()
-            && sts.metadata.uid != old_uid
-        {
-            break sts;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let recreated = s
+        .until("the StatefulSet re-created", secs(60), || async {
+            statefulsets
+                .get_opt(STS_R)
+                .await
+                .unwrap()
+                .filter(|sts| sts.metadata.uid != old_uid)
+        })
+        .await;
     // At 0 the new StatefulSet would adopt the orphaned Pods and delete them.
     assert_eq!(
         recreated.spec.as_ref().and_then(|s| s.replicas),
         Some(3),
         "re-created with the members that exist\n{}",
-        tail(&log)
+        tail(&s.log)
     );
-    wait_ready(&clusters, "cassandra", 3, Duration::from_secs(60), &log).await;
+    s.until_ready("cassandra", 3, secs(60)).await;
     let after = uids(pods.list(&ListParams::default()).await.unwrap().items);
     assert_eq!(after, before, "no member Pod was deleted");
-    assert_eq!(
-        statefulsets
-            .get(STS_R)
-            .await
-            .unwrap()
-            .spec
-            .unwrap()
-            .replicas,
-        Some(3)
-    );
-    let (up, status, report) = ring_summary(&world.sim);
-    assert_eq!(up, 3, "{status}");
-    assert!(report.is_clean(), "{report}");
+    assert_eq!(replicas(&s, STS_R).await, 3);
+    s.ring().assert_intact(3);
     // The Event follows the StatefulSet's create, which the members'
     // readiness does not wait for: a loaded machine lists events first.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !events(&client)
-        .await
-        .iter()
-        .any(|(r, n)| r == "RackRecreated" && n.contains("3 members"))
-    {
-        assert!(
-            Instant::now() < deadline,
-            "no RackRecreated Event: {:?}",
-            events(&client).await
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let client = s.client();
+    s.until("a RackRecreated Event", secs(10), || async {
+        let events = events(&client).await;
+        ensure(
+            events
+                .iter()
+                .any(|(r, n)| r == "RackRecreated" && n.contains("3 members")),
+            || format!("{events:?}"),
+        )
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_decommission_removes_nothing_and_is_cancelled_by_raising_members() {
     let _one = ONE_WORLD.lock().await;
-    let work = tempfile::tempdir().unwrap();
-    let (world, _controller, log) = world(&["a"], work.path(), fast_ring(), NS).await;
-    let clusters = one_rack(&world, "4.1.8", 3, &log).await;
-    let client = world.client.clone();
-    world.sim.ring().with(|ring| {
-        ring.create_keyspace("ks", Replication::network_topology([("dc", 3)]))
-            .unwrap();
-        ring.write_keys("ks", "k", 300, Consistency::Quorum)
-            .unwrap();
-    });
+    let s = setup().namespace(NS).start().await;
+    one_rack(&s, "4.1.8", 3, 3).await;
+    let (clusters, client) = (s.clusters(), s.client());
     // 4.x refuses: 2 nodes would be left for a keyspace at RF 3.
-    set_rack_r(&clusters, 2).await;
+    set_rack_r(&s, 2).await;
     let member = format!("{STS_R}-2");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let reason = loop {
-        let c = clusters.get("cassandra").await.unwrap();
-        let refused = c.status.as_ref().and_then(|s| {
-            s.racks.get("r")?.conditions.iter().find_map(|c| {
-                (c.type_ == "DecommissionRefused").then(|| c.message.clone().unwrap_or_default())
-            })
-        });
-        if let Some(reason) = refused {
-            break reason;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no DecommissionRefused condition: {:?}\n{}\n{}",
-            c.status,
-            tail(&log),
-            container_logs(work.path())
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    assert!(reason.contains(&"member 2".to_string()), "{reason}");
+    let reason = s
+        .until("a DecommissionRefused condition", secs(120), || async {
+            let c = clusters.get("cassandra").await.unwrap();
+            let refused = c.status.as_ref().and_then(|s| {
+                s.racks.get("r")?.conditions.iter().find_map(|c| {
+                    (c.type_ == "DecommissionRefused")
+                        .then(|| c.message.clone().unwrap_or_default())
+                })
+            });
+            refused.ok_or_else(|| format!("{:?}", c.status))
+        })
+        .await;
+    assert!(reason.contains("member 2"), "{reason}");
     let c = clusters.get("cassandra").await.unwrap();
     assert_eq!(
         condition(&c, "Degraded").map(|(s, r, _)| (s, r)),
@@ -656,17 +558,7 @@ async fn a_refused_decommission_removes_nothing_and_is_cancelled_by_raising_memb
         "no Warning Event quoting the reason"
     );
     // Nothing removed.
-    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), NS);
-    assert_eq!(
-        statefulsets
-            .get(STS_R)
-            .await
-            .unwrap()
-            .spec
-            .unwrap()
-            .replicas,
-        Some(3)
-    );
+    assert_eq!(replicas(&s, STS_R).await, 3);
     assert!(
         names::<PersistentVolumeClaim>(&client)
             .await
@@ -675,33 +567,18 @@ async fn a_refused_decommission_removes_nothing_and_is_cancelled_by_raising_memb
     assert!(names::<Service>(&client).await.contains(&member));
 
     // Raising members back cancels it.
-    set_rack_r(&clusters, 3).await;
-    let services: Api<Service> = Api::namespaced(client.clone(), NS);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let labels = services
-            .get(&member)
-            .await
-            .unwrap()
-            .metadata
-            .labels
-            .unwrap_or_default();
+    set_rack_r(&s, 3).await;
+    s.until("the decommission cancelled", secs(60), || async {
+        let service = s.service(&member).await;
         let c = clusters.get("cassandra").await.unwrap();
-        if !labels.contains_key(crds::contract::DECOMMISSIONED)
-            && condition(&c, "Ready").is_some_and(|(s, _, _)| s == "True")
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not cancelled: {labels:?} {:?}",
-            c.status
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let (up, status, report) = ring_summary(&world.sim);
-    assert_eq!(up, 3, "{status}");
-    assert!(report.is_clean(), "{report}");
+        let requested = label(&service.metadata, contract::DECOMMISSIONED);
+        ensure(
+            requested.is_none() && condition_is(&c, "Ready", "True"),
+            || format!("{:?} {:?}", service.metadata.labels, c.status),
+        )
+    })
+    .await;
+    s.ring().assert_intact(3);
 }
 
 /// A small deterministic generator (no dependency): the seed is printed so
@@ -718,161 +595,77 @@ impl Lcg {
     }
 }
 
+/// The scale-down of rack r from 3 to 2 with the controller SIGKILLed at
+/// random moments until it converged, the API server's faults on in every
+/// other run; back to 3 after each run. Every run converges with a clean
+/// data check, member 2's claim and Service exist as long as its address
+/// is in the ring, and each kill is recorded with how far the member's
+/// removal had gone: every run has kills that landed, and some landed
+/// while the removal was under way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scale_down_survives_the_controller_killed_at_random_moments() {
-    let runs: usize = std::env::var("LIFECYCLE_CRASH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
-    let seed = std::env::var("LIFECYCLE_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    eprintln!("LIFECYCLE_SEED={seed} LIFECYCLE_CRASH_RUNS={runs}");
+    let (runs, seed) = runs_and_seed(3);
     let mut random = Lcg(seed);
     let _one = ONE_WORLD.lock().await;
-    let work = tempfile::tempdir().unwrap();
-    let (world, controller, log) = world(&["a"], work.path(), fast_ring(), NS).await;
-    let clusters = one_rack(&world, "3.11.6", 3, &log).await;
-    let (sim, client) = (&world.sim, world.client.clone());
-    sim.ring().with(|ring| {
-        ring.create_keyspace("ks", Replication::network_topology([("dc", 2)]))
-            .unwrap();
-        ring.write_keys("ks", "k", 300, Consistency::Quorum)
-            .unwrap();
-    });
-    let safety = crate::safety::SafetyWatch::start(sim, NS);
-    let mut controller = Some(controller);
+    let mut s = setup().namespace(NS).start().await;
+    one_rack(&s, "3.11.6", 3, 2).await;
+    // The test runs the controller it kills.
+    s.stop_controller();
+    let mut controller = s.world.start_controller(&s.log, None).unwrap();
     let member = format!("{STS_R}-2");
-    let mut kills = 0;
+    let mut kills = Vec::new();
     for run in 0..runs {
         // Every other run with the API server's faults on.
         let faults = run % 2 == 1;
         if faults {
-            sim.set_faults(testworld::kubesim::faults::FaultConfig {
-                conflict_rate: 0.05,
-                error_rate: 0.05,
-                drop_watch_rate: 0.05,
-                drop_watch_after_ms: 2000,
-                // Committed writes whose answer is lost (a 504), and
-                // watch events delivered late: a controller acting on a
-                // stale cache.
-                lost_response_rate: 0.05,
-                late_watch_rate: 0.05,
-                late_watch_ms: 500,
-                ..Default::default()
-            });
+            s.sim().set_faults(five_percent_faults());
         }
-        let ip = loop {
-            if let Some(ip) = cluster_ips(&client).await.get(&member) {
-                break ip.clone();
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
-        set_rack_r(&clusters, 2).await;
-        let deadline = Instant::now() + Duration::from_secs(180);
-        let mut next_kill = Instant::now() + Duration::from_millis(100 + random.below(1500));
-        loop {
-            if Instant::now() >= next_kill {
-                drop(controller.take()); // SIGKILL
-                kills += 1;
-                tokio::time::sleep(Duration::from_millis(random.below(300))).await;
-                controller = Some(world.start_controller(&log, None).unwrap());
-                next_kill = Instant::now() + Duration::from_millis(300 + random.below(2000));
-            }
-            safety.assert_safe(&format!("run {run} (faults: {faults}, seed {seed})"));
-            let in_ring = ring_rows(sim).iter().any(|(a, _)| a == &ip);
-            let claims = names::<PersistentVolumeClaim>(&client).await;
-            let services = names::<Service>(&client).await;
-            if in_ring {
-                assert!(
-                    claims.contains(&format!("data-{member}")) && services.contains(&member),
-                    "run {run}: {member}'s claim or Service deleted while it is in the ring (seed {seed})"
-                );
-            }
-            let converged = !in_ring
-                && !claims.contains(&format!("data-{member}"))
-                && !services.contains(&member)
-                && clusters.get("cassandra").await.ok().is_some_and(|c| {
-                    condition(&c, "Ready").is_some_and(|(s, _, _)| s == "True")
-                        && c.status.is_some_and(|s| s.members == 2)
-                });
-            if converged {
-                break;
-            }
-            if Instant::now() >= deadline {
-                let services: Api<Service> = Api::namespaced(client.clone(), NS);
-                let records = services
-                    .get_opt(&member)
-                    .await
-                    .ok()
-                    .flatten()
-                    .map(|s| (s.metadata.labels, s.metadata.annotations));
-                let sts: Api<StatefulSet> = Api::namespaced(client.clone(), NS);
-                let replicas = sts
-                    .get_opt(STS_R)
-                    .await
-                    .ok()
-                    .flatten()
-                    .and_then(|s| s.spec?.replicas);
-                let status = clusters.get("cassandra").await.ok().and_then(|c| c.status);
-                let rings: Vec<_> = services
-                    .list(&Default::default())
-                    .await
-                    .map(|l| l.items)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter_map(|s| {
-                        let gossip = s.metadata.annotations?.get(crds::contract::GOSSIP)?.clone();
-                        Some((s.metadata.name?, gossip))
-                    })
-                    .collect();
-                let said: Vec<String> = std::fs::read_to_string(&log)
-                    .unwrap_or_default()
-                    .lines()
-                    .filter(|l| l.contains("missing") || l.contains("stale") || l.contains("Stale"))
-                    .map(str::to_string)
-                    .collect();
-                eprintln!("rings: {rings:#?}\ncontroller said: {said:#?}");
-                panic!(
-                    "run {run} (faults: {faults}, seed {seed}) did not converge:\n{}\n\
-                     {member}: {records:?}\nreplicas: {replicas:?}\nstatus: {status:?}\n{}",
-                    ring_text(sim),
-                    tail(&log)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let what = format!("run {run} (faults: {faults}, seed {seed})");
+        let address = s
+            .until(&format!("{member}'s Service"), secs(60), || {
+                ready(cluster_ip(s.sim(), &member))
+            })
+            .await;
+        set_rack_r(&s, 2).await;
+        let mut run_kills = Vec::new();
+        let removal = format!("{what}: {member} removed");
+        tokio::select! {
+            () = s.until(&removal, secs(180), || {
+                ready(removed(s.sim(), &member, &address, 2))
+            }) => {}
+            () = kill_at_random_moments(
+                &s,
+                &mut controller,
+                &mut random,
+                usize::MAX,
+                || Removal::of(s.sim(), &member, &address),
+                &mut run_kills,
+            ) => {}
         }
-        sim.set_faults(Default::default());
-        let (up, status, report) = ring_summary(sim);
-        assert_eq!(up, 2, "run {run}: {status}");
+        s.sim().set_faults(Default::default());
+        s.ring().assert_intact(2);
+        s.assert_safe(&what);
+        eprintln!("{what}: the controller killed with {member} {run_kills:?}");
         assert!(
-            report.is_clean(),
-            "run {run} lost data (seed {seed}):\n{report}\n{status}"
+            !run_kills.is_empty(),
+            "{what}: no controller kill landed: the run proved nothing"
         );
+        kills.extend(run_kills);
         // Back to 3 for the next run, the controller left alone.
-        if controller.is_none() {
-            controller = Some(world.start_controller(&log, None).unwrap());
+        if controller.exited().is_some() {
+            controller = s.world.start_controller(&s.log, None).unwrap();
         }
-        set_rack_r(&clusters, 3).await;
-        wait_ready(&clusters, "cassandra", 3, Duration::from_secs(120), &log).await;
-        let (up, status, report) = ring_summary(sim);
-        assert_eq!(up, 3, "run {run}: {status}");
-        assert!(report.is_clean(), "run {run}: {report}");
+        set_rack_r(&s, 3).await;
+        s.until_ready("cassandra", 3, secs(120)).await;
+        s.ring().assert_intact(3);
     }
-    safety.assert_safe(&format!("the scale-downs and scale-ups (seed {seed})"));
-    eprintln!("{runs} runs, {kills} controller kills");
-    // A crash test whose kills never landed proved nothing.
+    eprintln!("{runs} runs, {} controller kills", kills.len());
     assert!(
-        kills >= runs,
-        "{kills} controller kills in {runs} runs (seed {seed}): the crashes did not land"
+        kills
+            .iter()
+            .any(|k| (Removal::Asked..=Removal::ClaimDeleted).contains(k)),
+        "no controller kill landed while the removal was under way (seed {seed}): {kills:?}"
     );
-    drop(controller);
 }
 
 /// The scale-down with the controller SIGKILLed right after each of its
@@ -882,235 +675,133 @@ async fn the_scale_down_survives_the_controller_killed_at_random_moments() {
 /// its address is in the ring, and no key is lost. The writes are those
 /// that carry the protocol (the request, the shrink, the deletions), the
 /// Event after each step and the status patch that first says a member
-/// leaves. Each run starts with a fresh controller, whose Event recorder
-/// creates Events (one that saw an Event patches its series instead).
+/// leaves; at each crash, how far the member's removal has gone shows the
+/// crash came after that write. Each run starts with a fresh controller,
+/// whose Event recorder creates Events (one that saw an Event patches its
+/// series instead).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scale_down_survives_the_controller_killed_after_each_write() {
     let _one = ONE_WORLD.lock().await;
-    let work = tempfile::tempdir().unwrap();
-    let (world, controller, log) = world(&["a"], work.path(), fast_ring(), NS).await;
-    let clusters = one_rack(&world, "3.11.6", 3, &log).await;
-    let (sim, client) = (&world.sim, world.client.clone());
-    sim.ring().with(|ring| {
-        ring.create_keyspace("ks", Replication::network_topology([("dc", 2)]))
-            .unwrap();
-        ring.write_keys("ks", "k", 300, Consistency::Quorum)
-            .unwrap();
-    });
-    let safety = crate::safety::SafetyWatch::start(sim, NS);
+    let mut s = setup().namespace(NS).start().await;
+    one_rack(&s, "3.11.6", 3, 2).await;
+    s.stop_controller();
     let member = format!("{STS_R}-2");
     let claim = format!("data-{member}");
-    let user = testworld::harness::operator_user();
+    let (member, claim) = (member.as_str(), claim.as_str());
     let event = |reason: &str| Some(format!("\"reason\":\"{reason}\""));
-    let writes: Vec<(&str, &str, Option<String>, Option<String>)> = vec![
-        ("patch", "services", Some(member.clone()), None),
-        ("create", "events", None, event("MemberDecommissioning")),
-        (
-            "patch",
-            "clusters/status",
-            Some("cassandra".into()),
-            event("MemberLeaving"),
-        ),
-        ("patch", "statefulsets", Some(STS_R.to_string()), None),
-        ("create", "events", None, event("RackScaledDown")),
-        (
-            "delete",
-            "persistentvolumeclaims",
-            Some(claim.clone()),
-            None,
-        ),
-        ("delete", "services", Some(member.clone()), None),
-        ("create", "events", None, event("MemberRemoved")),
-    ];
-    let mut controller = controller;
-    for (verb, resource, name, contains) in &writes {
-        let write = format!(
-            "{verb} {resource} {}{}",
-            name.as_deref().unwrap_or("*"),
-            contains
-                .as_deref()
-                .map(|c| format!(" containing {c}"))
-                .unwrap_or_default()
-        );
-        drop(controller);
-        controller = world.start_controller(&log, None).unwrap();
-        let name = name.as_deref();
-        match contains {
-            Some(c) => world.crash_on_write_containing(
-                &controller,
-                Some(&user),
-                verb,
-                resource,
-                name,
-                c,
-                1,
-            ),
-            None => world.crash_on_write(&controller, Some(&user), verb, resource, name, 1),
-        }
-        let ip = loop {
-            if let Some(ip) = cluster_ips(&client).await.get(&member) {
-                break ip.clone();
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
-        set_rack_r(&clusters, 2).await;
-        let deadline = Instant::now() + Duration::from_secs(120);
-        let mut crashed = false;
-        loop {
-            if !crashed && controller.exited().is_some() {
-                crashed = true;
-                controller = world.start_controller(&log, None).unwrap();
-            }
-            safety.assert_safe(&format!("crash after {write}"));
-            let in_ring = ring_rows(sim).iter().any(|(a, _)| a == &ip);
-            let claims = names::<PersistentVolumeClaim>(&client).await;
-            let services = names::<Service>(&client).await;
-            if in_ring {
-                assert!(
-                    claims.contains(&claim) && services.contains(&member),
-                    "crash after {write}: {member}'s claim or Service deleted while it is in the ring"
-                );
-            }
-            let converged = crashed
-                && !in_ring
-                && !claims.contains(&claim)
-                && !services.contains(&member)
-                && clusters.get("cassandra").await.ok().is_some_and(|c| {
-                    condition(&c, "Ready").is_some_and(|(s, _, _)| s == "True")
-                        && c.status.is_some_and(|s| s.members == 2)
-                });
-            if converged {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "crash after {write} (crashed: {crashed}; a write the controller never made means this list is stale): did not converge\n{}\n{}",
-                ring_text(sim),
-                tail(&log)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let (up, status, report) = ring_summary(sim);
-        assert_eq!(up, 2, "crash after {write}: {status}");
+    use Removal::{Asked, ClaimDeleted, Left, Removed, Shrunk};
+    // The sidecar may leave the ring right after the request: the crash
+    // finds the member asked, or gone from the ring.
+    #[rustfmt::skip]
+    let writes = [
+        ("patch", "services", Some(member), None, Asked..=Left),
+        ("create", "events", None, event("MemberDecommissioning"), Asked..=Left),
+        ("patch", "clusters/status", Some("cassandra"), event("MemberLeaving"), Asked..=Left),
+        ("patch", "statefulsets", Some(STS_R), None, Shrunk..=Shrunk),
+        ("create", "events", None, event("RackScaledDown"), Shrunk..=Shrunk),
+        ("delete", "persistentvolumeclaims", Some(claim), None, ClaimDeleted..=ClaimDeleted),
+        ("delete", "services", Some(member), None, Removed..=Removed),
+        ("create", "events", None, event("MemberRemoved"), Removed..=Removed),
+    ]
+    .map(|(verb, resource, name, contains, then)| {
+        Write::new(verb, resource, name, contains, then)
+    });
+    let mut kills = 0;
+    for write in &writes {
+        let what = format!("crash after {write}");
+        let mut controller = crash_after(&s, write);
+        let address = s
+            .until(&format!("{member}'s Service"), secs(60), || {
+                ready(cluster_ip(s.sim(), member))
+            })
+            .await;
+        set_rack_r(&s, 2).await;
+        until_crashed(&s, &mut controller, write).await;
+        let removal = Removal::of(s.sim(), member, &address);
         assert!(
-            report.is_clean(),
-            "crash after {write} lost data:\n{report}\n{status}"
+            write.then.contains(&removal),
+            "{what}: {member} {removal:?} at the crash, not {:?}: the crash came after another write",
+            write.then
         );
-        set_rack_r(&clusters, 3).await;
-        wait_ready(&clusters, "cassandra", 3, Duration::from_secs(120), &log).await;
+        kills += 1;
+        let _controller = s.world.start_controller(&s.log, None).unwrap();
+        s.until(&format!("{what}: {member} removed"), secs(120), || {
+            ready(removed(s.sim(), member, &address, 2))
+        })
+        .await;
+        s.ring().assert_intact(2);
+        s.assert_safe(&what);
+        set_rack_r(&s, 3).await;
+        s.until_ready("cassandra", 3, secs(120)).await;
     }
-    safety.assert_safe("the scale-downs and scale-ups");
-    drop(controller);
+    assert_eq!(kills, writes.len(), "one crash after each write");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decommission_under_way_finishes_before_the_scale_up() {
     let _one = ONE_WORLD.lock().await;
-    let work = tempfile::tempdir().unwrap();
-    let mut ring = fast_ring();
-    // Long enough to raise the members back while the member streams.
-    ring.timing.decommission_ms = 4000;
-    let (world, _controller, log) = world(&["a"], work.path(), ring, NS).await;
-    let clusters = one_rack(&world, "3.11.6", 3, &log).await;
-    let (sim, client) = (&world.sim, world.client.clone());
-    sim.ring().with(|ring| {
-        ring.create_keyspace("ks", Replication::network_topology([("dc", 2)]))
-            .unwrap();
-        ring.write_keys("ks", "k", 300, Consistency::Quorum)
-            .unwrap();
-    });
+    let s = setup()
+        .namespace(NS)
+        // Long enough to raise the members back while the member streams.
+        .options(|o| o.ring.timing.decommission_ms = 4000)
+        .start()
+        .await;
+    one_rack(&s, "3.11.6", 3, 2).await;
     let member = format!("{STS_R}-2");
-    let old_ip = cluster_ips(&client).await[&member].clone();
-    let services: Api<Service> = Api::namespaced(client.clone(), NS);
-    let old_uid = services.get(&member).await.unwrap().metadata.uid;
-    set_rack_r(&clusters, 2).await;
-    harness_until("member 2 leaving", 60, || {
-        ring_rows(sim)
-            .iter()
-            .any(|(a, s)| a == &old_ip && *s == NodeStatus::UL)
+    let old_ip = cluster_ips(&s.client()).await[&member].clone();
+    let services: Api<Service> = s.api();
+    let old_uid = s.service(&member).await.metadata.uid;
+    set_rack_r(&s, 2).await;
+    s.until("member 2 leaving", secs(60), || {
+        ready(
+            s.ring()
+                .rows()
+                .iter()
+                .any(|(a, status)| a == &old_ip && *status == NodeStatus::UL),
+        )
     })
     .await;
     // Raised back while Cassandra streams: the decommission cannot be
     // undone, so it finishes, the member is removed, and a new one joins.
-    set_rack_r(&clusters, 3).await;
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
-        let uid = services
-            .get_opt(&member)
-            .await
-            .unwrap()
-            .and_then(|s| s.metadata.uid);
-        let c = clusters.get("cassandra").await.unwrap();
-        let ready = condition(&c, "Ready").is_some_and(|(s, _, _)| s == "True");
-        if ready && uid.is_some() && uid != old_uid {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no new member 2: {:?}\nits Service: {:?}\n{}\n{}",
-            c.status,
-            services.get_opt(&member).await.unwrap().map(|s| s.metadata),
-            ring_text(sim),
-            std::fs::read_to_string(&log)
+    set_rack_r(&s, 3).await;
+    s.until("a new member 2", secs(180), || async {
+        let service = services.get_opt(&member).await.unwrap();
+        let uid = service.as_ref().and_then(|s| s.metadata.uid.clone());
+        let c = s.clusters().get("cassandra").await.unwrap();
+        if condition_is(&c, "Ready", "True") && uid.is_some() && uid != old_uid {
+            Ok(())
+        } else {
+            let outcomes: Vec<String> = std::fs::read_to_string(&s.log)
                 .unwrap_or_default()
                 .lines()
-                .filter(|l| l.contains("outcome"))
-                .map(|l| l.split("outcome").nth(1).unwrap_or_default().to_string())
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert!(
-        !ring_rows(sim).iter().any(|(a, _)| a == &old_ip),
-        "the old member left the ring"
-    );
-    let reasons: Vec<String> = events(&client).await.into_iter().map(|(r, _)| r).collect();
-    for reason in [
-        "ScaleUpWaitsForDecommission",
-        "RackScaledDown",
-        "MemberRemoved",
-    ] {
-        assert!(
-            reasons.iter().any(|r| r == reason),
-            "no {reason} Event: {reasons:?}"
-        );
-    }
-    let (up, status, report) = ring_summary(sim);
-    assert_eq!(up, 3, "{status}");
-    assert!(report.is_clean(), "{report}");
-}
-
-async fn harness_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    testworld::harness::until(what, secs, || f().then_some(())).await
+                .filter_map(|l| Some(l.split("outcome").nth(1)?.to_string()))
+                .collect();
+            Err(format!(
+                "{:?}\nits Service: {:?}\noutcomes:\n{}",
+                c.status,
+                service.map(|s| s.metadata),
+                outcomes.join("\n")
+            ))
+        }
+    })
+    .await;
+    assert!(!in_ring(s.sim(), &old_ip), "the old member left the ring");
+    assert_events(
+        &s.client(),
+        &[
+            "ScaleUpWaitsForDecommission",
+            "RackScaledDown",
+            "MemberRemoved",
+        ],
+    )
+    .await;
+    s.ring().assert_intact(3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_member_pod_deleted_at_once_comes_back() {
     let _one = ONE_WORLD.lock().await;
-    let work = tempfile::tempdir().unwrap();
-    let (world, _controller, log) = world(&["a"], work.path(), fast_ring(), NS).await;
-    let clusters = one_rack(&world, "4.1.8", 3, &log).await;
-    let (sim, client) = (&world.sim, world.client.clone());
-    sim.ring().with(|ring| {
-        ring.create_keyspace("ks", Replication::network_topology([("dc", 3)]))
-            .unwrap();
-        ring.write_keys("ks", "k", 300, Consistency::Quorum)
-            .unwrap();
-    });
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    for ordinal in 0..3 {
-        pods.delete(&format!("{STS_R}-{ordinal}"), &DeleteParams::default())
-            .await
-            .unwrap();
-    }
-    // The Pods go (graceful deletion), then come back one at a time.
-    harness_until("the members down", 60, || {
-        ring_rows(sim).iter().all(|(_, s)| *s != NodeStatus::UN)
-    })
-    .await;
-    wait_ready(&clusters, "cassandra", 3, Duration::from_secs(120), &log).await;
-    let (up, status, report) = ring_summary(sim);
-    assert_eq!(up, 3, "{status}");
-    assert!(report.is_clean(), "{report}");
+    let s = setup().namespace(NS).start().await;
+    one_rack(&s, "4.1.8", 3, 3).await;
+    every_member_pod_deleted_at_once(&s, 3).await;
 }

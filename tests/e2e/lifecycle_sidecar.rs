@@ -8,269 +8,189 @@
 //! The full outage runs on Cassandra 4.1 by default; `LIFECYCLE_VERSIONS`
 //! (comma separated, e.g. `3.11.6,4.1.8,5.0.3`) runs it on others too.
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crds::Cluster;
 use crds::contract;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use nix::sys::signal::Signal;
 use serde_json::{Value, json};
-use testworld::harness::{self, World, WorldOptions, container_logs, fast_ring, tail};
-use testworld::kubesim::KubeSim;
+use testworld::harness::fast_ring;
 use testworld::ring::{Consistency, NodeStatus, Replication};
 
 use crate::common::ONE_WORLD;
+use crate::scenario::{Scenario, annotation, cluster, container_pid, secs, setup};
 
-/// The world with `zones` of 3 Nodes each, the CRD in namespace `db`, and
-/// the real binary as the controller.
-async fn world(
-    zones: &[&str],
-    work: &Path,
-    ring: testworld::ring::Options,
-) -> (World, harness::Process, PathBuf) {
-    let operator = PathBuf::from(env!("CARGO_BIN_EXE_cassandra-operator"));
-    let fake = harness::beside(&operator, "fake-cassandra").unwrap();
-    let mut opts = WorldOptions::new(operator, fake, harness::fixtures().unwrap(), zones);
-    opts.ring = ring;
-    let world = World::start(opts, work).await.unwrap();
-    world.install("db").await.unwrap();
-    let log = work.join("controller.log");
-    let controller = world.start_controller(&log, None).unwrap();
-    (world, controller, log)
-}
-
-/// A Cluster `c` in datacenter `dc` with one rack per `(zone, members)`.
-fn cluster(version: &str, racks: &[(&str, i32)]) -> Cluster {
-    let racks: Vec<Value> = racks
+/// Cluster `c` of `version`, one rack per `(zone, members)`, each in its
+/// zone.
+fn racks(version: &str, racks: &[(&str, i32)]) -> crate::scenario::ClusterSpec {
+    racks
         .iter()
-        .map(|(zone, members)| {
-            json!({"name": zone, "members": members,
-                "storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
-                    "spec": {"storageClassName": "standard", "resources": {"requests": {"storage": "1Gi"}}}}]},
-                "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
-                "placement": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [{"matchExpressions": [
-                        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}]}}}})
+        .fold(cluster("c").version(version), |c, (zone, members)| {
+            c.zone_rack(zone, *members)
         })
-        .collect();
-    serde_json::from_value(json!({
-        "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
-        "metadata": {"name": "c", "namespace": "db"},
-        "spec": {"version": version, "datacenter": {"name": "dc", "racks": racks}}
-    }))
-    .unwrap()
 }
 
-async fn create(world: &World, cluster: &Cluster) {
-    let clusters: Api<Cluster> = Api::namespaced(world.client.clone(), "db");
-    crate::common::create_cluster(&clusters, cluster).await;
+/// A member's Pod name in a one-rack cluster of the tests below.
+fn member(ordinal: usize) -> String {
+    format!("c-dc-r-{ordinal}")
 }
 
-/// Waits until the Cluster's status shows `members` members, all ready.
-async fn wait_ready(world: &World, members: i32, timeout: Duration, work: &Path) {
-    let clusters: Api<Cluster> = Api::namespaced(world.client.clone(), "db");
-    let deadline = Instant::now() + timeout;
-    loop {
-        let status = clusters.get("c").await.unwrap().status.unwrap_or_default();
-        if status.members == members && status.ready_members == members {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{}/{} ready, wanted {members}; {:?}\nring:\n{}\ncontroller:\n{}\ncontainers:\n{}",
-            status.ready_members,
-            status.members,
-            status.conditions,
-            ring_status(&world.sim),
-            tail(&work.join("controller.log")),
-            container_logs(work)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// Waits until every Pod named is Ready (the controller may be stopped).
-async fn wait_pods_ready(world: &World, names: &[String], timeout: Duration, work: &Path) {
-    let pods: Api<Pod> = Api::namespaced(world.client.clone(), "db");
-    let deadline = Instant::now() + timeout;
-    loop {
-        let mut ready = 0;
-        for name in names {
-            if let Ok(pod) = pods.get(name).await
-                && pod
-                    .status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
-            {
-                ready += 1;
-            }
-        }
-        if ready == names.len() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{ready}/{} pods ready\nring:\n{}\ncontainers:\n{}",
-            names.len(),
-            ring_status(&world.sim),
-            container_logs(work)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-fn ring_status(sim: &KubeSim) -> String {
-    sim.ring()
-        .with(|r| r.status(None).map(|s| s.to_string()).unwrap_or_default())
-}
-
-fn up_nodes(sim: &KubeSim) -> usize {
-    sim.ring().with(|ring| {
-        ring.status(None)
-            .map(|s| s.rows.iter().filter(|r| r.status == NodeStatus::UN).count())
-            .unwrap_or(0)
-    })
-}
-
-fn assert_ring(sim: &KubeSim, up: usize, what: &str) {
-    let (n, report) = sim.ring().with(|ring| {
-        let n = ring
-            .status(None)
+/// A member's address in the ring: its Service's ClusterIP.
+async fn address(s: &Scenario, pod: &str) -> String {
+    s.until(&format!("{pod}'s member Service"), secs(120), || async {
+        s.api::<Service>()
+            .get_opt(pod)
+            .await
             .unwrap()
-            .rows
-            .iter()
-            .filter(|r| r.status == NodeStatus::UN)
-            .count();
-        (n, ring.check())
-    });
-    assert_eq!(n, up, "{what}: UN nodes\n{}", ring_status(sim));
-    assert!(
-        report.is_clean(),
-        "{what}: data lost or under-replicated:\n{report}\n{}",
-        ring_status(sim)
-    );
+            .and_then(|service| service.spec?.cluster_ip)
+    })
+    .await
 }
 
-/// Everything a member's containers logged, every restart included.
-fn pod_logs(work: &Path, pod: &str) -> String {
-    fn walk(dir: &Path, out: &mut String) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
-        entries.sort();
-        for path in entries {
-            if path.is_dir() {
-                walk(&path, out);
-            } else {
-                out.push_str(&std::fs::read_to_string(&path).unwrap_or_default());
-            }
+/// Where the node at `address` stands in the ring: its `nodetool status`
+/// (None: not in the ring, left or never joined).
+fn ring_state(s: &Scenario, address: &str) -> Option<NodeStatus> {
+    s.ring()
+        .rows()
+        .into_iter()
+        .find_map(|(a, status)| (a == address).then_some(status))
+}
+
+/// Waits until the node at `address` shows `status` in the ring.
+async fn until_state(s: &Scenario, what: &str, address: &str, status: NodeStatus) {
+    s.until(what, secs(120), || async {
+        match ring_state(s, address) {
+            Some(now) if now == status => Ok(()),
+            now => Err(format!("{address} is {now:?}")),
         }
-    }
-    // One directory per Pod incarnation: `<namespace>_<pod>_<uid>`.
-    let prefix = format!("db_{pod}_");
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(work.join("pods"))
-        .map(|d| {
-            d.flatten()
-                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-                .map(|e| e.path().join("logs"))
-                .collect()
-        })
-        .unwrap_or_default();
-    dirs.sort();
-    let mut out = String::new();
-    for dir in dirs {
-        walk(&dir, &mut out);
-    }
-    out
+    })
+    .await
 }
 
-/// A log without its terminal colours.
-fn strip_ansi(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            // ESC [ ... letter
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
+/// Waits (30 s at most: gossip catching up) until `up` nodes are Up and
+/// Normal, then asserts the ring intact: no key lost or under-replicated.
+async fn until_intact(s: &Scenario, up: usize) {
+    s.until(&format!("{up} nodes Up and Normal"), secs(30), || async {
+        match s.ring().up() {
+            n if n == up => Ok(()),
+            n => Err(format!("{n} Up and Normal")),
         }
-    }
-    out
+    })
+    .await;
+    s.ring().assert_intact(up);
 }
 
-/// Waits until `path` is a file (a marker the sidecar writes).
-async fn wait_file(path: &Path, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !path.is_file() {
-        assert!(Instant::now() < deadline, "{what}: no {}", path.display());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// Waits until a member Service's decommission records (the claim and the
+/// refusal report) are cleared.
+async fn until_records_cleared(s: &Scenario, service: &str, timeout: Duration) {
+    s.until("the decommission records cleared", timeout, || async {
+        let meta = s.service(service).await.metadata;
+        match (
+            annotation(&meta, contract::DECOMMISSION_STARTED),
+            annotation(&meta, contract::DECOMMISSION_REFUSED),
+        ) {
+            (None, None) => Ok(()),
+            records => Err(format!("{records:?}")),
+        }
+    })
+    .await
 }
 
-/// The host PID of a Pod's first container (`kubesim://<pid>`).
-async fn container_pid(world: &World, pod: &str) -> i32 {
-    let pods: Api<Pod> = Api::namespaced(world.client.clone(), "db");
-    let id = pods
-        .get(pod)
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .container_statuses
-        .unwrap()[0]
-        .container_id
-        .clone()
-        .unwrap();
-    id.strip_prefix("kubesim://").unwrap().parse().unwrap()
+/// Waits until a marker the sidecar writes is a file.
+async fn until_file(s: &Scenario, marker: &std::path::Path, what: &str) {
+    s.until(what, secs(15), || async { marker.is_file() }).await
 }
 
-fn sigkill(pid: i32) {
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
+/// The controller's decommission request on a member Service, by hand.
+async fn request_decommission(s: &Scenario, pod: &str) {
+    decommission_label(s, pod, json!("false")).await
+}
+
+/// The request withdrawn (the label removed).
+async fn withdraw_decommission(s: &Scenario, pod: &str) {
+    decommission_label(s, pod, Value::Null).await
+}
+
+async fn decommission_label(s: &Scenario, pod: &str, value: Value) {
+    s.patch_service(
+        pod,
+        json!({"metadata": {"labels": {contract::DECOMMISSIONED: value}}}),
     )
-    .unwrap();
+    .await
 }
 
-async fn service(world: &World, name: &str) -> Service {
-    Api::<Service>::namespaced(world.client.clone(), "db")
-        .get(name)
+/// Whether host process `pid` runs (exists, and is not a zombie).
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| Some(!stat.rsplit_once(") ")?.1.starts_with(['Z', 'X'])))
+        .unwrap_or(false)
+}
+
+/// A SIGKILL sent to a member's running container.
+#[derive(Debug)]
+struct Kill {
+    pid: i32,
+    /// Where the member stood in the ring when it was killed (None: it had
+    /// left).
+    state: Option<NodeStatus>,
+}
+
+/// SIGKILLs `pod`'s container (its sidecar and Cassandra) as soon as one
+/// runs (it may be between restarts: a kill that hits no running process
+/// is no kill) and records where the member at `address` stood in the ring
+/// at that moment.
+async fn kill_member(s: &Scenario, pod: &str, address: &str) -> Kill {
+    let kill = s
+        .until(
+            &format!("{pod}'s container running, to kill it"),
+            secs(60),
+            || async {
+                let pid = container_pid(&s.pod(pod).await).ok_or("no container")?;
+                if !running(pid) {
+                    return Err(format!("{pid} not running"));
+                }
+                let state = ring_state(s, address);
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL)
+                    .map_err(|e| format!("kill {pid}: {e}"))?;
+                Ok(Kill { pid, state })
+            },
+        )
+        .await;
+    // Gone before anything else looks for a running container.
+    s.until(
+        &format!("{pod}'s killed container to die"),
+        secs(10),
+        || async { !running(kill.pid) },
+    )
+    .await;
+    kill
+}
+
+/// How many times `pod`'s container has restarted: the kubelet's count of
+/// the container's deaths, what proves that a kill landed.
+async fn restarts(s: &Scenario, pod: &str) -> i32 {
+    s.pod(pod)
         .await
-        .unwrap()
+        .status
+        .and_then(|status| Some(status.container_statuses?.first()?.restart_count))
+        .unwrap_or(0)
 }
 
-fn annotation(service: &Service, key: &str) -> Option<String> {
-    service.metadata.annotations.as_ref()?.get(key).cloned()
-}
-
-fn label(service: &Service, key: &str) -> Option<String> {
-    service.metadata.labels.as_ref()?.get(key).cloned()
-}
-
-async fn patch_service(world: &World, name: &str, patch: Value) {
-    Api::<Service>::namespaced(world.client.clone(), "db")
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-}
-
-/// The host directory of a member's data volume.
-async fn data_volume(world: &World, work: &Path, pod: &str) -> PathBuf {
-    let pvc = Api::<PersistentVolumeClaim>::namespaced(world.client.clone(), "db")
-        .get(&format!("data-{pod}"))
-        .await
-        .unwrap();
-    let pv = pvc.spec.unwrap().volume_name.unwrap();
-    work.join("pvs").join(pv)
+/// Waits until `pod`'s container has restarted at least `n` times since
+/// `since` (a [`restarts`] read before) and returns how many times it did.
+async fn until_restarted(s: &Scenario, pod: &str, since: i32, n: i32) -> i32 {
+    s.until(
+        &format!("{pod}'s container to die {n} time(s)"),
+        secs(30),
+        || async {
+            match restarts(s, pod).await - since {
+                died if died >= n => Ok(died),
+                died => Err(format!("{died} restarts")),
+            }
+        },
+    )
+    .await
 }
 
 /// The versions the full outage runs on.
@@ -292,75 +212,61 @@ async fn a_full_outage_comes_back() {
     let _one = ONE_WORLD.lock().await;
     for version in outage_versions() {
         let started = Instant::now();
-        let work = tempfile::tempdir().unwrap();
-        let (world, _controller, _log) = world(&["b", "c"], work.path(), fast_ring()).await;
-        create(&world, &cluster(&version, &[("b", 3), ("c", 2)])).await;
-        wait_ready(&world, 5, Duration::from_secs(240), work.path()).await;
-        world.sim.ring().with(|ring| {
-            ring.create_keyspace("ks", Replication::network_topology([("dc", 3)]))
-                .unwrap();
-            ring.write_keys("ks", "key", 1000, Consistency::Quorum)
-                .unwrap();
-        });
-        assert_ring(&world.sim, 5, &format!("{version}: converged"));
+        let s = setup().zones(&["b", "c"]).start().await;
+        s.create(&racks(&version, &[("b", 3), ("c", 2)])).await;
+        s.until_ready("c", 5, secs(240)).await;
+        s.ring().write(
+            "ks",
+            Replication::network_topology([("dc", 3)]),
+            1000,
+            Consistency::Quorum,
+        );
+        eprintln!("{version}: converged");
+        s.ring().assert_intact(5);
 
-        let names: Vec<String> = ["c-dc-b-0", "c-dc-b-1", "c-dc-b-2", "c-dc-c-0", "c-dc-c-1"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        let pods: Api<Pod> = Api::namespaced(world.client.clone(), "db");
+        let names = ["c-dc-b-0", "c-dc-b-1", "c-dc-b-2", "c-dc-c-0", "c-dc-c-1"];
         let mut uids = Vec::new();
-        for name in &names {
-            let pod = pods.get(name).await.unwrap();
-            uids.push(pod.metadata.uid.unwrap());
+        for name in names {
+            uids.push(s.pod(name).await.metadata.uid.unwrap());
             // Every bootstrapped member recorded it on its volume.
-            let marker =
-                contract::bootstrapped_marker(&data_volume(&world, work.path(), name).await);
-            wait_file(&marker, &format!("{version}: {name}")).await;
+            let marker = contract::bootstrapped_marker(&s.data_volume(name).await);
+            until_file(
+                &s,
+                &marker,
+                &format!("{version}: {name}'s bootstrap marker"),
+            )
+            .await;
         }
-        for name in &names {
-            pods.delete(name, &DeleteParams::default()).await.unwrap();
-        }
+        s.delete_pods(&names).await;
         // Every Pod is gone or replaced before any is ready again.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let mut replaced = 0;
-            for (name, uid) in names.iter().zip(&uids) {
-                if pods
-                    .get(name)
-                    .await
-                    .ok()
-                    .and_then(|p| p.metadata.uid)
-                    .as_ref()
-                    != Some(uid)
-                {
-                    replaced += 1;
+        let pods = s.api::<Pod>();
+        s.until(
+            &format!("{version}: every Pod deleted"),
+            secs(60),
+            || async {
+                let mut left = Vec::new();
+                for (name, uid) in names.iter().zip(&uids) {
+                    let pod = pods.get_opt(name).await.unwrap();
+                    if pod.and_then(|p| p.metadata.uid).as_ref() == Some(uid) {
+                        left.push(name);
+                    }
                 }
-            }
-            if replaced == names.len() {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{version}: the Pods were not deleted"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        wait_pods_ready(&world, &names, Duration::from_secs(240), work.path()).await;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while up_nodes(&world.sim) < 5 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert_ring(&world.sim, 5, &format!("{version}: after the full outage"));
+                if left.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("not deleted yet: {left:?}"))
+                }
+            },
+        )
+        .await;
+        let names: Vec<String> = names.map(String::from).into();
+        s.until_pods_ready(&names, secs(240)).await;
+        eprintln!("{version}: after the full outage");
+        until_intact(&s, 5).await;
         // Member 0 came back listing itself: it can start when no other
         // member is up.
-        let ip = service(&world, "c-dc-b-0")
-            .await
-            .spec
-            .unwrap()
-            .cluster_ip
-            .unwrap();
-        let logs = strip_ansi(&pod_logs(work.path(), "c-dc-b-0"));
+        let ip = address(&s, "c-dc-b-0").await;
+        let logs = s.pod_logs("c-dc-b-0");
         let seeded_itself = logs.lines().any(|l| {
             l.contains("configuration rendered")
                 && l.contains("bootstrapped=true")
@@ -389,51 +295,41 @@ async fn a_full_outage_comes_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_killed_in_its_bootstrap_resumes_it() {
     let _one = ONE_WORLD.lock().await;
-    let work = tempfile::tempdir().unwrap();
     let mut ring = fast_ring();
     // long enough to kill member 1 while it streams
     ring.timing.bootstrap_ms = 4000;
-    let (world, _controller, _log) = world(&["b"], work.path(), ring).await;
-    create(&world, &cluster("4.1.8", &[("b", 3)])).await;
+    let s = setup().zones(&["b"]).ring(ring).start().await;
+    s.create(&racks("4.1.8", &[("b", 3)])).await;
 
     // Data as soon as member 0 is up, so that the others must stream it.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while up_nodes(&world.sim) < 1 {
-        assert!(Instant::now() < deadline, "member 0 never came up");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    world.sim.ring().with(|ring| {
-        ring.create_keyspace("ks", Replication::simple(3)).unwrap();
-        ring.write_keys("ks", "key", 500, Consistency::One).unwrap();
-    });
+    s.until("member 0 up", secs(120), || async { s.ring().up() >= 1 })
+        .await;
+    s.ring()
+        .write("ks", Replication::simple(3), 500, Consistency::One);
 
     // Member 1 joining: kill its container (the sidecar and Cassandra).
-    let joining = || {
-        world.sim.ring().with(|ring| {
-            ring.status(None)
-                .map(|s| s.rows.iter().any(|r| r.status == NodeStatus::UJ))
-                .unwrap_or(false)
-        })
-    };
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !joining() {
-        assert!(
-            Instant::now() < deadline,
-            "member 1 never started its bootstrap\n{}",
-            container_logs(work.path())
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let volume = data_volume(&world, work.path(), "c-dc-b-1").await;
+    let victim = "c-dc-b-1";
+    let address = address(&s, victim).await;
+    until_state(&s, "member 1 in its bootstrap", &address, NodeStatus::UJ).await;
+    let volume = s.data_volume(victim).await;
     assert!(
         !contract::bootstrapped_marker(&volume).exists(),
         "the bootstrap was recorded before it completed"
     );
-    sigkill(container_pid(&world, "c-dc-b-1").await);
+    let before = restarts(&s, victim).await;
+    let kill = kill_member(&s, victim, &address).await;
+    assert_eq!(
+        kill.state,
+        Some(NodeStatus::UJ),
+        "member 1 was not joining when killed: {kill:?}\n{}",
+        s.ring().text()
+    );
+    // The kill landed: the kubelet saw the container die.
+    until_restarted(&s, victim, before, 1).await;
 
-    wait_ready(&world, 3, Duration::from_secs(240), work.path()).await;
-    assert_ring(&world.sim, 3, "after the interrupted bootstrap");
-    let logs = pod_logs(work.path(), "c-dc-b-1");
+    s.until_ready("c", 3, secs(240)).await;
+    s.ring().assert_intact(3);
+    let logs = s.pod_logs(victim);
     assert!(
         logs.contains("Detected previous bootstrap failure; retrying"),
         "member 1 did not resume its bootstrap:\n{}",
@@ -443,28 +339,29 @@ async fn a_member_killed_in_its_bootstrap_resumes_it() {
         !logs.contains("will not auto bootstrap because it is configured to be a seed node"),
         "member 1 skipped its bootstrap as a seed"
     );
-    wait_file(&contract::bootstrapped_marker(&volume), "member 1").await;
+    until_file(
+        &s,
+        &contract::bootstrapped_marker(&volume),
+        "member 1's bootstrap marker",
+    )
+    .await;
 }
 
-/// A member's Pod name in a one-rack cluster of the tests below.
-fn member(ordinal: usize) -> String {
-    format!("c-dc-r-{ordinal}")
-}
-
-/// Three members of `version` in rack `r`, brought up by the controller,
-/// which is then stopped so that only the sidecars act; `keys` keys at RF
-/// `rf` (SimpleStrategy).
-async fn three_members(version: &str, rf: usize, keys: usize, work: &Path) -> (World, Vec<String>) {
-    let (world, controller, _log) = world(&["r"], work, fast_ring()).await;
-    create(&world, &cluster(version, &[("r", 3)])).await;
-    wait_ready(&world, 3, Duration::from_secs(180), work).await;
-    drop(controller);
-    world.sim.ring().with(|ring| {
-        ring.create_keyspace("ks", Replication::simple(rf)).unwrap();
-        ring.write_keys("ks", "key", keys, Consistency::All)
-            .unwrap();
-    });
-    (world, (0..3).map(member).collect())
+/// Three members of `version` in rack `r` on a ring of `ring`'s timings,
+/// brought up by the controller, which is then stopped so that only the
+/// sidecars act; 300 keys at RF `rf` (SimpleStrategy).
+async fn three_members(
+    version: &str,
+    rf: usize,
+    ring: testworld::ring::Options,
+) -> (Scenario, Vec<String>) {
+    let mut s = setup().zones(&["r"]).ring(ring).start().await;
+    s.create(&racks(version, &[("r", 3)])).await;
+    s.until_ready("c", 3, secs(180)).await;
+    s.stop_controller();
+    s.ring()
+        .write("ks", Replication::simple(rf), 300, Consistency::All);
+    (s, (0..3).map(member).collect())
 }
 
 /// 4.1 refuses a decommission that would leave fewer nodes than a
@@ -475,74 +372,39 @@ async fn three_members(version: &str, rf: usize, keys: usize, work: &Path) -> (W
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_decommission_is_reported_and_withdrawn() {
     let _one = ONE_WORLD.lock().await;
-    let work = tempfile::tempdir().unwrap();
-    let (world, names) = three_members("4.1.8", 3, 300, work.path()).await;
+    let (s, names) = three_members("4.1.8", 3, fast_ring()).await;
     let last = &names[2];
-    patch_service(
-        &world,
-        last,
-        json!({"metadata": {"labels": {contract::DECOMMISSIONED: "false"}}}),
-    )
-    .await;
+    request_decommission(&s, last).await;
 
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let reason = loop {
-        let s = service(&world, last).await;
-        if let Some(reason) = annotation(&s, contract::DECOMMISSION_REFUSED) {
-            break reason;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no refusal reported: {:?}\n{}",
-            s.metadata.annotations,
-            container_logs(work.path())
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let reason = s
+        .until_annotation(last, contract::DECOMMISSION_REFUSED, secs(60))
+        .await;
     assert!(
         reason.contains("Not enough live nodes to maintain replication factor"),
         "{reason}"
     );
     // The call came after the claim, which stays: only the report lets the
     // controller withdraw.
-    assert!(annotation(&service(&world, last).await, contract::DECOMMISSION_STARTED).is_some());
+    let meta = s.service(last).await.metadata;
+    assert!(annotation(&meta, contract::DECOMMISSION_STARTED).is_some());
     // Backing off: over 12 s, at most the first refusal and two retries (5 s
     // then 10 s), where a 2 s loop would make six.
-    tokio::time::sleep(Duration::from_secs(12)).await;
-    let refusals = pod_logs(work.path(), last)
+    tokio::time::sleep(secs(12)).await;
+    let refusals = s
+        .pod_logs(last)
         .matches("cassandra refused the decommission")
         .count();
     assert!(
         (1..=3).contains(&refusals),
         "{refusals} refusals in 12 s: no back-off"
     );
-    assert_ring(&world.sim, 3, "after the refusal");
+    s.ring().assert_intact(3);
 
     // Withdrawn: the records go, the member serves on.
-    patch_service(
-        &world,
-        last,
-        json!({"metadata": {"labels": {contract::DECOMMISSIONED: null}}}),
-    )
-    .await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let s = service(&world, last).await;
-        let records = (
-            annotation(&s, contract::DECOMMISSION_STARTED),
-            annotation(&s, contract::DECOMMISSION_REFUSED),
-        );
-        if records == (None, None) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the records were not cleared: {records:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    wait_pods_ready(&world, &names, Duration::from_secs(30), work.path()).await;
-    assert_ring(&world.sim, 3, "after the withdrawal");
+    withdraw_decommission(&s, last).await;
+    until_records_cleared(&s, last, secs(30)).await;
+    s.until_pods_ready(&names, secs(30)).await;
+    s.ring().assert_intact(3);
 }
 
 /// A member whose node left the ring (decommission confirmed) is wanted
@@ -553,49 +415,36 @@ async fn a_refused_decommission_is_reported_and_withdrawn() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_decommission_marker_is_cleared_for_a_member_wanted_again() {
     let _one = ONE_WORLD.lock().await;
-    let work = tempfile::tempdir().unwrap();
-    let (world, names) = three_members("3.11.6", 2, 300, work.path()).await;
+    let (s, names) = three_members("3.11.6", 2, fast_ring()).await;
     let last = &names[2];
-    patch_service(
-        &world,
-        last,
-        json!({"metadata": {"labels": {contract::DECOMMISSIONED: "false"}}}),
-    )
-    .await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while label(&service(&world, last).await, contract::DECOMMISSIONED).as_deref() != Some("true") {
-        assert!(
-            Instant::now() < deadline,
-            "the decommission was not confirmed\n{}",
-            container_logs(work.path())
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_ring(&world.sim, 2, "after the decommission");
-    let volume = data_volume(&world, work.path(), last).await;
+    request_decommission(&s, last).await;
+    s.until_label(last, contract::DECOMMISSIONED, "true", secs(60))
+        .await;
+    s.ring().assert_intact(2);
+    let volume = s.data_volume(last).await;
     assert!(contract::decommission_marker(&volume).is_file());
 
     // Wanted again: the record goes, the Pod is made again on the same PVC.
-    patch_service(
-        &world,
+    s.patch_service(
         last,
         json!({"metadata": {
             "labels": {contract::DECOMMISSIONED: null},
             "annotations": {contract::DECOMMISSION_STARTED: null}}}),
     )
     .await;
-    let pods: Api<Pod> = Api::namespaced(world.client.clone(), "db");
-    pods.delete(last, &DeleteParams::default()).await.unwrap();
-    wait_pods_ready(&world, &names, Duration::from_secs(120), work.path()).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while up_nodes(&world.sim) < 3 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_ring(&world.sim, 3, "after the member came back");
+    s.delete_pods(&[last]).await;
+    s.until_pods_ready(&names, secs(120)).await;
+    until_intact(&s, 3).await;
     assert!(!contract::decommission_marker(&volume).exists());
-    wait_file(&contract::bootstrapped_marker(&volume), "the new member").await;
+    until_file(
+        &s,
+        &contract::bootstrapped_marker(&volume),
+        "the new member's bootstrap marker",
+    )
+    .await;
     assert!(
-        pod_logs(work.path(), last).contains("clearing it to bootstrap as a new member"),
+        s.pod_logs(last)
+            .contains("clearing it to bootstrap as a new member"),
         "the volume was not cleared"
     );
 }
@@ -609,78 +458,50 @@ async fn a_stale_decommission_marker_is_cleared_for_a_member_wanted_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_emptied_member_asks_for_a_replace_and_replaces_itself() {
     let _one = ONE_WORLD.lock().await;
-    let work = tempfile::tempdir().unwrap();
-    let (world, names) = three_members("4.1.8", 3, 300, work.path()).await;
+    let (s, names) = three_members("4.1.8", 3, fast_ring()).await;
     let last = &names[2];
-    let volume = data_volume(&world, work.path(), last).await;
+    let volume = s.data_volume(last).await;
     // The member records its bootstrap once it is NORMAL, up to a second
     // after it turns Ready; emptying the disk before that would let the
     // record land on the emptied disk, a disk that never held data.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !contract::bootstrapped_marker(&volume).exists() {
-        assert!(
-            Instant::now() < deadline,
-            "the member never recorded its bootstrap"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let marker = contract::bootstrapped_marker(&volume);
+    s.until("the member to record its bootstrap", secs(30), || async {
+        marker.exists()
+    })
+    .await;
     // The disk emptied under the running member, which then dies.
-    for entry in std::fs::read_dir(&volume).unwrap().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            std::fs::remove_dir_all(&path).unwrap();
-        } else {
-            std::fs::remove_file(&path).unwrap();
-        }
-    }
-    sigkill(container_pid(&world, last).await);
+    s.empty_data_volume(last).await;
+    s.kill_container(last).await;
 
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let request = loop {
-        let s = service(&world, last).await;
-        if let Some(request) = annotation(&s, contract::REPLACE_REQUESTED) {
-            break request;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no replace requested: {:?}\n{}",
-            s.metadata.annotations,
-            container_logs(work.path())
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let request = s
+        .until_annotation(last, contract::REPLACE_REQUESTED, secs(60))
+        .await;
     assert!(
         request.contains("already exists, cancelling join"),
         "{request}"
     );
 
     // The controller's answer, by hand: the member's own ClusterIP.
-    let s = service(&world, last).await;
-    let ip = s.spec.unwrap().cluster_ip.unwrap();
-    patch_service(
-        &world,
+    let ip = address(&s, last).await;
+    s.patch_service(
         last,
         json!({"metadata": {"labels": {contract::REPLACE: ip}}}),
     )
     .await;
-    wait_pods_ready(&world, &names, Duration::from_secs(120), work.path()).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while up_nodes(&world.sim) < 3 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_ring(&world.sim, 3, "after the replace");
-    let logs = pod_logs(work.path(), last);
+    s.until_pods_ready(&names, secs(120)).await;
+    until_intact(&s, 3).await;
+    let logs = s.pod_logs(last);
     assert!(
         logs.contains(&format!("-Dcassandra.replace_address_first_boot={ip}"))
             || logs.contains("Writes will not be forwarded to this node during replacement"),
         "the member did not start as a replacement"
     );
     // The request is fulfilled.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while annotation(&service(&world, last).await, contract::REPLACE_REQUESTED).is_some() {
-        assert!(Instant::now() < deadline, "the replace request stayed");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    s.until("the replace request to go", secs(30), || async {
+        let meta = s.service(last).await.metadata;
+        annotation(&meta, contract::REPLACE_REQUESTED).is_none()
+    })
+    .await;
 }
 
 /// Every descendant of a process (children first found through /proc).
@@ -698,68 +519,53 @@ fn descendants(pid: i32) -> Vec<i32> {
     out
 }
 
-fn signal_all(pids: &[i32], signal: nix::sys::signal::Signal) {
-    for pid in pids {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), signal);
-    }
+/// Sends `signal` to each of `pids` that runs; returns those it reached.
+fn signal_running(pids: &[i32], signal: Signal) -> Vec<i32> {
+    pids.iter()
+        .copied()
+        .filter(|pid| {
+            running(*pid)
+                && nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), signal).is_ok()
+        })
+        .collect()
 }
 
 /// A 3-member 3.11 cluster (RF 2) whose last member's decommission stream
-/// fails: member 0, a new replica of its ranges, is frozen (its lease runs
-/// out and the ring has it down when the stream to it is due). Returns the
-/// frozen processes, still stopped, and the reported reason.
-async fn failed_stream(work: &Path) -> (World, Vec<i32>, String) {
+/// fails: member 0, a new replica of its ranges, is frozen while member 2
+/// is leaving (its lease runs out and the ring has it down when the stream
+/// to it is due). Returns the frozen processes, still stopped, and the
+/// reported reason.
+async fn failed_stream() -> (Scenario, Vec<i32>, String) {
     let mut ring = fast_ring();
     // long enough for a new replica to be found down before the stream ends
     ring.timing.decommission_ms = 8000;
-    let (world, controller, _log) = world(&["r"], work, ring).await;
-    create(&world, &cluster("3.11.6", &[("r", 3)])).await;
-    wait_ready(&world, 3, Duration::from_secs(180), work).await;
-    drop(controller);
-    world.sim.ring().with(|ring| {
-        ring.create_keyspace("ks", Replication::simple(2)).unwrap();
-        ring.write_keys("ks", "key", 300, Consistency::All).unwrap();
-    });
-    let last = member(2);
-    patch_service(
-        &world,
-        &last,
-        json!({"metadata": {"labels": {contract::DECOMMISSIONED: "false"}}}),
-    )
-    .await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let leaving = world.sim.ring().with(|ring| {
-            ring.status(None)
-                .map(|s| s.rows.iter().any(|r| r.status == NodeStatus::UL))
-                .unwrap_or(false)
-        });
-        if leaving {
-            break;
-        }
-        assert!(Instant::now() < deadline, "member 2 never started leaving");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let frozen = descendants(container_pid(&world, &member(0)).await);
-    assert!(!frozen.is_empty(), "member 0 runs no database");
-    signal_all(&frozen, nix::sys::signal::Signal::SIGSTOP);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let reason = loop {
-        if let Some(reason) = annotation(
-            &service(&world, &last).await,
-            contract::DECOMMISSION_REFUSED,
-        ) {
-            break reason;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the failed stream was not reported\n{}",
-            container_logs(work)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let (s, names) = three_members("3.11.6", 2, ring).await;
+    let (first, last) = (&names[0], &names[2]);
+    let (first_address, last_address) = (address(&s, first).await, address(&s, last).await);
+    request_decommission(&s, last).await;
+    until_state(&s, "member 2 leaving", &last_address, NodeStatus::UL).await;
+
+    let database = descendants(container_pid(&s.pod(first).await).expect("member 0 runs"));
+    let states = (
+        ring_state(&s, &first_address),
+        ring_state(&s, &last_address),
+    );
+    let frozen = signal_running(&database, Signal::SIGSTOP);
+    assert!(
+        !frozen.is_empty(),
+        "member 0 runs no database to freeze: {database:?}"
+    );
+    assert_eq!(
+        states,
+        (Some(NodeStatus::UN), Some(NodeStatus::UL)),
+        "member 0 frozen as a live new replica while member 2 leaves\n{}",
+        s.ring().text()
+    );
+    let reason = s
+        .until_annotation(last, contract::DECOMMISSION_REFUSED, secs(60))
+        .await;
     assert!(reason.contains("Stream failed"), "{reason}");
-    (world, frozen, reason)
+    (s, frozen, reason)
 }
 
 /// On 3.11 (and 4.x) a decommission whose stream fails leaves the node
@@ -770,31 +576,17 @@ async fn failed_stream(work: &Path) -> (World, Vec<i32>, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_stream_is_reported_and_the_decommission_retried() {
     let _one = ONE_WORLD.lock().await;
-    let work = tempfile::tempdir().unwrap();
-    let (world, frozen, _reason) = failed_stream(work.path()).await;
+    let (s, frozen, _reason) = failed_stream().await;
     let last = member(2);
-    signal_all(&frozen, nix::sys::signal::Signal::SIGCONT);
+    signal_running(&frozen, Signal::SIGCONT);
 
     // Member 0 comes back; the retry completes the decommission.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while label(&service(&world, &last).await, contract::DECOMMISSIONED).as_deref() != Some("true")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the retried decommission was not confirmed\n{}\n{}",
-            ring_status(&world.sim),
-            container_logs(work.path())
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while up_nodes(&world.sim) < 2 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_ring(&world.sim, 2, "after the retried decommission");
-    let s = service(&world, &last).await;
+    s.until_label(&last, contract::DECOMMISSIONED, "true", secs(120))
+        .await;
+    until_intact(&s, 2).await;
+    let meta = s.service(&last).await.metadata;
     assert_eq!(
-        annotation(&s, contract::DECOMMISSION_REFUSED),
+        annotation(&meta, contract::DECOMMISSION_REFUSED),
         None,
         "the retry's claim clears the report"
     );
@@ -807,44 +599,18 @@ async fn a_failed_stream_is_reported_and_the_decommission_retried() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_withdrawn_failed_decommission_restarts_the_node_back_to_normal() {
     let _one = ONE_WORLD.lock().await;
-    let work = tempfile::tempdir().unwrap();
-    let (world, frozen, _reason) = failed_stream(work.path()).await;
+    let (s, frozen, _reason) = failed_stream().await;
     let last = member(2);
     // Withdrawn at once, within the back-off: no retry has started.
-    patch_service(
-        &world,
-        &last,
-        json!({"metadata": {"labels": {contract::DECOMMISSIONED: null}}}),
-    )
-    .await;
-    signal_all(&frozen, nix::sys::signal::Signal::SIGCONT);
+    withdraw_decommission(&s, &last).await;
+    signal_running(&frozen, Signal::SIGCONT);
 
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let s = service(&world, &last).await;
-        let records = (
-            annotation(&s, contract::DECOMMISSION_STARTED),
-            annotation(&s, contract::DECOMMISSION_REFUSED),
-        );
-        if records == (None, None) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the records were not cleared: {records:?}\n{}",
-            container_logs(work.path())
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until_records_cleared(&s, &last, secs(60)).await;
     let names: Vec<String> = (0..3).map(member).collect();
-    wait_pods_ready(&world, &names, Duration::from_secs(120), work.path()).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while up_nodes(&world.sim) < 3 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_ring(&world.sim, 3, "after the withdrawal");
+    s.until_pods_ready(&names, secs(120)).await;
+    until_intact(&s, 3).await;
     assert!(
-        pod_logs(work.path(), &last).contains("restarting the database"),
+        s.pod_logs(&last).contains("restarting the database"),
         "the stuck node was not restarted"
     );
 }
@@ -874,70 +640,64 @@ fn random_ms(max_ms: u64) -> u64 {
 
 /// The leaving member's container (sidecar and Cassandra) SIGKILLed twice
 /// at random moments of its decommission (before the claim, during the
-/// ring delay, while streaming, after DECOMMISSIONED): every run ends with
-/// the decommission confirmed, 2 UN nodes and a clean data check.
+/// ring delay, while streaming, after DECOMMISSIONED): both kills land (a
+/// container between restarts is killed once it runs again), the member is
+/// never seen joining or back in the ring once it left, and every run ends
+/// with the decommission confirmed, 2 UN nodes and a clean data check.
 /// `LIFECYCLE_CRASH_RUNS=20` makes 20 runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leaving_member_killed_at_random_moments_still_decommissions_safely() {
     let _one = ONE_WORLD.lock().await;
-    for run in 0..crash_runs() {
-        let work = tempfile::tempdir().unwrap();
+    let runs = crash_runs();
+    let mut landed = 0;
+    for run in 0..runs {
         let mut ring = fast_ring();
         ring.timing.decommission_ms = 1500;
-        let (world, controller, _log) = world(&["r"], work.path(), ring).await;
-        create(&world, &cluster("3.11.6", &[("r", 3)])).await;
-        wait_ready(&world, 3, Duration::from_secs(180), work.path()).await;
-        drop(controller);
-        world.sim.ring().with(|ring| {
-            ring.create_keyspace("ks", Replication::simple(2)).unwrap();
-            ring.write_keys("ks", "key", 300, Consistency::All).unwrap();
-        });
-        let last = member(2);
-        patch_service(
-            &world,
-            &last,
-            json!({"metadata": {"labels": {contract::DECOMMISSIONED: "false"}}}),
-        )
-        .await;
-        let kills = [random_ms(2500), random_ms(4000)];
-        for delay in kills {
+        let (s, names) = three_members("3.11.6", 2, ring).await;
+        let last = &names[2];
+        let address = address(&s, last).await;
+        let before = restarts(&s, last).await;
+        request_decommission(&s, last).await;
+        let delays = [random_ms(2500), random_ms(4000)];
+        let mut kills = Vec::new();
+        for delay in delays {
             tokio::time::sleep(Duration::from_millis(delay)).await;
-            // The container may be between restarts: no PID to kill then.
-            let pods: Api<Pod> = Api::namespaced(world.client.clone(), "db");
-            let pid = pods
-                .get(&last)
-                .await
-                .ok()
-                .and_then(|p| p.status?.container_statuses?.first()?.container_id.clone())
-                .and_then(|id| id.strip_prefix("kubesim://")?.parse::<i32>().ok());
-            if let Some(pid) = pid {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
+            kills.push(kill_member(&s, last, &address).await);
         }
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while label(&service(&world, &last).await, contract::DECOMMISSIONED).as_deref()
-            != Some("true")
-        {
+        let moments = format!("run {run}: kills after {delays:?} ms: {kills:?}");
+        eprintln!("{moments}");
+        // In the ring (Normal before its claim, Leaving after) or left:
+        // a leaving member never joins again, nor comes back once it left.
+        for kill in &kills {
             assert!(
-                Instant::now() < deadline,
-                "run {run} (kills after {kills:?} ms): the decommission was not confirmed\n{}\n{}",
-                ring_status(&world.sim),
-                container_logs(work.path())
+                matches!(
+                    kill.state,
+                    None | Some(NodeStatus::UN | NodeStatus::DN | NodeStatus::UL | NodeStatus::DL)
+                ),
+                "{moments}: the leaving member was {:?}",
+                kill.state
             );
-            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while up_nodes(&world.sim) != 2 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some(left) = kills.iter().position(|k| k.state.is_none()) {
+            assert!(
+                kills[left..].iter().all(|k| k.state.is_none()),
+                "{moments}: the member came back to the ring after it left"
+            );
         }
-        assert_ring(
-            &world.sim,
-            2,
-            &format!("run {run} (kills after {kills:?} ms)"),
+
+        s.until_label(last, contract::DECOMMISSIONED, "true", secs(120))
+            .await;
+        until_intact(&s, 2).await;
+        // Every kill landed: the kubelet saw the container die at least
+        // once per kill (the sidecar also exits once by itself when a kill
+        // came between DECOMMISSIONED and its marker: Cassandra refuses to
+        // start, the sidecar records the marker and ends).
+        let died = until_restarted(&s, last, before, kills.len() as i32).await;
+        landed += kills.len();
+        eprintln!(
+            "run {run}: {} kills landed, {died} container deaths; confirmed, clean",
+            kills.len()
         );
-        eprintln!("run {run}: kills after {kills:?} ms: confirmed, clean");
     }
+    assert_eq!(landed, 2 * runs as usize, "kills landed over {runs} runs");
 }

@@ -12,21 +12,16 @@
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
-use crds::Cluster;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{
-    ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod, Service,
-};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
-use testworld::harness::{self, fast_ring, until};
+use testworld::harness;
 use testworld::ring::{Consistency, OperationMode, Replication};
 
 use crate::common::ONE_WORLD;
-use crate::nodes::pod_logs;
-use crate::world::{ring_summary, wait_ready, world};
+use crate::scenario::{Scenario, cluster, container_pid, secs, setup};
 
 const OLD: &str = "4.1.8";
 const NEW: &str = "5.0.3";
@@ -36,7 +31,7 @@ const NEW: &str = "5.0.3";
 /// port), from inside the Pod's network namespace (a thread of this
 /// process entering it, as `kubectl exec` would be inside the container):
 /// the HTTP response's body.
-fn jolokia_in_pod(pid: u32, port: u16, body: serde_json::Value) -> String {
+fn jolokia_in_pod(pid: i32, port: u16, body: serde_json::Value) -> String {
     std::thread::spawn(move || {
         let ns = std::fs::File::open(format!("/proc/{pid}/ns/net")).expect("the pod's netns");
         nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
@@ -59,7 +54,7 @@ fn jolokia_in_pod(pid: u32, port: u16, body: serde_json::Value) -> String {
 /// The sidecar's `/metrics` on the Pod's IP: the member's old-format
 /// sstables total, once it is served.
 fn old_format_gauge(pod_ip: &str) -> Option<u64> {
-    let (_, text) = crate::controller::http_get(&format!("{pod_ip}:8080"), "/metrics")?;
+    let (_, text) = crate::common::http_get(&format!("{pod_ip}:8080"), "/metrics")?;
     text.lines()
         .find_map(|l| l.strip_prefix("cassandra_operator_member_sstables_old_format "))
         .and_then(|v| v.trim().parse().ok())
@@ -74,57 +69,44 @@ fn data_files(data: &Path, version: &str) -> usize {
         .count()
 }
 
+/// The overrides ConfigMap `c-overrides` with `cassandra.yaml` `text`.
+fn overrides(text: &str) -> ConfigMap {
+    serde_json::from_value(json!({
+        "metadata": {"name": "c-overrides", "namespace": "db"},
+        "data": {"cassandra.yaml": text}
+    }))
+    .unwrap()
+}
+
+/// A member's address: its Service's ClusterIP.
+async fn address_of(s: &Scenario, member: &str) -> String {
+    s.service(member).await.spec.unwrap().cluster_ip.unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_restarted_on_the_next_major_runs_mixed_and_counts_old_sstables() {
     let _one = ONE_WORLD.lock().await;
-    let work = tempfile::tempdir().unwrap();
-    let (world, controller, log) = world(&["a"], work.path(), fast_ring(), "db").await;
-    let (sim, client) = (&world.sim, world.client.clone());
-    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "db");
-    let overrides = |text: &str| -> ConfigMap {
-        serde_json::from_value(json!({
-            "metadata": {"name": "c-overrides", "namespace": "db"},
-            "data": {"cassandra.yaml": text}
-        }))
-        .unwrap()
-    };
+    let mut s = setup().start().await;
+    let configmaps: Api<ConfigMap> = s.api();
     configmaps
         .create(&PostParams::default(), &overrides("concurrent_reads: 32\n"))
         .await
         .unwrap();
-    let cluster: Cluster = serde_json::from_value(json!({
-        "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
-        "metadata": {"name": "c", "namespace": "db"},
-        "spec": {"version": OLD, "datacenter": {"name": "dc", "racks": [{"name": "r", "members": 3,
-            "configMapName": "c-overrides",
-            "storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
-                "spec": {"storageClassName": "standard", "resources": {"requests": {"storage": "1Gi"}}}}]},
-            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}
-    }))
-    .unwrap();
-    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
-    crate::common::create_cluster(&clusters, &cluster).await;
-    wait_ready(&clusters, "c", 3, Duration::from_secs(180), &log).await;
-    sim.ring().with(|r| {
-        r.create_keyspace("app", Replication::simple(3)).unwrap();
-        r.write_keys("app", "key", 1000, Consistency::Quorum)
-            .unwrap();
-    });
+    let c = cluster("c")
+        .version(OLD)
+        .rack("r", 3)
+        .with_rack(json!({"configMapName": "c-overrides"}));
+    s.create(&c).await;
+    s.until_ready("c", 3, secs(180)).await;
+    s.ring()
+        .write("app", Replication::simple(3), 1000, Consistency::Quorum);
 
     // The operator is stopped: the StatefulSet is changed by hand, and no
     // controller reverts or rolls it.
-    drop(controller);
+    s.stop_controller();
     let member = "c-dc-r-2";
-    let services: Api<Service> = Api::namespaced(client.clone(), "db");
-    let address = services
-        .get(member)
-        .await
-        .unwrap()
-        .spec
-        .unwrap()
-        .cluster_ip
-        .unwrap();
-    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), "db");
+    let address = address_of(&s, member).await;
+    let statefulsets: Api<StatefulSet> = s.api();
     let mut sts = statefulsets.get("c-dc-r").await.unwrap();
     let spec = sts.spec.as_mut().unwrap();
     spec.update_strategy = Some(serde_json::from_value(json!({"type": "OnDelete"})).unwrap());
@@ -152,19 +134,17 @@ async fn a_member_restarted_on_the_next_major_runs_mixed_and_counts_old_sstables
         .replace("c-dc-r", &PostParams::default(), &sts)
         .await
         .unwrap();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "db");
-    pods.delete(member, &DeleteParams::default()).await.unwrap();
+    s.delete_pods(&[member]).await;
 
     // The member comes back on 5.0, on its data: the ring runs mixed.
-    until("the member back on 5.0", 120, || {
-        sim.ring().with(|r| {
+    s.until("the member back on 5.0", secs(120), || async {
+        s.sim().ring().with(|r| {
             r.node_by_address(&address)
-                .filter(|n| n.release == NEW && n.mode() == Some(OperationMode::Normal))
-                .map(|_| ())
+                .is_some_and(|n| n.release == NEW && n.mode() == Some(OperationMode::Normal))
         })
     })
     .await;
-    let releases: Vec<String> = sim.ring().with(|r| {
+    let releases: Vec<String> = s.sim().ring().with(|r| {
         let mut v: Vec<String> = r
             .nodes()
             .filter(|n| n.process.is_some())
@@ -180,7 +160,7 @@ async fn a_member_restarted_on_the_next_major_runs_mixed_and_counts_old_sstables
     )
     .unwrap();
     let out = Command::new(&kubesim)
-        .args(["ring", "--url", &sim.sim_url(), "--check"])
+        .args(["ring", "--url", &s.sim().sim_url(), "--check"])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -190,64 +170,37 @@ async fn a_member_restarted_on_the_next_major_runs_mixed_and_counts_old_sstables
             .any(|l| l.contains(&address) && l.trim_end().ends_with(NEW)),
         "kubesim ring shows the upgraded member's release:\n{text}"
     );
-    sim.ring().with(|r| {
+    s.sim().ring().with(|r| {
         r.write_keys("app", "mixed", 100, Consistency::Quorum)
             .expect("a mixed ring takes writes")
     });
-    let (up, status, report) = ring_summary(sim);
-    assert_eq!(up, 3, "{status}");
-    assert!(report.is_clean(), "{report}\n{status}");
+    s.ring().assert_intact(3);
 
     // Its sidecar counts the sstables 4.1 left (`nb`; 5.0 writes `nc`
     // under its shipped CASSANDRA_4 mode).
-    let pod = pods.get(member).await.unwrap();
+    let pod = s.pod(member).await;
     let pod_ip = pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "db");
-    let pv_name = claims
-        .get(&format!("data-{member}"))
-        .await
-        .unwrap()
-        .spec
-        .unwrap()
-        .volume_name
-        .unwrap();
-    let pv = Api::<PersistentVolume>::all(client.clone())
-        .get(&pv_name)
-        .await
-        .unwrap();
-    let data = testworld::kubesim::sim::disks::host_dir_of_pv(
-        work.path(),
-        &serde_json::to_value(&pv).unwrap(),
-    )
-    .join("data");
+    let data = s.data_volume(member).await.join("data");
     let nb = data_files(&data, "nb");
     assert!(nb > 0, "4.1 flushed its sstables: {}", data.display());
-    let mut gauge = None;
-    for _ in 0..100 {
-        gauge = old_format_gauge(&pod_ip);
-        if gauge == Some(nb as u64) && data_files(&data, "nc") > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(gauge, Some(nb as u64), "the gauge counts the nb files");
-    assert!(data_files(&data, "nc") > 0, "5.0 writes nc beside them");
+    s.until(
+        "the gauge to count the nb files, and 5.0 to write nc beside them",
+        secs(10),
+        || async {
+            let gauge = old_format_gauge(&pod_ip);
+            let nc = data_files(&data, "nc");
+            if gauge == Some(nb as u64) && nc > 0 {
+                Ok(())
+            } else {
+                Err(format!("gauge {gauge:?} for {nb} nb files, {nc} nc files"))
+            }
+        },
+    )
+    .await;
 
     // Rewriting them is the user's `nodetool upgradesstables`, over JMX:
     // the operator's Jolokia policy does not let the agent run it.
-    let pid: u32 = pod
-        .status
-        .as_ref()
-        .unwrap()
-        .container_statuses
-        .as_ref()
-        .unwrap()[0]
-        .container_id
-        .as_deref()
-        .unwrap()
-        .trim_start_matches("kubesim://")
-        .parse()
-        .unwrap();
+    let pid = container_pid(&pod).expect("a running container");
     // `nodetool version` in the Pod (the operator's, over the agent).
     let out = Command::new("nsenter")
         .arg(format!("--net=/proc/{pid}/ns/net"))
@@ -272,8 +225,8 @@ async fn a_member_restarted_on_the_next_major_runs_mixed_and_counts_old_sstables
         done.contains("\"status\":200") && done.contains("\"value\":0"),
         "{done}"
     );
-    until("the gauge at 0 after upgradesstables", 30, || {
-        (old_format_gauge(&pod_ip) == Some(0)).then_some(())
+    s.until("the gauge at 0 after upgradesstables", secs(30), || async {
+        old_format_gauge(&pod_ip) == Some(0)
     })
     .await;
     assert_eq!(data_files(&data, "nb"), 0, "every nb sstable rewritten");
@@ -291,10 +244,10 @@ async fn a_member_restarted_on_the_next_major_runs_mixed_and_counts_old_sstables
         )
         .await
         .unwrap();
-    let live = clusters.get("c").await.unwrap();
+    let live = s.clusters().get("c").await.unwrap();
     let valid = controller::validated::validate(&live).expect("a valid Cluster");
     let rack = &live.spec.datacenter.racks[0];
-    services
+    s.api::<Service>()
         .create(
             &PostParams::default(),
             &controller::resources::member_service(&valid, rack, 3, false),
@@ -310,30 +263,21 @@ async fn a_member_restarted_on_the_next_major_runs_mixed_and_counts_old_sstables
         .await
         .unwrap();
     let newcomer = "c-dc-r-3";
-    until("the newcomer's failed bootstrap", 120, || {
-        pod_logs(work.path(), newcomer)
+    s.until("the newcomer's failed bootstrap", secs(120), || async {
+        s.pod_logs(newcomer)
             .contains("Error during bootstrap: Stream failed: peer ")
-            .then_some(())
     })
     .await;
-    let logs = pod_logs(work.path(), newcomer);
+    let logs = s.pod_logs(newcomer);
     assert!(
         logs.contains("only supports messaging versions lower (12) than this node supports (13)"),
         "{logs}"
     );
-    let new_address = services
-        .get(newcomer)
-        .await
-        .unwrap()
-        .spec
-        .unwrap()
-        .cluster_ip
-        .unwrap();
-    let mode = sim
+    let new_address = address_of(&s, newcomer).await;
+    let mode = s
+        .sim()
         .ring()
         .with(|r| r.node_by_address(&new_address).and_then(|n| n.mode()));
     assert_eq!(mode, Some(OperationMode::JoiningFailed));
-    let (up, status, report) = ring_summary(sim);
-    assert_eq!(up, 3, "{status}");
-    assert!(report.is_clean(), "{report}\n{status}");
+    s.ring().assert_intact(3);
 }

@@ -10,9 +10,7 @@
 //! no request) and the controller's request annotation are refused.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
-use crds::Cluster;
 use crds::contract::{
     DECOMMISSION_CONFIRMATION, DECOMMISSION_REQUEST, DECOMMISSIONED, DecommissionConfirmation,
     DecommissionRequest,
@@ -22,9 +20,9 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use serde_json::json;
-use testworld::harness::{self, World, WorldOptions, container_logs, tail};
 
-use crate::common::{ONE_WORLD, create_cluster};
+use crate::common::ONE_WORLD;
+use crate::scenario::{Scenario, cluster, secs, setup};
 
 /// The projected ServiceAccount token of Pod `pod` (namespace `db`), as
 /// the kubelet wrote it under the world's work directory.
@@ -59,12 +57,20 @@ fn projected_token(work: &Path, pod: &str) -> Option<String> {
         .map(|t| t.trim().to_string())
 }
 
-async fn client_with(world: &World, token: &str) -> Client {
-    let kc = Kubeconfig::from_yaml(&world.sim.kubeconfig_with_token(token)).unwrap();
+async fn client_with(s: &Scenario, token: &str) -> Client {
+    let kc = Kubeconfig::from_yaml(&s.sim().kubeconfig_with_token(token)).unwrap();
     let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .unwrap();
     Client::try_from(cfg).unwrap()
+}
+
+/// A merge patch of a member Service's decommission records: its
+/// `decommissioned` label and annotation `key`.
+fn records(decommissioned: &str, key: &str, value: &str) -> Patch<serde_json::Value> {
+    Patch::Merge(json!({"metadata": {
+        "labels": {DECOMMISSIONED: decommissioned},
+        "annotations": {key: value}}}))
 }
 
 /// The API error of a refused call.
@@ -78,44 +84,23 @@ fn refused<T: std::fmt::Debug>(r: Result<T, kube::Error>, what: &str) -> Box<kub
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_members_token_may_change_only_its_own_services_records() {
     let _one = ONE_WORLD.lock().await;
-    let work = tempfile::tempdir().unwrap();
-    let operator = PathBuf::from(env!("CARGO_BIN_EXE_cassandra-operator"));
-    let fake = harness::beside(&operator, "fake-cassandra").unwrap();
-    let opts = WorldOptions::new(operator, fake, harness::fixtures().unwrap(), &["a"]);
-    let world = World::start(opts, work.path()).await.unwrap();
-    world.install("db").await.unwrap();
-    let log = work.path().join("controller.log");
-    let controller = world.start_controller(&log, None).unwrap();
-    let cluster: Cluster = serde_json::from_value(json!({
-        "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
-        "metadata": {"name": "c", "namespace": "db"},
-        "spec": {"version": "3.11.6", "datacenter": {"name": "dc", "racks": [{"name": "r", "members": 2,
-            "storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
-                "spec": {"storageClassName": "standard", "resources": {"requests": {"storage": "1Gi"}}}}]},
-            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}
-    }))
-    .unwrap();
-    let clusters: Api<Cluster> = Api::namespaced(world.client.clone(), "db");
-    create_cluster(&clusters, &cluster).await;
+    let mut s = setup().start().await;
+    s.create(&cluster("c").version("3.11.6").rack("r", 2)).await;
 
     // Member 0 runs (its sidecar holds its token) and member 1's Service
     // exists.
-    let admin_services: Api<Service> = Api::namespaced(world.client.clone(), "db");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let token = loop {
-        let other = admin_services.get_opt("c-dc-r-1").await.unwrap().is_some();
-        if let Some(t) = projected_token(work.path(), "c-dc-r-0").filter(|_| other) {
-            break t;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no running member 0 with a token and a Service for member 1\n{}\n{}",
-            tail(&log),
-            container_logs(work.path())
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    let member = client_with(&world, &token).await;
+    let admin_services = s.api::<Service>();
+    let token = s
+        .until(
+            "a running member 0 with a token and a Service for member 1",
+            secs(120),
+            || async {
+                let other = admin_services.get_opt("c-dc-r-1").await.unwrap().is_some();
+                projected_token(s.work(), "c-dc-r-0").filter(|_| other)
+            },
+        )
+        .await;
+    let member = client_with(&s, &token).await;
     let services: Api<Service> = Api::namespaced(member.clone(), "db");
     let pp = PatchParams::default();
     let label =
@@ -138,9 +123,7 @@ async fn a_members_token_may_change_only_its_own_services_records() {
             .patch(
                 "c-dc-r-0",
                 &pp,
-                &Patch::Merge(json!({"metadata": {
-                    "labels": {DECOMMISSIONED: "true"},
-                    "annotations": {DECOMMISSION_CONFIRMATION: confirmation}}})),
+                &records("true", DECOMMISSION_CONFIRMATION, &confirmation),
             )
             .await,
         "decommissioned=true with no request",
@@ -282,14 +265,12 @@ async fn a_members_token_may_change_only_its_own_services_records() {
     // it would withdraw it (the spec wants the member) between the two
     // writes. The sidecar may claim the request meanwhile; its claim does
     // not change what is checked here.
-    drop(controller);
+    s.stop_controller();
     admin_services
         .patch(
             "c-dc-r-0",
             &pp,
-            &Patch::Merge(json!({"metadata": {
-                "labels": {DECOMMISSIONED: "false"},
-                "annotations": {DECOMMISSION_REQUEST: request}}})),
+            &records("false", DECOMMISSION_REQUEST, &request),
         )
         .await
         .expect("the controller's side asks member 0 to decommission");
@@ -297,9 +278,7 @@ async fn a_members_token_may_change_only_its_own_services_records() {
         .patch(
             "c-dc-r-0",
             &pp,
-            &Patch::Merge(json!({"metadata": {
-                "labels": {DECOMMISSIONED: "true"},
-                "annotations": {DECOMMISSION_CONFIRMATION: confirmation}}})),
+            &records("true", DECOMMISSION_CONFIRMATION, &confirmation),
         )
         .await
         .expect("a member answers the request on its own Service");

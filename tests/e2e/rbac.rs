@@ -13,17 +13,16 @@
 //! PermissionEnforcement's `delete` on what the operator creates with an
 //! owner, and `update` on `clusters/finalizers` for `blockOwnerDeletion`.
 
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crds::Cluster;
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
-use testworld::harness::{self, World, WorldOptions, container_logs, tail};
+use testworld::harness;
 use testworld::kubesim::auth::rbac::{Attributes, rule_allows};
 use testworld::kubesim::faults::RequestRecord;
 use testworld::kubesim::store::Target;
+
+use crate::scenario::{ClusterSpec, Scenario, cluster, secs, setup};
 
 /// A name the cache does not hold is read before anything is created, to
 /// refuse a foreign object (controller.rs: a_foreign_object_is_never_adopted).
@@ -287,91 +286,51 @@ fn check_role(
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_roles_calls_match_its_rules_both_ways() {
-    let work = tempfile::tempdir().unwrap();
-    let operator = PathBuf::from(env!("CARGO_BIN_EXE_cassandra-operator"));
-    let fake = harness::beside(&operator, "fake-cassandra").unwrap();
-    let opts = WorldOptions::new(operator, fake, harness::fixtures().unwrap(), &["a"]);
-    let world = World::start(opts, work.path()).await.unwrap();
-    world.install("db").await.unwrap();
-    let log = work.path().join("controller.log");
-    // Not the production metrics address: other worlds of this binary run beside.
-    let _controller = world.start_controller(&log, Some("127.0.0.1:0")).unwrap();
-    let client = world.client.clone();
-    let cluster: Cluster = serde_json::from_value(json!({
-        "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
-        "metadata": {"name": "c", "namespace": "db"},
-        "spec": {"version": "3.11.6", "datacenter": {"name": "dc", "racks": [{"name": "r", "members": 2,
-            "storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
-                "spec": {"storageClassName": "standard", "resources": {"requests": {"storage": "1Gi"}}}}]},
-            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}
-    }))
-    .unwrap();
-    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
-    crate::common::create_cluster(&clusters, &cluster).await;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let s = clusters.get("c").await.unwrap().status.unwrap_or_default();
-        if s.members == 2 && s.ready_members == 2 {
-            break;
-        }
-        // A call the rules refuse fails the test at once, not at the deadline.
-        let denied: Vec<String> = world
-            .sim
+/// Waits until Cluster `c` counts `members` members, all ready, and no
+/// member Service beyond them; a call the rules refuse fails the test at
+/// once rather than at the deadline.
+async fn until_members(s: &Scenario, members: i32, timeout: Duration) {
+    let (clusters, services) = (s.clusters(), s.api::<Service>());
+    let beyond = format!("c-dc-r-{members}");
+    s.until(&format!("{members} ready members"), timeout, || async {
+        let denied: Vec<String> = s
+            .sim()
             .requests()
             .iter()
             .filter(|r| r.code == 403)
             .map(|r| format!("{} {} {} {}", r.user, r.verb, r.method, r.path))
             .collect();
         assert!(denied.is_empty(), "calls refused:\n{}", denied.join("\n"));
-        assert!(
-            Instant::now() < deadline,
-            "not ready: {s:?}\n{}\n{}",
-            tail(&log),
-            container_logs(work.path())
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        let status = clusters.get("c").await.unwrap().status.unwrap_or_default();
+        if status.members != members || status.ready_members != members {
+            Err(format!("{status:?}"))
+        } else if services.get_opt(&beyond).await.unwrap().is_some() {
+            Err(format!("the Service {beyond} remains"))
+        } else {
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// Cluster `c` of `members` members of 3.11.
+fn rack(members: i32) -> ClusterSpec {
+    cluster("c").version("3.11.6").rack("r", members)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_roles_calls_match_its_rules_both_ways() {
+    // Not the production metrics address: other worlds of this binary run beside.
+    let s = setup().metrics("127.0.0.1:0").start().await;
+    s.create(&rack(2)).await;
+    until_members(&s, 2, secs(120)).await;
     // A scale-down: the controller asks member 1 to decommission (its
     // intent label), the sidecar claims and confirms it, the controller
     // shrinks the StatefulSet and deletes the member's claim and Service.
-    let mut racks = clusters.get("c").await.unwrap().spec.datacenter.racks;
-    racks[0].members = 1;
-    clusters
-        .patch(
-            "c",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"datacenter": {"name": "dc", "racks": racks}}})),
-        )
-        .await
-        .unwrap();
-    let services: Api<Service> = Api::namespaced(client.clone(), "db");
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let gone = services.get_opt("c-dc-r-1").await.unwrap().is_none();
-        let s = clusters.get("c").await.unwrap().status.unwrap_or_default();
-        if gone && s.members == 1 && s.ready_members == 1 {
-            break;
-        }
-        let denied: Vec<String> = world
-            .sim
-            .requests()
-            .iter()
-            .filter(|r| r.code == 403)
-            .map(|r| format!("{} {} {} {}", r.user, r.verb, r.method, r.path))
-            .collect();
-        assert!(denied.is_empty(), "calls refused:\n{}", denied.join("\n"));
-        assert!(
-            Instant::now() < deadline,
-            "no scale-down: {s:?}\n{}\n{}",
-            tail(&log),
-            container_logs(work.path())
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    s.patch_cluster("c", rack(1).racks_patch()).await;
+    until_members(&s, 1, secs(90)).await;
 
-    let requests = world.sim.requests();
+    let requests = s.sim().requests();
     let manifest = harness::manifest_objects(harness::OPERATOR_MANIFEST).unwrap();
     let role = manifest
         .iter()
@@ -385,8 +344,8 @@ async fn each_roles_calls_match_its_rules_both_ways() {
         &requests,
         NEEDED_ELSEWHERE,
     );
-    let roles = world
-        .sim
+    let roles = s
+        .sim()
         .store()
         .list(
             &Target::new("rbac.authorization.k8s.io", "v1", "roles", Some("db")),

@@ -6,24 +6,16 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::common::free_port;
+use crate::scenario::{until, until_with};
 
 const PATIENCE: Duration = Duration::from_secs(15);
 const QUIET: Duration = Duration::from_millis(800);
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_cassandra-operator"))
-}
-
-fn wait_until(mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + PATIENCE;
-    while Instant::now() < deadline {
-        if condition() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    condition()
 }
 
 /// A child that is killed and reaped when dropped.
@@ -40,7 +32,7 @@ impl Drop for Reaped {
 /// returns once its trap is installed.
 // pre_exec, to give the recorder SIGHUP's default disposition (below).
 #[allow(unsafe_code)]
-fn start_recorder(dir: &Path, name: &str, log: &Path) -> Reaped {
+async fn start_recorder(dir: &Path, name: &str, log: &Path) -> Reaped {
     let script = dir.join(name);
     std::fs::write(
         &script,
@@ -50,8 +42,7 @@ fn start_recorder(dir: &Path, name: &str, log: &Path) -> Reaped {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     let ready = dir.join(format!("{name}.ready"));
-    let mut tries = 0;
-    let child = loop {
+    let child = until("the recorder to start", PATIENCE, || {
         let mut command = Command::new(&script);
         command.arg(log).arg(&ready);
         // A shell started with SIGHUP ignored cannot trap it (POSIX: signals
@@ -73,18 +64,18 @@ fn start_recorder(dir: &Path, name: &str, log: &Path) -> Reaped {
                 Ok(())
             });
         }
-        match command.spawn() {
-            Ok(child) => break child,
+        std::future::ready(match command.spawn() {
+            Ok(child) => Ok(Reaped(child)),
             // ETXTBSY: another test thread forked while the script was open.
-            Err(e) if e.raw_os_error() == Some(26) && tries < 50 => {
-                tries += 1;
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            Err(e) if e.raw_os_error() == Some(26) => Err(e.to_string()),
             Err(e) => panic!("cannot start {}: {e}", script.display()),
-        }
-    };
-    let child = Reaped(child);
-    assert!(wait_until(|| ready.exists()), "{name} did not get ready");
+        })
+    })
+    .await;
+    until(&format!("{name}'s trap"), PATIENCE, || async {
+        ready.exists()
+    })
+    .await;
     child
 }
 
@@ -137,15 +128,17 @@ impl Reloader {
     fn dump(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }
-}
 
-/// An address nobody listens on right now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    /// Waits until `done`, showing the reloader's log if it never is.
+    async fn until(&self, what: &str, done: impl Fn(&Reloader) -> bool) {
+        until_with(
+            what,
+            PATIENCE,
+            || std::future::ready(done(self)),
+            || self.dump(),
+        )
+        .await
+    }
 }
 
 fn get_metrics(port: u16) -> Option<String> {
@@ -158,12 +151,12 @@ fn get_metrics(port: u16) -> Option<String> {
     Some(response)
 }
 
-#[test]
-fn reloader_signals_a_real_process_logs_counts_and_stops_on_sigterm() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloader_signals_a_real_process_logs_counts_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let name = format!("hupcli{}", std::process::id());
     let hups = dir.path().join("hups");
-    let _agent = start_recorder(dir.path(), &name, &hups);
+    let _agent = start_recorder(dir.path(), &name, &hups).await;
     let labels = dir.path().join("labels");
     std::fs::write(&labels, "generation=\"1\"\n").unwrap();
     let port = free_port();
@@ -184,23 +177,19 @@ fn reloader_signals_a_real_process_logs_counts_and_stops_on_sigterm() {
         ],
         &labels,
     );
-    assert!(
-        wait_until(|| reloader.logged("watching file") == 1),
-        "no baseline:\n{}",
-        reloader.dump()
-    );
+    reloader
+        .until("the baseline", |r| r.logged("watching file") == 1)
+        .await;
 
     let tmp = dir.path().join("labels.tmp");
     std::fs::write(&tmp, "generation=\"2\"\n").unwrap();
     std::fs::rename(&tmp, &labels).unwrap();
-    assert!(
-        wait_until(|| lines_of(&hups) >= 1),
-        "no SIGHUP:\n{}",
-        reloader.dump()
-    );
-    std::thread::sleep(QUIET);
+    reloader.until("a SIGHUP", |_| lines_of(&hups) >= 1).await;
+    tokio::time::sleep(QUIET).await;
     assert_eq!(lines_of(&hups), 1);
-    assert!(wait_until(|| reloader.logged("signal sent") == 1));
+    reloader
+        .until("the log of the signal", |r| r.logged("signal sent") == 1)
+        .await;
     let sent_line = reloader
         .log
         .lock()
@@ -223,28 +212,23 @@ fn reloader_signals_a_real_process_logs_counts_and_stops_on_sigterm() {
     );
     assert!(metrics.contains("reloader_changes_total 1"), "{metrics}");
 
-    let pid = reloader.child.0.id().to_string();
-    let stopped = Instant::now();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let status = loop {
-        if let Some(status) = reloader.child.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(stopped.elapsed() < PATIENCE, "still running after SIGTERM");
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(reloader.child.0.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = until("the reloader to stop after SIGTERM", PATIENCE, || {
+        std::future::ready(reloader.child.0.try_wait().unwrap())
+    })
+    .await;
     assert_eq!(status.code(), Some(0), "{}", reloader.dump());
-    assert!(wait_until(|| reloader.logged("SIGTERM received") == 1));
+    reloader
+        .until("the log of SIGTERM", |r| r.logged("SIGTERM received") == 1)
+        .await;
 }
 
-#[test]
-fn reloader_waits_for_a_missing_process_without_failing() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloader_waits_for_a_missing_process_without_failing() {
     let dir = tempfile::tempdir().unwrap();
     let labels = dir.path().join("labels");
     std::fs::write(&labels, "a").unwrap();
@@ -259,14 +243,14 @@ fn reloader_waits_for_a_missing_process_without_failing() {
         ],
         &labels,
     );
-    assert!(wait_until(|| reloader.logged("watching file") == 1));
+    reloader
+        .until("the baseline", |r| r.logged("watching file") == 1)
+        .await;
     std::fs::write(&labels, "b").unwrap();
-    assert!(
-        wait_until(|| reloader.logged("no process to signal") == 1),
-        "{}",
-        reloader.dump()
-    );
-    std::thread::sleep(QUIET);
+    reloader
+        .until("the warning", |r| r.logged("no process to signal") == 1)
+        .await;
+    tokio::time::sleep(QUIET).await;
     assert!(
         reloader.child.0.try_wait().unwrap().is_none(),
         "the reloader exited:\n{}",

@@ -2,54 +2,30 @@
 //! members gossip only with their own (Cassandra drops gossip of another
 //! cluster name), so each has its own ring and its own data check.
 
-use std::time::Duration;
-
-use crds::Cluster;
-use kube::api::{Api, PostParams};
 use serde_json::json;
-use testworld::harness::fast_ring;
 use testworld::ring::{Consistency, NodeStatus, Replication};
 
 use crate::common::ONE_WORLD;
-use crate::world::{wait_ready, world};
-
-fn cluster(name: &str, version: &str) -> Cluster {
-    serde_json::from_value(json!({
-        "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
-        "metadata": {"name": name, "namespace": "db"},
-        "spec": {"version": version, "datacenter": {"name": "dc", "racks": [{"name": "r", "members": 2,
-            "storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
-                "spec": {"storageClassName": "standard", "resources": {"requests": {"storage": "1Gi"}}}}]},
-            "resources": {"limits": {"cpu": "500m", "memory": "1Gi"}}}]}}
-    }))
-    .unwrap()
-}
+use crate::scenario::{cluster, secs, setup};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_clusters_side_by_side_each_with_its_own_ring() {
     let _one = ONE_WORLD.lock().await;
-    let work = tempfile::tempdir().unwrap();
-    let (world, _controller, log) = world(&["a"], work.path(), fast_ring(), "db").await;
-    let clusters: Api<Cluster> = Api::namespaced(world.client.clone(), "db");
+    let s = setup().start().await;
     for (name, version) in [("alpha", "3.11.6"), ("beta", "4.1.8")] {
-        let mut created = false;
-        for _ in 0..50 {
-            if clusters
-                .create(&PostParams::default(), &cluster(name, version))
-                .await
-                .is_ok()
-            {
-                created = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert!(created, "{name} was not created");
+        let half_a_cpu = json!({"resources": {"limits": {"cpu": "500m"}}});
+        s.create(
+            &cluster(name)
+                .version(version)
+                .rack("r", 2)
+                .with_rack(half_a_cpu),
+        )
+        .await;
     }
-    wait_ready(&clusters, "alpha", 2, Duration::from_secs(180), &log).await;
-    wait_ready(&clusters, "beta", 2, Duration::from_secs(180), &log).await;
+    s.until_ready("alpha", 2, secs(180)).await;
+    s.until_ready("beta", 2, secs(180)).await;
 
-    let ring = world.sim.ring();
+    let ring = s.sim().ring();
     let mut names = ring.clusters();
     names.sort();
     assert_eq!(names, ["alpha", "beta"]);

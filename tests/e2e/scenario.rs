@@ -155,11 +155,6 @@ fn merge(target: &mut Value, patch: &Value) {
 }
 
 impl ClusterSpec {
-    pub(crate) fn namespace(mut self, namespace: &str) -> Self {
-        self.namespace = namespace.into();
-        self
-    }
-
     pub(crate) fn version(mut self, version: &str) -> Self {
         self.version = version.into();
         self
@@ -216,6 +211,18 @@ impl ClusterSpec {
     /// them (the whole list).
     pub(crate) fn racks_patch(&self) -> Value {
         json!({"spec": {"datacenter": {"name": self.datacenter, "racks": self.racks}}})
+    }
+}
+
+impl From<&ClusterSpec> for Cluster {
+    fn from(spec: &ClusterSpec) -> Cluster {
+        spec.build()
+    }
+}
+
+impl From<ClusterSpec> for Cluster {
+    fn from(spec: ClusterSpec) -> Cluster {
+        spec.build()
     }
 }
 
@@ -576,10 +583,12 @@ impl Scenario {
         until_with(what, timeout, probe, || self.context()).await
     }
 
-    /// Creates a Cluster, retrying while the API server does not serve the
-    /// freshly installed CRD yet.
-    pub(crate) async fn create(&self, cluster: &ClusterSpec) {
-        let cluster = cluster.clone().namespace(&self.namespace).build();
+    /// Creates a Cluster (a [`cluster`] spec, or one built otherwise) in
+    /// the scenario's namespace, retrying while the API server does not
+    /// serve the freshly installed CRD yet.
+    pub(crate) async fn create(&self, cluster: impl Into<Cluster>) {
+        let mut cluster = cluster.into();
+        cluster.metadata.namespace = Some(self.namespace.clone());
         crate::common::create_cluster(&self.clusters(), &cluster).await;
     }
 
@@ -613,20 +622,28 @@ impl Scenario {
         .await
     }
 
-    /// Waits until the controller has reconciled Cluster `name`'s latest
-    /// spec (its status's `observedGeneration` is the generation): what a
-    /// test runs before it asserts that nothing happened.
+    /// Waits until a reconcile has judged Cluster `name`'s latest spec: the
+    /// conditions it wrote carry the spec's generation (the Kubernetes
+    /// convention; `status.observedGeneration` itself moves only once the
+    /// generation is done). What a test waits for before it asserts that
+    /// a spec change made nothing happen.
     pub(crate) async fn until_observed(&self, name: &str, timeout: Duration) {
         let clusters = self.clusters();
         self.until(
-            &format!("the controller to observe Cluster {name}'s generation"),
+            &format!("a reconcile of Cluster {name}'s latest generation"),
             timeout,
             || async {
                 let c = clusters.get(name).await.unwrap();
-                let observed = c.status.as_ref().and_then(|s| s.observed_generation);
-                match (c.metadata.generation, observed) {
+                let judged = c.status.as_ref().and_then(|s| {
+                    s.conditions
+                        .iter()
+                        .map(|c| c.observed_generation)
+                        .min()
+                        .flatten()
+                });
+                match (c.metadata.generation, judged) {
                     (Some(g), Some(o)) if o >= g => Ok(()),
-                    (g, o) => Err(format!("generation {g:?}, observed {o:?}")),
+                    (g, o) => Err(format!("generation {g:?}, conditions judged {o:?}")),
                 }
             },
         )
@@ -636,13 +653,7 @@ impl Scenario {
     /// The controller's metric `name` (the sum of its series), read from
     /// its metrics endpoint; `None` while it does not answer.
     pub(crate) fn metric(&self, name: &str) -> Option<f64> {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(&self.metrics).ok()?;
-        stream
-            .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-            .ok()?;
-        let mut text = String::new();
-        stream.read_to_string(&mut text).ok()?;
+        let (_, text) = crate::common::http_get(&self.metrics, "/metrics")?;
         let series = text.lines().filter(|l| {
             l.strip_prefix(name)
                 .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
@@ -654,19 +665,31 @@ impl Scenario {
         )
     }
 
-    /// Waits until the controller has finished `n` more reconciles than
-    /// `since` (a [`Scenario::metric`] of `cassandra_operator_reconciles_total`
-    /// read before): proof that a reconcile ran after a change that bumps
-    /// no generation (a ConfigMap's, a label's).
-    pub(crate) async fn until_reconciled(&self, since: f64, n: u32, timeout: Duration) {
+    /// How many reconciles the controller has started (waiting for its
+    /// metrics to answer): what [`Scenario::until_reconciled`] counts from.
+    pub(crate) async fn reconciles_started(&self) -> f64 {
         let total = "cassandra_operator_reconciles_total";
+        self.until("the controller's metrics", secs(10), || async {
+            self.metric(total)
+        })
+        .await
+    }
+
+    /// Waits until a reconcile that started after `started` (a
+    /// [`Scenario::reconciles_started`] read before a change) has
+    /// finished: reconciles of one Cluster run one at a time, and the
+    /// reconcile-duration histogram counts those that finished. Proof that
+    /// a reconcile ran after a change that bumps no generation (a
+    /// ConfigMap's, an annotation's).
+    pub(crate) async fn until_reconciled(&self, started: f64, timeout: Duration) {
+        let finished = "cassandra_operator_reconcile_duration_seconds_count";
         self.until(
-            &format!("{n} reconciles after {since}"),
+            &format!("a reconcile started after the {started}th to finish"),
             timeout,
             || async {
-                match self.metric(total) {
-                    Some(v) if v >= since + f64::from(n) => Ok(()),
-                    v => Err(format!("{total} {v:?}")),
+                match self.metric(finished) {
+                    Some(v) if v > started => Ok(()),
+                    v => Err(format!("{finished} {v:?}")),
                 }
             },
         )
@@ -737,6 +760,40 @@ impl Scenario {
             },
         )
         .await
+    }
+
+    /// Waits until a Service carries annotation `key` and returns its value.
+    pub(crate) async fn until_annotation(
+        &self,
+        service: &str,
+        key: &str,
+        timeout: Duration,
+    ) -> String {
+        self.until(
+            &format!("{service}'s annotation {key}"),
+            timeout,
+            || async {
+                let meta = self.service(service).await.metadata;
+                annotation(&meta, key).ok_or_else(|| format!("annotations {:?}", meta.annotations))
+            },
+        )
+        .await
+    }
+
+    /// Empties a member's data volume under it, as a lost local disk
+    /// whose Node came back would.
+    pub(crate) async fn empty_data_volume(&self, pod: &str) {
+        for entry in std::fs::read_dir(self.data_volume(pod).await)
+            .unwrap()
+            .flatten()
+        {
+            let path = entry.path();
+            if path.is_dir() {
+                std::fs::remove_dir_all(&path).unwrap();
+            } else {
+                std::fs::remove_file(&path).unwrap();
+            }
+        }
     }
 
     /// SIGKILLs a Pod's first container (its sidecar, PID 1 of the

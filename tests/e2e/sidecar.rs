@@ -4,9 +4,7 @@
 //! probes, and stops the database with the signal it got.
 
 use std::io::Read;
-use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use controller::resources;
 use crds::Cluster;
@@ -14,48 +12,15 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use kube::CustomResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
+use testworld::harness;
 use testworld::kubesim::{KubeSim, Options};
 
-use crate::common::{client, free_port};
-
-fn fixtures() -> &'static Path {
-    let dir = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/fixtures/cassandra/4.1"
-    ));
-    assert!(
-        dir.join("cassandra.yaml").is_file(),
-        "the Cassandra fixtures are missing at {} (shared/ must sit beside the repository)",
-        dir.display()
-    );
-    dir
-}
-
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn http_status(addr: &str, path: &str) -> Option<u16> {
-    use std::io::Write;
-    let mut stream = std::net::TcpStream::connect(addr).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    response.split_whitespace().nth(1)?.parse().ok()
-}
+use crate::common::{client, create_cluster, free_port};
+use crate::scenario::{cluster, secs, until_with};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sidecar_renders_starts_probes_and_stops_the_database() {
-    let defaults = fixtures();
+    let defaults = harness::fixtures().unwrap().join("cassandra/4.1");
     let sim = KubeSim::start(Options::default()).await.unwrap();
     let client = client(&sim).await;
     let dir = tempfile::tempdir().unwrap();
@@ -74,24 +39,8 @@ async fn sidecar_renders_starts_probes_and_stops_the_database() {
         .await
         .unwrap();
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
-    let cluster: Cluster = serde_json::from_value(json!({
-        "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
-        "metadata": {"name": "c", "namespace": "db"},
-        "spec": {"version": "4.1.8", "datacenter": {"name": "dc", "racks": [{"name": "r", "members": 1}]}}
-    }))
-    .unwrap();
-    let mut created = None;
-    for _ in 0..50 {
-        // the custom resource is served once the CRD is established
-        match clusters.create(&PostParams::default(), &cluster).await {
-            Ok(c) => {
-                created = Some(c);
-                break;
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-    let cluster = created.expect("the Cluster is created");
+    create_cluster(&clusters, &cluster("c").rack("r", 1).build()).await;
+    let cluster = clusters.get("c").await.unwrap();
 
     // the member Service (with the replace label: the data dir is empty) and Pod
     let rack = &cluster.spec.datacenter.racks[0];
@@ -152,7 +101,7 @@ async fn sidecar_renders_starts_probes_and_stops_the_database() {
             "JOLOKIA_URL",
             format!("http://127.0.0.1:{}/jolokia/", free_port()),
         )
-        .env("CONFIG_DEFAULTS_DIR", defaults)
+        .env("CONFIG_DEFAULTS_DIR", &defaults)
         .env("CONFIG_DIR", &conf)
         .env("DATA_DIR", dir.path().join("data"))
         .env("OVERRIDES_DIR", dir.path().join("overrides"))
@@ -179,10 +128,16 @@ async fn sidecar_renders_starts_probes_and_stops_the_database() {
         })
     };
     let logged = |what: &str| log.lock().unwrap().contains(what);
+    // What a failed wait shows: the sidecar's log so far.
+    let seen = || format!("the sidecar's log:\n{}", log.lock().unwrap());
 
-    wait_for("the database to start", Duration::from_secs(60), || {
-        env_file.is_file()
-    });
+    until_with(
+        "the database to start",
+        secs(60),
+        || async { env_file.is_file() },
+        seen,
+    )
+    .await;
     let env = std::fs::read_to_string(&env_file).unwrap();
     assert!(
         env.lines()
@@ -225,11 +180,15 @@ async fn sidecar_renders_starts_probes_and_stops_the_database() {
     assert!(conf.join("cassandra-env.sh").is_file());
     assert!(conf.join("jvm-server.options").is_file());
 
-    wait_for("the probes", Duration::from_secs(10), || {
-        http_status(&probe, "/healthz") == Some(200)
-    });
+    until_with(
+        "the probes",
+        secs(10),
+        || async { crate::common::http_get(&probe, "/healthz").map(|r| r.0) == Some(200) },
+        seen,
+    )
+    .await;
     assert_eq!(
-        http_status(&probe, "/readyz"),
+        crate::common::http_get(&probe, "/readyz").map(|r| r.0),
         Some(503),
         "not ready while Jolokia does not answer"
     );
@@ -248,11 +207,13 @@ async fn sidecar_renders_starts_probes_and_stops_the_database() {
         .unwrap();
     // It saw the request through its watch (it asks Jolokia for the
     // operation mode only then), and it did not confirm it.
-    wait_for(
+    until_with(
         "the sidecar to see the request",
-        Duration::from_secs(10),
-        || logged("cassandra does not answer through jolokia yet"),
-    );
+        secs(10),
+        || async { logged("cassandra does not answer through jolokia yet") },
+        seen,
+    )
+    .await;
     let labels = services
         .get("c-dc-r-0")
         .await
@@ -269,14 +230,13 @@ async fn sidecar_renders_starts_probes_and_stops_the_database() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = sidecar.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the sidecar did not stop");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = until_with(
+        "the sidecar to stop",
+        secs(30),
+        || std::future::ready(sidecar.try_wait().unwrap()),
+        seen,
+    )
+    .await;
     reader.join().unwrap();
     let stderr = log.lock().unwrap().clone();
     assert_eq!(status.code(), Some(143), "{stderr}");

@@ -4,39 +4,20 @@
 //! sidecar; fake Cassandra nodes sharing kubesim's ring. The thesis scenario
 //! (section 5.2.1), then the sidecar's decommission by hand.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
-use crds::Cluster;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use crds::{Cluster, contract};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::events::v1::Event;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::json;
-use testworld::harness::{self, World, WorldOptions, container_logs, fast_ring, tail};
-use testworld::kubesim::KubeSim;
+use testworld::harness::fast_ring;
 use testworld::ring::{Consistency, NodeStatus, Replication};
 
 use crate::common::ONE_WORLD;
-
-/// The test world with `zones` of 3 Nodes each, the CRD and namespace
-/// installed, the real binary as the controller (log in the work dir).
-pub(crate) async fn world(
-    zones: &[&str],
-    work: &Path,
-    ring: testworld::ring::Options,
-    namespace: &str,
-) -> (World, harness::Process, PathBuf) {
-    let operator = PathBuf::from(env!("CARGO_BIN_EXE_cassandra-operator"));
-    let fake = harness::beside(&operator, "fake-cassandra").unwrap();
-    let mut opts = WorldOptions::new(operator, fake, harness::fixtures().unwrap(), zones);
-    opts.ring = ring;
-    let world = World::start(opts, work).await.unwrap();
-    world.install(namespace).await.unwrap();
-    let log = work.join("controller.log");
-    let controller = world.start_controller(&log, None).unwrap();
-    (world, controller, log)
-}
+use crate::scenario::{Scenario, cluster, secs, setup};
 
 /// Every member's database container runs as the image's database user
 /// (999:999), never root, and so does Cassandra under it: the container's
@@ -96,109 +77,48 @@ pub(crate) fn thesis_cluster() -> Cluster {
     serde_norway::from_str(doc).unwrap()
 }
 
-pub(crate) async fn wait_ready(
-    clusters: &Api<Cluster>,
-    name: &str,
-    members: i32,
-    timeout: Duration,
-    log: &Path,
-) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let c = clusters.get(name).await.unwrap();
-        let status = c.status.clone().unwrap_or_default();
-        if status.members == members && status.ready_members == members {
-            return;
+/// The thesis's Cluster with 1Gi claims.
+pub(crate) fn small_thesis_cluster() -> Cluster {
+    let mut cluster = thesis_cluster();
+    for rack in &mut cluster.spec.datacenter.racks {
+        for template in &mut rack.storage.volume_claim_templates {
+            if let Some(requests) = template
+                .spec
+                .as_mut()
+                .and_then(|s| s.resources.as_mut())
+                .and_then(|r| r.requests.as_mut())
+            {
+                requests.insert(
+                    "storage".into(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity("1Gi".into()),
+                );
+            }
         }
-        assert!(
-            Instant::now() < deadline,
-            "{name}: {}/{} ready, wanted {members}; status {:?}\ncontroller log tail:\n{}\ncontainers:\n{}",
-            status.ready_members,
-            status.members,
-            status.conditions,
-            tail(log),
-            container_logs(log.parent().unwrap_or(log))
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-/// The ring as a test reads it: UN nodes, `nodetool status`, the data check.
-pub(crate) fn ring_summary(sim: &KubeSim) -> (usize, String, testworld::ring::CheckReport) {
-    sim.ring().with(|ring| {
-        let status = ring.status(None).unwrap();
-        let up = status
-            .rows
-            .iter()
-            .filter(|r| r.status == NodeStatus::UN)
-            .count();
-        (up, status.to_string(), ring.check())
-    })
+    cluster
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_thesis_scenario_in_the_test_world() {
     let _one = ONE_WORLD.lock().await;
-    let work = tempfile::tempdir().unwrap();
-    let (world, _controller, log) = world(
-        &["europe-west1-b", "europe-west1-c"],
-        work.path(),
-        fast_ring(),
-        "cassandra",
-    )
-    .await;
-    let (sim, client) = (&world.sim, world.client.clone());
-
-    let mut cluster = thesis_cluster();
-    for rack in &mut cluster.spec.datacenter.racks {
-        for template in &mut rack.storage.volume_claim_templates {
-            let requests = template
-                .spec
-                .as_mut()
-                .unwrap()
-                .resources
-                .as_mut()
-                .unwrap()
-                .requests
-                .as_mut()
-                .unwrap();
-            requests.insert(
-                "storage".into(),
-                k8s_openapi::apimachinery::pkg::api::resource::Quantity("1Gi".into()),
-            );
-        }
-    }
-    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "cassandra");
-    crate::common::create_cluster(&clusters, &cluster).await;
-
-    wait_ready(&clusters, "cassandra", 3, Duration::from_secs(180), &log).await;
-    assert_members_run_as_the_database_user(&client, "cassandra").await;
-    let (up, clean) = sim.ring().with(|ring| {
-        let status = ring.status(None).unwrap();
-        let up = status
-            .rows
-            .iter()
-            .filter(|r| r.status == NodeStatus::UN)
-            .count();
-        (up, ring.check().is_clean())
-    });
-    assert_eq!(
-        (up, clean),
-        (3, true),
-        "{}",
-        sim.ring().with(|r| r.status(None).unwrap().to_string())
-    );
+    let scenario = setup()
+        .zones(&["europe-west1-b", "europe-west1-c"])
+        .namespace("cassandra")
+        .start()
+        .await;
+    let cluster = small_thesis_cluster();
+    scenario.create(cluster.clone()).await;
+    scenario.until_ready("cassandra", 3, secs(180)).await;
+    assert_members_run_as_the_database_user(&scenario.client(), "cassandra").await;
+    scenario.ring().assert_intact(3);
 
     // data, then the second rack
-    sim.ring().with(|ring| {
-        ring.create_keyspace(
-            "thesis",
-            Replication::network_topology([("europe-west1", 3)]),
-        )
-        .unwrap();
-        ring.write_keys("thesis", "key", 1000, Consistency::Quorum)
-            .unwrap();
-    });
+    scenario.ring().write(
+        "thesis",
+        Replication::network_topology([("europe-west1", 3)]),
+        1000,
+        Consistency::Quorum,
+    );
     let mut second = cluster.spec.datacenter.racks[0].clone();
     second.name = "europe-west1-c".into();
     second.members = 2;
@@ -210,56 +130,40 @@ async fn the_thesis_scenario_in_the_test_world() {
         .unwrap();
     }
     let racks = vec![cluster.spec.datacenter.racks[0].clone(), second];
-    let patch = json!({"spec": {"datacenter": {"name": "europe-west1", "racks": racks}}});
-    clusters
-        .patch("cassandra", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-    wait_ready(&clusters, "cassandra", 5, Duration::from_secs(180), &log).await;
-
-    let (up, status, report) = ring_summary(sim);
-    assert_eq!(up, 5, "{status}");
-    assert!(
-        report.is_clean(),
-        "data lost or under-replicated:\n{report}\n{status}"
-    );
-    let c = clusters.get("cassandra").await.unwrap().status.unwrap();
-    assert_eq!(c.racks["europe-west1-c"].ready_members, 2);
+    scenario
+        .patch_cluster(
+            "cassandra",
+            json!({"spec": {"datacenter": {"name": "europe-west1", "racks": racks}}}),
+        )
+        .await;
+    scenario.until_ready("cassandra", 5, secs(180)).await;
+    scenario.ring().assert_intact(5);
+    let c = scenario.clusters().get("cassandra").await.unwrap();
+    assert_eq!(c.status.unwrap().racks["europe-west1-c"].ready_members, 2);
 }
 
-/// A world with a 3-member Cassandra 3.11 cluster (no replication-factor
-/// check on decommission) brought up by the controller, which is then
-/// stopped so that only the sidecars act.
-async fn three_members(ring: testworld::ring::Options) -> (tempfile::TempDir, World) {
-    let work = tempfile::tempdir().unwrap();
-    let (world, controller, log) = world(&["a"], work.path(), ring, "db").await;
-    let client = world.client.clone();
-    let cluster: Cluster = serde_json::from_value(json!({
-        "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
-        "metadata": {"name": "c", "namespace": "db"},
-        "spec": {"version": "3.11.6", "datacenter": {"name": "dc", "racks": [{"name": "r", "members": 3,
-            "storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
-                "spec": {"storageClassName": "standard", "resources": {"requests": {"storage": "1Gi"}}}}]},
-            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}
-    }))
-    .unwrap();
-    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
-    crate::common::create_cluster(&clusters, &cluster).await;
-    wait_ready(&clusters, "c", 3, Duration::from_secs(180), &log).await;
-    drop(controller);
-    (work, world)
+/// A 3-member Cassandra 3.11 cluster (no replication-factor check on
+/// decommission) brought up by the controller, which is then stopped so
+/// that only the sidecars act.
+async fn three_members(ring: testworld::ring::Options) -> Scenario {
+    let mut scenario = setup().ring(ring).start().await;
+    scenario
+        .create(cluster("c").version("3.11.6").rack("r", 3))
+        .await;
+    scenario.until_ready("c", 3, secs(180)).await;
+    scenario.stop_controller();
+    scenario
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_decommissions_when_its_service_is_labelled() {
     let _one = ONE_WORLD.lock().await;
-    let (_work, world) = three_members(fast_ring()).await;
-    let (sim, client, kubeconfig) = (&world.sim, world.client.clone(), &world.kubeconfig);
+    let scenario = three_members(fast_ring()).await;
 
     // the intent, by hand, as a person would with kubectl label
     let out = Command::new("kubectl")
         .arg("--kubeconfig")
-        .arg(kubeconfig)
+        .arg(&scenario.world.kubeconfig)
         .args([
             "label",
             "service",
@@ -275,34 +179,10 @@ async fn a_member_decommissions_when_its_service_is_labelled() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-
-    let services: Api<Service> = Api::namespaced(client.clone(), "db");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let labels = services
-            .get("c-dc-r-2")
-            .await
-            .unwrap()
-            .metadata
-            .labels
-            .unwrap_or_default();
-        if labels
-            .get(crds::contract::DECOMMISSIONED)
-            .map(String::as_str)
-            == Some("true")
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the decommission was not confirmed: {labels:?}\n{}",
-            sim.ring().with(|r| r.status(None).unwrap().to_string())
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let (up, status, report) = ring_summary(sim);
-    assert_eq!(up, 2, "{status}");
-    assert!(report.is_clean(), "the decommission lost data:\n{report}");
+    scenario
+        .until_label("c-dc-r-2", contract::DECOMMISSIONED, "true", secs(120))
+        .await;
+    scenario.ring().assert_intact(2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -311,91 +191,44 @@ async fn a_decommission_survives_the_sidecar_being_killed_midway() {
     let mut ring = fast_ring();
     // long enough to kill the member while it streams
     ring.timing.decommission_ms = 4000;
-    let (work, world) = three_members(ring).await;
-    let (sim, client) = (&world.sim, world.client.clone());
-    sim.ring().with(|ring| {
-        ring.create_keyspace("ks", Replication::simple(2)).unwrap();
-        ring.write_keys("ks", "k", 300, Consistency::All).unwrap();
-    });
+    let scenario = three_members(ring).await;
+    scenario
+        .ring()
+        .write("ks", Replication::simple(2), 300, Consistency::All);
+    scenario
+        .patch_service(
+            "c-dc-r-2",
+            json!({"metadata": {"labels": {contract::DECOMMISSIONED: "false"}}}),
+        )
+        .await;
 
-    let services: Api<Service> = Api::namespaced(client.clone(), "db");
-    let label = json!({"metadata": {"labels": {crds::contract::DECOMMISSIONED: "false"}}});
-    services
-        .patch("c-dc-r-2", &PatchParams::default(), &Patch::Merge(&label))
+    // Once the member is leaving (streaming), kill its container's init
+    // (the sidecar): the kubelet restarts the container.
+    scenario
+        .until("the member to start leaving", secs(60), || async {
+            scenario.ring().count(NodeStatus::UL) == 1
+        })
+        .await;
+    let victim = scenario.ring().rows();
+    scenario.kill_container("c-dc-r-2").await;
+    assert!(
+        victim.iter().any(|(_, s)| *s == NodeStatus::UL),
+        "the victim was leaving when killed: {victim:?}"
+    );
+
+    scenario
+        .until_label("c-dc-r-2", contract::DECOMMISSIONED, "true", secs(120))
+        .await;
+    let restarts = scenario
+        .pod("c-dc-r-2")
         .await
-        .unwrap();
-
-    // wait until the member is leaving (streaming), then kill its container's
-    // init (the sidecar): the kubelet restarts the container
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let leaving = sim.ring().with(|ring| {
-            ring.status(None)
-                .unwrap()
-                .rows
-                .iter()
-                .any(|r| r.status == NodeStatus::UL)
-        });
-        if leaving {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the member never started leaving"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "db");
-    let pod = pods.get("c-dc-r-2").await.unwrap();
-    let status = pod.status.unwrap().container_statuses.unwrap();
-    let id = status[0].container_id.clone().unwrap();
-    let pid: i32 = id.strip_prefix("kubesim://").unwrap().parse().unwrap();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let labels = services
-            .get("c-dc-r-2")
-            .await
-            .unwrap()
-            .metadata
-            .labels
-            .unwrap_or_default();
-        if labels
-            .get(crds::contract::DECOMMISSIONED)
-            .map(String::as_str)
-            == Some("true")
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the decommission was not confirmed after the crash: {labels:?}\n{}\n{}",
-            sim.ring().with(|r| r.status(None).unwrap().to_string()),
-            container_logs(work.path())
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let restarts = pods
-        .get("c-dc-r-2")
-        .await
-        .unwrap()
         .status
         .unwrap()
         .container_statuses
         .unwrap()[0]
         .restart_count;
     assert!(restarts >= 1, "the container was not restarted");
-    let (up, status, report) = ring_summary(sim);
-    assert_eq!(up, 2, "{status}");
-    assert!(
-        report.is_clean(),
-        "the interrupted decommission lost data:\n{report}\n{status}"
-    );
+    scenario.ring().assert_intact(2);
 }
 
 /// An overrides ConfigMap that would make a new member skip its bootstrap
@@ -407,13 +240,10 @@ async fn a_decommission_survives_the_sidecar_being_killed_midway() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_override_that_defeats_safety_never_reaches_a_member() {
     let _one = ONE_WORLD.lock().await;
-    let work = tempfile::tempdir().unwrap();
-    let (world, _controller, log) = world(&["a"], work.path(), fast_ring(), "db").await;
-    let (sim, client) = (&world.sim, world.client.clone());
-    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
-        Api::namespaced(client.clone(), "db");
+    let scenario = setup().start().await;
+    let configmaps: Api<ConfigMap> = scenario.api();
     let overrides = |text: &str| {
-        serde_json::from_value::<k8s_openapi::api::core::v1::ConfigMap>(json!({
+        serde_json::from_value::<ConfigMap>(json!({
             "metadata": {"name": "tuning", "namespace": "db"},
             "data": {"cassandra.yaml": text}
         }))
@@ -423,24 +253,20 @@ async fn an_override_that_defeats_safety_never_reaches_a_member() {
         .create(&PostParams::default(), &overrides("concurrent_reads: 16\n"))
         .await
         .unwrap();
-    let cluster: Cluster = serde_json::from_value(json!({
-        "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",
-        "metadata": {"name": "c", "namespace": "db"},
-        "spec": {"version": "4.1.5", "datacenter": {"name": "dc", "racks": [{"name": "r", "members": 1,
-            "configMapName": "tuning",
-            "storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
-                "spec": {"storageClassName": "standard", "resources": {"requests": {"storage": "1Gi"}}}}]},
-            "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}
-    }))
-    .unwrap();
-    let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");
-    crate::common::create_cluster(&clusters, &cluster).await;
-    wait_ready(&clusters, "c", 1, Duration::from_secs(120), &log).await;
-    sim.ring().with(|ring| {
-        ring.create_keyspace("k", Replication::network_topology([("dc", 1)]))
-            .unwrap();
-        ring.write_keys("k", "key", 100, Consistency::One).unwrap();
-    });
+    let tuned = |members: i32| {
+        cluster("c")
+            .version("4.1.5")
+            .rack("r", members)
+            .with_rack(json!({"configMapName": "tuning"}))
+    };
+    scenario.create(tuned(1)).await;
+    scenario.until_ready("c", 1, secs(120)).await;
+    scenario.ring().write(
+        "k",
+        Replication::network_topology([("dc", 1)]),
+        100,
+        Consistency::One,
+    );
 
     // The user's change, then a scale-up that would start a member with it.
     configmaps
@@ -451,17 +277,7 @@ async fn an_override_that_defeats_safety_never_reaches_a_member() {
         )
         .await
         .unwrap();
-    clusters
-        .patch(
-            "c",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"datacenter": {"name": "dc", "racks": [
-                {"name": "r", "members": 2, "configMapName": "tuning",
-                 "storage": cluster.spec.datacenter.racks[0].storage,
-                 "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}})),
-        )
-        .await
-        .unwrap();
+    scenario.patch_cluster("c", tuned(2).racks_patch()).await;
     let named = "ConfigMap \"tuning\": key cassandra.yaml sets auto_bootstrap, which the \
                  operator refuses: a member that does not bootstrap owns token ranges whose \
                  data it never streamed";
@@ -476,56 +292,62 @@ async fn an_override_that_defeats_safety_never_reaches_a_member() {
             })
             .and_then(|c| c.message.clone())
     };
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), "db");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let condition = rack_condition(&clusters.get("c").await.unwrap());
-        let warned = events
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .any(|e| {
-                e.type_.as_deref() == Some("Warning")
-                    && e.reason.as_deref() == Some("OverridesRefused")
-                    && e.note.as_deref().is_some_and(|n| n.contains(named))
-            });
-        if condition.as_deref().is_some_and(|m| m.contains(named)) && warned {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no OverridesRefused condition and Warning Event (condition: {condition:?}, \
-             warned: {warned})\n{}",
-            tail(&log)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let events: Api<Event> = scenario.api();
+    scenario
+        .until(
+            "an OverridesRefused condition and Warning Event",
+            secs(60),
+            || async {
+                let condition = rack_condition(&scenario.clusters().get("c").await.unwrap());
+                let warned = events
+                    .list(&Default::default())
+                    .await
+                    .unwrap()
+                    .items
+                    .into_iter()
+                    .any(|e| {
+                        e.type_.as_deref() == Some("Warning")
+                            && e.reason.as_deref() == Some("OverridesRefused")
+                            && e.note.as_deref().is_some_and(|n| n.contains(named))
+                    });
+                if condition.as_deref().is_some_and(|m| m.contains(named)) && warned {
+                    Ok(())
+                } else {
+                    Err(format!("condition {condition:?}, warned {warned}"))
+                }
+            },
+        )
+        .await;
     // The controller changes nothing: no scale-up, no Pod for member 1, and
-    // the running member keeps running. A few resyncs' worth of time for a
-    // wrong scale-up to show.
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "db");
-    let statefulsets: Api<k8s_openapi::api::apps::v1::StatefulSet> =
-        Api::namespaced(client.clone(), "db");
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let replicas = statefulsets
+    // the running member keeps running, after reconciles that saw the
+    // scale-up and the refused key.
+    scenario.until_observed("c", secs(30)).await;
+    let started = scenario.reconciles_started().await;
+    scenario.until_reconciled(started, secs(60)).await;
+    let replicas = scenario
+        .api::<StatefulSet>()
         .get("c-dc-r")
         .await
         .unwrap()
         .spec
         .and_then(|s| s.replicas);
     assert_eq!(replicas, Some(1), "the refused rack was scaled up");
-    assert!(pods.get_opt("c-dc-r-1").await.unwrap().is_none());
-    let (up, status, report) = ring_summary(sim);
-    assert_eq!(up, 1, "{status}");
-    assert_eq!(
-        sim.ring().with(|r| r.status(None).unwrap().rows.len()),
-        1,
-        "{status}"
+    assert!(
+        scenario
+            .api::<Pod>()
+            .get_opt("c-dc-r-1")
+            .await
+            .unwrap()
+            .is_none()
     );
-    assert!(report.is_clean(), "{report}\n{status}");
-    let status = clusters.get("c").await.unwrap().status.unwrap();
+    scenario.ring().assert_intact(1);
+    assert_eq!(
+        scenario.ring().rows().len(),
+        1,
+        "{}",
+        scenario.ring().text()
+    );
+    let status = scenario.clusters().get("c").await.unwrap().status.unwrap();
     assert_eq!(status.ready_members, 1);
 
     // Fixing the ConfigMap clears the condition, and the scale-up proceeds
@@ -538,9 +360,10 @@ async fn an_override_that_defeats_safety_never_reaches_a_member() {
         )
         .await
         .unwrap();
-    wait_ready(&clusters, "c", 2, Duration::from_secs(120), &log).await;
-    assert_eq!(rack_condition(&clusters.get("c").await.unwrap()), None);
-    let (up, status, report) = ring_summary(sim);
-    assert_eq!(up, 2, "{status}");
-    assert!(report.is_clean(), "{report}\n{status}");
+    scenario.until_ready("c", 2, secs(120)).await;
+    assert_eq!(
+        rack_condition(&scenario.clusters().get("c").await.unwrap()),
+        None
+    );
+    scenario.ring().assert_intact(2);
 }
