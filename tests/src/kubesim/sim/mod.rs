@@ -244,11 +244,65 @@ pub struct SimOptions {
     /// and the tolerations' seconds of taint-based eviction
     /// ([`nodelifecycle`]).
     pub node_time_scale: f64,
+    /// Real Cassandra for the `cassandra:` images of the releases
+    /// `scripts/fetch-cassandra` fetched ([`RealCassandra`]); None (the
+    /// default): every `cassandra:` image runs the fake.
+    pub real_cassandra: Option<RealCassandra>,
     /// Hollow kubelets (`KUBESIM_HOLLOW=1`; kubemark's hollow
     /// nodes): Pods are Ready at once and run no process
     /// ([`kubelet`]'s `hollow` module), for benchmarks at a scale real
     /// processes cannot reach.
     pub hollow: bool,
+}
+
+/// Real Cassandra in the `cassandra:<version>` images (issue 28): a
+/// container of a 4.1.x or 5.0.x tag gets the official image's file system
+/// laid out from the release `scripts/fetch-cassandra` cached
+/// ([`crate::real_cassandra::image`]), so its `cassandra` is the release's
+/// `bin/cassandra`; the operator image carries the real Jolokia JVM agent
+/// at `/plugins/jolokia-jvm-agent.jar` (0444) with `INSTALL_PLUGINS=/plugins`,
+/// as `init/Dockerfile` builds it. 3.11 (Java 8 cannot be had here) and
+/// ScyllaDB stay on the fakes.
+#[derive(Debug, Clone)]
+pub struct RealCassandra {
+    /// Where `scripts/fetch-cassandra` cached the releases and the agent
+    /// (the repository's `target/`).
+    pub cache: PathBuf,
+    /// The `JVM_EXTRA_OPTS` the test world's `cassandra:` image sets, as a
+    /// user could (the ring timings of tests: `-Dcassandra.ring_delay_ms`,
+    /// `-Dcassandra.skip_wait_for_gossip_to_settle`); the sidecar keeps
+    /// what the container passes and appends its own.
+    pub jvm_extra_opts: String,
+}
+
+impl RealCassandra {
+    /// The releases cached under the repository's `target/`, with
+    /// `jvm_extra_opts` in the image's environment.
+    pub fn cached(jvm_extra_opts: &str) -> RealCassandra {
+        let tests = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        RealCassandra {
+            cache: tests.parent().unwrap_or(tests).join("target"),
+            jvm_extra_opts: jvm_extra_opts.to_string(),
+        }
+    }
+
+    /// Whether `cassandra:<tag>` runs real Cassandra: a release version
+    /// (`X.Y.Z`) of 4.1 or 5.0. Pure.
+    pub fn runs(tag: &str) -> bool {
+        let parts: Vec<&str> = tag.split('.').collect();
+        parts.len() == 3
+            && parts
+                .iter()
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            && matches!((parts[0], parts[1]), ("4", "1") | ("5", "0"))
+    }
+
+    /// The Jolokia JVM agent the operator image ships.
+    pub fn jolokia_agent(&self) -> PathBuf {
+        self.cache
+            .join("cassandra")
+            .join(crate::real_cassandra::release::JOLOKIA_AGENT)
+    }
 }
 
 /// The repository of the controller's default operator image.
@@ -288,6 +342,7 @@ impl SimOptions {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(1.0),
+            real_cassandra: None,
             hollow: std::env::var("KUBESIM_HOLLOW").is_ok_and(|v| v == "1"),
         }
     }
@@ -690,6 +745,16 @@ impl Flags {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn real_cassandra_runs_released_4_1_and_5_0_tags_only() {
+        for tag in ["4.1.8", "4.1.10", "5.0.2"] {
+            assert!(RealCassandra::runs(tag), "{tag}");
+        }
+        for tag in ["3.11.4", "4.0.13", "4.1", "latest", "4.1.8-jammy", "5.0.x"] {
+            assert!(!RealCassandra::runs(tag), "{tag}");
+        }
+    }
 
     #[test]
     fn label_index_gives_the_rarest_labels_objects_of_the_namespace() {
