@@ -199,3 +199,54 @@ async fn three_real_cassandra_members_come_up_ready_and_see_each_other_at_their_
         eprintln!("RSS {}: {:?} MiB", member(i), jvm_rss_mib(pid));
     }
 }
+
+/// Scale the rack to 4 (a real bootstrap) and back to 3: the operator's
+/// decommission protocol runs a real `decommission` on the last member,
+/// which streams its ranges away and leaves the ring before its Pod, claim
+/// and Service go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_member_joins_and_leaves_by_a_real_decommission() {
+    let scenario = real_world().await;
+    let three = cluster("c").version(VERSION).rack("r", 3);
+    scenario.create(&three).await;
+    scenario.until_ready("c", 3, secs(600)).await;
+
+    let began = Instant::now();
+    scenario
+        .patch_cluster(
+            "c",
+            cluster("c").version(VERSION).rack("r", 4).racks_patch(),
+        )
+        .await;
+    scenario.until_ready("c", 4, secs(300)).await;
+    eprintln!("scale-up 3 → 4: {:.1} s", began.elapsed().as_secs_f64());
+    let ips = member_ips(&scenario, 4).await;
+    let text = until_status_un(&scenario, &member(0), &ips).await;
+    eprintln!("nodetool status with 4:\n{text}");
+
+    let began = Instant::now();
+    scenario.patch_cluster("c", three.racks_patch()).await;
+    let services: Api<Service> = scenario.api();
+    scenario
+        .until("the fourth member's Service gone", secs(300), || async {
+            services
+                .get_opt(&member(3))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_or(Ok(()), |_| Err("still there".to_string()))
+        })
+        .await;
+    scenario.until_ready("c", 3, secs(120)).await;
+    eprintln!("scale-down 4 → 3: {:.1} s", began.elapsed().as_secs_f64());
+    // The three that stay see only each other, Up and Normal: the fourth
+    // left the ring (a node that was removed some other way would show DN).
+    let text = until_status_un(&scenario, &member(0), &ips[..3]).await;
+    assert!(!text.contains(&ips[3]), "{text}");
+    let left = scenario.pod_logs(&member(3));
+    assert!(
+        left.contains("DECOMMISSIONED") || left.contains("Announcing that I have left the ring"),
+        "the fourth member decommissioned itself:\n{}",
+        &left[left.len().saturating_sub(4000)..]
+    );
+    eprintln!("nodetool status after the decommission:\n{text}");
+}
