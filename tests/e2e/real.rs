@@ -18,7 +18,9 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::Api;
 use testworld::kubesim::sim::RealCassandra;
 
-use crate::scenario::{Scenario, cluster, container_pid, pod_ready, secs, setup};
+use serde_json::json;
+
+use crate::scenario::{ClusterSpec, Scenario, cluster, container_pid, pod_ready, secs, setup};
 
 /// The test world's `cassandra:` image's `JVM_EXTRA_OPTS`: short ring
 /// timings, as a user of a small test cluster would set them (Cassandra's
@@ -27,6 +29,21 @@ const TEST_RING_TIMINGS: &str =
     "-Dcassandra.ring_delay_ms=3000 -Dcassandra.skip_wait_for_gossip_to_settle=0";
 
 const VERSION: &str = "4.1.8";
+
+/// The members' memory limit: the sidecar's heap rule (cassandra-env.sh's)
+/// makes it a 384M heap. The smallest of 512Mi, 768Mi and 1Gi whose JVM
+/// stays under its limit: at 512Mi (a 256M heap) the JVM's resident set
+/// is already about 510 MiB after start-up, more than a kubelet would
+/// allow; at 768Mi about 640 MiB, at 1Gi about 770 MiB.
+const MEMORY_LIMIT_MIB: u64 = 768;
+
+/// Cluster `c` of Cassandra [`VERSION`], one rack `r` of `members`, each
+/// with 1 CPU and [`MEMORY_LIMIT_MIB`].
+fn real_cluster(members: i32) -> ClusterSpec {
+    cluster("c").version(VERSION).rack("r", members).with_rack(
+        json!({"resources": {"limits": {"cpu": "1", "memory": format!("{MEMORY_LIMIT_MIB}Mi")}}}),
+    )
+}
 
 /// A scenario whose `cassandra:` 4.1 and 5.0 images run real Cassandra.
 async fn real_world() -> Scenario {
@@ -136,9 +153,7 @@ fn jvm_rss_mib(sidecar: i32) -> Option<u64> {
 async fn three_real_cassandra_members_come_up_ready_and_see_each_other_at_their_cluster_ips() {
     let scenario = real_world().await;
     let began = Instant::now();
-    scenario
-        .create(&cluster("c").version(VERSION).rack("r", 3))
-        .await;
+    scenario.create(&real_cluster(3)).await;
     // Each member's bring-up: from its Pod's first sighting to Ready.
     let pods: Api<Pod> = scenario.api();
     type Sightings = BTreeMap<String, Instant>;
@@ -194,9 +209,16 @@ async fn three_real_cassandra_members_come_up_ready_and_see_each_other_at_their_
             eprintln!("nodetool status on {}:\n{text}", member(0));
         }
     }
+    // Within the memory limit a real kubelet would enforce (kubesim does
+    // not: this is where it is checked).
     for i in 0..3 {
         let pid = container_pid(&scenario.pod(&member(i)).await).unwrap();
-        eprintln!("RSS {}: {:?} MiB", member(i), jvm_rss_mib(pid));
+        let rss = jvm_rss_mib(pid).expect("the member's JVM runs");
+        eprintln!(
+            "RSS {}: {rss} MiB (limit {MEMORY_LIMIT_MIB} MiB)",
+            member(i)
+        );
+        assert!(rss < MEMORY_LIMIT_MIB, "{}: {rss} MiB", member(i));
     }
 }
 
@@ -207,7 +229,7 @@ async fn three_real_cassandra_members_come_up_ready_and_see_each_other_at_their_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_member_joins_and_leaves_by_a_real_decommission() {
     let scenario = real_world().await;
-    let three = cluster("c").version(VERSION).rack("r", 3);
+    let three = real_cluster(3);
     scenario.create(&three).await;
     scenario.until_ready("c", 3, secs(600)).await;
 
