@@ -66,6 +66,15 @@
 //!   `/var/lib/scylla` owned by scylla, see [`images`]); a volume mounted
 //!   there covers them. Both images run as root by default.
 //!   Without a command the container runs `cassandra -f`.
+//!   With [`SimOptions::real_cassandra`], a `cassandra:<X.Y.Z>` of 4.1 or
+//!   5.0 runs real Cassandra instead ([`RealCassandra`]): the official
+//!   image's file system laid out from the fetched release
+//!   ([`images::real_cassandra_layer`]), its `ENV` (`JAVA_HOME`,
+//!   `CASSANDRA_HOME`, `CASSANDRA_CONF`, `PATH`) and the test world's
+//!   `JVM_EXTRA_OPTS`, so that `cassandra` is the release's
+//!   `bin/cassandra`; the operator image then has the real Jolokia agent
+//!   in `/plugins` and `INSTALL_PLUGINS=/plugins`, as `init/Dockerfile`
+//!   builds it.
 //! - any other image runs its command as a host program.
 //!
 //! Every container's environment: the pod spec's `env` (values, downward
