@@ -282,3 +282,118 @@ async fn a_real_member_joins_and_leaves_by_a_real_decommission() {
     eprintln!("nodetool status after the decommission:\n{text}");
     assert_eq!(uids(&scenario).await, before, "no member restarted");
 }
+
+/// A member on a local SSD loses its Node: the operator records the
+/// replace on its Service, and the new Pod, on another Node with an empty
+/// disk, starts real Cassandra with `replace_address_first_boot` at the
+/// member's own ClusterIP; it streams the lost node's ranges and the ring
+/// is three UN at the same addresses, one with a new host ID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "not reliable yet: in 4 of 9 runs the replacement kept exiting with \"Unable to gossip with any peers\" or \"Unable to contact any seeds\" (10 restarts, or 10 minutes once); the other 5 replaced the member in 29-31 s"]
+async fn a_real_member_whose_node_is_lost_is_replaced_at_its_cluster_ip() {
+    use k8s_openapi::api::core::v1::Node;
+    let scenario = setup()
+        .options(|o| {
+            o.real_cassandra = Some(RealCassandra::cached(TEST_RING_TIMINGS));
+            o.nodes_per_zone = 4;
+        })
+        .start()
+        .await;
+    let local = json!({"storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
+        "spec": {"storageClassName": "local-disks", "resources": {"requests": {"storage": "10Gi"}}}}]}});
+    scenario.create(&real_cluster(3).with_rack(local)).await;
+    scenario.until_ready("c", 3, secs(600)).await;
+    let ips = member_ips(&scenario, 3).await;
+    let before = until_status_un(&scenario, &member(0), &ips).await;
+    let host_id = |text: &str, ip: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(ip))
+            .and_then(|l| l.split_whitespace().nth(6))
+            .map(str::to_string)
+    };
+    let lost = member(2);
+    let old_host_id = host_id(&before, &ips[2]).expect("a host ID");
+    let old_node = scenario.pod(&lost).await.spec.unwrap().node_name.unwrap();
+
+    let began = Instant::now();
+    let nodes: Api<Node> = Api::all(scenario.client());
+    nodes.delete(&old_node, &Default::default()).await.unwrap();
+    scenario
+        .until_label(&lost, crds::contract::REPLACE, &ips[2], secs(120))
+        .await;
+    let services: Api<Service> = scenario.api();
+    scenario
+        .until(
+            "the replace done and its record cleared",
+            secs(600),
+            || async {
+                let pod = scenario
+                    .api::<Pod>()
+                    .get_opt(&lost)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let node = pod
+                    .as_ref()
+                    .and_then(|p| p.spec.as_ref()?.node_name.clone());
+                let ready = pod.as_ref().is_some_and(pod_ready);
+                // A replacement that keeps failing fails the test now, with
+                // what Cassandra said. A few failures are expected: until
+                // the peers drop their connections to the lost node's
+                // address (internode_tcp_user_timeout, 30 s), their gossip
+                // answers go there, and the replacement exits with "Unable
+                // to gossip with any peers" or "Unable to contact any
+                // seeds" (the same on a real cluster, where conntrack keeps
+                // a connection's DNAT to the dead Pod as here).
+                let restarts = pod
+                    .as_ref()
+                    .and_then(|p| p.status.as_ref()?.container_statuses.as_ref()?.first())
+                    .map_or(0, |c| c.restart_count);
+                if restarts >= 10 {
+                    let logs = scenario.pod_logs(&lost);
+                    let said: Vec<&str> = logs
+                        .lines()
+                        .filter(|l| {
+                            l.starts_with("ERROR")
+                                || l.contains("Exception")
+                                || l.contains("exited")
+                        })
+                        .take(40)
+                        .collect();
+                    panic!(
+                        "the replacement restarted {restarts} times:\n{}",
+                        said.join("\n")
+                    );
+                }
+                let svc = services.get(&lost).await.map_err(|e| e.to_string())?;
+                let recorded = svc
+                    .metadata
+                    .labels
+                    .unwrap_or_default()
+                    .contains_key(crds::contract::REPLACE);
+                if ready && !recorded && node.as_deref() != Some(old_node.as_str()) {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "node {node:?}, ready {ready}, replace recorded {recorded}"
+                    ))
+                }
+            },
+        )
+        .await;
+    eprintln!(
+        "replace after the Node's loss: {:.1} s",
+        began.elapsed().as_secs_f64()
+    );
+    let after = until_status_un(&scenario, &member(0), &ips).await;
+    eprintln!("nodetool status after the replace:\n{after}");
+    // Cassandra gives a replacement at the same address the replaced
+    // node's host ID (so that hints for it reach it).
+    assert_eq!(host_id(&after, &ips[2]), Some(old_host_id));
+    let logs = scenario.pod_logs(&lost);
+    assert!(
+        logs.contains(&format!("replace=Some(\"{}\")", ips[2]))
+            && logs.contains("same address as the node to be replaced"),
+        "the new member replaced the lost one:\n{}",
+        &logs[logs.len().saturating_sub(4000)..]
+    );
+}
