@@ -16,6 +16,7 @@ mod member_token;
 mod nodes;
 mod outage;
 mod rbac;
+mod real;
 mod reloader;
 mod render;
 mod rings;

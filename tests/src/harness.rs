@@ -128,6 +128,10 @@ pub struct WorldOptions {
     /// Hollow kubelets: Pods Ready at once, no processes (benchmarks at
     /// scale; see [`SimOptions::hollow`]).
     pub hollow: bool,
+    /// Real Cassandra in the `cassandra:` images of fetched 4.1 and 5.0
+    /// releases ([`SimOptions::real_cassandra`]); None: the fake in every
+    /// one.
+    pub real_cassandra: Option<crate::kubesim::sim::RealCassandra>,
 }
 
 impl WorldOptions {
@@ -148,6 +152,7 @@ impl WorldOptions {
             operator_rbac: true,
             node_time_scale: 0.02,
             hollow: false,
+            real_cassandra: None,
         }
     }
 }
@@ -183,6 +188,7 @@ impl World {
         sim.max_probe_period = Some(Duration::from_millis(500));
         sim.node_time_scale = opts.node_time_scale;
         sim.hollow = opts.hollow;
+        sim.real_cassandra = opts.real_cassandra;
         let sim = KubeSim::start(Options {
             zones: opts.zones,
             nodes_per_zone: opts.nodes_per_zone,

@@ -5,9 +5,11 @@
 //! `0.0.0.0:8080` that answers anything (the controller's metrics server
 //! once made members Ready); the host reaches Pod IPs, Pods reach each
 //! other and kubesim; a Pod's namespace and veth are gone after it is
-//! deleted, the bridge and every namespace after kubesim stops. And the
-//! cost: creating a Pod's network, and a Pod's start-up with and without
-//! its own namespace.
+//! deleted, the bridge and every namespace after kubesim stops. ClusterIPs
+//! route from inside Pods as kube-proxy makes them (a Service's ready
+//! endpoint, the new one after its Pod is replaced, a refusal when it has
+//! none). And the cost: creating a Pod's network, a Pod's start-up with
+//! and without its own namespace, and an update of the Service rules.
 
 use serde_json::{Value, json};
 use std::process::Command;
@@ -310,6 +312,188 @@ async fn pods_have_their_own_network_namespaces() {
     if let Some(h) = host {
         h.abort();
     }
+}
+
+/// `curl` from the network namespace of `pid`: its exit code (0, 7 when
+/// the connection was refused, 28 on a timeout) and the body.
+fn curl_code_from(pid: u32, url: &str) -> (i32, String) {
+    let out = Command::new("nsenter")
+        .arg(format!("--target={pid}"))
+        .args([
+            "--net",
+            "--",
+            "curl",
+            "-s",
+            "--noproxy",
+            "*",
+            "-m",
+            "3",
+            url,
+        ])
+        .output()
+        .expect("nsenter runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+fn services() -> testworld::kubesim::store::Target {
+    testworld::kubesim::store::Target::new("", "v1", "services", Some("default"))
+}
+
+/// A Pod serving its name at `/name.txt` on 8080 (ready when it does),
+/// labelled `app: <app>`.
+fn web_pod(name: &str, app: &str) -> Value {
+    let mut p = pod(name, true);
+    p["metadata"]["labels"] = json!({ "app": app });
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_ips_reach_a_ready_endpoint_from_inside_pods() {
+    let work = tempfile::tempdir().unwrap();
+    let mut sim_opts = SimOptions::new(work.path());
+    sim_opts.max_grace = Some(Duration::from_secs(1));
+    let sim = KubeSim::start(Options {
+        sim: Some(sim_opts),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let store = sim.store().clone();
+    let create = |target: &testworld::kubesim::store::Target, body: Value| {
+        store
+            .create(target, body, &WriteOptions::default())
+            .expect("created")
+    };
+    // A client Pod a, a server Pod b-1, a Service for b (80 → 8080) and one
+    // that selects nothing.
+    create(&pods(), pod("a", false));
+    create(&pods(), web_pod("b-1", "b"));
+    let svc = |name: &str, app: &str| {
+        json!({"metadata": {"name": name}, "spec": {"selector": {"app": app},
+            "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}})
+    };
+    let b = create(&services(), svc("b", "b"));
+    let nobody = create(&services(), svc("nobody", "nobody"));
+    let cluster_ip = |svc: &Value| s(svc, "/spec/clusterIP").to_string();
+    let (ip_b, ip_nobody) = (cluster_ip(&b), cluster_ip(&nobody));
+    assert!(ip_b.starts_with("10.") && ip_nobody.starts_with("10."));
+    let running = |name: &str| {
+        let store = store.clone();
+        let name = name.to_string();
+        async move {
+            until(&format!("{name} ready"), 30, || {
+                let p = store.get(&pods(), &name).ok()?;
+                (ready(&p) || (name == "a" && s(&p, "/status/phase") == "Running")).then_some(p)
+            })
+            .await
+        }
+    };
+    let a = running("a").await;
+    let b1 = running("b-1").await;
+    let pid_a = container_pid(&a);
+    let url = format!("http://{ip_b}/b-1.txt");
+    let answer = until("b's ClusterIP answers from a", 10, || {
+        curl_from(pid_a, &url)
+    })
+    .await;
+    assert_eq!(answer, "b-1\n");
+    // Hairpin: b-1 reaches itself through its Service.
+    assert_eq!(
+        curl_from(container_pid(&b1), &url).as_deref(),
+        Some("b-1\n")
+    );
+    // A Service without a ready endpoint refuses at once (no timeout).
+    let began = Instant::now();
+    let (code, _) = curl_code_from(pid_a, &format!("http://{ip_nobody}/"));
+    assert_eq!(code, 7, "connection refused");
+    assert!(
+        began.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        began.elapsed()
+    );
+    // A port the Service does not have is refused too.
+    let (code, _) = curl_code_from(pid_a, &format!("http://{ip_b}:81/"));
+    assert_eq!(code, 7, "connection refused");
+
+    // b-1 is replaced by b-2 (another Pod IP): while nothing is ready the
+    // ClusterIP refuses, then it reaches the new Pod.
+    store
+        .delete(&pods(), "b-1", &DeleteOptions::default())
+        .unwrap();
+    until("b-1 gone", 20, || {
+        store.get(&pods(), "b-1").is_err().then_some(())
+    })
+    .await;
+    let (code, _) = curl_code_from(pid_a, &url);
+    assert_eq!(code, 7, "no endpoint: refused");
+    create(&pods(), web_pod("b-2", "b"));
+    let b2 = running("b-2").await;
+    assert_ne!(s(&b1, "/status/podIP"), s(&b2, "/status/podIP"));
+    let url = format!("http://{ip_b}/b-2.txt");
+    let answer = until("b's ClusterIP reaches b-2", 10, || curl_from(pid_a, &url)).await;
+    assert_eq!(answer, "b-2\n");
+}
+
+/// The cost of an update of the Service rules: one nft transaction that
+/// replaces the table, per Pod namespace, for a world of 10 and of 200
+/// Service ports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cost_of_a_cluster_ip_update() {
+    use testworld::kubesim::sim::proxy;
+    let work = tempfile::tempdir().unwrap();
+    let sim = KubeSim::start(Options {
+        sim: Some(SimOptions::new(work.path())),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let net = sim.network().expect("the sim runs");
+    let pods_nets: Vec<_> = (0..5)
+        .map(|i| {
+            let ip = std::net::Ipv4Addr::from(u32::from(net.gateway()) + 100 + i);
+            net.add_pod(ip).expect("a pod network")
+        })
+        .collect();
+    let world = |n: u32| {
+        let services: Vec<Value> = (0..n)
+            .map(|i| {
+                json!({"metadata": {"namespace": "db", "name": format!("m-{i}")},
+                    "spec": {"clusterIP": format!("10.96.{}.{}", i / 200, i % 200 + 2),
+                        "ports": [{"name": "gossip", "port": 7000}]}})
+            })
+            .collect();
+        let endpoints: Vec<Value> = (0..n)
+            .map(|i| {
+                json!({"metadata": {"namespace": "db", "name": format!("m-{i}")},
+                    "subsets": [{"addresses": [{"ip": format!("10.244.0.{}", i % 250 + 2)}],
+                        "ports": [{"name": "gossip", "port": 7000}]}]})
+            })
+            .collect();
+        proxy::ruleset(&services, &endpoints)
+    };
+    let mut figures = Vec::new();
+    for n in [10, 200] {
+        let script = world(n);
+        let began = Instant::now();
+        for p in &pods_nets {
+            proxy::apply(&p.path(), &script).expect("the rules load");
+        }
+        let each = began.elapsed() / pods_nets.len() as u32;
+        figures.push(format!("{n} Service ports: {each:?} per Pod namespace"));
+        // What was loaded is what routes: the table holds every Service.
+        let listed = Command::new("nsenter")
+            .arg(format!("--net={}", pods_nets[0].path().display()))
+            .args(["nft", "list", "map", "ip", "kubesim", "services"])
+            .output()
+            .unwrap();
+        let listed = String::from_utf8_lossy(&listed.stdout);
+        assert_eq!(listed.matches("goto svc-").count(), n as usize, "{listed}");
+        assert!(each < Duration::from_millis(500), "{each:?}");
+    }
+    eprintln!("ClusterIP update: {}", figures.join("; "));
 }
 
 /// The cost of a Pod's own network: creating it (two `ip` batches), and a

@@ -55,6 +55,15 @@ impl Image {
         Ok(image)
     }
 
+    /// An image of `version` already laid out at `root` (`/` inside its
+    /// container, where [`Image::env`] then names its paths).
+    pub fn at(root: &Path, version: &str) -> Image {
+        Image {
+            root: root.to_path_buf(),
+            version: version.to_string(),
+        }
+    }
+
     fn write(&self, release: &Release) -> Result<(), Error> {
         let home = self.cassandra_home();
         for dir in [

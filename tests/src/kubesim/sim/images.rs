@@ -197,6 +197,43 @@ pub fn database_layer(
     Ok(mounts)
 }
 
+/// Lays out the official `cassandra:` image of a real release in the
+/// container's writable layer `cdir` ([`crate::real_cassandra::Image`]:
+/// `/opt/cassandra` with the release's `bin/` and `lib/`, `/etc/cassandra`
+/// with its `conf/`, the data and log directories owned by cassandra,
+/// Java at `/opt/java/openjdk`) and returns the bind mounts that make it
+/// the container's, in mount order.
+pub fn real_cassandra_layer(
+    cdir: &Path,
+    release: &crate::real_cassandra::Release,
+) -> Result<Vec<(PathBuf, String)>, String> {
+    let root = cdir.join("image");
+    let image = crate::real_cassandra::Image::lay_out(&root, release).map_err(|e| e.to_string())?;
+    Ok(vec![
+        (image.cassandra_home(), CASSANDRA_HOME.to_string()),
+        (image.conf(), "/etc/cassandra".to_string()),
+        (image.data(), "/var/lib/cassandra".to_string()),
+        (image.logs(), "/var/log/cassandra".to_string()),
+        (root.join("opt/java"), "/opt/java".to_string()),
+    ])
+}
+
+/// The operator image's `/plugins` (`init/Dockerfile`: the Jolokia JVM
+/// agent as `jolokia-jvm-agent.jar`, mode 0444) from `agent`, in the
+/// container's writable layer `cdir`; the directory to mount at
+/// `/plugins`.
+pub fn operator_plugins(cdir: &Path, agent: &Path) -> Result<PathBuf, String> {
+    let dir = cdir.join("plugins");
+    std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+    let jar = dir.join("jolokia-jvm-agent.jar");
+    std::fs::copy(agent, &jar).map_err(|e| io(agent, e))?;
+    std::fs::set_permissions(&jar, std::fs::Permissions::from_mode(0o444))
+        .map_err(|e| io(&jar, e))?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| io(&dir, e))?;
+    Ok(dir)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,7 +2,8 @@
 //! part 2): the StatefulSet controller ([`statefulset`]), the scheduler
 //! ([`scheduler`]), storage ([`storage`]: StorageClasses `local-disks` and
 //! `standard`, PV provisioning and binding, PVC protection, reclaim), the
-//! endpoints controller ([`services`]) and a kubelet whose containers are
+//! endpoints controller ([`services`]), the Service data path in each Pod
+//! ([`proxy`]) and a kubelet whose containers are
 //! real local processes ([`kubelet`], [`probes`], [`startup`]) and who
 //! tells the fake ring at once when a database container dies
 //! ([`deaths`]). Every part runs in one
@@ -65,6 +66,15 @@
 //!   `/var/lib/scylla` owned by scylla, see [`images`]); a volume mounted
 //!   there covers them. Both images run as root by default.
 //!   Without a command the container runs `cassandra -f`.
+//!   With [`SimOptions::real_cassandra`], a `cassandra:<X.Y.Z>` of 4.1 or
+//!   5.0 runs real Cassandra instead ([`RealCassandra`]): the official
+//!   image's file system laid out from the fetched release
+//!   ([`images::real_cassandra_layer`]), its `ENV` (`JAVA_HOME`,
+//!   `CASSANDRA_HOME`, `CASSANDRA_CONF`, `PATH`) and the test world's
+//!   `JVM_EXTRA_OPTS`, so that `cassandra` is the release's
+//!   `bin/cassandra`; the operator image then has the real Jolokia agent
+//!   in `/plugins` and `INSTALL_PLUGINS=/plugins`, as `init/Dockerfile`
+//!   builds it.
 //! - any other image runs its command as a host program.
 //!
 //! Every container's environment: the pod spec's `env` (values, downward
@@ -97,13 +107,23 @@
 //! Pods have no default route, so nothing leaves the machine. A
 //! `hostNetwork` Pod stays in the host's namespace with its Node's
 //! address. HTTP and TCP probes go from the host to `<podIP>:<port>`.
-//! ClusterIPs are the store's (only the model uses them; nothing routes
-//! them). Cost, measured on the 2-core development machine
+//! ClusterIPs route from every Pod with its own namespace, as kube-proxy
+//! makes them route on a node ([`proxy`]): a connection to
+//! `<ClusterIP>:<port>` reaches a ready endpoint of the Service at its
+//! target port, one to a Service without a ready endpoint is refused
+//! (the host and `hostNetwork` Pods are not served; no cluster DNS).
+//! Cost, measured on the 2-core development machine
 //! (`kubesim_netns::the_cost_of_a_pods_network`): creating a Pod's
 //! network 12-16 ms, removing it about 37 ms (both in the sim's pass); a
 //! Pod's start-up (created → container running) about 27-30 ms with its
 //! own namespace against 21-22 ms with `hostNetwork` (the kubelet's path
-//! before namespaces).
+//! before namespaces), 43-49 ms since its namespace is also given the
+//! Service rules before its first container starts. An update of the
+//! Service rules (a Service or its endpoints changed) is one `nft`
+//! transaction per Pod namespace, in the sim's pass: 17-18 ms each with
+//! 10 Service ports, 26-34 ms with 200
+//! (`kubesim_netns::the_cost_of_a_cluster_ip_update`), so a world of 20
+//! Pods spends about 0.4 s of its pass on one endpoint change.
 //!
 //! Container statuses carry `containerID: kubesim://<host pid of the
 //! container's PID 1>`.
@@ -161,9 +181,10 @@
 //! SELinux/AppArmor/seccomp profiles, image `HOME`s (`HOME` is `/root` for
 //! every user), a root filesystem of the image's own (outside the image's
 //! directories above, the container sees the host's files, and writes
-//! there land on the host unless `readOnlyRootFilesystem`), kube-proxy and
-//! cluster DNS (no ClusterIP or Service name resolves or routes inside a
-//! Pod), and NetworkPolicies.
+//! there land on the host unless `readOnlyRootFilesystem`), kube-proxy
+//! for the host and `hostNetwork` Pods (ClusterIPs route from Pods with
+//! their own namespace only, [`proxy`]), cluster DNS (no Service name
+//! resolves inside a Pod), and NetworkPolicies.
 
 pub mod deaths;
 pub mod disks;
@@ -174,6 +195,7 @@ pub mod kubelet;
 pub mod net;
 pub mod nodelifecycle;
 pub mod probes;
+pub mod proxy;
 pub mod quantity;
 pub mod scheduler;
 pub mod security;
@@ -231,11 +253,65 @@ pub struct SimOptions {
     /// and the tolerations' seconds of taint-based eviction
     /// ([`nodelifecycle`]).
     pub node_time_scale: f64,
+    /// Real Cassandra for the `cassandra:` images of the releases
+    /// `scripts/fetch-cassandra` fetched ([`RealCassandra`]); None (the
+    /// default): every `cassandra:` image runs the fake.
+    pub real_cassandra: Option<RealCassandra>,
     /// Hollow kubelets (`KUBESIM_HOLLOW=1`; kubemark's hollow
     /// nodes): Pods are Ready at once and run no process
     /// ([`kubelet`]'s `hollow` module), for benchmarks at a scale real
     /// processes cannot reach.
     pub hollow: bool,
+}
+
+/// Real Cassandra in the `cassandra:<version>` images (issue 28): a
+/// container of a 4.1.x or 5.0.x tag gets the official image's file system
+/// laid out from the release `scripts/fetch-cassandra` cached
+/// ([`crate::real_cassandra::image`]), so its `cassandra` is the release's
+/// `bin/cassandra`; the operator image carries the real Jolokia JVM agent
+/// at `/plugins/jolokia-jvm-agent.jar` (0444) with `INSTALL_PLUGINS=/plugins`,
+/// as `init/Dockerfile` builds it. 3.11 (Java 8 cannot be had here) and
+/// ScyllaDB stay on the fakes.
+#[derive(Debug, Clone)]
+pub struct RealCassandra {
+    /// Where `scripts/fetch-cassandra` cached the releases and the agent
+    /// (the repository's `target/`).
+    pub cache: PathBuf,
+    /// The `JVM_EXTRA_OPTS` the test world's `cassandra:` image sets, as a
+    /// user could (the ring timings of tests: `-Dcassandra.ring_delay_ms`,
+    /// `-Dcassandra.skip_wait_for_gossip_to_settle`); the sidecar keeps
+    /// what the container passes and appends its own.
+    pub jvm_extra_opts: String,
+}
+
+impl RealCassandra {
+    /// The releases cached under the repository's `target/`, with
+    /// `jvm_extra_opts` in the image's environment.
+    pub fn cached(jvm_extra_opts: &str) -> RealCassandra {
+        let tests = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        RealCassandra {
+            cache: tests.parent().unwrap_or(tests).join("target"),
+            jvm_extra_opts: jvm_extra_opts.to_string(),
+        }
+    }
+
+    /// Whether `cassandra:<tag>` runs real Cassandra: a release version
+    /// (`X.Y.Z`) of 4.1 or 5.0. Pure.
+    pub fn runs(tag: &str) -> bool {
+        let parts: Vec<&str> = tag.split('.').collect();
+        parts.len() == 3
+            && parts
+                .iter()
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            && matches!((parts[0], parts[1]), ("4", "1") | ("5", "0"))
+    }
+
+    /// The Jolokia JVM agent the operator image ships.
+    pub fn jolokia_agent(&self) -> PathBuf {
+        self.cache
+            .join("cassandra")
+            .join(crate::real_cassandra::release::JOLOKIA_AGENT)
+    }
 }
 
 /// The repository of the controller's default operator image.
@@ -275,6 +351,7 @@ impl SimOptions {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(1.0),
+            real_cassandra: None,
             hollow: std::env::var("KUBESIM_HOLLOW").is_ok_and(|v| v == "1"),
         }
     }
@@ -455,6 +532,7 @@ fn pass(store: &Store, kubelet: &kubelet::Kubelet) {
     scheduler::schedule_all(store);
     kubelet.sync();
     services::sync_endpoints(store);
+    kubelet.sync_proxy();
 }
 
 pub(crate) fn t(group: &str, plural: &str, ns: Option<&str>) -> Target {
@@ -676,6 +754,16 @@ impl Flags {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn real_cassandra_runs_released_4_1_and_5_0_tags_only() {
+        for tag in ["4.1.8", "4.1.10", "5.0.2"] {
+            assert!(RealCassandra::runs(tag), "{tag}");
+        }
+        for tag in ["3.11.4", "4.0.13", "4.1", "latest", "4.1.8-jammy", "5.0.x"] {
+            assert!(!RealCassandra::runs(tag), "{tag}");
+        }
+    }
 
     #[test]
     fn label_index_gives_the_rarest_labels_objects_of_the_namespace() {

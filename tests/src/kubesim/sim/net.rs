@@ -13,10 +13,12 @@
 //! Pod: a namespace `ksim-<pid>-<seq>` (`/run/netns/`, as `ip netns add`
 //! makes it), a veth pair whose host end `ksv<pid hex>-<seq hex>` is a
 //! port of the bridge and whose other end is `eth0` in the namespace with
-//! the Pod IP, and `lo` up. The only route in a Pod is its /24: Pods
-//! reach each other and the gateway (where kubesim also serves), the host
-//! reaches every Pod IP through the bridge, and nothing leaves the
-//! machine (no default route, no forwarding).
+//! the Pod IP, and `lo` up. A Pod's routes are its /24 and the service
+//! range on `eth0` (10.96.0.0/12, whose ClusterIPs the Pod's own
+//! nftables rules DNAT to a Service's endpoints, [`super::proxy`]): Pods
+//! reach each other, Services and the gateway (where kubesim also
+//! serves), the host reaches every Pod IP through the bridge, and nothing
+//! leaves the machine (no default route, no forwarding).
 //!
 //! Teardown: a Pod's veth and namespace go when the Pod is removed (the
 //! [`PodNet`] is dropped), the bridge when kubesim stops ([`Network`]
@@ -317,7 +319,10 @@ impl Network {
         ip_batch(
             Some(ns),
             false,
-            &format!("link set lo up\naddr add {ip}/{PREFIX_LEN} dev eth0\nlink set eth0 up\n"),
+            &format!(
+                "link set lo up\naddr add {ip}/{PREFIX_LEN} dev eth0\nlink set eth0 up\nroute add {} dev eth0\n",
+                super::proxy::SERVICE_CIDR
+            ),
         )?;
         Ok(pod)
     }

@@ -5,6 +5,7 @@
 //! `securityContext` asks for, set last. I/O.
 
 use super::*;
+use crate::kubesim::sim::RealCassandra;
 
 pub(super) struct Running {
     pub(super) child: tokio::process::Child,
@@ -174,7 +175,13 @@ pub(super) fn resource_value(
 }
 
 impl PodCtx {
-    pub(super) fn env_for(&self, c: &Value, image: &Image, bin: &Path) -> BTreeMap<String, String> {
+    pub(super) fn env_for(
+        &self,
+        c: &Value,
+        image: &Image,
+        bin: &Path,
+        real: Option<&crate::real_cassandra::Release>,
+    ) -> BTreeMap<String, String> {
         let pod = self.pod();
         let mut env = BTreeMap::new();
         let mut put = |k: &str, v: String| {
@@ -216,6 +223,21 @@ impl PodCtx {
                 let path = env.get("PATH").cloned().unwrap_or_default();
                 env.insert("PATH".into(), format!("{CASSANDRA_HOME}/bin:{path}"));
             }
+        }
+        if let Some(release) = real {
+            // The official image's ENV (Java's too), as in its container.
+            let image = crate::real_cassandra::Image::at(Path::new("/"), &release.version);
+            // HOME stays the kubelet's (see the module docs of the sim).
+            env.extend(image.env().into_iter().filter(|(k, _)| k != "HOME"));
+            if let Some(real) = &self.opts.real_cassandra
+                && !real.jvm_extra_opts.is_empty()
+            {
+                env.insert("JVM_EXTRA_OPTS".into(), real.jvm_extra_opts.clone());
+            }
+        }
+        if *image == Image::Operator && self.opts.real_cassandra.is_some() {
+            // init/Dockerfile: ENV INSTALL_PLUGINS=/plugins.
+            env.insert("INSTALL_PLUGINS".into(), "/plugins".into());
         }
         let ns = ns_of(&pod).unwrap_or("default").to_string();
         for from in c
@@ -349,7 +371,33 @@ pub(super) async fn start_container(
     {
         let _ = std::os::unix::fs::symlink(op, bin.join("cassandra-operator"));
     }
-    if let Image::Database { kind, tag } = &image {
+    // A released 4.1 or 5.0 of the cassandra image runs the real thing
+    // when the sim is asked to; not fetched, it cannot start (as an image
+    // that cannot be pulled).
+    let real = match (&ctx.opts.real_cassandra, &image) {
+        (Some(rc), Image::Database { kind, tag })
+            if kind == "cassandra" && RealCassandra::runs(tag) =>
+        {
+            let fixtures = ctx.opts.fixtures.as_deref().ok_or_else(|| {
+                "kubesim has no fixtures (--fixtures): the release's bin/ and conf/".to_string()
+            })?;
+            Some(
+                crate::real_cassandra::Release::cached_in(&rc.cache, fixtures, tag)
+                    .map_err(|e| e.to_string())?,
+            )
+        }
+        _ => None,
+    };
+    if *image == Image::Operator
+        && let Some(real) = &ctx.opts.real_cassandra
+    {
+        let plugins = images::operator_plugins(&cdir, &real.jolokia_agent())?;
+        mounts.push((plugins, "/plugins".to_string(), false));
+    }
+    if let Some(release) = &real {
+        let layer = images::real_cassandra_layer(&cdir, release)?;
+        mounts.extend(layer.into_iter().map(|(h, p)| (h, p, false)));
+    } else if let Image::Database { kind, tag } = &image {
         if let Some(fake) = &ctx.opts.fake_cassandra {
             let _ = std::os::unix::fs::symlink(fake, bin.join("cassandra"));
             if kind == "scylla" {
@@ -399,7 +447,7 @@ pub(super) async fn start_container(
             m.get("readOnly") == Some(&json!(true)),
         ));
     }
-    let env = ctx.env_for(c, image, &bin);
+    let env = ctx.env_for(c, image, &bin, real.as_ref());
     let argv: Vec<String> = argv.iter().map(|a| expand(a, &env)).collect();
     let info = images::info(image);
     let mut script = String::from("set -e\n");

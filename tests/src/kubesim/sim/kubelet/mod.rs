@@ -16,7 +16,7 @@ use super::net::{Network, PodNet};
 use super::nodelifecycle::Kubelets;
 use super::quantity::divide_ceil;
 use super::{SimOptions, list_all, ns_of, patch_status, s, t};
-use super::{deaths, images, probes, security, startup};
+use super::{deaths, images, probes, proxy, security, startup};
 use crate::fake_cassandra::ring_service::RingService;
 use crate::kubesim::now_rfc3339;
 use crate::kubesim::store::{DeleteOptions, Store};
@@ -67,7 +67,10 @@ struct PodHandle {
     node: String,
     task: JoinHandle<()>,
     /// Dropped with the handle: the Pod's namespace and veth go.
-    _net: Option<PodNet>,
+    net: Option<PodNet>,
+    /// The Service data path last loaded into its namespace
+    /// ([`super::proxy`]).
+    rules: Option<Arc<str>>,
 }
 
 impl PodHandle {
@@ -106,6 +109,9 @@ pub struct Kubelet {
     kubelets: Arc<Kubelets>,
     /// The Pods (UIDs) whose processes are stopped with their machine.
     frozen: Mutex<BTreeSet<String>>,
+    /// The Service data path of every Pod's namespace, as the last pass
+    /// made it ([`super::proxy::ruleset`]).
+    rules: Mutex<Arc<str>>,
     /// Set by [`Kubelet::kill_all`]: the world is going away, start nothing
     /// more. A pass already under way when the world stops (a synchronous
     /// pass outlives the abort of its task) would otherwise start Pods on
@@ -144,6 +150,7 @@ impl Kubelet {
             pods: Mutex::new(HashMap::new()),
             net,
             last_ip: Mutex::new(HashMap::new()),
+            rules: Mutex::new(Arc::from(proxy::ruleset(&[] as &[Value], &[] as &[Value]))),
         }
     }
 
@@ -327,7 +334,8 @@ impl Kubelet {
                                 ip,
                                 node: node.to_string(),
                                 task,
-                                _net: None,
+                                net: None,
+                                rules: None,
                             },
                         );
                         continue;
@@ -344,7 +352,15 @@ impl Kubelet {
                         last.insert(node.to_string(), ip);
                         drop(last);
                         match self.net.add_pod(ip) {
-                            Ok(n) => (ip, Some(n)),
+                            Ok(n) => {
+                                // Its Services route before its first
+                                // container starts.
+                                let rules = lock(&self.rules).clone();
+                                if let Err(e) = proxy::apply(&n.path(), &rules) {
+                                    eprintln!("kubesim: the Service rules of a pod: {e}");
+                                }
+                                (ip, Some((n, rules)))
+                            }
                             Err(e) => {
                                 eprintln!("kubesim: the network of a pod: {e}");
                                 continue;
@@ -360,7 +376,7 @@ impl Kubelet {
                         tokens: Mutex::default(),
                         ip: ip.to_string(),
                         host_ip,
-                        netns: net.as_ref().map(PodNet::path),
+                        netns: net.as_ref().map(|(n, _)| n.path()),
                         allocatable: node_obj
                             .pointer("/status/allocatable")
                             .cloned()
@@ -388,7 +404,8 @@ impl Kubelet {
                             ip,
                             node: node.to_string(),
                             task,
-                            _net: net,
+                            rules: net.as_ref().map(|(_, r)| r.clone()),
+                            net: net.map(|(n, _)| n),
                         },
                     );
                 }
@@ -408,6 +425,40 @@ impl Kubelet {
             }
             keep
         });
+    }
+}
+
+impl Kubelet {
+    /// kube-proxy's pass ([`super::proxy`]): the Service data path from the
+    /// Services and Endpoints as they are now, loaded into every Pod
+    /// namespace that does not hold it yet (all of them when it changed).
+    /// Hollow Pods have no namespace: nothing to do.
+    pub fn sync_proxy(&self) {
+        if self.opts.hollow {
+            return;
+        }
+        let script = proxy::ruleset(
+            &list_all(&self.store, "", "services"),
+            &list_all(&self.store, "", "endpoints"),
+        );
+        let current = {
+            let mut rules = lock(&self.rules);
+            if **rules != *script {
+                *rules = Arc::from(script);
+            }
+            rules.clone()
+        };
+        let mut handles = lock(&self.pods);
+        for h in handles.values_mut() {
+            let Some(net) = &h.net else { continue };
+            if h.rules.as_ref().is_some_and(|r| Arc::ptr_eq(r, &current)) {
+                continue;
+            }
+            if let Err(e) = proxy::apply(&net.path(), &current) {
+                eprintln!("kubesim: the Service rules of a pod: {e}");
+            }
+            h.rules = Some(current.clone());
+        }
     }
 }
 

@@ -1,0 +1,399 @@
+//! Real Apache Cassandra through the real operator (issue 28): members of
+//! `cassandra:4.1.8` run the release's own `bin/cassandra` in the official
+//! image's layout (kubesim's real image, [`RealCassandra`]), started by the
+//! sidecar with the JVM options it renders and the Jolokia agent the
+//! operator image's init container installs; they gossip at their member
+//! Services' ClusterIPs (kubesim routes them as kube-proxy does). The ring
+//! timings of tests are the image's `JVM_EXTRA_OPTS`, as a user could set
+//! them; the heap comes from the rack's memory limit, through the
+//! sidecar's heap rule.
+//!
+//! Needs `scripts/fetch-cassandra 4.1.8` (scripts/test runs it).
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::Api;
+use testworld::kubesim::sim::RealCassandra;
+
+use serde_json::json;
+
+use crate::scenario::{ClusterSpec, Scenario, cluster, container_pid, pod_ready, secs, setup};
+
+/// The test world's `cassandra:` image's `JVM_EXTRA_OPTS`: short ring
+/// timings, as a user of a small test cluster would set them (Cassandra's
+/// default ring delay is 30 s, twice per bootstrapping node).
+const TEST_RING_TIMINGS: &str =
+    "-Dcassandra.ring_delay_ms=3000 -Dcassandra.skip_wait_for_gossip_to_settle=0";
+
+const VERSION: &str = "4.1.8";
+
+/// The members' memory limit: the sidecar's heap rule (cassandra-env.sh's)
+/// makes it a 384M heap. The smallest of 512Mi, 768Mi and 1Gi whose JVM
+/// stays under its limit: at 512Mi (a 256M heap) the JVM's resident set
+/// is already about 510 MiB after start-up, more than a kubelet would
+/// allow; at 768Mi about 640 MiB, at 1Gi about 770 MiB.
+const MEMORY_LIMIT_MIB: u64 = 768;
+
+/// Cluster `c` of Cassandra [`VERSION`], one rack `r` of `members`, each
+/// with 1 CPU and [`MEMORY_LIMIT_MIB`].
+fn real_cluster(members: i32) -> ClusterSpec {
+    cluster("c").version(VERSION).rack("r", members).with_rack(
+        json!({"resources": {"limits": {"cpu": "1", "memory": format!("{MEMORY_LIMIT_MIB}Mi")}}}),
+    )
+}
+
+/// A scenario whose `cassandra:` 4.1 and 5.0 images run real Cassandra.
+async fn real_world() -> Scenario {
+    setup()
+        .options(|o| o.real_cassandra = Some(RealCassandra::cached(TEST_RING_TIMINGS)))
+        .start()
+        .await
+}
+
+fn member(ordinal: i32) -> String {
+    crds::names::member_name(&crds::names::statefulset_name("c", "dc", "r"), ordinal)
+}
+
+/// `cassandra-operator nodetool <args>` in the network namespace of a
+/// member's sidecar, as it reaches the node's Jolokia agent on the Pod's
+/// loopback: its stdout, or the failure.
+async fn nodetool(scenario: &Scenario, member: &str, args: &[&str]) -> Result<String, String> {
+    let pod = scenario.pod(member).await;
+    let pid = container_pid(&pod).ok_or(format!("{member}: no running container"))?;
+    let out = Command::new("nsenter")
+        .arg(format!("--net=/proc/{pid}/ns/net"))
+        .arg(env!("CARGO_BIN_EXE_cassandra-operator"))
+        .arg("nodetool")
+        .args(args)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// The ClusterIPs of the members `0..n`.
+async fn member_ips(scenario: &Scenario, n: i32) -> Vec<String> {
+    let services: Api<Service> = scenario.api();
+    let mut ips = Vec::new();
+    for i in 0..n {
+        let svc = services.get(&member(i)).await.unwrap();
+        ips.push(svc.spec.and_then(|s| s.cluster_ip).unwrap_or_default());
+    }
+    ips
+}
+
+/// Waits until `nodetool status` on `on` lists exactly `ips`, each Up and
+/// Normal; its text.
+async fn until_status_un(scenario: &Scenario, on: &str, ips: &[String]) -> String {
+    scenario
+        .until(
+            &format!("nodetool status on {on}: {ips:?} UN"),
+            secs(120),
+            || async {
+                let text = nodetool(scenario, on, &["status"]).await?;
+                let un: Vec<&str> = text
+                    .lines()
+                    .filter(|l| l.starts_with("UN "))
+                    .filter_map(|l| l.split_whitespace().nth(1))
+                    .collect();
+                let rows = text
+                    .lines()
+                    .filter(|l| l.len() > 3 && l.as_bytes()[2] == b' ' && l.starts_with(['U', 'D']))
+                    .count();
+                let all = ips.iter().all(|ip| un.contains(&ip.as_str()));
+                if all && rows == ips.len() {
+                    Ok(text)
+                } else {
+                    Err(text)
+                }
+            },
+        )
+        .await
+}
+
+/// The JVM of a member (the sidecar's descendant with the largest
+/// resident set) and its VmRSS in MiB.
+fn jvm_rss_mib(sidecar: i32) -> Option<u64> {
+    fn children(pid: i32) -> Vec<i32> {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    }
+    fn rss_kib(pid: i32) -> Option<u64> {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()
+    }
+    let mut todo = vec![sidecar];
+    let mut best = None;
+    while let Some(pid) = todo.pop() {
+        todo.extend(children(pid));
+        if pid != sidecar {
+            best = best.max(rss_kib(pid));
+        }
+    }
+    best.map(|k| k / 1024)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_real_cassandra_members_come_up_ready_and_see_each_other_at_their_cluster_ips() {
+    let scenario = real_world().await;
+    let began = Instant::now();
+    scenario.create(&real_cluster(3)).await;
+    // Each member's bring-up: from its Pod's first sighting to Ready.
+    let pods: Api<Pod> = scenario.api();
+    type Sightings = BTreeMap<String, Instant>;
+    let track: std::cell::RefCell<(Sightings, Sightings)> = Default::default();
+    scenario
+        .until("3 real members Ready", secs(600), || {
+            let (pods, track) = (pods.clone(), &track);
+            async move {
+                for i in 0..3 {
+                    let name = member(i);
+                    let Some(pod) = pods.get_opt(&name).await.ok().flatten() else {
+                        continue;
+                    };
+                    let now = Instant::now();
+                    let (seen, ready) = &mut *track.borrow_mut();
+                    seen.entry(name.clone()).or_insert(now);
+                    if pod_ready(&pod) {
+                        ready.entry(name).or_insert(now);
+                    }
+                }
+                let ready = &track.borrow().1;
+                (ready.len() == 3)
+                    .then_some(())
+                    .ok_or(format!("ready: {:?}", ready.keys()))
+            }
+        })
+        .await;
+    let (seen, ready) = track.into_inner();
+    scenario.until_ready("c", 3, secs(120)).await;
+    for (name, at) in &ready {
+        eprintln!(
+            "bring-up {name}: {:.1} s (Pod seen to Ready), {:.1} s since the Cluster was created",
+            (*at - seen[name]).as_secs_f64(),
+            (*at - began).as_secs_f64()
+        );
+    }
+
+    // Real Cassandra, started through the release's bin/cassandra by the
+    // sidecar, with the real agent at the path the init container gave it.
+    let logs = scenario.pod_logs(&member(0));
+    assert!(
+        logs.contains(&format!("Cassandra version: {VERSION}")),
+        "the member runs the release:\n{}",
+        &logs[logs.len().saturating_sub(4000)..]
+    );
+
+    // Each member's `nodetool status` (the operator's, over Jolokia) shows
+    // the three at their ClusterIPs, Up and Normal.
+    let ips = member_ips(&scenario, 3).await;
+    for i in 0..3 {
+        let text = until_status_un(&scenario, &member(i), &ips).await;
+        if i == 0 {
+            eprintln!("nodetool status on {}:\n{text}", member(0));
+        }
+    }
+    // Within the memory limit a real kubelet would enforce (kubesim does
+    // not: this is where it is checked).
+    for i in 0..3 {
+        let pid = container_pid(&scenario.pod(&member(i)).await).unwrap();
+        let rss = jvm_rss_mib(pid).expect("the member's JVM runs");
+        eprintln!(
+            "RSS {}: {rss} MiB (limit {MEMORY_LIMIT_MIB} MiB)",
+            member(i)
+        );
+        assert!(rss < MEMORY_LIMIT_MIB, "{}: {rss} MiB", member(i));
+    }
+}
+
+/// Scale the rack to 4 (a real bootstrap) and back to 3: the operator's
+/// decommission protocol runs a real `decommission` on the last member,
+/// which streams its ranges away and leaves the ring before its Pod, claim
+/// and Service go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_member_joins_and_leaves_by_a_real_decommission() {
+    let scenario = real_world().await;
+    let three = real_cluster(3);
+    scenario.create(&three).await;
+    scenario.until_ready("c", 3, secs(600)).await;
+
+    // A change of members alone rolls nobody: the three Pods stay.
+    let uids = |scenario: &Scenario| {
+        let pods: Api<Pod> = scenario.api();
+        async move {
+            let mut uids = Vec::new();
+            for i in 0..3 {
+                uids.push(pods.get(&member(i)).await.unwrap().metadata.uid);
+            }
+            uids
+        }
+    };
+    let before = uids(&scenario).await;
+    let began = Instant::now();
+    scenario
+        .patch_cluster("c", real_cluster(4).racks_patch())
+        .await;
+    scenario.until_ready("c", 4, secs(300)).await;
+    eprintln!("scale-up 3 → 4: {:.1} s", began.elapsed().as_secs_f64());
+    let ips = member_ips(&scenario, 4).await;
+    let text = until_status_un(&scenario, &member(0), &ips).await;
+    eprintln!("nodetool status with 4:\n{text}");
+
+    let began = Instant::now();
+    scenario.patch_cluster("c", three.racks_patch()).await;
+    let services: Api<Service> = scenario.api();
+    scenario
+        .until("the fourth member's Service gone", secs(300), || async {
+            services
+                .get_opt(&member(3))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_or(Ok(()), |_| Err("still there".to_string()))
+        })
+        .await;
+    scenario.until_ready("c", 3, secs(120)).await;
+    eprintln!("scale-down 4 → 3: {:.1} s", began.elapsed().as_secs_f64());
+    // The three that stay see only each other, Up and Normal: the fourth
+    // left the ring (a node that was removed some other way would show DN).
+    let text = until_status_un(&scenario, &member(0), &ips[..3]).await;
+    assert!(!text.contains(&ips[3]), "{text}");
+    let left = scenario.pod_logs(&member(3));
+    assert!(
+        left.contains("DECOMMISSIONED") || left.contains("Announcing that I have left the ring"),
+        "the fourth member decommissioned itself:\n{}",
+        &left[left.len().saturating_sub(4000)..]
+    );
+    eprintln!("nodetool status after the decommission:\n{text}");
+    assert_eq!(uids(&scenario).await, before, "no member restarted");
+}
+
+/// A member on a local SSD loses its Node: the operator records the
+/// replace on its Service, and the new Pod, on another Node with an empty
+/// disk, starts real Cassandra with `replace_address_first_boot` at the
+/// member's own ClusterIP; it streams the lost node's ranges and the ring
+/// is three UN at the same addresses, one with a new host ID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "not reliable yet: in 4 of 9 runs the replacement kept exiting with \"Unable to gossip with any peers\" or \"Unable to contact any seeds\" (10 restarts, or 10 minutes once); the other 5 replaced the member in 29-31 s"]
+async fn a_real_member_whose_node_is_lost_is_replaced_at_its_cluster_ip() {
+    use k8s_openapi::api::core::v1::Node;
+    let scenario = setup()
+        .options(|o| {
+            o.real_cassandra = Some(RealCassandra::cached(TEST_RING_TIMINGS));
+            o.nodes_per_zone = 4;
+        })
+        .start()
+        .await;
+    let local = json!({"storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
+        "spec": {"storageClassName": "local-disks", "resources": {"requests": {"storage": "10Gi"}}}}]}});
+    scenario.create(&real_cluster(3).with_rack(local)).await;
+    scenario.until_ready("c", 3, secs(600)).await;
+    let ips = member_ips(&scenario, 3).await;
+    let before = until_status_un(&scenario, &member(0), &ips).await;
+    let host_id = |text: &str, ip: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(ip))
+            .and_then(|l| l.split_whitespace().nth(6))
+            .map(str::to_string)
+    };
+    let lost = member(2);
+    let old_host_id = host_id(&before, &ips[2]).expect("a host ID");
+    let old_node = scenario.pod(&lost).await.spec.unwrap().node_name.unwrap();
+
+    let began = Instant::now();
+    let nodes: Api<Node> = Api::all(scenario.client());
+    nodes.delete(&old_node, &Default::default()).await.unwrap();
+    scenario
+        .until_label(&lost, crds::contract::REPLACE, &ips[2], secs(120))
+        .await;
+    let services: Api<Service> = scenario.api();
+    scenario
+        .until(
+            "the replace done and its record cleared",
+            secs(600),
+            || async {
+                let pod = scenario
+                    .api::<Pod>()
+                    .get_opt(&lost)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let node = pod
+                    .as_ref()
+                    .and_then(|p| p.spec.as_ref()?.node_name.clone());
+                let ready = pod.as_ref().is_some_and(pod_ready);
+                // A replacement that keeps failing fails the test now, with
+                // what Cassandra said. A few failures are expected: until
+                // the peers drop their connections to the lost node's
+                // address (internode_tcp_user_timeout, 30 s), their gossip
+                // answers go there, and the replacement exits with "Unable
+                // to gossip with any peers" or "Unable to contact any
+                // seeds" (the same on a real cluster, where conntrack keeps
+                // a connection's DNAT to the dead Pod as here).
+                let restarts = pod
+                    .as_ref()
+                    .and_then(|p| p.status.as_ref()?.container_statuses.as_ref()?.first())
+                    .map_or(0, |c| c.restart_count);
+                if restarts >= 10 {
+                    let logs = scenario.pod_logs(&lost);
+                    let said: Vec<&str> = logs
+                        .lines()
+                        .filter(|l| {
+                            l.starts_with("ERROR")
+                                || l.contains("Exception")
+                                || l.contains("exited")
+                        })
+                        .take(40)
+                        .collect();
+                    panic!(
+                        "the replacement restarted {restarts} times:\n{}",
+                        said.join("\n")
+                    );
+                }
+                let svc = services.get(&lost).await.map_err(|e| e.to_string())?;
+                let recorded = svc
+                    .metadata
+                    .labels
+                    .unwrap_or_default()
+                    .contains_key(crds::contract::REPLACE);
+                if ready && !recorded && node.as_deref() != Some(old_node.as_str()) {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "node {node:?}, ready {ready}, replace recorded {recorded}"
+                    ))
+                }
+            },
+        )
+        .await;
+    eprintln!(
+        "replace after the Node's loss: {:.1} s",
+        began.elapsed().as_secs_f64()
+    );
+    let after = until_status_un(&scenario, &member(0), &ips).await;
+    eprintln!("nodetool status after the replace:\n{after}");
+    // Cassandra gives a replacement at the same address the replaced
+    // node's host ID (so that hints for it reach it).
+    assert_eq!(host_id(&after, &ips[2]), Some(old_host_id));
+    let logs = scenario.pod_logs(&lost);
+    assert!(
+        logs.contains(&format!("replace=Some(\"{}\")", ips[2]))
+            && logs.contains("same address as the node to be replaced"),
+        "the new member replaced the lost one:\n{}",
+        &logs[logs.len().saturating_sub(4000)..]
+    );
+}
