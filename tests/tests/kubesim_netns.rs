@@ -353,14 +353,10 @@ fn web_pod(name: &str, app: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_ips_reach_a_ready_endpoint_from_inside_pods() {
     let work = tempfile::tempdir().unwrap();
-    let mut sim_opts = SimOptions::new(work.path());
-    sim_opts.max_grace = Some(Duration::from_secs(1));
-    let sim = KubeSim::start(Options {
-        sim: Some(sim_opts),
-        ..Default::default()
+    let sim = start_sim(work.path(), &["a"], |o| {
+        o.max_grace = Some(Duration::from_secs(1))
     })
-    .await
-    .unwrap();
+    .await;
     let store = sim.store().clone();
     let create = |target: &testworld::kubesim::store::Target, body: Value| {
         store
@@ -444,12 +440,7 @@ async fn cluster_ips_reach_a_ready_endpoint_from_inside_pods() {
 async fn the_cost_of_a_cluster_ip_update() {
     use testworld::kubesim::sim::proxy;
     let work = tempfile::tempdir().unwrap();
-    let sim = KubeSim::start(Options {
-        sim: Some(SimOptions::new(work.path())),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let sim = start_sim(work.path(), &["a"], |_| {}).await;
     let net = sim.network().expect("the sim runs");
     let pods_nets: Vec<_> = (0..5)
         .map(|i| {
