@@ -28,6 +28,16 @@ use crate::report::{operation_ended, publish, related_statefulset};
 use crate::resources::{self, BuildContext};
 use crate::validated::ValidCluster;
 
+/// What the decision read of a leaving member (its Service's records, or
+/// its StatefulSet's replicas) changed before the guarded write: the
+/// member is still leaving, and the next reconcile reads it again.
+fn changed_meanwhile(rack: &str, member: i32) -> Acted {
+    Acted::Conflict(Conflict::Wait(WaitReason::MemberLeaving {
+        rack: rack.to_string(),
+        member,
+    }))
+}
+
 /// What carrying out a decision did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Acted {
@@ -205,10 +215,7 @@ pub(crate) async fn act(
             }});
             if !patch_member_service_unchanged(ctx, namespace, &service, &patch).await? {
                 info!(cluster = %cluster.name_any(), rack, member, "the member Service changed meanwhile; looking again");
-                return Ok(Acted::Conflict(Conflict::Wait(WaitReason::MemberLeaving {
-                    rack: rack.clone(),
-                    member: *member,
-                })));
+                return Ok(changed_meanwhile(rack, *member));
             }
             info!(cluster = %cluster.name_any(), rack, member, "decommission requested");
             publish(
@@ -242,10 +249,7 @@ pub(crate) async fn act(
             }});
             if !patch_member_service_unchanged(ctx, namespace, &service, &patch).await? {
                 info!(cluster = %cluster.name_any(), rack, member, "the member Service changed meanwhile; looking again");
-                return Ok(Acted::Conflict(Conflict::Wait(WaitReason::MemberLeaving {
-                    rack: rack.clone(),
-                    member: *member,
-                })));
+                return Ok(changed_meanwhile(rack, *member));
             }
             let taken_back = if *restore_request {
                 "the controller's standing request (decommissioned=false) was put back"
@@ -283,10 +287,7 @@ pub(crate) async fn act(
             .await?
             {
                 info!(cluster = %cluster.name_any(), rack, member, "decommission request changed meanwhile; looking again");
-                return Ok(Acted::Conflict(Conflict::Wait(WaitReason::MemberLeaving {
-                    rack: rack.clone(),
-                    member: *member,
-                })));
+                return Ok(changed_meanwhile(rack, *member));
             }
             publish(
                 ctx,
@@ -302,10 +303,7 @@ pub(crate) async fn act(
         Action::ScaleDown { rack, replicas } => {
             if !scale_from(cluster, namespace, rack, *replicas + 1, *replicas, ctx).await? {
                 info!(cluster = %cluster.name_any(), rack, member = replicas, "the StatefulSet's replicas changed meanwhile: looking again");
-                return Ok(Acted::Conflict(Conflict::Wait(WaitReason::MemberLeaving {
-                    rack: rack.clone(),
-                    member: *replicas,
-                })));
+                return Ok(changed_meanwhile(rack, *replicas));
             }
             operation_ended(ctx, cluster, namespace, "decommission", true);
             publish(
@@ -326,10 +324,7 @@ pub(crate) async fn act(
         } => {
             let service = rechecked.service_preconditions();
             if !delete_leftovers(cluster, namespace, rack, *member, claims, service, ctx).await? {
-                return Ok(Acted::Conflict(Conflict::Wait(WaitReason::MemberLeaving {
-                    rack: rack.clone(),
-                    member: *member,
-                })));
+                return Ok(changed_meanwhile(rack, *member));
             }
         }
         Action::StartReplace {
@@ -395,10 +390,7 @@ pub(crate) async fn act(
                 "annotations": {crds::contract::DECOMMISSION_CONFIRMATION: confirmation.to_annotation()},
             }});
             if !patch_member_service_unchanged(ctx, namespace, &service, &patch).await? {
-                return Ok(Acted::Conflict(Conflict::Wait(WaitReason::MemberLeaving {
-                    rack: rack.clone(),
-                    member: *member,
-                })));
+                return Ok(changed_meanwhile(rack, *member));
             }
             publish(
                 ctx,

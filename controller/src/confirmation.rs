@@ -21,6 +21,7 @@
 //! the node contradicts it.
 
 use crds::contract::{DecommissionConfirmation, DecommissionRequest, GossipView, parse_time};
+use k8s_openapi::jiff::Timestamp;
 
 /// The judgement of a `decommissioned=true`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,17 +109,10 @@ pub fn judge<'g>(
     ) else {
         return Verdict::Stale("the request or the confirmation has no readable time".into());
     };
-    let host_id = member.host_id();
     let mut agrees = false;
     let mut counted_before = None;
-    for view in others {
-        let Some(at) = view.at.as_deref().and_then(parse_time) else {
-            continue;
-        };
-        if at <= requested {
-            continue;
-        }
-        match view.counts_owner(member.address, host_id) {
+    for (at, counts) in rings_since(member, requested, others) {
+        match counts {
             None => {}
             Some(false) => agrees = true,
             Some(true) if at > confirmed => {
@@ -153,16 +147,9 @@ pub fn judge_removed<'g>(
     let Some(requested) = parse_time(&request.requested_at) else {
         return Verdict::Stale("the request has no readable time".into());
     };
-    let host_id = member.host_id();
     let mut agrees = false;
-    for view in others {
-        let Some(at) = view.at.as_deref().and_then(parse_time) else {
-            continue;
-        };
-        if at <= requested {
-            continue;
-        }
-        match view.counts_owner(member.address, host_id) {
+    for (at, counts) in rings_since(member, requested, others) {
+        match counts {
             None => {}
             Some(false) => agrees = true,
             Some(true) => {
@@ -177,6 +164,21 @@ pub fn judge_removed<'g>(
     } else {
         Verdict::Unrecorded
     }
+}
+
+/// The other members' ring records made after `requested`, each with
+/// its time and whether it counts the member among the token owners
+/// (`None`: a record without owners says nothing).
+fn rings_since<'a, 'g: 'a>(
+    member: &'a Leaving<'a>,
+    requested: Timestamp,
+    others: impl IntoIterator<Item = &'g GossipView> + 'a,
+) -> impl Iterator<Item = (Timestamp, Option<bool>)> + 'a {
+    let (address, host_id) = (member.address, member.host_id());
+    others.into_iter().filter_map(move |view| {
+        let at = view.at.as_deref().and_then(parse_time)?;
+        (at > requested).then(|| (at, view.counts_owner(address, host_id)))
+    })
 }
 
 #[cfg(test)]

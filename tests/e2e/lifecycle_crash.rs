@@ -43,6 +43,13 @@ pub(crate) fn runs_and_seed(default: usize) -> (usize, u64) {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default);
+    eprintln!("LIFECYCLE_CRASH_RUNS={runs}");
+    (runs, seed())
+}
+
+/// The random source's seed: `LIFECYCLE_SEED`, else the clock; printed,
+/// so that a failed run can be replayed.
+pub(crate) fn seed() -> u64 {
     let seed = std::env::var("LIFECYCLE_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -52,8 +59,8 @@ pub(crate) fn runs_and_seed(default: usize) -> (usize, u64) {
                 .unwrap()
                 .as_nanos() as u64
         });
-    eprintln!("LIFECYCLE_SEED={seed} LIFECYCLE_CRASH_RUNS={runs}");
-    (runs, seed)
+    eprintln!("LIFECYCLE_SEED={seed}");
+    seed
 }
 
 /// The API server's faults at 5 %: 409s, 500s, committed writes whose

@@ -633,13 +633,7 @@ fn operator_writes(sim: &KubeSim) -> Vec<String> {
 /// from its metrics endpoint (the default address, in the test's network
 /// namespace).
 fn old_template_gauge() -> Option<i64> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect("127.0.0.1:8080").ok()?;
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-        .ok()?;
-    let mut body = String::new();
-    stream.read_to_string(&mut body).ok()?;
+    let (_, body) = crate::common::http_get("127.0.0.1:8080", "/metrics")?;
     body.lines()
         .find(|l| {
             l.starts_with("cassandra_operator_cluster_members_on_old_template{")
@@ -973,16 +967,7 @@ async fn every_trigger_rolls_one_member_at_a_time_and_refusals_change_nothing() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolls_survive_the_controller_killed_at_random_moments() {
     let _one = ONE_WORLD.lock().await;
-    let seed = std::env::var("LIFECYCLE_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    eprintln!("LIFECYCLE_SEED={seed}");
+    let seed = crate::lifecycle_crash::seed();
     let mut random = Lcg(seed);
     let mut s = setup().controller_args(&CONTROLLER_ARGS).start().await;
     rack_of_three(&s, "4.1.8").await;

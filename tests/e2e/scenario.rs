@@ -651,7 +651,8 @@ impl Scenario {
     }
 
     /// The controller's metric `name` (the sum of its series), read from
-    /// its metrics endpoint; `None` while it does not answer.
+    /// its metrics endpoint; `None` while it does not answer (always, for
+    /// a controller started on a port of its choosing, `127.0.0.1:0`).
     pub(crate) fn metric(&self, name: &str) -> Option<f64> {
         let (_, text) = crate::common::http_get(&self.metrics, "/metrics")?;
         let series = text.lines().filter(|l| {
