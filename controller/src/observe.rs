@@ -583,8 +583,11 @@ pub fn refused_overrides<'a>(
         else {
             continue;
         };
-        let keys =
-            crds::overrides::refused_in_config_map(config_map.data.as_ref(), cluster.spec.mode);
+        let keys = crds::overrides::refused_in_config_map(
+            config_map.data.as_ref(),
+            cluster.spec.mode,
+            &cluster.spec.version,
+        );
         if !keys.is_empty() {
             refused.insert(
                 rack.name.clone(),

@@ -631,6 +631,45 @@ fn only_the_key_of_the_mode_and_the_named_config_map_count() {
     assert_eq!(refused["b"].keys[0].key, "auto_bootstrap");
 }
 
+/// An upgrade from 3.11 with overrides that set what 4.0 removed
+/// (`start_rpc`, Thrift's): the 3.11 cluster is refused nothing, and the
+/// change of `spec.version` to 4.1 is refused as a whole, before any
+/// StatefulSet changes, since no 4.1 member would start on that file.
+#[test]
+fn overrides_are_judged_for_the_release_the_spec_asks_for() {
+    use crate::decide::{Action, Refusal, decide};
+    let mut cluster = cluster();
+    cluster.spec.datacenter.racks[0].config_map_name = Some("tuning".into());
+    let maps = [config_map(
+        "db",
+        "tuning",
+        "cassandra.yaml",
+        "start_rpc: false\nconcurrent_reads: 16\n",
+    )];
+    cluster.spec.version = "3.11.19".into();
+    assert!(refused_overrides(&cluster, &maps).is_empty());
+    cluster.spec.version = "4.1.8".into();
+    let refused = refused_overrides(&cluster, &maps);
+    assert_eq!(refused["a"].keys.len(), 1, "{refused:?}");
+    assert_eq!(refused["a"].keys[0].key, "start_rpc");
+    assert!(refused["a"].keys[0].reason.contains("Thrift"));
+    let mut observed = observe(&cluster, [], [], [], &Storage::default());
+    observed.refused_overrides = refused;
+    assert!(matches!(
+        decide(&cluster.spec, &observed),
+        Action::Refuse(Refusal::OverridesRefused { .. })
+    ));
+    // ScyllaDB kept 3.x's names: nothing removed there.
+    cluster.spec.mode = crds::v1alpha1::ClusterMode::Scylla;
+    let scylla = [config_map(
+        "db",
+        "tuning",
+        "scylla.yaml",
+        "start_rpc: false\n",
+    )];
+    assert!(refused_overrides(&cluster, &scylla).is_empty());
+}
+
 #[test]
 fn a_restart_is_overdue_when_not_back_within_the_bound() {
     let recorded = "2026-01-01T00:00:00Z";

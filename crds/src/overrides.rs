@@ -11,7 +11,15 @@
 //! the new name of one setting, which a fragment written for 3.11 merged
 //! onto a 4.1 default file would make. The sidecar keeps the fragment's
 //! name and drops the default file's other one (Cassandra reads either
-//! alone), and refuses a fragment that sets both. Pure.
+//! alone), and refuses a fragment that sets both.
+//!
+//! And the settings a 3.11 file may hold that 4.1 and 5.0 no longer read
+//! at all ([`REMOVED_SETTINGS`]: Thrift's, the request scheduler's): they
+//! refuse to start on a file that sets one ("Invalid yaml. Please remove
+//! properties [start_rpc] from your cassandra.yaml"), so a fragment that
+//! sets one is refused for those releases, by the sidecar and the
+//! controller alike, with the key and the release in the message: an
+//! upgrade never reaches a member that would not start. Pure.
 
 use std::collections::BTreeMap;
 
@@ -178,14 +186,119 @@ pub fn refused(key: &str) -> Option<&'static RefusedKey> {
 /// A fragment that is not YAML, or not a mapping, sets none: the sidecar
 /// reports those with their own errors.
 pub fn refused_in(fragment: &str) -> Vec<&'static RefusedKey> {
+    refused_in_for(fragment, &[])
+}
+
+/// [`refused_in`], with the settings `removed` ([`unread_in`]) refused too.
+pub fn refused_in_for(fragment: &str, removed: &[&'static RefusedKey]) -> Vec<&'static RefusedKey> {
     match serde_norway::from_str::<Value>(fragment) {
         Ok(Value::Mapping(map)) => map
             .keys()
             .filter_map(Value::as_str)
-            .filter_map(refused)
+            .filter_map(|key| refused_for(key, removed))
             .collect(),
         _ => Vec::new(),
     }
+}
+
+/// A setting some releases do not read (3.11's that later ones removed, or
+/// a later one's that earlier ones lack): their `Config` has no field of
+/// that name and no `@Replaces` of it, and their `YamlConfigurationLoader`
+/// refuses a file that sets it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnreadSetting {
+    /// The refusal, as the sidecar and the controller report it.
+    pub refused: RefusedKey,
+    /// The releases (`major.minor`) whose `Config` was read without it:
+    /// those that refuse it.
+    pub releases: &'static [&'static str],
+}
+
+const THRIFT: &str = "Cassandra 4.0 removed it with Thrift (CQL clients use the native transport), and 4.1 and 5.0 refuse to start on a cassandra.yaml that sets it";
+const SCHEDULER: &str = "Cassandra 4.0 removed the request scheduler with Thrift, its only user, and 4.1 and 5.0 refuse to start on a cassandra.yaml that sets it";
+
+const BATCH_WINDOW: &str = "Cassandra 4.0 deprecated it (batch mode no longer waits for a window) and 5.0 removed it, and 5.0 refuses to start on a cassandra.yaml that sets it";
+
+const fn unread(
+    key: &'static str,
+    reason: &'static str,
+    releases: &'static [&'static str],
+) -> UnreadSetting {
+    UnreadSetting {
+        refused: RefusedKey { key, reason },
+        releases,
+    }
+}
+
+const SINCE_4_0: &[&str] = &["4.1", "5.0"];
+
+/// The top-level keys of 3.11's default cassandra.yaml (set or commented
+/// out) that 4.1.8's or 5.0.3's `org.apache.cassandra.config.Config` does
+/// not read, under their name or as an `@Replaces` old name (checked
+/// against the jars by tests/tests/cassandra_settings.rs): a 3.11 user's
+/// overrides may hold any of them. `rpc_port` is refused for every release
+/// already ([`REFUSED_KEYS`]).
+pub const REMOVED_SETTINGS: &[UnreadSetting] = &[
+    unread("start_rpc", THRIFT, SINCE_4_0),
+    unread("rpc_server_type", THRIFT, SINCE_4_0),
+    unread("rpc_min_threads", THRIFT, SINCE_4_0),
+    unread("rpc_max_threads", THRIFT, SINCE_4_0),
+    unread("rpc_send_buff_size_in_bytes", THRIFT, SINCE_4_0),
+    unread("rpc_recv_buff_size_in_bytes", THRIFT, SINCE_4_0),
+    unread("thrift_framed_transport_size_in_mb", THRIFT, SINCE_4_0),
+    unread(
+        "thrift_prepared_statements_cache_size_mb",
+        THRIFT,
+        SINCE_4_0,
+    ),
+    unread("request_scheduler", SCHEDULER, SINCE_4_0),
+    unread("request_scheduler_id", SCHEDULER, SINCE_4_0),
+    unread("request_scheduler_options", SCHEDULER, SINCE_4_0),
+    unread("commitlog_sync_batch_window_in_ms", BATCH_WINDOW, &["5.0"]),
+];
+
+const BEFORE_5_0: &str = "Cassandra 5.0 added it, and 4.1 refuses to start on a cassandra.yaml that sets it; set it together with a spec.version of 5.0 or later";
+
+/// Settings of 5.0's `Config` that 4.1.8's lacks and that a user sets on
+/// the way to 5.0: `storage_compatibility_mode` (moving on from
+/// `CASSANDRA_4` after a major upgrade) and `sstable` (the format). Set
+/// with the `spec.version` change, each member restarts on 5.0 with them;
+/// set before it, they would stop every 4.1 member that restarts.
+pub const ADDED_SETTINGS: &[UnreadSetting] = &[
+    unread("storage_compatibility_mode", BEFORE_5_0, &["4.1"]),
+    unread("sstable", BEFORE_5_0, &["4.1"]),
+];
+
+/// The `major.minor` of a release (`4.1` of `4.1.8`), if it reads as one.
+fn major_minor(release: &str) -> Option<&str> {
+    let mut dots = release.match_indices('.').map(|(i, _)| i);
+    let first = dots.next()?;
+    let end = dots.next().unwrap_or(release.len());
+    let (major, minor) = (&release[..first], &release[first + 1..end]);
+    let numeric = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (numeric(major) && numeric(minor)).then_some(&release[..end])
+}
+
+/// The settings `release` of Cassandra does not read and refuses
+/// ([`REMOVED_SETTINGS`], [`ADDED_SETTINGS`]; none for a release these
+/// tables do not know, whose own check then speaks).
+pub fn unread_in(release: Option<&str>) -> Vec<&'static RefusedKey> {
+    let Some(release) = release.and_then(major_minor) else {
+        return Vec::new();
+    };
+    REMOVED_SETTINGS
+        .iter()
+        .chain(ADDED_SETTINGS)
+        .filter(|r| r.releases.contains(&release))
+        .map(|r| &r.refused)
+        .collect()
+}
+
+/// The refusal of `key` in a fragment for Cassandra `release` (ScyllaDB
+/// keeps 3.x's names: pass no release): a refused key, or one the release
+/// removed.
+pub fn refused_for(key: &str, removed: &[&'static RefusedKey]) -> Option<&'static RefusedKey> {
+    refused(key).or_else(|| removed.iter().copied().find(|r| r.key == key))
 }
 
 /// The key of the overrides ConfigMap the sidecar merges over the image's
@@ -197,14 +310,21 @@ pub fn config_map_key(mode: ClusterMode) -> &'static str {
     }
 }
 
-/// The refused keys an overrides ConfigMap's data sets for a mode: those of
-/// its [`config_map_key`] fragment (the only one the sidecar reads).
+/// The refused keys an overrides ConfigMap's data sets for a mode and a
+/// release (`spec.version`): those of its [`config_map_key`] fragment (the
+/// only one the sidecar reads), with the settings a Cassandra release
+/// removed ([`unread_in`]).
 pub fn refused_in_config_map(
     data: Option<&BTreeMap<String, String>>,
     mode: ClusterMode,
+    release: &str,
 ) -> Vec<&'static RefusedKey> {
+    let removed = match mode {
+        ClusterMode::Cassandra => unread_in(Some(release)),
+        ClusterMode::Scylla => Vec::new(),
+    };
     data.and_then(|d| d.get(config_map_key(mode)))
-        .map(|fragment| refused_in(fragment))
+        .map(|fragment| refused_in_for(fragment, &removed))
         .unwrap_or_default()
 }
 
@@ -477,14 +597,106 @@ mod tests {
             ("notes.yaml".to_string(), "cluster_name: x\n".to_string()),
         ]);
         let keys = |mode| -> Vec<&str> {
-            refused_in_config_map(Some(&data), mode)
+            refused_in_config_map(Some(&data), mode, "4.1.8")
                 .iter()
                 .map(|r| r.key)
                 .collect()
         };
         assert_eq!(keys(ClusterMode::Cassandra), ["auto_bootstrap"]);
         assert_eq!(keys(ClusterMode::Scylla), ["api_port"]);
-        assert!(refused_in_config_map(None, ClusterMode::Cassandra).is_empty());
+        assert!(refused_in_config_map(None, ClusterMode::Cassandra, "4.1.8").is_empty());
+    }
+
+    #[test]
+    fn a_release_refuses_the_settings_it_removed() {
+        let keys = |release| -> Vec<&str> { unread_in(release).iter().map(|r| r.key).collect() };
+        assert!(keys(Some("4.1.8")).contains(&"start_rpc"));
+        assert!(keys(Some("5.0.3")).contains(&"start_rpc"));
+        // 4.1 still reads the batch window (deprecated); 5.0 does not.
+        assert!(!keys(Some("4.1.8")).contains(&"commitlog_sync_batch_window_in_ms"));
+        assert!(keys(Some("5.0.3")).contains(&"commitlog_sync_batch_window_in_ms"));
+        // 3.11 reads them; a release the table has not read, or no release
+        // at all, is left to Cassandra's own check.
+        for release in [
+            Some("3.11.19"),
+            Some("4.0.13"),
+            Some("latest"),
+            Some("4"),
+            None,
+        ] {
+            assert_eq!(keys(release), Vec::<&str>::new(), "{release:?}");
+        }
+        let fragment = "concurrent_reads: 32\nstart_rpc: false\nrequest_scheduler: x\n";
+        let data = BTreeMap::from([("cassandra.yaml".to_string(), fragment.to_string())]);
+        let refused = |mode, release| -> Vec<&str> {
+            refused_in_config_map(Some(&data), mode, release)
+                .iter()
+                .map(|r| r.key)
+                .collect()
+        };
+        assert_eq!(
+            refused(ClusterMode::Cassandra, "4.1.8"),
+            ["start_rpc", "request_scheduler"]
+        );
+        assert_eq!(
+            refused(ClusterMode::Cassandra, "3.11.19"),
+            Vec::<&str>::new()
+        );
+        let reason = refused_for("start_rpc", &unread_in(Some("4.1.8")))
+            .unwrap()
+            .reason;
+        assert!(
+            reason.contains("Thrift") && reason.contains("4.1"),
+            "{reason}"
+        );
+        // 5.0's own settings, before 5.0.
+        assert!(keys(Some("4.1.8")).contains(&"storage_compatibility_mode"));
+        assert!(!keys(Some("5.0.3")).contains(&"storage_compatibility_mode"));
+        let reason = refused_for("storage_compatibility_mode", &unread_in(Some("4.1.8")))
+            .unwrap()
+            .reason;
+        assert!(reason.contains("spec.version of 5.0"), "{reason}");
+        // A refused key stays refused whatever the release.
+        assert_eq!(
+            refused_for("auto_bootstrap", &[]).unwrap().key,
+            "auto_bootstrap"
+        );
+    }
+
+    /// The removed settings are 3.11's (its default file sets or mentions
+    /// each) and gone from the default files of the releases that refuse
+    /// them: the table holds no name a user could not have taken from
+    /// 3.11, and none those files still document. (That the later releases' `Config` reads none
+    /// of them, and every other 3.11 key, is checked against the released
+    /// jars in tests/tests/cassandra_settings.rs.)
+    #[test]
+    fn removed_settings_come_from_3_11_and_left_the_later_files() {
+        let mentioned = |version: &str, key: &str| {
+            fixture(&format!("cassandra/{version}/cassandra.yaml"))
+                .lines()
+                .any(|l| {
+                    l.trim_start_matches(['#', ' '])
+                        .starts_with(&format!("{key}:"))
+                })
+        };
+        for r in REMOVED_SETTINGS {
+            let key = r.refused.key;
+            assert!(mentioned("3.11", key), "{key} is not a 3.11 setting");
+            for release in r.releases {
+                assert!(!mentioned(release, key), "{key} is in {release}'s file");
+            }
+            assert_eq!(
+                refused(key),
+                None,
+                "{key} is refused for every release already"
+            );
+        }
+        // And the added ones are 5.0's, absent from 4.1's file.
+        for r in ADDED_SETTINGS {
+            let key = r.refused.key;
+            assert!(mentioned("5.0", key), "{key} is not in 5.0's file");
+            assert!(!mentioned("4.1", key), "{key} is in 4.1's file");
+        }
     }
 
     /// Every refused key that the real default files of Cassandra 3.11,

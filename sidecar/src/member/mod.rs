@@ -230,6 +230,7 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
             mode,
         )?,
         jolokia_agent_jar: args.jolokia_agent_jar.clone(),
+        release: args.cassandra_version.clone(),
     };
     let defaults_dir = args
         .config_defaults_dir

@@ -57,6 +57,7 @@ pub(super) fn render_cassandra(
         &identity,
         config.overrides.as_ref(),
         crds::overrides::RENAMED_SETTINGS,
+        &crds::overrides::unread_in(config.release.as_deref()),
     )?;
 
     let mut env = Vec::new();

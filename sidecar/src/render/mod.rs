@@ -122,6 +122,10 @@ pub struct RenderArgs {
     /// Start as the replacement of the node at this address.
     #[arg(long)]
     pub replace_address: Option<String>,
+    /// The Cassandra release the configuration is for (`4.1.8`): the
+    /// overrides may not set what it removed.
+    #[arg(long, env = "CASSANDRA_VERSION")]
+    pub cassandra_version: Option<String>,
 }
 
 /// Everything a member's configuration is rendered from.
@@ -157,6 +161,11 @@ pub struct MemberConfig {
     pub overrides: Option<Overrides>,
     /// Path of the Jolokia JVM agent jar (Cassandra).
     pub jolokia_agent_jar: String,
+    /// The Cassandra release the image runs (`CASSANDRA_VERSION`, which the
+    /// official images set): the overrides may not set a setting it
+    /// does not read ([`crds::overrides::unread_in`]). None: no such check
+    /// (Cassandra's own refuses at start-up).
+    pub release: Option<String>,
 }
 
 /// A fragment of the main file, merged over the rendered file.
@@ -422,6 +431,7 @@ pub fn member_config_from_args(args: &RenderArgs) -> Result<MemberConfig, Render
         replace_address: args.replace_address.clone(),
         overrides,
         jolokia_agent_jar: DEFAULT_JOLOKIA_AGENT_JAR.to_string(),
+        release: args.cassandra_version.clone(),
     })
 }
 

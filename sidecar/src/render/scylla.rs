@@ -118,6 +118,7 @@ pub(super) fn render_scylla(
         &identity,
         config.overrides.as_ref(),
         &[],
+        &[],
     )?;
 
     // The image's own (`SCYLLA_ARGS` in /etc/default/scylla-server, as

@@ -36,6 +36,7 @@ fn member(mode: ClusterMode) -> MemberConfig {
         replace_address: None,
         overrides: None,
         jolokia_agent_jar: DEFAULT_JOLOKIA_AGENT_JAR.to_string(),
+        release: None,
     }
 }
 
@@ -691,6 +692,7 @@ fn render_args(out: &Path, overrides: Option<PathBuf>) -> RenderArgs {
         cpu_limit: Some("1".to_string()),
         overrides,
         replace_address: Some("10.96.0.12".to_string()),
+        cassandra_version: Some("4.1.8".to_string()),
     }
 }
 
@@ -1025,6 +1027,36 @@ fn a_fragment_in_the_new_names_replaces_the_old_ones() {
         ["internode_encryption", "legacy_ssl_storage_port_enabled"]
     );
     assert_eq!(tls["legacy_ssl_storage_port_enabled"], Value::Bool(true));
+}
+
+/// A 3.11 fragment that sets what 4.0 removed with Thrift: Cassandra 4.1
+/// and 5.0 would not start on it ("Invalid yaml. Please remove properties
+/// [start_rpc]"), so the sidecar refuses it for those releases, naming the
+/// key and why, before anything is written; 3.11 reads it.
+#[test]
+fn a_fragment_that_sets_what_the_release_removed_is_refused() {
+    let text = "concurrent_reads: 32\nstart_rpc: false\n";
+    for (version, release) in [("4.1", "4.1.8"), ("5.0", "5.0.3")] {
+        let defaults = fixtures::read(&format!("cassandra/{version}/cassandra.yaml"));
+        let mut config = member(ClusterMode::Cassandra);
+        config.overrides = configmap(text);
+        config.release = Some(release.to_string());
+        let e = render(&config, &defaults).unwrap_err();
+        let message = e.to_string();
+        assert!(
+            message.starts_with(
+                "ConfigMap \"my-overrides\": key cassandra.yaml sets start_rpc, which the operator refuses: Cassandra 4.0 removed it with Thrift"
+            ),
+            "{release}: {message}"
+        );
+        assert!(message.ends_with("; remove it"), "{message}");
+    }
+    let defaults = fixtures::read("cassandra/3.11/cassandra.yaml");
+    let mut config = member(ClusterMode::Cassandra);
+    config.overrides = configmap(text);
+    config.release = Some("3.11.19".to_string());
+    let out = main_file(&render(&config, &defaults).unwrap(), ClusterMode::Cassandra);
+    assert_eq!(out["start_rpc"], Value::Bool(false));
 }
 
 #[test]

@@ -8,7 +8,7 @@
 //! `'7000'` stays a string), for Cassandra's YAML 1.1 reader too
 //! ([`super::emit`]).
 
-use crds::overrides::RenamedSetting;
+use crds::overrides::{RefusedKey, RenamedSetting};
 use serde_norway::{Mapping, Value};
 
 use super::emit::mapping_to_yaml;
@@ -38,6 +38,8 @@ pub struct Identity<'a> {
 /// Renders the main file: defaults, identity, overrides. `renamed`: the
 /// settings whose two names may not stand side by side in this file
 /// (Cassandra: [`crds::overrides::RENAMED_SETTINGS`]; ScyllaDB: none).
+/// `removed`: the settings the release no longer reads, refused like the
+/// operator's own refused keys (Cassandra: [`crds::overrides::unread_in`]).
 /// Every check runs before anything is returned, so an error leaves nothing
 /// half-rendered.
 pub fn render_main_file(
@@ -46,10 +48,11 @@ pub fn render_main_file(
     identity: &Identity<'_>,
     overrides: Option<&Overrides>,
     renamed: &[RenamedSetting],
+    removed: &[&'static RefusedKey],
 ) -> Result<String, RenderError> {
     let mut doc = parse_defaults(file_name, defaults)?;
     let fragment = match overrides {
-        Some(o) => Some(parse_overrides(file_name, o, renamed)?),
+        Some(o) => Some(parse_overrides(file_name, o, renamed, removed)?),
         None => None,
     };
     apply_identity(file_name, &mut doc, identity)?;
@@ -88,6 +91,7 @@ fn parse_overrides(
     file_name: &str,
     overrides: &Overrides,
     renamed: &[RenamedSetting],
+    removed: &[&'static RefusedKey],
 ) -> Result<Mapping, RenderError> {
     let origin = overrides.origin.describe(file_name);
     let value: Value =
@@ -115,9 +119,9 @@ fn parse_overrides(
                     .to_string(),
             });
         };
-        // The member's identity and what would defeat the safety rules
-        // (one list, shared with the controller's report of it).
-        if let Some(refused) = crds::overrides::refused(name) {
+        // The member's identity, what would defeat the safety rules, and
+        // what the release removed (the lists the controller reports from).
+        if let Some(refused) = crds::overrides::refused_for(name, removed) {
             return Err(RenderError::OverrideRefusedKey {
                 origin,
                 key: name.to_string(),
