@@ -8,9 +8,12 @@
 //! What "latest" is, from Cassandra's `BigFormat.BigVersion.current_version`
 //! and `BtiFormat` (the sstable version is the first part of the name,
 //! `<version>-<generation>-<format>-Data.db`): 3.0/3.11 `me` (3.0.25,
-//! 3.11.11+; `md` before), 4.0/4.1 `nb`, 5.0 `nc` under
-//! `storage_compatibility_mode: CASSANDRA_4` (the shipped setting) and `oa`
-//! under `UPGRADING`/`NONE`, and `da` for the trie-indexed format. This is
+//! 3.11.11+; `md` before), 4.0/4.1 `nb`, 5.0 `nb` under
+//! `storage_compatibility_mode: CASSANDRA_4` (the shipped setting, also
+//! when the key is absent: 5.0 writes what 4.x reads, so nothing 4.1 left
+//! is old yet) and `oa` under `UPGRADING`/`NONE` (5.0's `BigVersion`:
+//! `current_version` is `nb` while the mode is before major 5, in 5.0.3 and
+//! 5.0.8 alike; there is no `nc`), and `da` for the trie-indexed format. This is
 //! what `upgradesstables` (`CompactionManager.performSSTableRewrite` with
 //! `excludeCurrentVersion`) rewrites: an sstable whose version is not its
 //! format's latest.
@@ -63,7 +66,7 @@ pub fn latest_versions(release: &str, storage_compatibility_mode: Option<&str>) 
         },
         5 => Latest {
             big: match storage_compatibility_mode {
-                None | Some("CASSANDRA_4") => "nc",
+                None | Some("CASSANDRA_4") => "nb",
                 Some(_) => "oa",
             },
             bti: Some("da"),
@@ -242,10 +245,10 @@ mod tests {
         }
     }
 
-    /// A 5.0 member (shipped CASSANDRA_4 mode) on the data a 4.1 node
-    /// left: the `nb` sstables are old, its own `nc` ones are not, nor are
-    /// the other components or a snapshot's copies; after `oa` and `da`
-    /// under NONE, `nc` is old too.
+    /// A 5.0 member past CASSANDRA_4 (`UPGRADING`) on the data a 4.1 node
+    /// left: the `nb` sstables are old, its own `oa` ones are not, nor are
+    /// the other components or a snapshot's copies; a trie-indexed `da`
+    /// one is not old either.
     #[test]
     fn counts_the_old_data_files_of_a_real_layout() {
         let tmp = tempfile::tempdir().unwrap();
@@ -258,8 +261,8 @@ mod tests {
                 "nb-1-big-Index.db",
                 "nb-1-big-TOC.txt",
                 "nb-2-big-Data.db",
-                "nc-3-big-Data.db",
-                "nc-3-big-Statistics.db",
+                "oa-3-big-Data.db",
+                "oa-3-big-Statistics.db",
             ],
         );
         touch(
@@ -268,14 +271,14 @@ mod tests {
         );
         touch(
             &data.join("app/events-00000000000000000000000000000001"),
-            &["nc-3fw2_0tj4_1ufq82ikvs9xhng9b6-big-Data.db"],
+            &["oa-3fw2_0tj4_1ufq82ikvs9xhng9b6-big-Data.db"],
         );
         touch(
             &data.join("system/local-7ad54392bcdd35a684174e047860b377"),
-            &["nb-7-big-Data.db", "nc-8-big-Data.db"],
+            &["nb-7-big-Data.db", "oa-8-big-Data.db"],
         );
         let listing = list(data);
-        let v50 = latest_versions("5.0.3", Some("CASSANDRA_4")).unwrap();
+        let v50 = latest_versions("5.0.3", Some("UPGRADING")).unwrap();
         let counts = old_format_counts(&listing, &v50);
         assert_eq!(
             counts,
@@ -313,17 +316,54 @@ mod tests {
         );
         assert!(!text.contains("keyspace=\"app\""), "{text}");
 
-        // Past CASSANDRA_4, 5.0 writes `oa`: its `nc` files are old now,
-        // a trie-indexed `da` one is not.
+        // A trie-indexed `da` file is of its format's latest version.
         touch(&users, &["da-9-bti-Data.db"]);
         let none = latest_versions("5.0.3", Some("NONE")).unwrap();
         assert_eq!(
             old_format_counts(&list(data), &none).values().sum::<u64>(),
-            3
+            0
         );
-        // On 4.1 its own `nb` files are current (and `nc` ones newer).
+        // On 4.1 its own `nb` files are current (and `oa` ones newer).
         let v41 = latest_versions("4.1.8", None).unwrap();
         assert!(old_format_counts(&listing, &v41).is_empty());
+    }
+
+    /// Real 5.0.3 under its shipped `storage_compatibility_mode:
+    /// CASSANDRA_4` writes `nb` sstables, as 4.1 does, and its
+    /// `upgradesstables` rewrites none of 4.1's ("No sstables to
+    /// UPGRADE_SSTABLES", tests/e2e/real_upgrade.rs): `BigVersion`'s
+    /// current version is `nb` while the mode is before 5 (`oa` from
+    /// `UPGRADING`), in 5.0.3 as in 5.0.8; 5.0 has no `nc`. A gauge that
+    /// counted 4.1's files there would stay above 0 whatever the user ran.
+    #[test]
+    fn a_5_0_member_in_its_shipped_cassandra_4_mode_counts_nothing_4_1_wrote() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path();
+        touch(
+            &data.join("app/kv-5f1c2b30a6e011ee8c90d5e6f1b2c3d4"),
+            &["nb-1-big-Data.db", "nb-2-big-Data.db"],
+        );
+        touch(
+            &data.join("system/local-7ad54392bcdd35a684174e047860b377"),
+            &["nb-7-big-Data.db", "nb-8-big-Data.db"],
+        );
+        for mode in [None, Some("CASSANDRA_4")] {
+            let latest = latest_versions("5.0.3", mode).unwrap();
+            assert_eq!(latest.big, "nb", "{mode:?}");
+            assert!(
+                old_format_counts(&list(data), &latest).is_empty(),
+                "{mode:?}"
+            );
+        }
+        // From UPGRADING on, 5.0 writes `oa`, and upgradesstables rewrites
+        // every `nb` file.
+        let upgrading = latest_versions("5.0.3", Some("UPGRADING")).unwrap();
+        assert_eq!(
+            old_format_counts(&list(data), &upgrading)
+                .values()
+                .sum::<u64>(),
+            4
+        );
     }
 
     #[test]
@@ -337,7 +377,9 @@ mod tests {
             Some("nb"),
             "4.x has no such mode"
         );
-        assert_eq!(big("5.0.3", None), Some("nc"));
+        assert_eq!(big("5.0.3", None), Some("nb"));
+        assert_eq!(big("5.0.3", Some("CASSANDRA_4")), Some("nb"));
+        assert_eq!(big("5.0.3", Some("NONE")), Some("oa"));
         assert_eq!(big("5.0-beta1", Some("UPGRADING")), Some("oa"));
         assert_eq!(big("6.0.0", None), None);
         assert_eq!(big("latest", None), None);

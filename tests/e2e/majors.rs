@@ -3,11 +3,14 @@
 //! (the StatefulSet set to `OnDelete` on the new image, its Pod deleted,
 //! the operator stopped so that it neither reverts nor rolls). The ring
 //! runs mixed and keeps its data (`kubesim ring` and `nodetool version`
-//! show the releases); the upgraded member's sidecar counts the sstables
-//! 4.1 left on its disk until `nodetool upgradesstables` (over the fake's
-//! stand-in of the local JMX port; the agent's policy refuses it) rewrites
-//! them; a scale-up driven by hand during the mixed state is refused by
-//! Cassandra's streaming rules.
+//! show the releases). In 5.0's shipped `storage_compatibility_mode:
+//! CASSANDRA_4` the upgraded member writes `nb` sstables as 4.1 does (real
+//! 5.0.3 has no `nc`), so its sidecar counts none of 4.1's as old; restarted
+//! under `UPGRADING` it writes `oa` and the sidecar counts the `nb` ones
+//! until `nodetool upgradesstables` (over the fake's stand-in of the local
+//! JMX port; the agent's policy refuses it) rewrites them; a scale-up
+//! driven by hand during the mixed state is refused by Cassandra's
+//! streaming rules.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -170,29 +173,99 @@ async fn a_member_restarted_on_the_next_major_runs_mixed_and_counts_old_sstables
             .any(|l| l.contains(&address) && l.trim_end().ends_with(NEW)),
         "kubesim ring shows the upgraded member's release:\n{text}"
     );
+
+    // In 5.0's shipped CASSANDRA_4 mode (the overrides do not set the key)
+    // the member writes `nb`, as 4.1 did: its own flush of the mixed
+    // writes adds `nb` files beside 4.1's, none is `oa`, and the sidecar
+    // counts nothing old. Its scan runs every second: a gauge that counted
+    // 4.1's files would show them within the three seconds it must hold 0.
+    let data = s.data_volume(member).await.join("data");
+    let left_by_4_1 = data_files(&data, "nb");
+    assert!(
+        left_by_4_1 > 0,
+        "4.1 flushed its sstables: {}",
+        data.display()
+    );
+    let pod = s.pod(member).await;
+    let pod_ip = pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
     s.sim().ring().with(|r| {
         r.write_keys("app", "mixed", 100, Consistency::Quorum)
             .expect("a mixed ring takes writes")
     });
     s.ring().assert_intact(3);
-
-    // Its sidecar counts the sstables 4.1 left (`nb`; 5.0 writes `nc`
-    // under its shipped CASSANDRA_4 mode).
-    let pod = s.pod(member).await;
-    let pod_ip = pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
-    let data = s.data_volume(member).await.join("data");
-    let nb = data_files(&data, "nb");
-    assert!(nb > 0, "4.1 flushed its sstables: {}", data.display());
     s.until(
-        "the gauge to count the nb files, and 5.0 to write nc beside them",
+        "5.0 in CASSANDRA_4 mode to write nb beside 4.1's, the gauge at 0",
         secs(10),
         || async {
             let gauge = old_format_gauge(&pod_ip);
-            let nc = data_files(&data, "nc");
-            if gauge == Some(nb as u64) && nc > 0 {
+            let (nb, oa) = (data_files(&data, "nb"), data_files(&data, "oa"));
+            if gauge == Some(0) && nb > left_by_4_1 && oa == 0 {
                 Ok(())
             } else {
-                Err(format!("gauge {gauge:?} for {nb} nb files, {nc} nc files"))
+                Err(format!(
+                    "gauge {gauge:?} for {nb} nb files ({left_by_4_1} from 4.1), {oa} oa files"
+                ))
+            }
+        },
+    )
+    .await;
+    for _ in 0..6 {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        assert_eq!(
+            old_format_gauge(&pod_ip),
+            Some(0),
+            "nothing is old under CASSANDRA_4"
+        );
+    }
+    assert_eq!(data_files(&data, "oa"), 0);
+
+    // Past CASSANDRA_4: the overrides set `storage_compatibility_mode:
+    // UPGRADING` and the member restarts on them (its Pod deleted; the 4.1
+    // members keep running on what they rendered, as 4.1 would refuse a
+    // file with that key). It comes back at messaging version 13, writes
+    // `oa`, and its sidecar counts every `nb` file as old.
+    configmaps
+        .replace(
+            "c-overrides",
+            &PostParams::default(),
+            &overrides("concurrent_reads: 32\nstorage_compatibility_mode: UPGRADING\n"),
+        )
+        .await
+        .unwrap();
+    s.delete_pods(&[member]).await;
+    s.until(
+        "the member back on 5.0 under UPGRADING",
+        secs(120),
+        || async {
+            s.sim().ring().with(|r| {
+                r.node_by_address(&address).is_some_and(|n| {
+                    n.release == NEW
+                        && n.messaging_version == 13
+                        && n.mode() == Some(OperationMode::Normal)
+                })
+            })
+        },
+    )
+    .await;
+    s.sim().ring().with(|r| {
+        r.write_keys("app", "upgrading", 100, Consistency::Quorum)
+            .expect("a mixed ring takes writes")
+    });
+    s.ring().assert_intact(3);
+    let pod = s.pod(member).await;
+    let pod_ip = pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
+    let nb = data_files(&data, "nb");
+    assert!(nb > left_by_4_1, "5.0's own nb files are there too");
+    s.until(
+        "the gauge to count the nb files, and 5.0 to write oa beside them",
+        secs(10),
+        || async {
+            let gauge = old_format_gauge(&pod_ip);
+            let oa = data_files(&data, "oa");
+            if gauge == Some(nb as u64) && oa > 0 {
+                Ok(())
+            } else {
+                Err(format!("gauge {gauge:?} for {nb} nb files, {oa} oa files"))
             }
         },
     )
@@ -230,20 +303,12 @@ async fn a_member_restarted_on_the_next_major_runs_mixed_and_counts_old_sstables
     })
     .await;
     assert_eq!(data_files(&data, "nb"), 0, "every nb sstable rewritten");
-    assert!(data_files(&data, "nc") > 0);
+    assert!(data_files(&data, "oa") > 0);
 
     // A scale-up by hand while majors are mixed: the new member runs 5.0
-    // past CASSANDRA_4 (messaging 13) and cannot stream from the 4.1
-    // members (12): its bootstrap fails as Cassandra's does, JOINING_FAILED,
-    // and nothing else changes.
-    configmaps
-        .replace(
-            "c-overrides",
-            &PostParams::default(),
-            &overrides("concurrent_reads: 32\nstorage_compatibility_mode: UPGRADING\n"),
-        )
-        .await
-        .unwrap();
+    // past CASSANDRA_4 (the UPGRADING overrides; messaging 13) and cannot
+    // stream from the 4.1 members (12): its bootstrap fails as Cassandra's
+    // does, JOINING_FAILED, and nothing else changes.
     let live = s.clusters().get("c").await.unwrap();
     let valid = controller::validated::validate(&live).expect("a valid Cluster");
     let rack = &live.spec.datacenter.racks[0];

@@ -125,6 +125,7 @@ impl World {
                 }),
             // Where the sidecar would write the access policy beside it.
             jolokia_agent_jar: dir.join("jolokia-jvm-agent.jar").display().to_string(),
+            release: None,
         };
         std::fs::write(
             sidecar::jolokia_access::policy_path(&member.jolokia_agent_jar),
@@ -820,17 +821,35 @@ fn data_files(node: &Node) -> Vec<(String, String)> {
     out
 }
 
+/// The `Data.db` files of sstable version `version` under a node's data
+/// directory.
+fn files_of(node: &Node, version: &str) -> usize {
+    let prefix = format!("{version}-");
+    data_files(node)
+        .iter()
+        .filter(|(_, f)| f.starts_with(&prefix))
+        .count()
+}
+
 /// Waits until `node` has flushed an sstable of `version` for `keyspace`.
 async fn wait_flushed(node: &Node, keyspace: &str, version: &str) {
+    wait_files(node, keyspace, version, 1).await;
+}
+
+/// Waits until `node` has at least `count` sstables of `version` for
+/// `keyspace`.
+async fn wait_files(node: &Node, keyspace: &str, version: &str, count: usize) {
     let prefix = format!("{version}-");
     let deadline = Instant::now() + Duration::from_secs(15);
-    while !data_files(node)
+    while data_files(node)
         .iter()
-        .any(|(ks, f)| ks == keyspace && f.starts_with(&prefix))
+        .filter(|(ks, f)| ks == keyspace && f.starts_with(&prefix))
+        .count()
+        < count
     {
         assert!(
             Instant::now() < deadline,
-            "{} flushed no {version} sstable of {keyspace}: {:?}\n{}",
+            "{} flushed fewer than {count} {version} sstables of {keyspace}: {:?}\n{}",
             node.name,
             data_files(node),
             node.log()
@@ -840,7 +859,8 @@ async fn wait_flushed(node: &Node, keyspace: &str, version: &str) {
 }
 
 /// The old-format count the sidecar's gauge reports for `node` running
-/// `release` under the shipped 5.0 storage_compatibility_mode.
+/// `release` under the storage_compatibility_mode `mode` (None: the key
+/// absent).
 fn old_format(node: &Node, release: &str, mode: Option<&str>) -> u64 {
     let latest = sidecar::sstables::latest_versions(release, mode).expect("a known release");
     sidecar::sstables::old_format_counts(&sidecar::sstables::list(&node.data_dir()), &latest)
@@ -850,14 +870,19 @@ fn old_format(node: &Node, release: &str, mode: Option<&str>) -> u64 {
 
 /// A major upgrade by hand, 4.1.8 → 5.0.3 (issue 14), with real fake
 /// processes: the ring runs mixed (`kubesim ring` shows each member's
-/// release, `nodetool version` the node's), takes writes and checks clean;
-/// the upgraded node keeps the `nb` sstables 4.1 wrote and writes `nc`
-/// ones (5.0's shipped CASSANDRA_4 mode), which the sidecar's gauge counts
-/// until `upgradeSSTables` over Jolokia rewrites them; a node bootstrapping
-/// on 5.0 past CASSANDRA_4 (messaging 13) fails its stream from the 4.1
-/// members (12), JOINING_FAILED, with Cassandra's message in its log.
+/// release, `nodetool version` the node's), takes writes and checks clean.
+/// The upgraded node, in 5.0's shipped CASSANDRA_4 mode, writes `nb`
+/// sstables as 4.1 did (as real 5.0.3 does: it has no `nc`), so the
+/// sidecar's gauge counts none of 4.1's files and `upgradeSSTables`
+/// rewrites nothing; restarted under `storage_compatibility_mode:
+/// UPGRADING` it writes `oa`, the gauge counts every `nb` file, and
+/// `upgradeSSTables` over Jolokia rewrites them all to `oa`. A node
+/// bootstrapping on 5.0 past CASSANDRA_4 (messaging 13) fails its stream
+/// from the 4.1 members (12), JOINING_FAILED, with Cassandra's message in
+/// its log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_major_upgrade_by_hand_runs_mixed_and_keeps_old_sstables() {
+    const UPGRADE: &str = "upgradeSSTables(java.lang.String,boolean,int,[Ljava.lang.String;)";
     // nodetool upgradesstables goes over JMX, which the operator's Jolokia
     // policy does not cover (the operator never runs it).
     let mut world = World::new().await;
@@ -881,10 +906,10 @@ async fn a_major_upgrade_by_hand_runs_mixed_and_keeps_old_sstables() {
     wait_flushed(&n1, "app", "nb").await;
     assert_eq!(old_format(&n1, RELEASE, None), 0, "4.1's own format");
 
-    // n1 restarts on 5.0 on its data.
+    // n1 restarts on 5.0 on its data, in the shipped CASSANDRA_4 mode.
     assert_eq!(n1.terminate(), 143);
     world.release = "5.0.3".into();
-    let n1 = world.start("u1", 31, &seeds, "r1", None, CLUSTER);
+    let mut n1 = world.start("u1", 31, &seeds, "r1", None, CLUSTER);
     world
         .joined(&n1, &[(31, "UN"), (32, "UN"), (33, "UN")])
         .await;
@@ -917,47 +942,72 @@ async fn a_major_upgrade_by_hand_runs_mixed_and_keeps_old_sstables() {
     assert_eq!(release_of(ip(32)).as_deref(), Some(RELEASE), "{text}");
 
     // Mixed: writes reach every replica, the data check is clean; n1
-    // writes 5.0's format beside 4.1's files.
+    // writes `nb` beside 4.1's `nb` files, and none of them is old.
+    let left_by_4_1 = files_of(&n1, "nb");
+    assert!(left_by_4_1 > 0, "{:?}", data_files(&n1));
     world
         .write_keys("app", json!({"prefix": "mixed-", "count": 100}))
         .await;
     let (status, report) = world.check().await;
     assert_eq!(status, 200, "{report}");
-    wait_flushed(&n1, "app", "nc").await;
-    let old = old_format(&n1, "5.0.3", Some("CASSANDRA_4"));
-    let nb = data_files(&n1)
-        .iter()
-        .filter(|(_, f)| f.starts_with("nb-"))
-        .count() as u64;
-    assert!(old > 0 && old == nb, "{:?}", data_files(&n1));
+    wait_files(&n1, "app", "nb", left_by_4_1 + 1).await;
+    assert_eq!(files_of(&n1, "oa"), 0, "{:?}", data_files(&n1));
+    for mode in [Some("CASSANDRA_4"), None] {
+        assert_eq!(
+            old_format(&n1, "5.0.3", mode),
+            0,
+            "{mode:?}: {:?}",
+            data_files(&n1)
+        );
+    }
     assert_eq!(old_format(&n2, RELEASE, None), 0);
+    // nodetool upgradesstables app has nothing to rewrite: every file stays.
+    let before = data_files(&n1);
+    let done = exec(&world, &n1, UPGRADE, json!(["app", true, 0, []])).await;
+    assert_eq!(done["value"], json!(0), "{done}");
+    let after = data_files(&n1);
+    assert!(
+        before.iter().all(|f| after.contains(f)),
+        "nothing rewritten: {before:?} -> {after:?}"
+    );
+    assert_eq!(files_of(&n1, "oa"), 0, "{after:?}");
+
+    // n1 restarts under UPGRADING: it writes `oa` now, and every `nb`
+    // file on its disk is old, as the sidecar's gauge counts them.
+    assert_eq!(n1.terminate(), 143);
+    world.overrides = Some("storage_compatibility_mode: UPGRADING\n".into());
+    let n1 = world.start("u1", 31, &seeds, "r1", None, CLUSTER);
+    world
+        .joined(&n1, &[(31, "UN"), (32, "UN"), (33, "UN")])
+        .await;
+    world
+        .write_keys("app", json!({"prefix": "upgrading-", "count": 100}))
+        .await;
+    wait_flushed(&n1, "app", "oa").await;
+    let old = old_format(&n1, "5.0.3", Some("UPGRADING"));
+    let nb = files_of(&n1, "nb") as u64;
+    assert!(old > 0 && old == nb, "{:?}", data_files(&n1));
+    assert_eq!(old_format(&n1, "5.0.3", Some("CASSANDRA_4")), 0);
 
     // nodetool upgradesstables app: the old files are rewritten.
-    let done = exec(
-        &world,
-        &n1,
-        "upgradeSSTables(java.lang.String,boolean,int,[Ljava.lang.String;)",
-        json!(["app", true, 0, []]),
-    )
-    .await;
+    let done = exec(&world, &n1, UPGRADE, json!(["app", true, 0, []])).await;
     assert_eq!(done["value"], json!(0), "{done}");
     assert_eq!(
-        old_format(&n1, "5.0.3", Some("CASSANDRA_4")),
+        old_format(&n1, "5.0.3", Some("UPGRADING")),
         0,
         "{:?}",
         data_files(&n1)
     );
     assert!(
-        data_files(&n1).iter().all(|(_, f)| f.starts_with("nc-")),
+        data_files(&n1).iter().all(|(_, f)| f.starts_with("oa-")),
         "{:?}",
         data_files(&n1)
     );
     let (status, report) = world.check().await;
     assert_eq!(status, 200, "{report}");
 
-    // A new node on 5.0 past CASSANDRA_4 cannot stream from the 4.1
-    // members: its bootstrap fails.
-    world.overrides = Some("storage_compatibility_mode: UPGRADING\n".into());
+    // A new node on 5.0 past CASSANDRA_4 (the same overrides) cannot
+    // stream from the 4.1 members: its bootstrap fails.
     let n4 = world.start("u4", 34, &seeds, "r1", None, CLUSTER);
     wait_mode(&n4, OperationMode::JoiningFailed).await;
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -974,4 +1024,30 @@ async fn a_major_upgrade_by_hand_runs_mixed_and_keeps_old_sstables() {
     let (status, report) = world.check().await;
     assert_eq!(status, 200, "nothing lost: {report}");
     drop((n1, n2, n3, n4));
+}
+
+/// Cassandra 4.1 has no `storage_compatibility_mode` (5.0 added it): a 4.1
+/// node started on a cassandra.yaml that sets it, even to CASSANDRA_4 (a
+/// rack's overrides written for 5.0 applied to a 4.1 member), does not
+/// start, with Cassandra's message, and never enters the ring; a 5.0 node
+/// starts on the same overrides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_4_1_node_refuses_a_file_that_sets_storage_compatibility_mode() {
+    let mut world = World::new().await;
+    world.overrides = Some("storage_compatibility_mode: CASSANDRA_4\n".into());
+    let mut refused = world.start("m1", 41, &[41], "r1", None, CLUSTER);
+    let (code, log) = refused.exit(20);
+    assert_ne!(code, 0, "{log}");
+    assert!(
+        log.contains(
+            "Invalid yaml. Please remove properties [storage_compatibility_mode] from your cassandra.yaml"
+        ),
+        "{log}"
+    );
+    assert!(world.statuses().await.is_empty(), "{log}");
+
+    world.release = "5.0.3".into();
+    let started = world.start("m1", 41, &[41], "r1", None, CLUSTER);
+    world.joined(&started, &[(41, "UN")]).await;
+    drop(started);
 }

@@ -41,7 +41,21 @@ pub enum ConfigError {
     /// `DatabaseDescriptor.storagedirFor`'s refusal.
     #[error("{0} is missing and -Dcassandra.storagedir is not set")]
     NoStorageDir(&'static str),
+    /// `YamlConfigurationLoader`'s refusal of keys its `Config` has no
+    /// field for (a `ConfigurationException`: the node does not start).
+    #[error(
+        "Invalid yaml. Please remove properties [{}] from your cassandra.yaml",
+        .0.join(", ")
+    )]
+    UnknownProperties(Vec<String>),
 }
+
+/// The top-level cassandra.yaml keys 5.0 added (fields of 5.0.3's
+/// `org.apache.cassandra.config.Config` that 4.1.8's lacks, among those the
+/// fake reads): an older node refuses a file that sets one, even to its
+/// default or to nothing, as real 4.1 does ("Invalid yaml. Please remove
+/// properties [storage_compatibility_mode] from your cassandra.yaml").
+const SINCE_5_0: [&str; 2] = ["storage_compatibility_mode", "sstable"];
 
 /// Where the node keeps its files, as `DatabaseDescriptor` resolves them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -305,6 +319,18 @@ pub fn parse(
     }
     let jvm = parse_jvm_opts(&launcher_options(env, extra))?;
     let jolokia = jvm.agent.clone();
+    // The JVM is up; Cassandra loads cassandra.yaml before it reads any
+    // setting. 5.0's settings: older lines do not know them and refuse to
+    // start.
+    let v5 = version >= Version::V5_0;
+    let unknown: Vec<String> = SINCE_5_0
+        .iter()
+        .filter(|key| !v5 && doc.get(**key).is_some())
+        .map(|key| key.to_string())
+        .collect();
+    if !unknown.is_empty() {
+        return Err(ConfigError::UnknownProperties(unknown));
+    }
     let listen_address = yaml_str(&doc, "listen_address").unwrap_or_else(|| "localhost".into());
     let address = yaml_str(&doc, "broadcast_address").unwrap_or_else(|| listen_address.clone());
     let directories = directories(&doc, jvm.property("cassandra.storagedir"))?;
@@ -324,10 +350,9 @@ pub fn parse(
     };
     let snitch = yaml_str(&doc, "endpoint_snitch").unwrap_or_else(|| "SimpleSnitch".into());
     let (dc, rack) = location(&snitch, rackdc);
-    // 5.0's settings: older lines have neither.
-    let v5 = version >= Version::V5_0;
+    // Absent (or before 5.0): CASSANDRA_4, 5.0's default.
     let storage_compatibility = match yaml_str(&doc, "storage_compatibility_mode") {
-        Some(mode) if v5 => match StorageCompatibility::parse(&mode) {
+        Some(mode) => match StorageCompatibility::parse(&mode) {
             Some(m) => m,
             None => {
                 return Err(ConfigError::Invalid {
@@ -336,7 +361,7 @@ pub fn parse(
                 });
             }
         },
-        _ => StorageCompatibility::default(),
+        None => StorageCompatibility::default(),
     };
     let bti = v5
         && doc
@@ -404,8 +429,10 @@ mod tests {
     const YAML: &str = "cluster_name: c1\nnum_tokens: 16\nlisten_address: 127.0.3.1\nbroadcast_address: 127.0.3.9\nendpoint_snitch: GossipingPropertyFileSnitch\ndata_file_directories: [/d/1]\nseed_provider:\n  - class_name: org.apache.cassandra.locator.SimpleSeedProvider\n    parameters:\n      - seeds: \"127.0.3.1:7000,127.0.3.2\"\n";
 
     /// 5.0's storage_compatibility_mode and sstable format decide what it
-    /// writes and speaks; 4.1 has neither setting (its value is ignored
-    /// here), and uuid_sstable_identifiers_enabled came with 4.1.
+    /// writes and speaks: under the shipped CASSANDRA_4, or without the
+    /// key, `nb` (what 4.1 writes; real 5.0.3 has no `nc`) at messaging
+    /// 12; 4.1 has neither setting (see the next test), and
+    /// uuid_sstable_identifiers_enabled came with 4.1.
     #[test]
     fn sstable_format_and_compatibility_per_line() {
         let parse_as = |release: &str, extra: &str| {
@@ -420,12 +447,23 @@ mod tests {
             )
             .expect("valid")
         };
-        let shipped = parse_as("5.0.3", "storage_compatibility_mode: CASSANDRA_4\n");
+        for mode in ["storage_compatibility_mode: CASSANDRA_4\n", ""] {
+            let shipped = parse_as("5.0.3", mode);
+            assert_eq!(
+                (shipped.sstable_version, shipped.sstable_format),
+                ("nb", "big"),
+                "{mode:?}"
+            );
+            assert_eq!(shipped.node.messaging_version(), 12, "{mode:?}");
+        }
+        let upgrading = parse_as("5.0.3", "storage_compatibility_mode: UPGRADING\n");
         assert_eq!(
-            (shipped.sstable_version, shipped.sstable_format),
-            ("nc", "big")
+            (
+                upgrading.sstable_version,
+                upgrading.node.messaging_version()
+            ),
+            ("oa", 13)
         );
-        assert_eq!(shipped.node.messaging_version(), 12);
         let bti = parse_as(
             "5.0.3",
             "storage_compatibility_mode: NONE\nsstable:\n  selected_format: bti\nuuid_sstable_identifiers_enabled: true\n",
@@ -433,11 +471,12 @@ mod tests {
         assert_eq!((bti.sstable_version, bti.sstable_format), ("da", "bti"));
         assert!(bti.uuid_sstable_identifiers);
         assert_eq!(bti.node.messaging_version(), 13);
-        let old = parse_as("4.1.8", "storage_compatibility_mode: NONE\n");
+        let old = parse_as("4.1.8", "uuid_sstable_identifiers_enabled: true\n");
         assert_eq!(
             (old.sstable_version, old.node.messaging_version()),
             ("nb", 12)
         );
+        assert!(old.uuid_sstable_identifiers);
         assert_eq!(old.node.release.as_deref(), Some("4.1.8"));
         assert!(matches!(
             parse(
@@ -451,6 +490,52 @@ mod tests {
             ),
             Err(ConfigError::Invalid { .. })
         ));
+    }
+
+    /// Cassandra before 5.0 has no `storage_compatibility_mode` (nor 5.0's
+    /// `sstable` block) and refuses to start on a cassandra.yaml that sets
+    /// one, whatever the value (CASSANDRA_4, 4.x's own behaviour, included),
+    /// as real 4.1 does; 5.0 reads both.
+    #[test]
+    fn before_5_0_a_file_that_sets_5_0_s_settings_is_refused() {
+        let parse_as = |release: &str, extra: &str| {
+            parse(
+                &format!("{YAML}{extra}"),
+                None,
+                &env(&[
+                    ("CASSANDRA_VERSION", release),
+                    ("CASSANDRA_HOME", "/opt/cassandra"),
+                ]),
+                &[],
+            )
+        };
+        for release in ["4.1.8", "4.0.13", "3.11.19"] {
+            for value in ["CASSANDRA_4", "UPGRADING", ""] {
+                let err = parse_as(release, &format!("storage_compatibility_mode: {value}\n"))
+                    .expect_err(release);
+                assert_eq!(
+                    err.to_string(),
+                    "Invalid yaml. Please remove properties [storage_compatibility_mode] from your cassandra.yaml",
+                    "{release} {value:?}"
+                );
+            }
+            let both = "storage_compatibility_mode: NONE\nsstable:\n  selected_format: big\n";
+            assert_eq!(
+                parse_as(release, both),
+                Err(ConfigError::UnknownProperties(vec![
+                    "storage_compatibility_mode".to_string(),
+                    "sstable".to_string()
+                ])),
+                "{release}"
+            );
+            assert!(parse_as(release, "").is_ok(), "{release} without them");
+        }
+        let v50 = parse_as(
+            "5.0.3",
+            "storage_compatibility_mode: NONE\nsstable:\n  selected_format: big\n",
+        )
+        .expect("5.0 reads both");
+        assert_eq!(v50.sstable_version, "oa");
     }
 
     #[test]

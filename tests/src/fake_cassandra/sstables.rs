@@ -15,8 +15,8 @@
 //! Names, after `Descriptor` and the format classes (3.0+ layout):
 //! `<data dir>/<keyspace>/<table>-<table id, 32 hex>/<version>-<generation>-<format>-<Component>`,
 //! e.g. `nb-1-big-Data.db`; versions from `BigFormat.BigVersion` (`me`
-//! 3.11.11+, `nb` 4.0, `nc`/`oa` 5.0 by `storage_compatibility_mode`) and
-//! `BtiFormat` (`da`, 5.0); with `uuid_sstable_identifiers_enabled` the
+//! 3.11.11+, `nb` 4.0 and 4.1, and 5.0 by `storage_compatibility_mode`:
+//! `nb` under CASSANDRA_4, `oa` past it) and `BtiFormat` (`da`, 5.0); with `uuid_sstable_identifiers_enabled` the
 //! generation is a time-UUID in `UUIDBasedSSTableId`'s base-36 text
 //! (`3fw2_0tj4_1ufq82ikvs9xhng9b6`-like) instead of a number.
 
@@ -306,28 +306,51 @@ mod tests {
         assert_eq!(names(&dir), ["nb-1-big-Data.db", "nb-2-big-Data.db"]);
         assert!(dir.join("nb-1-big-TOC.txt").is_file());
 
-        // 5.0 (CASSANDRA_4) on that data: keeps the files, writes `nc`.
-        let mut v50 = Sstables::open(tmp.path(), Format::new("nc", "big", false));
+        // 5.0 in its shipped CASSANDRA_4 mode on that data: writes `nb`
+        // as 4.1 did, so upgradesstables has nothing to rewrite ("No
+        // sstables to UPGRADE_SSTABLES").
+        let mut v50 = Sstables::open(tmp.path(), Format::new("nb", "big", false));
         assert!(v50.flush(&copies(12)).unwrap().is_empty(), "flushed before");
         v50.flush(&copies(13)).unwrap();
+        let three = ["nb-1-big-Data.db", "nb-2-big-Data.db", "nb-3-big-Data.db"];
+        assert_eq!(names(&dir), three);
+        assert_eq!(v50.upgrade("ks", true).unwrap(), 0);
+        assert_eq!(names(&dir), three, "nothing rewritten");
+
+        // Past CASSANDRA_4 (UPGRADING): 5.0 writes `oa`, and every `nb`
+        // file is old.
+        let mut upgrading = Sstables::open(tmp.path(), Format::new("oa", "big", false));
+        upgrading.flush(&copies(14)).unwrap();
+        assert_eq!(names(&dir)[3], "oa-4-big-Data.db");
+        assert_eq!(upgrading.upgrade("ks", true).unwrap(), 3);
         assert_eq!(
             names(&dir),
-            ["nb-1-big-Data.db", "nb-2-big-Data.db", "nc-3-big-Data.db"]
-        );
-        assert_eq!(v50.upgrade("ks", true).unwrap(), 2);
-        assert_eq!(
-            names(&dir),
-            ["nc-3-big-Data.db", "nc-4-big-Data.db", "nc-5-big-Data.db"]
+            [
+                "oa-4-big-Data.db",
+                "oa-5-big-Data.db",
+                "oa-6-big-Data.db",
+                "oa-7-big-Data.db"
+            ]
         );
         assert!(
             !dir.join("nb-1-big-TOC.txt").exists(),
             "every component goes"
         );
-        assert_eq!(v50.upgrade("", true).unwrap(), 0, "nothing old is left");
         assert_eq!(
-            std::fs::read_to_string(dir.join("nc-5-big-Data.db")).unwrap(),
-            "12\n"
+            upgrading.upgrade("", true).unwrap(),
+            0,
+            "nothing old is left"
         );
+        // Rewritten in generation order, each keeping its content.
+        assert_eq!(
+            std::fs::read_to_string(dir.join("oa-7-big-Data.db")).unwrap(),
+            "13\n"
+        );
+        // Without excludeCurrentVersion (`upgradesstables -a`) every file
+        // is rewritten, current ones too.
+        assert_eq!(upgrading.upgrade("ks", false).unwrap(), 4);
+        assert_eq!(names(&dir).len(), 4);
+        assert!(names(&dir).iter().all(|n| n.starts_with("oa-")));
     }
 
     #[test]

@@ -54,10 +54,12 @@ impl Version {
 }
 
 /// `storage_compatibility_mode` of Cassandra 5.0 (`StorageCompatibilityMode`;
-/// the 5.0 cassandra.yaml ships `CASSANDRA_4`): under `CASSANDRA_4` a 5.0
-/// node keeps the 4.x messaging version and writes `nc` sstables, which 4.x
-/// reads; `UPGRADING` and `NONE` move it to messaging version 13 and `oa`.
-/// Before 5.0 the setting does not exist and changes nothing.
+/// the 5.0 cassandra.yaml ships `CASSANDRA_4`, which is also the default
+/// when the key is absent): under `CASSANDRA_4` a 5.0 node keeps the 4.x
+/// messaging version and writes `nb` sstables, as 4.x does (so what 4.x
+/// left is not old); `UPGRADING` and `NONE` move it to messaging version 13
+/// and `oa`. Before 5.0 the setting does not exist: 4.x refuses to start on
+/// a cassandra.yaml that sets it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum StorageCompatibility {
@@ -98,14 +100,16 @@ impl Version {
 
     /// The sstable version a node of this line writes (`BigVersion.current_version`,
     /// `BtiVersion` for `sstable: selected_format: bti`): 3.11 `me` (3.11.11+),
-    /// 4.0/4.1 `nb`, 5.0 `nc` under `CASSANDRA_4` and `oa` otherwise, or
-    /// `da` in the trie-indexed format (which `CASSANDRA_4` refuses).
+    /// 4.0/4.1 `nb`, 5.0 `nb` under `CASSANDRA_4` (5.0's `BigVersion` has
+    /// `nb` as its current version while the mode is before 5; there is no
+    /// `nc`, in 5.0.3 as in 5.0.8) and `oa` otherwise, or `da` in the
+    /// trie-indexed format (which `CASSANDRA_4` refuses).
     pub fn sstable_version(self, compatibility: StorageCompatibility, bti: bool) -> &'static str {
         match self.major {
             0..=3 => "me",
             4 => "nb",
             _ if bti => "da",
-            _ if compatibility == StorageCompatibility::Cassandra4 => "nc",
+            _ if compatibility == StorageCompatibility::Cassandra4 => "nb",
             _ => "oa",
         }
     }
