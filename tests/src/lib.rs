@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod cel;
+pub mod cql;
 pub mod fake_cassandra;
 pub mod fake_scylla;
 pub mod harness;
