@@ -1,13 +1,17 @@
 //! kubesim's real `cassandra:` image (issue 28): with
-//! `SimOptions::real_cassandra`, a `cassandra:4.1.8` container sees the
-//! official image's file system laid out from the fetched release (the
+//! `SimOptions::real_cassandra`, a `cassandra:4.1.8` or `cassandra:5.0.3`
+//! container sees the official image's file system laid out from the
+//! fetched release (the
 //! release's `bin/cassandra` first on `PATH`, Java at `JAVA_HOME`, the
-//! directories owned by 999) and the image's `JVM_EXTRA_OPTS`; the
+//! directories owned by 999; Java 11 for 4.1 and 17 for 5.0, as the
+//! official Dockerfiles copy temurin 11 and 17) and the image's
+//! `JVM_EXTRA_OPTS` and other `ENV` of a derived image; the
 //! operator image carries the real Jolokia agent at `/plugins` with
 //! `init/Dockerfile`'s mode; 3.11 stays on the fake; a release that was
 //! not fetched cannot start, and says how to fetch it.
 //!
-//! Needs `scripts/fetch-cassandra 4.1.8` (scripts/test runs it).
+//! Needs `scripts/fetch-cassandra 4.1.8` and `5.0.3` (scripts/test runs
+//! them).
 
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -58,7 +62,7 @@ async fn log_with(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cassandra_4_1_containers_get_the_official_image_of_the_fetched_release() {
+async fn cassandra_4_1_and_5_0_containers_get_the_official_image_of_the_fetched_release() {
     let work = tempfile::tempdir().unwrap();
     let mut opts = SimOptions::new(work.path());
     opts.fixtures = Some(fixtures().unwrap());
@@ -67,7 +71,8 @@ async fn cassandra_4_1_containers_get_the_official_image_of_the_fetched_release(
     std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     opts.fake_cassandra = Some(fake.clone());
     opts.max_grace = Some(Duration::from_secs(1));
-    let real = RealCassandra::cached("-Dcassandra.ring_delay_ms=1000");
+    let real = RealCassandra::cached("-Dcassandra.ring_delay_ms=1000")
+        .with_env("SSTABLE_SCAN_SECONDS", "5");
     opts.real_cassandra = Some(real.clone());
     let operator_image = opts.operator_images[0].clone();
     let sim = KubeSim::start(Options {
@@ -80,15 +85,17 @@ async fn cassandra_4_1_containers_get_the_official_image_of_the_fetched_release(
     let create = |p: Value| store.create(&pods(), p, &WriteOptions::default()).unwrap();
     let report = "echo cassandra=$(command -v cassandra) java_home=$JAVA_HOME \
         home=$CASSANDRA_HOME conf=$CASSANDRA_CONF version=$CASSANDRA_VERSION \
-        extra=\"$JVM_EXTRA_OPTS\"; stat -c '%u:%g %a %n' /var/lib/cassandra /etc/cassandra; \
+        extra=\"$JVM_EXTRA_OPTS\" scan=$SSTABLE_SCAN_SECONDS; stat -c '%u:%g %a %n' /var/lib/cassandra /etc/cassandra; \
         $JAVA_HOME/bin/java -version 2>&1 | head -1; \
         cmp /opt/cassandra/bin/cassandra \"$FIXTURES/bin/cassandra\" && echo same-launcher; \
         ls /opt/cassandra/lib | grep -c '\\.jar$'; echo END";
-    let fixtures_41 = fixtures().unwrap().join("cassandra/4.1");
-    let mut real_pod = pod("real", "cassandra:4.1.8", report);
-    real_pod["spec"]["containers"][0]["env"] =
-        json!([{"name": "FIXTURES", "value": fixtures_41.display().to_string()}]);
-    create(real_pod);
+    for (name, version, minor) in [("real", "4.1.8", "4.1"), ("real5", "5.0.3", "5.0")] {
+        let fixtures = fixtures().unwrap().join("cassandra").join(minor);
+        let mut real_pod = pod(name, &format!("cassandra:{version}"), report);
+        real_pod["spec"]["containers"][0]["env"] =
+            json!([{"name": "FIXTURES", "value": fixtures.display().to_string()}]);
+        create(real_pod);
+    }
     create(pod(
         "fake",
         "cassandra:3.11.6",
@@ -101,34 +108,41 @@ async fn cassandra_4_1_containers_get_the_official_image_of_the_fetched_release(
     ));
     create(pod("unfetched", "cassandra:4.1.99", "echo END"));
 
-    let log = log_with(work.path(), &store, "real").await;
-    assert!(
-        log.contains("cassandra=/opt/cassandra/bin/cassandra "),
-        "{log}"
-    );
-    assert!(log.contains("java_home=/opt/java/openjdk "), "{log}");
-    assert!(
-        log.contains("home=/opt/cassandra conf=/etc/cassandra version=4.1.8 "),
-        "{log}"
-    );
-    assert!(
-        log.contains("extra=-Dcassandra.ring_delay_ms=1000\n"),
-        "{log}"
-    );
-    assert!(log.contains("999:999 1777 /var/lib/cassandra"), "{log}");
-    assert!(log.contains("999:999 1777 /etc/cassandra"), "{log}");
-    assert!(log.contains("version \"11."), "Java 11 runs 4.1: {log}");
-    assert!(
-        log.contains("same-launcher"),
-        "the release's bin/cassandra: {log}"
-    );
-    let jars: usize = log
-        .lines()
-        .rev()
-        .nth(1)
-        .and_then(|l| l.trim().parse().ok())
-        .unwrap_or(0);
-    assert!(jars > 50, "the release's lib/: {log}");
+    for (name, version, java) in [("real", "4.1.8", "11."), ("real5", "5.0.3", "17.")] {
+        let log = log_with(work.path(), &store, name).await;
+        assert!(
+            log.contains("cassandra=/opt/cassandra/bin/cassandra "),
+            "{log}"
+        );
+        assert!(log.contains("java_home=/opt/java/openjdk "), "{log}");
+        assert!(
+            log.contains(&format!(
+                "home=/opt/cassandra conf=/etc/cassandra version={version} "
+            )),
+            "{log}"
+        );
+        assert!(
+            log.contains("extra=-Dcassandra.ring_delay_ms=1000 scan=5\n"),
+            "{log}"
+        );
+        assert!(log.contains("999:999 1777 /var/lib/cassandra"), "{log}");
+        assert!(log.contains("999:999 1777 /etc/cassandra"), "{log}");
+        assert!(
+            log.contains(&format!("version \"{java}")),
+            "Java {java} runs {version}: {log}"
+        );
+        assert!(
+            log.contains("same-launcher"),
+            "the release's bin/cassandra: {log}"
+        );
+        let jars: usize = log
+            .lines()
+            .rev()
+            .nth(1)
+            .and_then(|l| l.trim().parse().ok())
+            .unwrap_or(0);
+        assert!(jars > 50, "the release's lib/: {log}");
+    }
 
     let log = log_with(work.path(), &store, "fake").await;
     assert!(

@@ -1,18 +1,21 @@
-//! Real Apache Cassandra 4.1 (DESIGN.md section 7, issue 28): the release's
-//! jars from Maven, in the official image's layout, started through its own
-//! `bin/cassandra` as the image's cassandra user, with the real Jolokia JVM
-//! agent the operator image ships.
+//! Real Apache Cassandra 4.1 and 5.0 (DESIGN.md section 7, issue 28): the
+//! release's jars from Maven, in the official image's layout, started
+//! through its own `bin/cassandra` as the image's cassandra user, with the
+//! real Jolokia JVM agent the operator image ships; and Cassandra's own
+//! nodetool from the same jars against the node's local JMX port.
 //!
-//! Needs `scripts/fetch-cassandra 4.1.8` once per machine (scripts/test
-//! runs it); without it the test fails and names that command.
+//! Needs `scripts/fetch-cassandra 4.1.8` and `scripts/fetch-cassandra
+//! 5.0.3` once per machine (scripts/test runs them); without them the
+//! tests fail and name that command.
 
 use std::time::Duration;
 
 use serde_json::json;
 use testworld::harness::require_root;
 use testworld::real_cassandra::image::CASSANDRA_UID;
+use testworld::real_cassandra::nodetool::{parse_status, parse_version};
 use testworld::real_cassandra::{
-    Image, Node, NodeOptions, Ports, Release, STORAGE_SERVICE, VERSION_4_1,
+    Image, Node, NodeOptions, NodeTool, Ports, Release, STORAGE_SERVICE, VERSION_4_1, VERSION_5_0,
 };
 
 /// Start to NORMAL took 5.5-8 s here (2 cores) with a one-second ring
@@ -65,6 +68,7 @@ async fn a_real_4_1_node_started_by_bin_cassandra_reaches_normal_and_answers_jol
         "4.1 runs on Java 11, as the official image does"
     );
     let rss_kib = node.rss_kib().expect("the node's /proc status");
+    nodetool_reads_what_jolokia_reads(&node, &release, ports.jmx).await;
 
     let (status, to_stop) = node
         .stop(STOP_TIMEOUT)
@@ -74,6 +78,84 @@ async fn a_real_4_1_node_started_by_bin_cassandra_reaches_normal_and_answers_jol
         "real cassandra {}: spawn to NORMAL {:.1} s (JVM uptime {jvm_uptime_ms} ms), \
          RSS {} MiB at NORMAL (heap 512M, pre-touched), SIGTERM to exit {:.1} s ({status})",
         version.as_str().unwrap_or_default(),
+        to_normal.as_secs_f64(),
+        rss_kib / 1024,
+        to_stop.as_secs_f64(),
+    );
+}
+
+/// Cassandra's own nodetool (the release's jars on Debian's Java 17, with
+/// `bin/nodetool`'s JVM options) over the node's local JMX port: its
+/// `version`, `status` and `info` say what the node's Jolokia agent says
+/// (release, the one node Up and Normal at its address, its host ID).
+async fn nodetool_reads_what_jolokia_reads(node: &Node, release: &Release, jmx: u16) {
+    let nodetool = NodeTool::of(release).unwrap_or_else(|e| panic!("{e}"));
+    let began = std::time::Instant::now();
+    let version = nodetool
+        .run(jmx, &["version"])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let one_run = began.elapsed();
+    assert_eq!(parse_version(&version), Some(release.version.as_str()));
+    let host_id = node.read(STORAGE_SERVICE, "LocalHostId").await.unwrap();
+    let status = nodetool
+        .run(jmx, &["status"])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let rows = parse_status(&status);
+    assert_eq!(rows.len(), 1, "{status}");
+    assert_eq!(rows[0].state, "UN", "{status}");
+    assert_eq!(rows[0].address, "127.0.0.1", "{status}");
+    assert_eq!(rows[0].host_id.as_deref(), host_id.as_str(), "{status}");
+    let info = nodetool
+        .run(jmx, &["info"])
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        info.lines()
+            .any(|l| l.starts_with("ID") && l.ends_with(host_id.as_str().unwrap_or("?"))),
+        "{info}"
+    );
+    eprintln!(
+        "real nodetool {} (Java 17): `version` in {:.1} s; status:\n{status}",
+        release.version,
+        one_run.as_secs_f64()
+    );
+}
+
+/// Real Cassandra 5.0 started by its `bin/cassandra` on Debian's OpenJDK 17
+/// (the official 5.0 image runs temurin 17) reaches NORMAL with the
+/// Jolokia agent and its release's version, and its own nodetool reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_5_0_node_started_by_bin_cassandra_on_java_17_reaches_normal() {
+    require_root().expect("the image's directories belong to uid 999");
+    let release = Release::cached(VERSION_5_0).unwrap_or_else(|e| panic!("{e}"));
+    let root = tempfile::tempdir().expect("a temporary directory");
+    let image = Image::lay_out(root.path(), &release).unwrap_or_else(|e| panic!("{e}"));
+    let ports = Ports::free().unwrap_or_else(|e| panic!("{e}"));
+    let mut node = Node::start(&image, &release, &NodeOptions::single(ports))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let to_normal = node
+        .wait_for_mode("NORMAL", START_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let version = node.read(STORAGE_SERVICE, "ReleaseVersion").await.unwrap();
+    assert_eq!(version, VERSION_5_0);
+    let java = node
+        .read("java.lang:type=Runtime", "SpecVersion")
+        .await
+        .unwrap();
+    assert_eq!(
+        java, "17",
+        "5.0 runs on Java 17, as the official image does"
+    );
+    assert_eq!(node.uid(), Some(CASSANDRA_UID));
+    let rss_kib = node.rss_kib().expect("the node's /proc status");
+    nodetool_reads_what_jolokia_reads(&node, &release, ports.jmx).await;
+    let (status, to_stop) = node
+        .stop(STOP_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!(
+        "real cassandra {VERSION_5_0}: spawn to NORMAL {:.1} s, RSS {} MiB at NORMAL (heap 512M), \
+         SIGTERM to exit {:.1} s ({status})",
         to_normal.as_secs_f64(),
         rss_kib / 1024,
         to_stop.as_secs_f64(),

@@ -11,6 +11,9 @@
 //!   a few keys changed. Pure.
 //! - [`node`]: one node as a process, its Jolokia agent, and its stop.
 //!   Process and HTTP I/O.
+//! - [`nodetool`]: Cassandra's own nodetool from the release's jars,
+//!   against a node's local JMX port (in a Pod's network namespace too).
+//!   Process I/O; its output's parsers are pure.
 //!
 //! Nothing here skips: a release that was not fetched is an error naming
 //! the command that fetches it.
@@ -18,6 +21,7 @@
 pub mod config;
 pub mod image;
 pub mod node;
+pub mod nodetool;
 pub mod release;
 
 use std::path::PathBuf;
@@ -25,11 +29,16 @@ use std::path::PathBuf;
 pub use config::{NodeAddresses, render_cassandra_yaml};
 pub use image::Image;
 pub use node::{Node, NodeOptions, Ports, STORAGE_SERVICE};
+pub use nodetool::NodeTool;
 pub use release::Release;
 
 /// The 4.1 release the fixtures' `conf/` and `bin/` match (SOURCES.md: the
 /// conf files are the blobs of the 4.1.8 release preparation).
 pub const VERSION_4_1: &str = "4.1.8";
+
+/// The 5.0 release the fixtures' `conf/` and `bin/` match (SOURCES.md: the
+/// conf files are the blobs of the `cassandra-5.0.3` tag).
+pub const VERSION_5_0: &str = "5.0.3";
 
 /// Errors of preparing, starting and stopping a real Cassandra node.
 #[derive(Debug, thiserror::Error)]
@@ -76,4 +85,6 @@ pub enum Error {
     Signal { pid: i32, source: nix::Error },
     #[error("waiting for cassandra: {0}")]
     Wait(std::io::Error),
+    #[error("nodetool {args}: {detail}")]
+    Nodetool { args: String, detail: String },
 }

@@ -282,6 +282,11 @@ pub struct RealCassandra {
     /// `-Dcassandra.skip_wait_for_gossip_to_settle`); the sidecar keeps
     /// what the container passes and appends its own.
     pub jvm_extra_opts: String,
+    /// More `ENV` of the test world's `cassandra:` image, as a derived image
+    /// (`FROM cassandra:<version>` and `ENV`) would set it: the sidecar's
+    /// `SSTABLE_SCAN_SECONDS`, say, which it reads from its container's
+    /// environment.
+    pub env: Vec<(String, String)>,
 }
 
 impl RealCassandra {
@@ -292,7 +297,14 @@ impl RealCassandra {
         RealCassandra {
             cache: tests.parent().unwrap_or(tests).join("target"),
             jvm_extra_opts: jvm_extra_opts.to_string(),
+            env: Vec::new(),
         }
+    }
+
+    /// The same with `name=value` in the image's environment too.
+    pub fn with_env(mut self, name: &str, value: &str) -> RealCassandra {
+        self.env.push((name.to_string(), value.to_string()));
+        self
     }
 
     /// Whether `cassandra:<tag>` runs real Cassandra: a release version

@@ -229,10 +229,11 @@ impl PodCtx {
             let image = crate::real_cassandra::Image::at(Path::new("/"), &release.version);
             // HOME stays the kubelet's (see the module docs of the sim).
             env.extend(image.env().into_iter().filter(|(k, _)| k != "HOME"));
-            if let Some(real) = &self.opts.real_cassandra
-                && !real.jvm_extra_opts.is_empty()
-            {
-                env.insert("JVM_EXTRA_OPTS".into(), real.jvm_extra_opts.clone());
+            if let Some(real) = &self.opts.real_cassandra {
+                if !real.jvm_extra_opts.is_empty() {
+                    env.insert("JVM_EXTRA_OPTS".into(), real.jvm_extra_opts.clone());
+                }
+                env.extend(real.env.iter().cloned());
             }
         }
         if *image == Image::Operator && self.opts.real_cassandra.is_some() {
