@@ -164,6 +164,8 @@ pub fn observe_cached(
     );
     observed.refused_overrides =
         refused_overrides(cluster, cached.config_maps.iter().map(|c| c.as_ref()));
+    observed.token_allocation_factors =
+        token_allocation_factors(cluster, cached.config_maps.iter().map(|c| c.as_ref()));
     overdue_restarts(&mut observed, now_seconds, restart_bound_seconds);
     outdated_statefulsets(
         &mut observed,
@@ -600,6 +602,41 @@ pub fn refused_overrides<'a>(
         }
     }
     refused
+}
+
+/// The racks whose overrides ConfigMap sets the token allocator's
+/// replication factor, and the value (Cassandra mode only).
+pub fn token_allocation_factors<'a>(
+    cluster: &Cluster,
+    config_maps: impl IntoIterator<Item = &'a ConfigMap>,
+) -> BTreeMap<String, u32> {
+    if cluster.spec.mode != crds::v1alpha1::ClusterMode::Cassandra {
+        return BTreeMap::new();
+    }
+    let config_maps: Vec<&ConfigMap> = config_maps
+        .into_iter()
+        .filter(|c| in_namespace(&c.metadata, cluster))
+        .collect();
+    let file = crds::overrides::config_map_key(cluster.spec.mode);
+    cluster
+        .spec
+        .datacenter
+        .racks
+        .iter()
+        .filter_map(|rack| {
+            let name = rack.config_map_name.as_deref()?;
+            let fragment = config_maps
+                .iter()
+                .find(|c| c.metadata.name.as_deref() == Some(name))?
+                .data
+                .as_ref()?
+                .get(file)?;
+            Some((
+                rack.name.clone(),
+                crds::overrides::token_allocation_factor(fragment)?,
+            ))
+        })
+        .collect()
 }
 
 /// Whether a Cluster names a ConfigMap as a rack's overrides.

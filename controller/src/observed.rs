@@ -209,6 +209,9 @@ pub struct Observed {
     pub other_datacenters: Vec<String>,
     /// Racks whose overrides ConfigMap sets keys the operator refuses.
     pub refused_overrides: BTreeMap<String, RefusedOverrides>,
+    /// Racks whose overrides set the token allocator's replication factor
+    /// (`allocate_tokens_for_local_replication_factor`), and its value.
+    pub token_allocation_factors: BTreeMap<String, u32>,
 }
 
 /// The keys a rack's overrides ConfigMap sets that the operator refuses

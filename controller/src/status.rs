@@ -320,6 +320,16 @@ pub fn refusal_reason(refusal: &Refusal) -> (&'static str, String) {
                 "spec.datacenter.name: the cluster runs datacenter {running:?} and the spec names {spec:?}; Cassandra cannot rename a datacenter (nothing was changed)"
             ),
         ),
+        Refusal::TooFewRacksForTokenAllocation {
+            rack,
+            racks,
+            factor,
+        } => (
+            "TooFewRacksForTokenAllocation",
+            format!(
+                "spec.datacenter.racks: a new member of rack {rack} would join a datacenter of {racks} racks, and Cassandra's token allocator (allocate_tokens_for_local_replication_factor: {factor}) refuses a node in a datacenter of more than one rack but fewer racks than that factor, so it would never join; use 1 or at least {factor} racks, or set allocate_tokens_for_local_replication_factor to at most {racks} in every rack's overrides (nothing was changed)"
+            ),
+        ),
         Refusal::RackRemovedWithMembers { rack, members } => (
             "RackRemovedWithMembers",
             format!(

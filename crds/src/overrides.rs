@@ -301,6 +301,24 @@ pub fn refused_for(key: &str, removed: &[&'static RefusedKey]) -> Option<&'stati
     refused(key).or_else(|| removed.iter().copied().find(|r| r.key == key))
 }
 
+/// `allocate_tokens_for_local_replication_factor` of Cassandra 4.0 and
+/// later's default files (4.1's and 5.0's set 3): the replication factor
+/// the token allocator balances a new node's tokens for. With it, a
+/// datacenter of more than one rack but fewer racks than the factor cannot
+/// bootstrap a node ("Token allocation failed: the number of racks 2 in
+/// datacenter dc is lower than its replication factor 3").
+pub const DEFAULT_TOKEN_ALLOCATION_FACTOR: u32 = 3;
+
+/// The token allocation factor a Cassandra overrides fragment sets, if any.
+pub fn token_allocation_factor(fragment: &str) -> Option<u32> {
+    let Ok(Value::Mapping(map)) = serde_norway::from_str::<Value>(fragment) else {
+        return None;
+    };
+    map.get("allocate_tokens_for_local_replication_factor")?
+        .as_u64()
+        .and_then(|n| u32::try_from(n).ok())
+}
+
 /// The key of the overrides ConfigMap the sidecar merges over the image's
 /// main configuration file (and the name of that file).
 pub fn config_map_key(mode: ClusterMode) -> &'static str {
@@ -697,6 +715,29 @@ mod tests {
             assert!(mentioned("5.0", key), "{key} is not in 5.0's file");
             assert!(!mentioned("4.1", key), "{key} is in 4.1's file");
         }
+    }
+
+    #[test]
+    fn the_token_allocation_factor_is_the_default_files_or_the_fragments() {
+        for version in ["4.1", "5.0"] {
+            let text = fixture(&format!("cassandra/{version}/cassandra.yaml"));
+            assert_eq!(
+                token_allocation_factor(&text),
+                Some(DEFAULT_TOKEN_ALLOCATION_FACTOR),
+                "{version}"
+            );
+        }
+        // 3.11 has no such setting.
+        assert_eq!(
+            token_allocation_factor(&fixture("cassandra/3.11/cassandra.yaml")),
+            None
+        );
+        assert_eq!(
+            token_allocation_factor("allocate_tokens_for_local_replication_factor: 2\n"),
+            Some(2)
+        );
+        assert_eq!(token_allocation_factor("concurrent_reads: 2\n"), None);
+        assert_eq!(token_allocation_factor("not: [yaml"), None);
     }
 
     /// Every refused key that the real default files of Cassandra 3.11,

@@ -59,6 +59,10 @@ pub(super) fn refusal(spec: &ClusterSpec, observed: &Observed) -> Option<Action>
         }
     }
 
+    if let Some(refusal) = too_few_racks_for_token_allocation(spec, observed) {
+        return Some(Action::Refuse(refusal));
+    }
+
     // Before anything that would start a member: it would start with the
     // refused overrides (the sidecar refuses them too, and the member would
     // never become ready).
@@ -69,6 +73,47 @@ pub(super) fn refusal(spec: &ClusterSpec, observed: &Observed) -> Option<Action>
         }));
     }
     None
+}
+
+/// A spec that would bootstrap a member (a rack with more members than its
+/// StatefulSet runs) into a datacenter of more than one rack but fewer
+/// racks than that member's token allocation factor (its overrides', or
+/// the default files' 3): Cassandra 4.0 and later would refuse to allocate
+/// its tokens at every start. Members that run, and replacements (which
+/// take the lost node's tokens), are not concerned. Cassandra 3.x has no
+/// such allocator by default, ScyllaDB none.
+pub(super) fn too_few_racks_for_token_allocation(
+    spec: &ClusterSpec,
+    observed: &Observed,
+) -> Option<Refusal> {
+    if spec.mode != ClusterMode::Cassandra || Version::of_tag(&spec.version)?.major < 4 {
+        return None;
+    }
+    let racks = spec
+        .datacenter
+        .racks
+        .iter()
+        .filter(|r| r.members > 0)
+        .count();
+    spec.datacenter.racks.iter().find_map(|rack| {
+        let running = observed
+            .racks
+            .get(&rack.name)
+            .and_then(|r| r.replicas)
+            .unwrap_or(0);
+        let factor = observed
+            .token_allocation_factors
+            .get(&rack.name)
+            .copied()
+            .unwrap_or(crds::overrides::DEFAULT_TOKEN_ALLOCATION_FACTOR);
+        (rack.members > running && racks > 1 && racks < factor as usize).then(|| {
+            Refusal::TooFewRacksForTokenAllocation {
+                rack: rack.name.clone(),
+                racks,
+                factor,
+            }
+        })
+    })
 }
 
 /// A change of `spec.version` that Cassandra does not support from a version

@@ -113,6 +113,15 @@ pub enum Refusal {
     SpecChangeUnsupported { field: String, detail: String },
     /// A rack was removed from the spec while its StatefulSet still runs members.
     RackRemovedWithMembers { rack: String, members: i32 },
+    /// The spec would bootstrap a member of `rack` in a datacenter of
+    /// `racks` racks, more than one but fewer than the token allocator's
+    /// replication factor `factor`: Cassandra 4.0 and later refuse to
+    /// allocate its tokens, and the member never joins.
+    TooFewRacksForTokenAllocation {
+        rack: String,
+        racks: usize,
+        factor: u32,
+    },
     /// Cassandra refused (or failed) the decommission of a member: nothing
     /// is removed; raising the rack's members back cancels it.
     DecommissionRefused {

@@ -460,3 +460,65 @@ fn a_scale_up_goes_on_once_its_member_service_is_created_and_nothing_else() {
         None
     );
 }
+
+/// Cassandra 4.0 and later allocate a new node's tokens for a replication
+/// factor (3 by default) and refuse to in a datacenter of more than one
+/// rack but fewer racks than that factor: a spec that would bootstrap a
+/// member there is refused, naming the rack; with one rack, three racks,
+/// a factor of 2 in the overrides, 3.11, or no member to bootstrap, it
+/// goes on.
+#[test]
+fn a_second_rack_is_refused_where_the_token_allocator_would_refuse_its_members() {
+    let on = |version: &str, racks: &[(&str, i32)]| {
+        let mut spec = spec(racks);
+        spec.version = version.into();
+        spec
+    };
+    let three_in_a = || observed(vec![("a", rack(Some(3), &[READY, READY, READY]))]);
+    let refused = |rack: &str| {
+        Action::Refuse(Refusal::TooFewRacksForTokenAllocation {
+            rack: rack.into(),
+            racks: 2,
+            factor: 3,
+        })
+    };
+    for version in ["4.1.8", "5.0.3"] {
+        let two_racks = on(version, &[("a", 3), ("b", 2)]);
+        assert_eq!(decide(&two_racks, &three_in_a()), refused("b"), "{version}");
+        // Growing a rack of a datacenter already of two racks.
+        let grown = on(version, &[("a", 4), ("b", 2)]);
+        let both = observed(vec![
+            ("a", rack(Some(3), &[READY, READY, READY])),
+            ("b", rack(Some(2), &[READY, READY])),
+        ]);
+        assert_eq!(decide(&grown, &both), refused("a"), "{version}");
+        // Nothing to bootstrap: what runs keeps being looked after.
+        let same = on(version, &[("a", 3), ("b", 2)]);
+        assert!(
+            !matches!(decide(&same, &both), Action::Refuse(_)),
+            "{version}"
+        );
+        // A factor the racks allow, in the overrides of the growing rack.
+        let mut allowed = three_in_a();
+        allowed.token_allocation_factors.insert("b".into(), 2);
+        assert!(
+            !matches!(decide(&two_racks, &allowed), Action::Refuse(_)),
+            "{version}"
+        );
+        // One rack, or three.
+        for racks in [&[("a", 4)][..], &[("a", 3), ("b", 1), ("c", 1)][..]] {
+            assert!(
+                !matches!(
+                    decide(&on(version, racks), &three_in_a()),
+                    Action::Refuse(_)
+                ),
+                "{version} {racks:?}"
+            );
+        }
+    }
+    // 3.11 allocates tokens at random by default.
+    assert!(!matches!(
+        decide(&on("3.11.6", &[("a", 3), ("b", 2)]), &three_in_a()),
+        Action::Refuse(_)
+    ));
+}
