@@ -12,6 +12,12 @@ use testworld::kubesim::KubeSim;
 /// the production metrics address (0.0.0.0:8080) of the host.
 pub static ONE_WORLD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// One world of real Cassandra members at a time (tests/e2e/real*.rs):
+/// three to five JVMs of about 650 MiB each, started one after the other,
+/// already keep both cores of a CI machine busy. Such a world may run
+/// beside one of [`ONE_WORLD`]'s.
+pub static ONE_REAL_WORLD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A kube client through kubesim's kubeconfig.
 pub async fn client(sim: &KubeSim) -> Client {
     testworld::harness::client(sim).await.unwrap()

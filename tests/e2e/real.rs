@@ -17,6 +17,8 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::Api;
 use testworld::kubesim::sim::RealCassandra;
+use testworld::real_cassandra::nodetool::JMX_PORT;
+use testworld::real_cassandra::{NodeTool, Release};
 
 use serde_json::json;
 
@@ -25,42 +27,46 @@ use crate::scenario::{ClusterSpec, Scenario, cluster, container_pid, pod_ready, 
 /// The test world's `cassandra:` image's `JVM_EXTRA_OPTS`: short ring
 /// timings, as a user of a small test cluster would set them (Cassandra's
 /// default ring delay is 30 s, twice per bootstrapping node).
-const TEST_RING_TIMINGS: &str =
+pub(crate) const TEST_RING_TIMINGS: &str =
     "-Dcassandra.ring_delay_ms=3000 -Dcassandra.skip_wait_for_gossip_to_settle=0";
 
-const VERSION: &str = "4.1.8";
+pub(crate) const VERSION: &str = "4.1.8";
 
 /// The members' memory limit: the sidecar's heap rule (cassandra-env.sh's)
 /// makes it a 384M heap. The smallest of 512Mi, 768Mi and 1Gi whose JVM
 /// stays under its limit: at 512Mi (a 256M heap) the JVM's resident set
 /// is already about 510 MiB after start-up, more than a kubelet would
 /// allow; at 768Mi about 640 MiB, at 1Gi about 770 MiB.
-const MEMORY_LIMIT_MIB: u64 = 768;
+pub(crate) const MEMORY_LIMIT_MIB: u64 = 768;
 
 /// Cluster `c` of Cassandra [`VERSION`], one rack `r` of `members`, each
 /// with 1 CPU and [`MEMORY_LIMIT_MIB`].
-fn real_cluster(members: i32) -> ClusterSpec {
+pub(crate) fn real_cluster(members: i32) -> ClusterSpec {
     cluster("c").version(VERSION).rack("r", members).with_rack(
         json!({"resources": {"limits": {"cpu": "1", "memory": format!("{MEMORY_LIMIT_MIB}Mi")}}}),
     )
 }
 
 /// A scenario whose `cassandra:` 4.1 and 5.0 images run real Cassandra.
-async fn real_world() -> Scenario {
+pub(crate) async fn real_world() -> Scenario {
     setup()
         .options(|o| o.real_cassandra = Some(RealCassandra::cached(TEST_RING_TIMINGS)))
         .start()
         .await
 }
 
-fn member(ordinal: i32) -> String {
+pub(crate) fn member(ordinal: i32) -> String {
     crds::names::member_name(&crds::names::statefulset_name("c", "dc", "r"), ordinal)
 }
 
 /// `cassandra-operator nodetool <args>` in the network namespace of a
 /// member's sidecar, as it reaches the node's Jolokia agent on the Pod's
 /// loopback: its stdout, or the failure.
-async fn nodetool(scenario: &Scenario, member: &str, args: &[&str]) -> Result<String, String> {
+pub(crate) async fn nodetool(
+    scenario: &Scenario,
+    member: &str,
+    args: &[&str],
+) -> Result<String, String> {
     let pod = scenario.pod(member).await;
     let pid = container_pid(&pod).ok_or(format!("{member}: no running container"))?;
     let out = Command::new("nsenter")
@@ -77,8 +83,24 @@ async fn nodetool(scenario: &Scenario, member: &str, args: &[&str]) -> Result<St
     }
 }
 
+/// Cassandra's own nodetool (of [`VERSION`]) in a member's Pod, as
+/// `kubectl exec` would run it: its output; a failure fails the test.
+pub(crate) async fn real_nodetool(scenario: &Scenario, member: &str, args: &[&str]) -> String {
+    let release = Release::cached(VERSION).unwrap_or_else(|e| panic!("{e}"));
+    let nodetool = NodeTool::of(&release).unwrap_or_else(|e| panic!("{e}"));
+    let pid = container_pid(&scenario.pod(member).await).expect("a running container");
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        nodetool.run_in(pid, JMX_PORT, &args)
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("nodetool on {member}: {e}"))
+}
+
 /// The ClusterIPs of the members `0..n`.
-async fn member_ips(scenario: &Scenario, n: i32) -> Vec<String> {
+pub(crate) async fn member_ips(scenario: &Scenario, n: i32) -> Vec<String> {
     let services: Api<Service> = scenario.api();
     let mut ips = Vec::new();
     for i in 0..n {
@@ -90,7 +112,7 @@ async fn member_ips(scenario: &Scenario, n: i32) -> Vec<String> {
 
 /// Waits until `nodetool status` on `on` lists exactly `ips`, each Up and
 /// Normal; its text.
-async fn until_status_un(scenario: &Scenario, on: &str, ips: &[String]) -> String {
+pub(crate) async fn until_status_un(scenario: &Scenario, on: &str, ips: &[String]) -> String {
     scenario
         .until(
             &format!("nodetool status on {on}: {ips:?} UN"),
@@ -119,7 +141,7 @@ async fn until_status_un(scenario: &Scenario, on: &str, ips: &[String]) -> Strin
 
 /// The JVM of a member (the sidecar's descendant with the largest
 /// resident set) and its VmRSS in MiB.
-fn jvm_rss_mib(sidecar: i32) -> Option<u64> {
+pub(crate) fn jvm_rss_mib(sidecar: i32) -> Option<u64> {
     fn children(pid: i32) -> Vec<i32> {
         std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
             .unwrap_or_default()
@@ -151,6 +173,7 @@ fn jvm_rss_mib(sidecar: i32) -> Option<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_real_cassandra_members_come_up_ready_and_see_each_other_at_their_cluster_ips() {
+    let _real = crate::common::ONE_REAL_WORLD.lock().await;
     let scenario = real_world().await;
     let began = Instant::now();
     scenario.create(&real_cluster(3)).await;
@@ -227,7 +250,9 @@ async fn three_real_cassandra_members_come_up_ready_and_see_each_other_at_their_
 /// which streams its ranges away and leaves the ring before its Pod, claim
 /// and Service go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "soak (about 2 minutes; CI's real_data scenario makes the same scale-up and decommission with traffic): run by scripts/soak"]
 async fn a_real_member_joins_and_leaves_by_a_real_decommission() {
+    let _real = crate::common::ONE_REAL_WORLD.lock().await;
     let scenario = real_world().await;
     let three = real_cluster(3);
     scenario.create(&three).await;
@@ -257,16 +282,7 @@ async fn a_real_member_joins_and_leaves_by_a_real_decommission() {
 
     let began = Instant::now();
     scenario.patch_cluster("c", three.racks_patch()).await;
-    let services: Api<Service> = scenario.api();
-    scenario
-        .until("the fourth member's Service gone", secs(300), || async {
-            services
-                .get_opt(&member(3))
-                .await
-                .map_err(|e| e.to_string())?
-                .map_or(Ok(()), |_| Err("still there".to_string()))
-        })
-        .await;
+    scenario.until_service_gone(&member(3), secs(300)).await;
     scenario.until_ready("c", 3, secs(120)).await;
     eprintln!("scale-down 4 → 3: {:.1} s", began.elapsed().as_secs_f64());
     // The three that stay see only each other, Up and Normal: the fourth
@@ -287,10 +303,12 @@ async fn a_real_member_joins_and_leaves_by_a_real_decommission() {
 /// replace on its Service, and the new Pod, on another Node with an empty
 /// disk, starts real Cassandra with `replace_address_first_boot` at the
 /// member's own ClusterIP; it streams the lost node's ranges and the ring
-/// is three UN at the same addresses, one with a new host ID.
+/// is three UN at the same addresses, the replacement with the lost node's
+/// host ID (Cassandra gives a same-address replacement the old one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "not reliable yet: in 4 of 9 runs the replacement kept exiting with \"Unable to gossip with any peers\" or \"Unable to contact any seeds\" (10 restarts, or 10 minutes once); the other 5 replaced the member in 29-31 s"]
+#[ignore = "Cassandra 4.1.8 has bug CASSANDRA-19580 (proposed 4.1 fix: apache/cassandra PR 3973): a same-address replacement gossips STATUS=hibernate, a dead state, and learns the ring only from gossip rounds the other nodes start, which they stop once they know that state; when both seeds learned it before either gossiped to it (2 of 7 runs here, 4 of 9 before) it exits with \"Unable to contact any seeds\", and every later attempt fails alike as the seeds keep it hibernating, although their connections to it work"]
 async fn a_real_member_whose_node_is_lost_is_replaced_at_its_cluster_ip() {
+    let _real = crate::common::ONE_REAL_WORLD.lock().await;
     use k8s_openapi::api::core::v1::Node;
     let scenario = setup()
         .options(|o| {
@@ -337,13 +355,16 @@ async fn a_real_member_whose_node_is_lost_is_replaced_at_its_cluster_ip() {
                     .and_then(|p| p.spec.as_ref()?.node_name.clone());
                 let ready = pod.as_ref().is_some_and(pod_ready);
                 // A replacement that keeps failing fails the test now, with
-                // what Cassandra said. A few failures are expected: until
-                // the peers drop their connections to the lost node's
-                // address (internode_tcp_user_timeout, 30 s), their gossip
-                // answers go there, and the replacement exits with "Unable
-                // to gossip with any peers" or "Unable to contact any
-                // seeds" (the same on a real cluster, where conntrack keeps
-                // a connection's DNAT to the dead Pod as here).
+                // what Cassandra said. One failure is expected: until the
+                // seeds convict the lost node (about 20 s after its loss,
+                // when they close their connections to its address), those
+                // connections still DNAT to the dead Pod, where the answers
+                // to the replacement's shadow round vanish, and it exits
+                // with "Unable to gossip with any peers" (the same on GKE,
+                // whose conntrack keeps an established connection's DNAT
+                // to a Pod that is gone). One that got past its shadow
+                // round and exited with "Unable to contact any seeds" never
+                // succeeds (see the #[ignore]).
                 let restarts = pod
                     .as_ref()
                     .and_then(|p| p.status.as_ref()?.container_statuses.as_ref()?.first())

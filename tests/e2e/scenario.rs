@@ -739,6 +739,70 @@ impl Scenario {
             .unwrap();
     }
 
+    /// Waits until a member's Service is gone (its decommission confirmed
+    /// and its objects deleted).
+    pub(crate) async fn until_service_gone(&self, name: &str, timeout: Duration) {
+        let services: Api<Service> = self.api();
+        self.until(&format!("{name}'s Service gone"), timeout, || async {
+            services
+                .get_opt(name)
+                .await
+                .map_err(|e| e.to_string())?
+                .map_or(Ok(()), |_| Err("still there".to_string()))
+        })
+        .await
+    }
+
+    /// Waits until the rack's `OverridesRefused` condition and a Warning
+    /// Event both say `named` (the ConfigMap, the key and why).
+    pub(crate) async fn until_overrides_refused(
+        &self,
+        cluster: &str,
+        rack: &str,
+        named: &str,
+        timeout: Duration,
+    ) {
+        let events: Api<k8s_openapi::api::events::v1::Event> = self.api();
+        self.until(
+            "an OverridesRefused condition and Warning Event",
+            timeout,
+            || async {
+                let cluster = self
+                    .clusters()
+                    .get(cluster)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let condition = cluster
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.racks.get(rack))
+                    .and_then(|r| {
+                        r.conditions
+                            .iter()
+                            .find(|c| c.type_ == crds::v1alpha1::RACK_CONDITION_OVERRIDES_REFUSED)
+                    })
+                    .and_then(|c| c.message.clone());
+                let warned = events
+                    .list(&Default::default())
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .items
+                    .into_iter()
+                    .any(|e| {
+                        e.type_.as_deref() == Some("Warning")
+                            && e.reason.as_deref() == Some("OverridesRefused")
+                            && e.note.as_deref().is_some_and(|n| n.contains(named))
+                    });
+                if condition.as_deref().is_some_and(|m| m.contains(named)) && warned {
+                    Ok(())
+                } else {
+                    Err(format!("condition {condition:?}, warned {warned}"))
+                }
+            },
+        )
+        .await;
+    }
+
     /// Waits until a Service's label `key` reads `value` and returns the
     /// Service.
     pub(crate) async fn until_label(

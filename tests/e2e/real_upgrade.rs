@@ -1,0 +1,655 @@
+//! Real Apache Cassandra 5.0 members, and the operator's rolls on real
+//! members (issue 28): a rolling restart through the `restartedAt`
+//! annotation, a patch upgrade 4.1.7 → 4.1.8 and a major upgrade 4.1.8 →
+//! 5.0.3 (then `storage_compatibility_mode: UPGRADING` and
+//! `upgradesstables`), each timed, with an application's
+//! writes at QUORUM running throughout (`testworld::cql`'s writer, from a
+//! Pod of its own) and checked at ALL afterwards.
+//!
+//! Two nodetools judge the ring after each operation: Cassandra's own
+//! (`org.apache.cassandra.tools.NodeTool` from the member's release, over
+//! its local JMX port 7199, in the Pod's network namespace:
+//! [`testworld::real_cassandra::nodetool`]) and the operator's
+//! (`cassandra-operator nodetool`, over the Jolokia agent). They must list
+//! the same members at their ClusterIPs, all Up and Normal, with the same
+//! host IDs; Cassandra's `nodetool version` must name the new release on
+//! every member.
+//!
+//! The test world's `cassandra:` image is the official one with two
+//! `ENV`s a user's derived image could set: the short ring timings of
+//! tests (`JVM_EXTRA_OPTS`) and `SSTABLE_SCAN_SECONDS` (the sidecar's scan
+//! for old-format sstables, every 2 s instead of 5 minutes, so that the
+//! gauge follows `upgradesstables` within the test).
+//!
+//! `real_cluster`, `real_world`, `member`, `member_ips` and the operator's
+//! `nodetool` are local copies of tests/e2e/real.rs's.
+//!
+//! Needs `scripts/fetch-cassandra` of 4.1.7, 4.1.8 and 5.0.3 (scripts/test
+//! runs it).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use kube::api::{Api, PostParams};
+use serde_json::json;
+use testworld::cql::{Client, Netns, Table, Writer};
+use testworld::kubesim::sim::RealCassandra;
+use testworld::real_cassandra::nodetool::{JMX_PORT, StatusRow, parse_status, parse_version};
+use testworld::real_cassandra::{NodeTool, Release};
+
+use crate::real::jvm_rss_mib;
+use crate::scenario::{ClusterSpec, Scenario, cluster, container_pid, pod_ready, secs, setup};
+
+/// The image's `JVM_EXTRA_OPTS` (tests/e2e/real.rs): Cassandra's ring
+/// delay is 30 s by default, twice per bootstrapping node.
+const TEST_RING_TIMINGS: &str =
+    "-Dcassandra.ring_delay_ms=3000 -Dcassandra.skip_wait_for_gossip_to_settle=0";
+
+/// The sidecar's scan period for old-format sstables, in the image's
+/// environment.
+const SSTABLE_SCAN_SECONDS: &str = "2";
+
+/// The members' memory limit (tests/e2e/real.rs: a 384M heap).
+const MEMORY_LIMIT_MIB: u64 = 768;
+
+const MEMBERS: i32 = 3;
+
+/// How long a roll of three real members may take: each member's drain,
+/// stop, start and rejoin took 15-25 s here; the margin is for a loaded
+/// machine.
+const ROLL_TIMEOUT: Duration = secs(600);
+
+/// Keys written before an operation, which the data check demands after
+/// it (besides every key the writer had acknowledged).
+const KEYS_BEFORE: usize = 300;
+
+/// The CQL consistency levels by their native-protocol codes (protocol
+/// v4, section 3): this test binary has no dependency on the driver's
+/// crate to name its `Consistency`, whose `TryFrom<u16>` reads these.
+const QUORUM: u16 = 0x0004;
+const ALL: u16 = 0x0005;
+
+fn consistency<C: TryFrom<u16>>(code: u16) -> C {
+    C::try_from(code).unwrap_or_else(|_| panic!("no consistency level {code:#06x}"))
+}
+
+/// Cluster `c` of Cassandra `version`, one rack `r` of `members`, each
+/// with 1 CPU and [`MEMORY_LIMIT_MIB`].
+fn real_cluster(version: &str, members: i32) -> ClusterSpec {
+    cluster("c").version(version).rack("r", members).with_rack(
+        json!({"resources": {"limits": {"cpu": "1", "memory": format!("{MEMORY_LIMIT_MIB}Mi")}}}),
+    )
+}
+
+/// A scenario whose `cassandra:` 4.1 and 5.0 images run real Cassandra.
+async fn real_world() -> Scenario {
+    setup()
+        .options(|o| {
+            o.real_cassandra = Some(
+                RealCassandra::cached(TEST_RING_TIMINGS)
+                    .with_env("SSTABLE_SCAN_SECONDS", SSTABLE_SCAN_SECONDS),
+            )
+        })
+        .start()
+        .await
+}
+
+fn member(ordinal: i32) -> String {
+    crds::names::member_name(&crds::names::statefulset_name("c", "dc", "r"), ordinal)
+}
+
+fn members() -> Vec<String> {
+    (0..MEMBERS).map(member).collect()
+}
+
+/// The ClusterIPs of the members, in order.
+async fn member_ips(s: &Scenario) -> Vec<String> {
+    let services: Api<Service> = s.api();
+    let mut ips = Vec::new();
+    for name in members() {
+        let svc = services.get(&name).await.unwrap();
+        ips.push(svc.spec.and_then(|s| s.cluster_ip).unwrap_or_default());
+    }
+    ips
+}
+
+/// The Cassandra release a member's Pod runs: its `cassandra:` image's tag.
+fn release_of(pod: &Pod) -> Option<String> {
+    pod.spec
+        .as_ref()?
+        .containers
+        .iter()
+        .filter_map(|c| c.image.as_deref())
+        .find_map(|i| i.rsplit_once("cassandra:").map(|(_, tag)| tag.to_string()))
+}
+
+/// `cassandra-operator nodetool <args>` in a member's network namespace
+/// (over the node's Jolokia agent on the Pod's loopback).
+async fn operator_nodetool(s: &Scenario, member: &str, args: &[&str]) -> Result<String, String> {
+    let pod = s.pod(member).await;
+    let pid = container_pid(&pod).ok_or(format!("{member}: no running container"))?;
+    let out = Command::new("nsenter")
+        .arg(format!("--net=/proc/{pid}/ns/net"))
+        .arg(env!("CARGO_BIN_EXE_cassandra-operator"))
+        .arg("nodetool")
+        .args(args)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// Cassandra's own `nodetool <args>` of the member's release, against its
+/// local JMX port in the Pod's network namespace (what `kubectl exec
+/// <member> -- nodetool <args>` runs; on Debian's Java 17, see
+/// [`testworld::real_cassandra::nodetool`]).
+async fn real_nodetool(s: &Scenario, member: &str, args: &[&str]) -> Result<String, String> {
+    let pod = s.pod(member).await;
+    let pid = container_pid(&pod).ok_or(format!("{member}: no running container"))?;
+    let version = release_of(&pod).ok_or(format!("{member}: no cassandra image"))?;
+    let release = Release::cached(&version).map_err(|e| e.to_string())?;
+    let tool = NodeTool::of(&release).map_err(|e| e.to_string())?;
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        tool.run_in(pid, JMX_PORT, &args)
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| e.to_string())
+}
+
+/// The sidecar's `/metrics` on the member's Pod IP: its old-format
+/// sstables total, once served.
+fn old_format_gauge(pod: &Pod) -> Option<u64> {
+    let ip = pod.status.as_ref()?.pod_ip.as_deref()?;
+    let (_, text) = crate::common::http_get(&format!("{ip}:8080"), "/metrics")?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("cassandra_operator_member_sstables_old_format "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The `*-Data.db` files of sstable version `version` (`nb`, `nc`) in a
+/// member's data directory.
+async fn data_files(s: &Scenario, member: &str, version: &str) -> usize {
+    let data = s.data_volume(member).await.join("data");
+    sidecar::sstables::list(&data)
+        .iter()
+        .flat_map(|(_, _, files)| files)
+        .filter(|f| f.starts_with(&format!("{version}-")) && f.ends_with("-Data.db"))
+        .count()
+}
+
+/// The ring as both nodetools show it from every member, once they agree
+/// and it is what it must be: every member Ready, each nodetool on each
+/// member listing exactly the members' ClusterIPs, all `UN`, with the same
+/// host IDs; Cassandra's `nodetool version` on every member `version`.
+/// Returns member 0's `status` (Cassandra's) and the host ID of each
+/// address.
+async fn until_ring_agrees(
+    s: &Scenario,
+    what: &str,
+    version: &str,
+) -> (String, BTreeMap<String, String>) {
+    s.until_ready("c", MEMBERS, secs(120)).await;
+    let ips = member_ips(s).await;
+    let began = Instant::now();
+    let agreed = s
+        .until(
+            &format!("{what}: both nodetools show {ips:?} UN on every member, at {version}"),
+            secs(180),
+            || async {
+                let mut first = None;
+                for name in members() {
+                    let real = real_nodetool(s, &name, &["status"]).await?;
+                    let operator = operator_nodetool(s, &name, &["status"]).await?;
+                    let (real_rows, operator_rows) = (parse_status(&real), parse_status(&operator));
+                    check_rows(&real_rows, &ips)
+                        .map_err(|e| format!("{name}, Cassandra's: {e}"))?;
+                    check_rows(&operator_rows, &ips)
+                        .map_err(|e| format!("{name}, the operator's: {e}"))?;
+                    let key = |rows: &[StatusRow]| {
+                        let mut v: Vec<_> = rows
+                            .iter()
+                            .map(|r| (r.address.clone(), r.state.clone(), r.host_id.clone()))
+                            .collect();
+                        v.sort();
+                        v
+                    };
+                    if key(&real_rows) != key(&operator_rows) {
+                        return Err(format!(
+                            "{name}: the nodetools differ:\n{real}\n---\n{operator}"
+                        ));
+                    }
+                    let said = real_nodetool(s, &name, &["version"]).await?;
+                    if parse_version(&said) != Some(version) {
+                        return Err(format!("{name}: Cassandra's nodetool version: {said}"));
+                    }
+                    first.get_or_insert((real, real_rows));
+                }
+                first.ok_or("no members".to_string())
+            },
+        )
+        .await;
+    eprintln!(
+        "{what}: both nodetools agreed {:.1} s after every member was Ready",
+        began.elapsed().as_secs_f64()
+    );
+    let (text, rows) = agreed;
+    let host_ids = rows
+        .into_iter()
+        .map(|r| (r.address, r.host_id.unwrap_or_default()))
+        .collect();
+    (text, host_ids)
+}
+
+/// Exactly the addresses `ips`, each `UN` with a host ID.
+fn check_rows(rows: &[StatusRow], ips: &[String]) -> Result<(), String> {
+    let mut addresses: Vec<&str> = rows.iter().map(|r| r.address.as_str()).collect();
+    addresses.sort();
+    let mut want: Vec<&str> = ips.iter().map(String::as_str).collect();
+    want.sort();
+    if addresses != want {
+        return Err(format!("addresses {addresses:?}, want {want:?}"));
+    }
+    match rows.iter().find(|r| r.state != "UN" || r.host_id.is_none()) {
+        Some(r) => Err(format!("{r:?}")),
+        None => Ok(()),
+    }
+}
+
+/// The members' Pod UIDs now.
+async fn pod_uids(s: &Scenario) -> BTreeMap<String, String> {
+    let pods: Api<Pod> = s.api();
+    let mut uids = BTreeMap::new();
+    for name in members() {
+        let pod = pods.get(&name).await.unwrap();
+        uids.insert(name, pod.metadata.uid.unwrap_or_default());
+    }
+    uids
+}
+
+/// Waits until every member runs a new Pod (not one of `before`), of
+/// `cassandra:<version>`, Ready, and the Cluster counts them all ready;
+/// asserts that no two members were ever unready at once (the roll goes
+/// one member at a time; sampled every poll). The time it took.
+async fn until_rolled(
+    s: &Scenario,
+    what: &str,
+    before: &BTreeMap<String, String>,
+    version: &str,
+) -> Duration {
+    let began = Instant::now();
+    let pods: Api<Pod> = s.api();
+    let most_unready = std::cell::Cell::new(0usize);
+    s.until(
+        &format!("{what}: every member rolled"),
+        ROLL_TIMEOUT,
+        || {
+            let (pods, most_unready) = (pods.clone(), &most_unready);
+            async move {
+                let mut pending = Vec::new();
+                let mut unready = 0;
+                for name in members() {
+                    let pod = pods.get_opt(&name).await.map_err(|e| e.to_string())?;
+                    let ready = pod.as_ref().is_some_and(pod_ready);
+                    if !ready {
+                        unready += 1;
+                    }
+                    let rolled = pod.as_ref().is_some_and(|p| {
+                        p.metadata.uid.as_ref() != before.get(&name)
+                            && release_of(p).as_deref() == Some(version)
+                    });
+                    if !(rolled && ready) {
+                        pending.push(name);
+                    }
+                }
+                most_unready.set(most_unready.get().max(unready));
+                if pending.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("not yet rolled and Ready: {pending:?}"))
+                }
+            }
+        },
+    )
+    .await;
+    let took = began.elapsed();
+    s.until_ready("c", MEMBERS, secs(120)).await;
+    assert!(
+        most_unready.get() <= 1,
+        "{what}: {} members were unready at once",
+        most_unready.get()
+    );
+    eprintln!(
+        "{what}: {MEMBERS} members rolled in {:.1} s",
+        took.as_secs_f64()
+    );
+    took
+}
+
+/// A Pod of the application (a process that sleeps) whose network
+/// namespace the CQL client runs in: it reaches the members at their
+/// ClusterIPs as an application Pod would, and it is not a member, so no
+/// roll takes it away.
+async fn application(s: &Scenario) -> Arc<Netns> {
+    let pods: Api<Pod> = s.api();
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "app"},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            // The namespace enforces the restricted Pod Security Standard.
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 65532,
+                "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{"name": "app", "image": "app:1", "command": ["sleep", "3600"],
+                "securityContext": {"allowPrivilegeEscalation": false,
+                    "capabilities": {"drop": ["ALL"]}}}]
+        }
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let pid = s
+        .until("the application Pod running", secs(60), || async {
+            let pod = pods.get("app").await.map_err(|e| e.to_string())?;
+            container_pid(&pod).ok_or("not running".to_string())
+        })
+        .await;
+    Netns::enter(format!("/proc/{pid}/ns/net")).unwrap()
+}
+
+/// The application's session (contact points: the members' ClusterIPs),
+/// its table `app.kv` (replication 3 in datacenter `dc`) and
+/// [`KEYS_BEFORE`] keys written at QUORUM.
+async fn application_data(s: &Scenario) -> (Table, BTreeMap<String, String>) {
+    let netns = application(s).await;
+    let contact: Vec<SocketAddr> = member_ips(s)
+        .await
+        .iter()
+        .map(|ip| SocketAddr::new(ip.parse().unwrap(), 9042))
+        .collect();
+    let client = Client::connect(netns, &contact)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let table = client
+        .keyspace("app", &[("dc", 3)])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut written = BTreeMap::new();
+    for n in 0..KEYS_BEFORE {
+        let (key, value) = (format!("k{n:04}"), format!("before-{n}"));
+        table
+            .write(&key, &value, consistency(QUORUM))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        written.insert(key, value);
+    }
+    (table, written)
+}
+
+/// Stops the writer, asserts that each phase wrote and that no request
+/// failed in any, and checks at ALL every key written before and every
+/// write it had acknowledged.
+async fn stop_and_check(writer: Writer, table: &Table, before: &BTreeMap<String, String>) {
+    let report = writer.stop().await;
+    eprintln!("the application's requests, by operation:\n{report}");
+    // One member down at a time leaves a quorum of every replica set of
+    // 3: a roll that drains each member first fails no request (the
+    // driver's retries take an idempotent one to another coordinator).
+    for phase in &report.phases {
+        assert!(phase.writes_ok > 0, "no writes went through: {phase}");
+        assert_eq!(phase.failed(), 0, "requests failed at QUORUM: {phase}");
+    }
+    let mut expected = before.clone();
+    expected.extend(report.acknowledged());
+    let check = table
+        .check(&expected, consistency(ALL))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(check.clean(), "data lost: {check}");
+    eprintln!("data check: {check}");
+}
+
+/// Three real 5.0.3 members come up Ready: the sidecar renders a 5.0
+/// configuration that the release's `bin/cassandra` accepts (on Java 17),
+/// the members gossip at their ClusterIPs, both nodetools agree, the
+/// application writes at QUORUM and reads back at ALL, and each JVM stays
+/// under the members' memory limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "soak (about 1 minute; CI's major upgrade brings up 5.0 members and compares the nodetools too): run by scripts/soak"]
+async fn real_5_0_members_come_up_ready_and_both_nodetools_agree() {
+    let _real = crate::common::ONE_REAL_WORLD.lock().await;
+    let s = real_world().await;
+    let began = Instant::now();
+    s.create(&real_cluster("5.0.3", MEMBERS)).await;
+    s.until_ready("c", MEMBERS, secs(600)).await;
+    eprintln!(
+        "3 real 5.0.3 members Ready {:.1} s after the Cluster was created",
+        began.elapsed().as_secs_f64()
+    );
+    for name in members() {
+        let logs = s.pod_logs(&name);
+        assert!(
+            logs.contains("Cassandra version: 5.0.3"),
+            "{name} runs 5.0.3:\n{}",
+            &logs[logs.len().saturating_sub(4000)..]
+        );
+    }
+    let (status, _) = until_ring_agrees(&s, "5.0 bring-up", "5.0.3").await;
+    eprintln!("Cassandra's nodetool status:\n{status}");
+    let (table, written) = application_data(&s).await;
+    let check = table
+        .check(&written, consistency(ALL))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(check.clean(), "{check}");
+    for name in members() {
+        let pid = container_pid(&s.pod(&name).await).unwrap();
+        // Within the memory limit a real kubelet would enforce (kubesim
+        // does not).
+        let rss = jvm_rss_mib(pid).expect("the member's JVM runs");
+        eprintln!("RSS {name}: {rss} MiB (limit {MEMORY_LIMIT_MIB} MiB)");
+        assert!(rss < MEMORY_LIMIT_MIB, "{name}: {rss} MiB");
+    }
+}
+
+/// A patch upgrade 4.1.7 → 4.1.8 (`spec.version`), then a rolling restart
+/// through the `cassandra.rook.io/restartedAt` annotation, on three real
+/// members with the application writing at QUORUM: each rolls every
+/// member once, one at a time; afterwards both nodetools agree on three
+/// `UN` members at their ClusterIPs with the host IDs they had (the same
+/// nodes, on their data), Cassandra's `nodetool version` names the
+/// release; no application request failed and no acknowledged write is
+/// lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "soak (about 3 minutes; CI runs the major upgrade, a roll of the same machinery): run by scripts/soak"]
+async fn real_patch_upgrade_and_rolling_restart_keep_the_ring_and_its_data() {
+    let _real = crate::common::ONE_REAL_WORLD.lock().await;
+    let s = real_world().await;
+    s.create(&real_cluster("4.1.7", MEMBERS)).await;
+    s.until_ready("c", MEMBERS, secs(600)).await;
+    let (_, host_ids) = until_ring_agrees(&s, "4.1.7 bring-up", "4.1.7").await;
+    let (table, written) = application_data(&s).await;
+    let writer = table
+        .writer("steady on 4.1.7")
+        .unwrap_or_else(|e| panic!("{e}"));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    let what = "patch upgrade 4.1.7 → 4.1.8";
+    writer.phase(what);
+    let before = pod_uids(&s).await;
+    s.patch_cluster("c", json!({"spec": {"version": "4.1.8"}}))
+        .await;
+    until_rolled(&s, what, &before, "4.1.8").await;
+    writer.phase(&format!("after the {what}"));
+    let (_, after) = until_ring_agrees(&s, what, "4.1.8").await;
+    assert_eq!(after, host_ids, "{what}: the same nodes");
+
+    let what = "rolling restart (restartedAt)";
+    writer.phase(what);
+    let before = pod_uids(&s).await;
+    s.patch_cluster(
+        "c",
+        json!({"metadata": {"annotations": {crds::labels::RESTARTED_AT: "2026-11-27T14:00:00Z"}}}),
+    )
+    .await;
+    until_rolled(&s, what, &before, "4.1.8").await;
+    writer.phase(&format!("after the {what}"));
+    let (status, after) = until_ring_agrees(&s, what, "4.1.8").await;
+    assert_eq!(after, host_ids, "{what}: the same nodes");
+    eprintln!("Cassandra's nodetool status:\n{status}");
+    stop_and_check(writer, &table, &written).await;
+}
+
+/// The overrides' setting before the upgrade: `concurrent_reads` at its
+/// default in 4.1 and 5.0.
+const TUNING: &str = "concurrent_reads: 32\n";
+
+/// The overrides ConfigMap `c-overrides` with `cassandra.yaml` `text`.
+fn overrides(text: &str) -> ConfigMap {
+    serde_json::from_value(json!({
+        "metadata": {"name": "c-overrides", "namespace": "db"},
+        "data": {"cassandra.yaml": text}
+    }))
+    .unwrap()
+}
+
+/// Waits until each member's sidecar counts as old-format exactly its
+/// `*-Data.db` files of `old_version` (none when None), read from its data
+/// directory at each try, as compaction may change them.
+async fn until_gauges(s: &Scenario, what: &str, old_version: Option<&str>) {
+    for name in members() {
+        let pod = s.pod(&name).await;
+        s.until(&format!("{what}: {name}'s gauge"), secs(30), || async {
+            let want = match old_version {
+                Some(v) => data_files(s, &name, v).await as u64,
+                None => 0,
+            };
+            let gauge = old_format_gauge(&pod);
+            (gauge == Some(want))
+                .then_some(want)
+                .ok_or(format!("gauge {gauge:?}, want {want}"))
+        })
+        .await;
+    }
+}
+
+/// A major upgrade 4.1.8 → 5.0.3 of three real members as Cassandra's
+/// upgrade notes have it, with data written on 4.1 and the application
+/// writing at QUORUM throughout, each step timed:
+///
+/// 1. `spec.version` 5.0.3: every member rolls once, one at a time, onto
+///    5.0.3 on its data (the same host IDs). Under 5.0's shipped
+///    `storage_compatibility_mode: CASSANDRA_4` it writes `nb` sstables, as
+///    4.1 did, so nothing is old yet: every sidecar's gauge is 0.
+/// 2. `storage_compatibility_mode: UPGRADING` in the overrides ConfigMap:
+///    a roll; 5.0 now writes `oa`, and each sidecar counts the `nb`
+///    sstables 4.1 left (the application's table among them).
+/// 3. Cassandra's own `nodetool upgradesstables` on each member (over JMX)
+///    rewrites them: every gauge goes to 0 and no `nb` file is left.
+///
+/// After each step both nodetools agree on three `UN` members at 5.0.3;
+/// no application request failed and no acknowledged write is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_major_upgrade_4_1_to_5_0_then_upgradesstables_leaves_no_old_sstables() {
+    let _real = crate::common::ONE_REAL_WORLD.lock().await;
+    let s = real_world().await;
+    let configmaps: Api<ConfigMap> = s.api();
+    // The overrides ConfigMap exists from the start (a setting both majors
+    // know, at its default: 4.1 refuses to start on a key it does not
+    // know, such as storage_compatibility_mode), so that changing its
+    // content later is the one trigger.
+    configmaps
+        .create(&PostParams::default(), &overrides(TUNING))
+        .await
+        .unwrap();
+    let c = real_cluster("4.1.8", MEMBERS).with_rack(json!({"configMapName": "c-overrides"}));
+    s.create(&c).await;
+    s.until_ready("c", MEMBERS, secs(600)).await;
+    let (_, host_ids) = until_ring_agrees(&s, "4.1.8 bring-up", "4.1.8").await;
+    let (table, written) = application_data(&s).await;
+    let writer = table
+        .writer("steady on 4.1.8")
+        .unwrap_or_else(|e| panic!("{e}"));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    let what = "major upgrade 4.1.8 → 5.0.3";
+    writer.phase(what);
+    let before = pod_uids(&s).await;
+    s.patch_cluster("c", json!({"spec": {"version": "5.0.3"}}))
+        .await;
+    until_rolled(&s, what, &before, "5.0.3").await;
+    writer.phase(&format!("after the {what}"));
+    let (status, after) = until_ring_agrees(&s, what, "5.0.3").await;
+    assert_eq!(after, host_ids, "{what}: the same nodes");
+    eprintln!("Cassandra's nodetool status after the {what}:\n{status}");
+    // 4.1's sstables, flushed by the drain before each member stopped, are
+    // on the disks, and current for 5.0 in CASSANDRA_4 mode.
+    let mut nb = BTreeMap::new();
+    for name in members() {
+        let files = data_files(&s, &name, "nb").await;
+        assert!(files > 0, "{name}: 4.1 left no nb sstables");
+        assert_eq!(data_files(&s, &name, "oa").await, 0, "{name}: oa files");
+        nb.insert(name, files);
+    }
+    until_gauges(&s, &format!("after the {what}"), None).await;
+    eprintln!("nb sstables after the {what}: {nb:?}, none old under CASSANDRA_4");
+
+    let what = "storage_compatibility_mode UPGRADING";
+    writer.phase(what);
+    let before = pod_uids(&s).await;
+    configmaps
+        .replace(
+            "c-overrides",
+            &PostParams::default(),
+            &overrides(&format!("{TUNING}storage_compatibility_mode: UPGRADING\n")),
+        )
+        .await
+        .unwrap();
+    until_rolled(&s, what, &before, "5.0.3").await;
+    writer.phase(&format!("after {what}"));
+    until_ring_agrees(&s, what, "5.0.3").await;
+    until_gauges(&s, what, Some("nb")).await;
+    let mut old = BTreeMap::new();
+    for name in members() {
+        let files = data_files(&s, &name, "nb").await;
+        assert!(files > 0, "{name}: no nb sstables left to count");
+        old.insert(name, files);
+    }
+    eprintln!("old-format (nb) sstables under UPGRADING, as the gauges count them: {old:?}");
+
+    let what = "upgradesstables";
+    writer.phase(what);
+    let began = Instant::now();
+    for name in members() {
+        let one = Instant::now();
+        real_nodetool(&s, &name, &["upgradesstables"])
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        eprintln!(
+            "{name}: Cassandra's nodetool upgradesstables in {:.1} s",
+            one.elapsed().as_secs_f64()
+        );
+    }
+    until_gauges(&s, what, None).await;
+    for name in members() {
+        assert_eq!(data_files(&s, &name, "nb").await, 0, "{name}: nb left");
+        assert!(
+            data_files(&s, &name, "oa").await > 0,
+            "{name}: 5.0 wrote no oa sstables"
+        );
+    }
+    eprintln!(
+        "{what} on {MEMBERS} members, every gauge at 0: {:.1} s",
+        began.elapsed().as_secs_f64()
+    );
+    writer.phase(&format!("after {what}"));
+    until_ring_agrees(&s, what, "5.0.3").await;
+    stop_and_check(writer, &table, &written).await;
+}
