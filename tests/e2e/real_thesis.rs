@@ -233,9 +233,6 @@ async fn real_thesis_scenario_on_4_1_with_quorum_traffic_throughout() {
         if phase.name == OUTAGE {
             continue;
         }
-        let pace = phase.lasted.as_secs_f64() * f64::from(WRITES_PER_SECOND);
-        let requests = phase.writes_ok + phase.writes_failed;
-        assert!(requests as f64 >= pace / 2.0, "{phase}");
         if phase.name == REPLACE {
             // A Node that vanishes sends nothing: the requests the driver
             // had sent to its node wait out the client's timeout, until the
@@ -247,9 +244,14 @@ async fn real_thesis_scenario_on_4_1_with_quorum_traffic_throughout() {
                 .keys()
                 .filter(|e| !e.contains("exceeded a client timeout"))
                 .collect();
+            // (Those requests also hold the writer's slots for the
+            // timeout: its pace is not judged here.)
             assert!(others.is_empty(), "{phase}");
             continue;
         }
+        let pace = phase.lasted.as_secs_f64() * f64::from(WRITES_PER_SECOND);
+        let requests = phase.writes_ok + phase.writes_failed;
+        assert!(requests as f64 >= pace / 2.0, "{phase}");
         assert_eq!(phase.failed(), 0, "{phase}");
     }
     check_acknowledged(&table, &report, "the end").await;
