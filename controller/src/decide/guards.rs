@@ -59,10 +59,6 @@ pub(super) fn refusal(spec: &ClusterSpec, observed: &Observed) -> Option<Action>
         }
     }
 
-    if let Some(refusal) = too_few_racks_for_token_allocation(spec, observed) {
-        return Some(Action::Refuse(refusal));
-    }
-
     // Before anything that would start a member: it would start with the
     // refused overrides (the sidecar refuses them too, and the member would
     // never become ready).
@@ -72,7 +68,8 @@ pub(super) fn refusal(spec: &ClusterSpec, observed: &Observed) -> Option<Action>
             overrides: overrides.clone(),
         }));
     }
-    None
+    // After the overrides: they may set the token allocation factor.
+    too_few_racks_for_token_allocation(spec, observed).map(Action::Refuse)
 }
 
 /// A spec that would bootstrap a member (a rack with more members than its
