@@ -246,9 +246,9 @@ async fn real_thesis_scenario_on_4_1_with_quorum_traffic_throughout() {
             // The operator's topology changes: not one write fails, and the
             // writer keeps its pace; no read fails while a rack is added.
             // In the scale-down, as the leaving node stops, a coordinator
-            // may still have sent it a read (2 reads of ~250, 10 s into a
-            // 12.8 s decommission, in 1 of 4 runs here and in real_data's):
-            // those may time out, nothing else.
+            // may still have sent it a read (2 and 10 reads of ~250 in 2 of
+            // 5 runs here, as in real_data's): those may time out, nothing
+            // else.
             ADD_RACK | SCALE_DOWN => {
                 let pace = phase.lasted.as_secs_f64() * f64::from(WRITES_PER_SECOND);
                 let requests = phase.writes_ok + phase.writes_failed;
