@@ -218,11 +218,10 @@ async fn a_full_outage_comes_back() {
             // Two racks: Cassandra 4.0 and later allocate tokens only for
             // a factor the racks allow, and the operator refuses the
             // default's 3 (`TooFewRacksForTokenAllocation`).
-            let tokens = serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "tokens", "namespace": "db"},
-                "data": {"cassandra.yaml": "allocate_tokens_for_local_replication_factor: 2\n"}
-            }))
-            .unwrap();
+            let tokens = crate::scenario::overrides(
+                "tokens",
+                "allocate_tokens_for_local_replication_factor: 2\n",
+            );
             s.api::<k8s_openapi::api::core::v1::ConfigMap>()
                 .create(&Default::default(), &tokens)
                 .await

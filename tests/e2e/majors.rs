@@ -24,7 +24,7 @@ use testworld::harness;
 use testworld::ring::{Consistency, OperationMode, Replication};
 
 use crate::common::ONE_WORLD;
-use crate::scenario::{Scenario, cluster, container_pid, secs, setup};
+use crate::scenario::{Scenario, cluster, container_pid, overrides, secs, setup};
 
 const OLD: &str = "4.1.8";
 const NEW: &str = "5.0.3";
@@ -72,15 +72,6 @@ fn data_files(data: &Path, version: &str) -> usize {
         .count()
 }
 
-/// The overrides ConfigMap `c-overrides` with `cassandra.yaml` `text`.
-fn overrides(text: &str) -> ConfigMap {
-    serde_json::from_value(json!({
-        "metadata": {"name": "c-overrides", "namespace": "db"},
-        "data": {"cassandra.yaml": text}
-    }))
-    .unwrap()
-}
-
 /// A member's address: its Service's ClusterIP.
 async fn address_of(s: &Scenario, member: &str) -> String {
     s.service(member).await.spec.unwrap().cluster_ip.unwrap()
@@ -92,7 +83,10 @@ async fn a_member_restarted_on_the_next_major_runs_mixed_and_counts_old_sstables
     let mut s = setup().start().await;
     let configmaps: Api<ConfigMap> = s.api();
     configmaps
-        .create(&PostParams::default(), &overrides("concurrent_reads: 32\n"))
+        .create(
+            &PostParams::default(),
+            &overrides("c-overrides", "concurrent_reads: 32\n"),
+        )
         .await
         .unwrap();
     let c = cluster("c")
@@ -228,7 +222,10 @@ async fn a_member_restarted_on_the_next_major_runs_mixed_and_counts_old_sstables
         .replace(
             "c-overrides",
             &PostParams::default(),
-            &overrides("concurrent_reads: 32\nstorage_compatibility_mode: UPGRADING\n"),
+            &overrides(
+                "c-overrides",
+                "concurrent_reads: 32\nstorage_compatibility_mode: UPGRADING\n",
+            ),
         )
         .await
         .unwrap();

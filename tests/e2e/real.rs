@@ -11,10 +11,11 @@
 //! Needs `scripts/fetch-cassandra 4.1.8` (scripts/test runs it).
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::process::Command;
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::api::Api;
 use testworld::kubesim::sim::RealCassandra;
 use testworld::real_cassandra::nodetool::JMX_PORT;
@@ -42,15 +43,31 @@ pub(crate) const MEMORY_LIMIT_MIB: u64 = 768;
 /// Cluster `c` of Cassandra [`VERSION`], one rack `r` of `members`, each
 /// with 1 CPU and [`MEMORY_LIMIT_MIB`].
 pub(crate) fn real_cluster(members: i32) -> ClusterSpec {
-    cluster("c").version(VERSION).rack("r", members).with_rack(
+    real_cluster_of(VERSION, members)
+}
+
+/// [`real_cluster`] of Cassandra `version`.
+pub(crate) fn real_cluster_of(version: &str, members: i32) -> ClusterSpec {
+    cluster("c").version(version).rack("r", members).with_rack(
         json!({"resources": {"limits": {"cpu": "1", "memory": format!("{MEMORY_LIMIT_MIB}Mi")}}}),
     )
 }
 
 /// A scenario whose `cassandra:` 4.1 and 5.0 images run real Cassandra.
 pub(crate) async fn real_world() -> Scenario {
+    real_world_of(real_image()).await
+}
+
+/// The test world's `cassandra:` image: the official one, with the test
+/// ring timings in its `JVM_EXTRA_OPTS`.
+pub(crate) fn real_image() -> RealCassandra {
+    RealCassandra::cached(TEST_RING_TIMINGS)
+}
+
+/// A scenario whose `cassandra:` images are `image`.
+pub(crate) async fn real_world_of(image: RealCassandra) -> Scenario {
     setup()
-        .options(|o| o.real_cassandra = Some(RealCassandra::cached(TEST_RING_TIMINGS)))
+        .options(|o| o.real_cassandra = Some(image))
         .start()
         .await
 }
@@ -83,29 +100,58 @@ pub(crate) async fn nodetool(
     }
 }
 
-/// Cassandra's own nodetool (of [`VERSION`]) in a member's Pod, as
-/// `kubectl exec` would run it: its output; a failure fails the test.
-pub(crate) async fn real_nodetool(scenario: &Scenario, member: &str, args: &[&str]) -> String {
-    let release = Release::cached(VERSION).unwrap_or_else(|e| panic!("{e}"));
-    let nodetool = NodeTool::of(&release).unwrap_or_else(|e| panic!("{e}"));
-    let pid = container_pid(&scenario.pod(member).await).expect("a running container");
+/// The Cassandra release a member's Pod runs: its `cassandra:` image's tag.
+pub(crate) fn release_of(pod: &Pod) -> Option<String> {
+    pod.spec
+        .as_ref()?
+        .containers
+        .iter()
+        .filter_map(|c| c.image.as_deref())
+        .find_map(|i| i.rsplit_once("cassandra:").map(|(_, tag)| tag.to_string()))
+}
+
+/// Cassandra's own `nodetool <args>` of the member's release, against its
+/// local JMX port in the Pod's network namespace (what `kubectl exec
+/// <member> -- nodetool <args>` runs; on Debian's Java 17, see
+/// [`testworld::real_cassandra::nodetool`]): its output, or why it failed.
+pub(crate) async fn real_nodetool(
+    scenario: &Scenario,
+    member: &str,
+    args: &[&str],
+) -> Result<String, String> {
+    let pod = scenario.pod(member).await;
+    let pid = container_pid(&pod).ok_or(format!("{member}: no running container"))?;
+    let version = release_of(&pod).ok_or(format!("{member}: no cassandra image"))?;
+    let release = Release::cached(&version).map_err(|e| e.to_string())?;
+    let tool = NodeTool::of(&release).map_err(|e| e.to_string())?;
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        nodetool.run_in(pid, JMX_PORT, &args)
+        tool.run_in(pid, JMX_PORT, &args)
     })
     .await
-    .unwrap()
-    .unwrap_or_else(|e| panic!("nodetool on {member}: {e}"))
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("nodetool on {member}: {e}"))
 }
 
 /// The ClusterIPs of the members `0..n`.
 pub(crate) async fn member_ips(scenario: &Scenario, n: i32) -> Vec<String> {
+    let names: Vec<String> = (0..n).map(member).collect();
+    cluster_ips(scenario, &names)
+        .await
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+/// The ClusterIPs of the member Services `names`, in order.
+pub(crate) async fn cluster_ips(scenario: &Scenario, names: &[String]) -> Vec<IpAddr> {
     let services: Api<Service> = scenario.api();
     let mut ips = Vec::new();
-    for i in 0..n {
-        let svc = services.get(&member(i)).await.unwrap();
-        ips.push(svc.spec.and_then(|s| s.cluster_ip).unwrap_or_default());
+    for name in names {
+        let svc = services.get(name).await.unwrap();
+        let ip = svc.spec.and_then(|s| s.cluster_ip);
+        ips.push(ip.and_then(|ip| ip.parse().ok()).expect("a ClusterIP"));
     }
     ips
 }
@@ -299,45 +345,17 @@ async fn a_real_member_joins_and_leaves_by_a_real_decommission() {
     assert_eq!(uids(&scenario).await, before, "no member restarted");
 }
 
-/// A member on a local SSD loses its Node: the operator records the
-/// replace on its Service, and the new Pod, on another Node with an empty
-/// disk, starts real Cassandra with `replace_address_first_boot` at the
-/// member's own ClusterIP; it streams the lost node's ranges and the ring
-/// is three UN at the same addresses, the replacement with the lost node's
-/// host ID (Cassandra gives a same-address replacement the old one).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "Cassandra 4.1.8 has bug CASSANDRA-19580 (proposed 4.1 fix: apache/cassandra PR 3973): a same-address replacement gossips STATUS=hibernate, a dead state, and learns the ring only from gossip rounds the other nodes start, which they stop once they know that state; when both seeds learned it before either gossiped to it (2 of 7 runs here, 4 of 9 before) it exits with \"Unable to contact any seeds\", and every later attempt fails alike as the seeds keep it hibernating, although their connections to it work"]
-async fn a_real_member_whose_node_is_lost_is_replaced_at_its_cluster_ip() {
-    let _real = crate::common::ONE_REAL_WORLD.lock().await;
-    use k8s_openapi::api::core::v1::Node;
-    let scenario = setup()
-        .options(|o| {
-            o.real_cassandra = Some(RealCassandra::cached(TEST_RING_TIMINGS));
-            o.nodes_per_zone = 4;
-        })
-        .start()
-        .await;
-    let local = json!({"storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
-        "spec": {"storageClassName": "local-disks", "resources": {"requests": {"storage": "10Gi"}}}}]}});
-    scenario.create(&real_cluster(3).with_rack(local)).await;
-    scenario.until_ready("c", 3, secs(600)).await;
-    let ips = member_ips(&scenario, 3).await;
-    let before = until_status_un(&scenario, &member(0), &ips).await;
-    let host_id = |text: &str, ip: &str| {
-        text.lines()
-            .find(|l| l.split_whitespace().nth(1) == Some(ip))
-            .and_then(|l| l.split_whitespace().nth(6))
-            .map(str::to_string)
-    };
-    let lost = member(2);
-    let old_host_id = host_id(&before, &ips[2]).expect("a host ID");
-    let old_node = scenario.pod(&lost).await.spec.unwrap().node_name.unwrap();
-
-    let began = Instant::now();
+/// Deletes the Node of member `lost` (its local disk goes with it) and
+/// waits until the operator recorded the replace at `address` (the
+/// member's ClusterIP), the new Pod on another Node is Ready and the
+/// record is cleared. A replacement that keeps failing fails the test with
+/// what Cassandra said.
+pub(crate) async fn lose_node_until_replaced(scenario: &Scenario, lost: &str, address: &str) {
+    let old_node = scenario.pod(lost).await.spec.unwrap().node_name.unwrap();
     let nodes: Api<Node> = Api::all(scenario.client());
     nodes.delete(&old_node, &Default::default()).await.unwrap();
     scenario
-        .until_label(&lost, crds::contract::REPLACE, &ips[2], secs(120))
+        .until_label(lost, crds::contract::REPLACE, address, secs(120))
         .await;
     let services: Api<Service> = scenario.api();
     scenario
@@ -347,7 +365,7 @@ async fn a_real_member_whose_node_is_lost_is_replaced_at_its_cluster_ip() {
             || async {
                 let pod = scenario
                     .api::<Pod>()
-                    .get_opt(&lost)
+                    .get_opt(lost)
                     .await
                     .map_err(|e| e.to_string())?;
                 let node = pod
@@ -370,7 +388,7 @@ async fn a_real_member_whose_node_is_lost_is_replaced_at_its_cluster_ip() {
                     .and_then(|p| p.status.as_ref()?.container_statuses.as_ref()?.first())
                     .map_or(0, |c| c.restart_count);
                 if restarts >= 10 {
-                    let logs = scenario.pod_logs(&lost);
+                    let logs = scenario.pod_logs(lost);
                     let said: Vec<&str> = logs
                         .lines()
                         .filter(|l| {
@@ -385,7 +403,7 @@ async fn a_real_member_whose_node_is_lost_is_replaced_at_its_cluster_ip() {
                         said.join("\n")
                     );
                 }
-                let svc = services.get(&lost).await.map_err(|e| e.to_string())?;
+                let svc = services.get(lost).await.map_err(|e| e.to_string())?;
                 let recorded = svc
                     .metadata
                     .labels
@@ -401,6 +419,42 @@ async fn a_real_member_whose_node_is_lost_is_replaced_at_its_cluster_ip() {
             },
         )
         .await;
+}
+
+/// A member on a local SSD loses its Node: the operator records the
+/// replace on its Service, and the new Pod, on another Node with an empty
+/// disk, starts real Cassandra with `replace_address_first_boot` at the
+/// member's own ClusterIP; it streams the lost node's ranges and the ring
+/// is three UN at the same addresses, the replacement with the lost node's
+/// host ID (Cassandra gives a same-address replacement the old one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "Cassandra 4.1.8 has bug CASSANDRA-19580 (proposed 4.1 fix: apache/cassandra PR 3973): a same-address replacement gossips STATUS=hibernate, a dead state, and learns the ring only from gossip rounds the other nodes start, which they stop once they know that state; when both seeds learned it before either gossiped to it (2 of 7 runs here, 4 of 9 before) it exits with \"Unable to contact any seeds\", and every later attempt fails alike as the seeds keep it hibernating, although their connections to it work"]
+async fn a_real_member_whose_node_is_lost_is_replaced_at_its_cluster_ip() {
+    let _real = crate::common::ONE_REAL_WORLD.lock().await;
+    let scenario = setup()
+        .options(|o| {
+            o.real_cassandra = Some(RealCassandra::cached(TEST_RING_TIMINGS));
+            o.nodes_per_zone = 4;
+        })
+        .start()
+        .await;
+    let local = json!({"storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
+        "spec": {"storageClassName": "local-disks", "resources": {"requests": {"storage": "10Gi"}}}}]}});
+    scenario.create(&real_cluster(3).with_rack(local)).await;
+    scenario.until_ready("c", 3, secs(600)).await;
+    let ips = member_ips(&scenario, 3).await;
+    let before = until_status_un(&scenario, &member(0), &ips).await;
+    let host_id = |text: &str, ip: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(ip))
+            .and_then(|l| l.split_whitespace().nth(6))
+            .map(str::to_string)
+    };
+    let lost = member(2);
+    let old_host_id = host_id(&before, &ips[2]).expect("a host ID");
+
+    let began = Instant::now();
+    lose_node_until_replaced(&scenario, &lost, &ips[2]).await;
     eprintln!(
         "replace after the Node's loss: {:.1} s",
         began.elapsed().as_secs_f64()

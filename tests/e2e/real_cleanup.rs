@@ -71,7 +71,9 @@ async fn real_cleanup_through_jolokia_leaves_the_member_ready() {
         }
     }
     eprintln!("40 MiB written in {:.1} s", began.elapsed().as_secs_f64());
-    real_nodetool(&scenario, &member(0), &["flush", "bulk"]).await;
+    real_nodetool(&scenario, &member(0), &["flush", "bulk"])
+        .await
+        .unwrap();
 
     scenario
         .patch_cluster("c", real_cluster(2).racks_patch())
@@ -80,7 +82,9 @@ async fn real_cleanup_through_jolokia_leaves_the_member_ready() {
 
     // Compaction (cleanup is one) throttled to 1 MiB/s: the cleanup of
     // about 40 MiB lasts many probe timeouts.
-    real_nodetool(&scenario, &member(0), &["setcompactionthroughput", "1"]).await;
+    real_nodetool(&scenario, &member(0), &["setcompactionthroughput", "1"])
+        .await
+        .unwrap();
     let pod = scenario.pod(&member(0)).await;
     let pod_ip = pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
 
@@ -150,6 +154,8 @@ async fn real_cleanup_through_jolokia_leaves_the_member_ready() {
         pod_ready(&scenario.pod(&member(0)).await),
         "the member stayed Ready"
     );
-    let left = real_nodetool(&scenario, &member(0), &["tablestats", "bulk.kv"]).await;
+    let left = real_nodetool(&scenario, &member(0), &["tablestats", "bulk.kv"])
+        .await
+        .unwrap();
     eprintln!("after the cleanup:\n{left}");
 }

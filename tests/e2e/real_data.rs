@@ -16,16 +16,13 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 use testworld::cql::{Client, Consistency, Netns, Table, WRITES_PER_SECOND, WriterReport};
 
-use crate::real::{member, member_ips, real_cluster, real_world};
+use crate::real::{cluster_ips, member, real_cluster, real_world};
 use crate::scenario::{Scenario, container_pid, secs};
 
 /// The ClusterIPs of the members `0..n`, as addresses.
 async fn member_addresses(scenario: &Scenario, n: i32) -> Vec<IpAddr> {
-    member_ips(scenario, n)
-        .await
-        .iter()
-        .map(|ip| ip.parse().expect("a ClusterIP"))
-        .collect()
+    let names: Vec<String> = (0..n).map(member).collect();
+    cluster_ips(scenario, &names).await
 }
 
 /// The CQL port of the members (their Services' `cql` port).

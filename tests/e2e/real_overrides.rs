@@ -13,21 +13,13 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 
 use crate::real::{member, real_cluster, real_nodetool, real_world};
-use crate::scenario::secs;
+use crate::scenario::{overrides, secs};
 
 /// A 3.11 user's tuning: renamed settings under their old names, with
 /// values other than 4.1's defaults (read timeout 5 s, compaction
 /// 64 MiB/s).
 const TUNING_3_11: &str =
     "read_request_timeout_in_ms: 12000\ncompaction_throughput_mb_per_sec: 7\n";
-
-fn overrides(text: &str) -> ConfigMap {
-    serde_json::from_value(json!({
-        "metadata": {"name": "tuning", "namespace": "db"},
-        "data": {"cassandra.yaml": text}
-    }))
-    .unwrap()
-}
 
 /// A member of real 4.1 starts on a fragment written for 3.11 and runs
 /// with its values (read through Cassandra's own nodetool). The same
@@ -41,22 +33,26 @@ async fn real_4_1_members_start_on_3_11_names_and_a_removed_setting_is_refused_b
     let scenario = real_world().await;
     let configmaps: Api<ConfigMap> = scenario.api();
     configmaps
-        .create(&PostParams::default(), &overrides(TUNING_3_11))
+        .create(&PostParams::default(), &overrides("tuning", TUNING_3_11))
         .await
         .unwrap();
     let tuned = |members: i32| real_cluster(members).with_rack(json!({"configMapName": "tuning"}));
     scenario.create(tuned(1)).await;
     scenario.until_ready("c", 1, secs(300)).await;
-    let timeout = real_nodetool(&scenario, &member(0), &["gettimeout", "read"]).await;
+    let timeout = real_nodetool(&scenario, &member(0), &["gettimeout", "read"])
+        .await
+        .unwrap();
     assert!(timeout.contains("12000 ms"), "{timeout}");
-    let throughput = real_nodetool(&scenario, &member(0), &["getcompactionthroughput"]).await;
+    let throughput = real_nodetool(&scenario, &member(0), &["getcompactionthroughput"])
+        .await
+        .unwrap();
     assert!(throughput.contains(": 7 "), "{throughput}");
 
     configmaps
         .replace(
             "tuning",
             &PostParams::default(),
-            &overrides(&format!("{TUNING_3_11}start_rpc: false\n")),
+            &overrides("tuning", &format!("{TUNING_3_11}start_rpc: false\n")),
         )
         .await
         .unwrap();
@@ -80,10 +76,16 @@ async fn real_4_1_members_start_on_3_11_names_and_a_removed_setting_is_refused_b
     );
 
     configmaps
-        .replace("tuning", &PostParams::default(), &overrides(TUNING_3_11))
+        .replace(
+            "tuning",
+            &PostParams::default(),
+            &overrides("tuning", TUNING_3_11),
+        )
         .await
         .unwrap();
     scenario.until_ready("c", 2, secs(300)).await;
-    let timeout = real_nodetool(&scenario, &member(1), &["gettimeout", "read"]).await;
+    let timeout = real_nodetool(&scenario, &member(1), &["gettimeout", "read"])
+        .await
+        .unwrap();
     assert!(timeout.contains("12000 ms"), "{timeout}");
 }

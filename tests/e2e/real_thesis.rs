@@ -26,15 +26,17 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Service};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use testworld::cql::{Client, WRITES_PER_SECOND};
 use testworld::kubesim::sim::RealCassandra;
 
-use crate::real::{MEMORY_LIMIT_MIB, TEST_RING_TIMINGS, VERSION};
+use crate::real::{
+    MEMORY_LIMIT_MIB, TEST_RING_TIMINGS, VERSION, cluster_ips, lose_node_until_replaced,
+};
 use crate::real_data::{CQL_PORT, app_netns, check_acknowledged, until_driver_sees};
-use crate::scenario::{Scenario, cluster, pod_ready, secs, setup};
+use crate::scenario::{cluster, overrides, secs, setup};
 
 const ZONES: [&str; 2] = ["zone-a", "zone-b"];
 
@@ -74,17 +76,6 @@ fn members(first: i32, second: i32) -> Vec<String> {
     all
 }
 
-/// The ClusterIPs of `names`.
-async fn addresses(scenario: &Scenario, names: &[String]) -> Vec<std::net::IpAddr> {
-    let services: Api<Service> = scenario.api();
-    let mut ips = Vec::new();
-    for name in names {
-        let svc = services.get(name).await.unwrap();
-        ips.push(svc.spec.unwrap().cluster_ip.unwrap().parse().unwrap());
-    }
-    ips
-}
-
 const ADD_RACK: &str = "add rack r2 of 2";
 const SCALE_DOWN: &str = "scale r1 3 -> 2";
 const REPLACE: &str = "replace after the Node's loss";
@@ -112,11 +103,10 @@ async fn real_thesis_scenario_on_4_1_with_quorum_traffic_throughout() {
         .start()
         .await;
     let configmaps: Api<ConfigMap> = scenario.api();
-    let tokens = serde_json::from_value(json!({
-        "metadata": {"name": "tokens", "namespace": "db"},
-        "data": {"cassandra.yaml": "allocate_tokens_for_local_replication_factor: 2\n"}
-    }))
-    .unwrap();
+    let tokens = overrides(
+        "tokens",
+        "allocate_tokens_for_local_replication_factor: 2\n",
+    );
     configmaps
         .create(&PostParams::default(), &tokens)
         .await
@@ -135,7 +125,7 @@ async fn real_thesis_scenario_on_4_1_with_quorum_traffic_throughout() {
     timings.push(("bring-up of 3", began.elapsed()));
 
     let netns = app_netns(&scenario).await;
-    let three = addresses(&scenario, &members(3, 0)).await;
+    let three = cluster_ips(&scenario, &members(3, 0)).await;
     let contact: Vec<_> = three
         .iter()
         .map(|ip| std::net::SocketAddr::new(*ip, CQL_PORT))
@@ -152,7 +142,7 @@ async fn real_thesis_scenario_on_4_1_with_quorum_traffic_throughout() {
     scenario.patch_cluster("c", racks(3, Some(2))).await;
     scenario.until_ready("c", 5, secs(600)).await;
     timings.push((ADD_RACK, began.elapsed()));
-    let five = addresses(&scenario, &members(3, 2)).await;
+    let five = cluster_ips(&scenario, &members(3, 2)).await;
     until_driver_sees(&scenario, &client, &five).await;
     writer.phase("steady with 5");
     check_acknowledged(&table, &writer.report(), ADD_RACK).await;
@@ -161,13 +151,12 @@ async fn real_thesis_scenario_on_4_1_with_quorum_traffic_throughout() {
     writer.phase(SCALE_DOWN);
     let began = Instant::now();
     scenario.patch_cluster("c", racks(2, Some(2))).await;
-    let services: Api<Service> = scenario.api();
     let leaving = member("r1", 2);
     scenario.until_service_gone(&leaving, secs(600)).await;
     scenario.until_ready("c", 4, secs(120)).await;
     timings.push((SCALE_DOWN, began.elapsed()));
     let four_names = members(2, 2);
-    let four = addresses(&scenario, &four_names).await;
+    let four = cluster_ips(&scenario, &four_names).await;
     until_driver_sees(&scenario, &client, &four).await;
     writer.phase("steady with 4");
     check_acknowledged(&table, &writer.report(), SCALE_DOWN).await;
@@ -177,43 +166,8 @@ async fn real_thesis_scenario_on_4_1_with_quorum_traffic_throughout() {
     writer.phase(REPLACE);
     let began = Instant::now();
     let lost = member("r2", 1);
-    let old_node = scenario.pod(&lost).await.spec.unwrap().node_name.unwrap();
-    let nodes: Api<Node> = Api::all(scenario.client());
-    nodes.delete(&old_node, &Default::default()).await.unwrap();
-    let lost_ip = addresses(&scenario, std::slice::from_ref(&lost)).await[0].to_string();
-    scenario
-        .until_label(&lost, crds::contract::REPLACE, &lost_ip, secs(120))
-        .await;
-    scenario
-        .until(
-            "the replace done and its record cleared",
-            secs(600),
-            || async {
-                let pod = scenario
-                    .api::<Pod>()
-                    .get_opt(&lost)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let node = pod
-                    .as_ref()
-                    .and_then(|p| p.spec.as_ref()?.node_name.clone());
-                let ready = pod.as_ref().is_some_and(pod_ready);
-                let svc = services.get(&lost).await.map_err(|e| e.to_string())?;
-                let recorded = svc
-                    .metadata
-                    .labels
-                    .unwrap_or_default()
-                    .contains_key(crds::contract::REPLACE);
-                if ready && !recorded && node.as_deref() != Some(old_node.as_str()) {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "node {node:?}, ready {ready}, replace recorded {recorded}"
-                    ))
-                }
-            },
-        )
-        .await;
+    let lost_ip = cluster_ips(&scenario, std::slice::from_ref(&lost)).await[0].to_string();
+    lose_node_until_replaced(&scenario, &lost, &lost_ip).await;
     scenario.until_ready("c", 4, secs(120)).await;
     timings.push((REPLACE, began.elapsed()));
     until_driver_sees(&scenario, &client, &four).await;

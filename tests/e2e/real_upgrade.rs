@@ -21,40 +21,29 @@
 //! for old-format sstables, every 2 s instead of 5 minutes, so that the
 //! gauge follows `upgradesstables` within the test).
 //!
-//! `real_cluster`, `real_world`, `member`, `member_ips` and the operator's
-//! `nodetool` are local copies of tests/e2e/real.rs's.
-//!
 //! Needs `scripts/fetch-cassandra` of 4.1.7, 4.1.8 and 5.0.3 (scripts/test
 //! runs it).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, PostParams};
 use serde_json::json;
-use testworld::cql::{Client, Netns, Table, Writer};
-use testworld::kubesim::sim::RealCassandra;
-use testworld::real_cassandra::nodetool::{JMX_PORT, StatusRow, parse_status, parse_version};
-use testworld::real_cassandra::{NodeTool, Release};
+use testworld::cql::{Client, Consistency, Table, Writer};
+use testworld::real_cassandra::nodetool::{StatusRow, parse_status, parse_version};
 
-use crate::real::jvm_rss_mib;
-use crate::scenario::{ClusterSpec, Scenario, cluster, container_pid, pod_ready, secs, setup};
-
-/// The image's `JVM_EXTRA_OPTS` (tests/e2e/real.rs): Cassandra's ring
-/// delay is 30 s by default, twice per bootstrapping node.
-const TEST_RING_TIMINGS: &str =
-    "-Dcassandra.ring_delay_ms=3000 -Dcassandra.skip_wait_for_gossip_to_settle=0";
+use crate::real::{
+    MEMORY_LIMIT_MIB, jvm_rss_mib, member, member_ips, nodetool, real_cluster_of as real_cluster,
+    real_image, real_nodetool, real_world_of, release_of,
+};
+use crate::real_data::{CQL_PORT, app_netns};
+use crate::scenario::{Scenario, container_pid, overrides, pod_ready, secs};
 
 /// The sidecar's scan period for old-format sstables, in the image's
 /// environment.
 const SSTABLE_SCAN_SECONDS: &str = "2";
-
-/// The members' memory limit (tests/e2e/real.rs: a 384M heap).
-const MEMORY_LIMIT_MIB: u64 = 768;
 
 const MEMBERS: i32 = 3;
 
@@ -67,103 +56,14 @@ const ROLL_TIMEOUT: Duration = secs(600);
 /// it (besides every key the writer had acknowledged).
 const KEYS_BEFORE: usize = 300;
 
-/// The CQL consistency levels by their native-protocol codes (protocol
-/// v4, section 3): this test binary has no dependency on the driver's
-/// crate to name its `Consistency`, whose `TryFrom<u16>` reads these.
-const QUORUM: u16 = 0x0004;
-const ALL: u16 = 0x0005;
-
-fn consistency<C: TryFrom<u16>>(code: u16) -> C {
-    C::try_from(code).unwrap_or_else(|_| panic!("no consistency level {code:#06x}"))
-}
-
-/// Cluster `c` of Cassandra `version`, one rack `r` of `members`, each
-/// with 1 CPU and [`MEMORY_LIMIT_MIB`].
-fn real_cluster(version: &str, members: i32) -> ClusterSpec {
-    cluster("c").version(version).rack("r", members).with_rack(
-        json!({"resources": {"limits": {"cpu": "1", "memory": format!("{MEMORY_LIMIT_MIB}Mi")}}}),
-    )
-}
-
-/// A scenario whose `cassandra:` 4.1 and 5.0 images run real Cassandra.
+/// A scenario whose `cassandra:` images run real Cassandra, the sidecar
+/// scanning for old-format sstables every [`SSTABLE_SCAN_SECONDS`].
 async fn real_world() -> Scenario {
-    setup()
-        .options(|o| {
-            o.real_cassandra = Some(
-                RealCassandra::cached(TEST_RING_TIMINGS)
-                    .with_env("SSTABLE_SCAN_SECONDS", SSTABLE_SCAN_SECONDS),
-            )
-        })
-        .start()
-        .await
-}
-
-fn member(ordinal: i32) -> String {
-    crds::names::member_name(&crds::names::statefulset_name("c", "dc", "r"), ordinal)
+    real_world_of(real_image().with_env("SSTABLE_SCAN_SECONDS", SSTABLE_SCAN_SECONDS)).await
 }
 
 fn members() -> Vec<String> {
     (0..MEMBERS).map(member).collect()
-}
-
-/// The ClusterIPs of the members, in order.
-async fn member_ips(s: &Scenario) -> Vec<String> {
-    let services: Api<Service> = s.api();
-    let mut ips = Vec::new();
-    for name in members() {
-        let svc = services.get(&name).await.unwrap();
-        ips.push(svc.spec.and_then(|s| s.cluster_ip).unwrap_or_default());
-    }
-    ips
-}
-
-/// The Cassandra release a member's Pod runs: its `cassandra:` image's tag.
-fn release_of(pod: &Pod) -> Option<String> {
-    pod.spec
-        .as_ref()?
-        .containers
-        .iter()
-        .filter_map(|c| c.image.as_deref())
-        .find_map(|i| i.rsplit_once("cassandra:").map(|(_, tag)| tag.to_string()))
-}
-
-/// `cassandra-operator nodetool <args>` in a member's network namespace
-/// (over the node's Jolokia agent on the Pod's loopback).
-async fn operator_nodetool(s: &Scenario, member: &str, args: &[&str]) -> Result<String, String> {
-    let pod = s.pod(member).await;
-    let pid = container_pid(&pod).ok_or(format!("{member}: no running container"))?;
-    let out = Command::new("nsenter")
-        .arg(format!("--net=/proc/{pid}/ns/net"))
-        .arg(env!("CARGO_BIN_EXE_cassandra-operator"))
-        .arg("nodetool")
-        .args(args)
-        .output()
-        .map_err(|e| e.to_string())?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
-}
-
-/// Cassandra's own `nodetool <args>` of the member's release, against its
-/// local JMX port in the Pod's network namespace (what `kubectl exec
-/// <member> -- nodetool <args>` runs; on Debian's Java 17, see
-/// [`testworld::real_cassandra::nodetool`]).
-async fn real_nodetool(s: &Scenario, member: &str, args: &[&str]) -> Result<String, String> {
-    let pod = s.pod(member).await;
-    let pid = container_pid(&pod).ok_or(format!("{member}: no running container"))?;
-    let version = release_of(&pod).ok_or(format!("{member}: no cassandra image"))?;
-    let release = Release::cached(&version).map_err(|e| e.to_string())?;
-    let tool = NodeTool::of(&release).map_err(|e| e.to_string())?;
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        tool.run_in(pid, JMX_PORT, &args)
-    })
-    .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| e.to_string())
 }
 
 /// The sidecar's `/metrics` on the member's Pod IP: its old-format
@@ -176,7 +76,7 @@ fn old_format_gauge(pod: &Pod) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// The `*-Data.db` files of sstable version `version` (`nb`, `nc`) in a
+/// The `*-Data.db` files of sstable version `version` (`nb`, `oa`) in a
 /// member's data directory.
 async fn data_files(s: &Scenario, member: &str, version: &str) -> usize {
     let data = s.data_volume(member).await.join("data");
@@ -199,7 +99,7 @@ async fn until_ring_agrees(
     version: &str,
 ) -> (String, BTreeMap<String, String>) {
     s.until_ready("c", MEMBERS, secs(120)).await;
-    let ips = member_ips(s).await;
+    let ips = member_ips(s, MEMBERS).await;
     let began = Instant::now();
     let agreed = s
         .until(
@@ -209,7 +109,7 @@ async fn until_ring_agrees(
                 let mut first = None;
                 for name in members() {
                     let real = real_nodetool(s, &name, &["status"]).await?;
-                    let operator = operator_nodetool(s, &name, &["status"]).await?;
+                    let operator = nodetool(s, &name, &["status"]).await?;
                     let (real_rows, operator_rows) = (parse_status(&real), parse_status(&operator));
                     check_rows(&real_rows, &ips)
                         .map_err(|e| format!("{name}, Cassandra's: {e}"))?;
@@ -335,44 +235,15 @@ async fn until_rolled(
     took
 }
 
-/// A Pod of the application (a process that sleeps) whose network
-/// namespace the CQL client runs in: it reaches the members at their
-/// ClusterIPs as an application Pod would, and it is not a member, so no
-/// roll takes it away.
-async fn application(s: &Scenario) -> Arc<Netns> {
-    let pods: Api<Pod> = s.api();
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "app"},
-        "spec": {
-            "terminationGracePeriodSeconds": 0,
-            // The namespace enforces the restricted Pod Security Standard.
-            "securityContext": {"runAsNonRoot": true, "runAsUser": 65532,
-                "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [{"name": "app", "image": "app:1", "command": ["sleep", "3600"],
-                "securityContext": {"allowPrivilegeEscalation": false,
-                    "capabilities": {"drop": ["ALL"]}}}]
-        }
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
-    let pid = s
-        .until("the application Pod running", secs(60), || async {
-            let pod = pods.get("app").await.map_err(|e| e.to_string())?;
-            container_pid(&pod).ok_or("not running".to_string())
-        })
-        .await;
-    Netns::enter(format!("/proc/{pid}/ns/net")).unwrap()
-}
-
 /// The application's session (contact points: the members' ClusterIPs),
 /// its table `app.kv` (replication 3 in datacenter `dc`) and
 /// [`KEYS_BEFORE`] keys written at QUORUM.
 async fn application_data(s: &Scenario) -> (Table, BTreeMap<String, String>) {
-    let netns = application(s).await;
-    let contact: Vec<SocketAddr> = member_ips(s)
+    let netns = app_netns(s).await;
+    let contact: Vec<SocketAddr> = member_ips(s, MEMBERS)
         .await
         .iter()
-        .map(|ip| SocketAddr::new(ip.parse().unwrap(), 9042))
+        .map(|ip| SocketAddr::new(ip.parse().unwrap(), CQL_PORT))
         .collect();
     let client = Client::connect(netns, &contact)
         .await
@@ -385,7 +256,7 @@ async fn application_data(s: &Scenario) -> (Table, BTreeMap<String, String>) {
     for n in 0..KEYS_BEFORE {
         let (key, value) = (format!("k{n:04}"), format!("before-{n}"));
         table
-            .write(&key, &value, consistency(QUORUM))
+            .write(&key, &value, Consistency::Quorum)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         written.insert(key, value);
@@ -409,7 +280,7 @@ async fn stop_and_check(writer: Writer, table: &Table, before: &BTreeMap<String,
     let mut expected = before.clone();
     expected.extend(report.acknowledged());
     let check = table
-        .check(&expected, consistency(ALL))
+        .check(&expected, Consistency::All)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(check.clean(), "data lost: {check}");
@@ -445,7 +316,7 @@ async fn real_5_0_members_come_up_ready_and_both_nodetools_agree() {
     eprintln!("Cassandra's nodetool status:\n{status}");
     let (table, written) = application_data(&s).await;
     let check = table
-        .check(&written, consistency(ALL))
+        .check(&written, Consistency::All)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(check.clean(), "{check}");
@@ -511,15 +382,6 @@ async fn real_patch_upgrade_and_rolling_restart_keep_the_ring_and_its_data() {
 /// default in 4.1 and 5.0.
 const TUNING: &str = "concurrent_reads: 32\n";
 
-/// The overrides ConfigMap `c-overrides` with `cassandra.yaml` `text`.
-fn overrides(text: &str) -> ConfigMap {
-    serde_json::from_value(json!({
-        "metadata": {"name": "c-overrides", "namespace": "db"},
-        "data": {"cassandra.yaml": text}
-    }))
-    .unwrap()
-}
-
 /// Waits until each member's sidecar counts as old-format exactly its
 /// `*-Data.db` files of `old_version` (none when None), read from its data
 /// directory at each try, as compaction may change them.
@@ -566,7 +428,7 @@ async fn real_major_upgrade_4_1_to_5_0_then_upgradesstables_leaves_no_old_sstabl
     // know, such as storage_compatibility_mode), so that changing its
     // content later is the one trigger.
     configmaps
-        .create(&PostParams::default(), &overrides(TUNING))
+        .create(&PostParams::default(), &overrides("c-overrides", TUNING))
         .await
         .unwrap();
     let c = real_cluster("4.1.8", MEMBERS).with_rack(json!({"configMapName": "c-overrides"}));
@@ -608,7 +470,10 @@ async fn real_major_upgrade_4_1_to_5_0_then_upgradesstables_leaves_no_old_sstabl
         .replace(
             "c-overrides",
             &PostParams::default(),
-            &overrides(&format!("{TUNING}storage_compatibility_mode: UPGRADING\n")),
+            &overrides(
+                "c-overrides",
+                &format!("{TUNING}storage_compatibility_mode: UPGRADING\n"),
+            ),
         )
         .await
         .unwrap();

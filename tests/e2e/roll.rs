@@ -37,7 +37,9 @@ use tokio::sync::broadcast::error::RecvError;
 
 use crate::common::ONE_WORLD;
 use crate::lifecycle::{Lcg, condition};
-use crate::scenario::{ClusterSpec, Scenario, annotation, cluster, pod_ready, secs, setup, until};
+use crate::scenario::{
+    ClusterSpec, Scenario, annotation, cluster, overrides, pod_ready, secs, setup, until,
+};
 
 const STS: &str = "c-dc-r";
 const MEMBERS: usize = 3;
@@ -320,21 +322,15 @@ fn restart_controller(s: &mut Scenario) {
     s.start_controller_with(None, &CONTROLLER_ARGS);
 }
 
-/// The overrides ConfigMap "tuning" with `cassandra.yaml` `text`.
-fn overrides(text: &str) -> ConfigMap {
-    serde_json::from_value(json!({
-        "metadata": {"name": "tuning", "namespace": "db"},
-        "data": {"cassandra.yaml": text}
-    }))
-    .unwrap()
-}
-
 /// Rack r of 3 members at `version` with the overrides ConfigMap
 /// "tuning", and 1000 keys at RF 3; returns when all are Ready, with the
 /// Cluster as created.
 async fn rack_of_three(s: &Scenario, version: &str) -> ClusterSpec {
     s.api::<ConfigMap>()
-        .create(&PostParams::default(), &overrides("concurrent_reads: 16\n"))
+        .create(
+            &PostParams::default(),
+            &overrides("tuning", "concurrent_reads: 16\n"),
+        )
         .await
         .unwrap();
     let c = cluster("c")
@@ -755,7 +751,7 @@ async fn every_trigger_rolls_one_member_at_a_time_and_refusals_change_nothing() 
             .replace(
                 "tuning",
                 &PostParams::default(),
-                &overrides("concurrent_reads: 32\n"),
+                &overrides("tuning", "concurrent_reads: 32\n"),
             )
             .await
             .unwrap();

@@ -106,6 +106,16 @@ pub(crate) struct ClusterSpec {
     extra: Value,
 }
 
+/// A rack's overrides ConfigMap `name` in namespace `db` (the scenarios'
+/// default), whose `cassandra.yaml` fragment is `text`.
+pub(crate) fn overrides(name: &str, text: &str) -> k8s_openapi::api::core::v1::ConfigMap {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "db"},
+        "data": {"cassandra.yaml": text}
+    }))
+    .unwrap()
+}
+
 /// A Cluster named `name` in namespace `db`, datacenter `dc`, Cassandra
 /// 4.1.8, no racks yet.
 pub(crate) fn cluster(name: &str) -> ClusterSpec {

@@ -16,7 +16,7 @@ use testworld::harness::fast_ring;
 use testworld::ring::{Consistency, NodeStatus, Replication};
 
 use crate::common::ONE_WORLD;
-use crate::scenario::{Scenario, cluster, secs, setup};
+use crate::scenario::{Scenario, cluster, overrides, secs, setup};
 
 /// Every member's database container runs as the image's database user
 /// (999:999), never root, and so does Cassandra under it: the container's
@@ -241,15 +241,11 @@ async fn an_override_that_defeats_safety_never_reaches_a_member() {
     let _one = ONE_WORLD.lock().await;
     let scenario = setup().start().await;
     let configmaps: Api<ConfigMap> = scenario.api();
-    let overrides = |text: &str| {
-        serde_json::from_value::<ConfigMap>(json!({
-            "metadata": {"name": "tuning", "namespace": "db"},
-            "data": {"cassandra.yaml": text}
-        }))
-        .unwrap()
-    };
     configmaps
-        .create(&PostParams::default(), &overrides("concurrent_reads: 16\n"))
+        .create(
+            &PostParams::default(),
+            &overrides("tuning", "concurrent_reads: 16\n"),
+        )
         .await
         .unwrap();
     let tuned = |members: i32| {
@@ -272,7 +268,7 @@ async fn an_override_that_defeats_safety_never_reaches_a_member() {
         .replace(
             "tuning",
             &PostParams::default(),
-            &overrides("concurrent_reads: 16\nauto_bootstrap: false\n"),
+            &overrides("tuning", "concurrent_reads: 16\nauto_bootstrap: false\n"),
         )
         .await
         .unwrap();
@@ -321,7 +317,7 @@ async fn an_override_that_defeats_safety_never_reaches_a_member() {
         .replace(
             "tuning",
             &PostParams::default(),
-            &overrides("concurrent_reads: 16\n"),
+            &overrides("tuning", "concurrent_reads: 16\n"),
         )
         .await
         .unwrap();

@@ -15,7 +15,8 @@ use testworld::harness::require_root;
 use testworld::real_cassandra::image::CASSANDRA_UID;
 use testworld::real_cassandra::nodetool::{parse_status, parse_version};
 use testworld::real_cassandra::{
-    Image, Node, NodeOptions, NodeTool, Ports, Release, STORAGE_SERVICE, VERSION_4_1, VERSION_5_0,
+    Node, NodeOptions, NodeTool, Ports, Release, STORAGE_SERVICE, VERSION_4_1, VERSION_5_0,
+    laid_out,
 };
 
 /// Start to NORMAL took 5.5-8 s here (2 cores) with a one-second ring
@@ -27,9 +28,7 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(60);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_4_1_node_started_by_bin_cassandra_reaches_normal_and_answers_jolokia() {
     require_root().expect("the image's directories belong to uid 999");
-    let release = Release::cached(VERSION_4_1).unwrap_or_else(|e| panic!("{e}"));
-    let root = tempfile::tempdir().expect("a temporary directory");
-    let image = Image::lay_out(root.path(), &release).unwrap_or_else(|e| panic!("{e}"));
+    let (_root, release, image) = laid_out(VERSION_4_1).unwrap_or_else(|e| panic!("{e}"));
     let ports = Ports::free().unwrap_or_else(|e| panic!("{e}"));
 
     let mut node = Node::start(&image, &release, &NodeOptions::single(ports))
@@ -126,9 +125,7 @@ async fn nodetool_reads_what_jolokia_reads(node: &Node, release: &Release, jmx: 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_5_0_node_started_by_bin_cassandra_on_java_17_reaches_normal() {
     require_root().expect("the image's directories belong to uid 999");
-    let release = Release::cached(VERSION_5_0).unwrap_or_else(|e| panic!("{e}"));
-    let root = tempfile::tempdir().expect("a temporary directory");
-    let image = Image::lay_out(root.path(), &release).unwrap_or_else(|e| panic!("{e}"));
+    let (_root, release, image) = laid_out(VERSION_5_0).unwrap_or_else(|e| panic!("{e}"));
     let ports = Ports::free().unwrap_or_else(|e| panic!("{e}"));
     let mut node = Node::start(&image, &release, &NodeOptions::single(ports))
         .unwrap_or_else(|e| panic!("{e}"));
@@ -172,9 +169,7 @@ async fn the_sidecars_calls_pass_the_rendered_agent_options_and_policy_on_a_real
     use sidecar::jolokia::{Jolokia, OperationMode, StorageService};
 
     require_root().expect("the image's directories belong to uid 999");
-    let release = Release::cached(VERSION_4_1).unwrap_or_else(|e| panic!("{e}"));
-    let root = tempfile::tempdir().expect("a temporary directory");
-    let image = Image::lay_out(root.path(), &release).unwrap_or_else(|e| panic!("{e}"));
+    let (root, release, image) = laid_out(VERSION_4_1).unwrap_or_else(|e| panic!("{e}"));
     let ports = Ports::free().unwrap_or_else(|e| panic!("{e}"));
     // The policy as the sidecar writes it beside the agent, readable by
     // the cassandra user.

@@ -14,7 +14,7 @@ use std::time::Duration;
 use scylla::statement::Consistency;
 use testworld::cql::{Client, Netns, WRITES_PER_SECOND};
 use testworld::harness::require_root;
-use testworld::real_cassandra::{Image, Node, NodeOptions, Ports, Release, VERSION_4_1};
+use testworld::real_cassandra::{Node, NodeOptions, Ports, VERSION_4_1, laid_out};
 
 /// Start to NORMAL took 5.5-8 s here (2 cores) with a one-second ring
 /// delay; the margin is for a loaded machine.
@@ -43,9 +43,7 @@ async fn until_listening(cql: SocketAddr) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cql_client_writes_checks_and_outlives_a_restart_of_a_real_node() {
     require_root().expect("the image's directories belong to uid 999");
-    let release = Release::cached(VERSION_4_1).unwrap_or_else(|e| panic!("{e}"));
-    let root = tempfile::tempdir().expect("a temporary directory");
-    let image = Image::lay_out(root.path(), &release).unwrap_or_else(|e| panic!("{e}"));
+    let (_root, release, image) = laid_out(VERSION_4_1).unwrap_or_else(|e| panic!("{e}"));
     let options = NodeOptions::single(Ports::free().unwrap_or_else(|e| panic!("{e}")));
     let mut node = Node::start(&image, &release, &options).unwrap_or_else(|e| panic!("{e}"));
     node.wait_for_mode("NORMAL", START_TIMEOUT)

@@ -428,6 +428,20 @@ mod tests {
 
     const YAML: &str = "cluster_name: c1\nnum_tokens: 16\nlisten_address: 127.0.3.1\nbroadcast_address: 127.0.3.9\nendpoint_snitch: GossipingPropertyFileSnitch\ndata_file_directories: [/d/1]\nseed_provider:\n  - class_name: org.apache.cassandra.locator.SimpleSeedProvider\n    parameters:\n      - seeds: \"127.0.3.1:7000,127.0.3.2\"\n";
 
+    /// The test file with `extra` appended, parsed as the image of
+    /// `release` would have it (its `CASSANDRA_VERSION`).
+    fn parse_on(release: &str, extra: &str) -> Result<FakeConfig, ConfigError> {
+        parse(
+            &format!("{YAML}{extra}"),
+            None,
+            &env(&[
+                ("CASSANDRA_VERSION", release),
+                ("CASSANDRA_HOME", "/opt/cassandra"),
+            ]),
+            &[],
+        )
+    }
+
     /// 5.0's storage_compatibility_mode and sstable format decide what it
     /// writes and speaks: under the shipped CASSANDRA_4, or without the
     /// key, `nb` (what 4.1 writes; real 5.0.3 has no `nc`) at messaging
@@ -435,18 +449,7 @@ mod tests {
     /// uuid_sstable_identifiers_enabled came with 4.1.
     #[test]
     fn sstable_format_and_compatibility_per_line() {
-        let parse_as = |release: &str, extra: &str| {
-            parse(
-                &format!("{YAML}{extra}"),
-                None,
-                &env(&[
-                    ("CASSANDRA_VERSION", release),
-                    ("CASSANDRA_HOME", "/opt/cassandra"),
-                ]),
-                &[],
-            )
-            .expect("valid")
-        };
+        let parse_as = |release: &str, extra: &str| parse_on(release, extra).expect("valid");
         for mode in ["storage_compatibility_mode: CASSANDRA_4\n", ""] {
             let shipped = parse_as("5.0.3", mode);
             assert_eq!(
@@ -498,17 +501,7 @@ mod tests {
     /// as real 4.1 does; 5.0 reads both.
     #[test]
     fn before_5_0_a_file_that_sets_5_0_s_settings_is_refused() {
-        let parse_as = |release: &str, extra: &str| {
-            parse(
-                &format!("{YAML}{extra}"),
-                None,
-                &env(&[
-                    ("CASSANDRA_VERSION", release),
-                    ("CASSANDRA_HOME", "/opt/cassandra"),
-                ]),
-                &[],
-            )
-        };
+        let parse_as = parse_on;
         for release in ["4.1.8", "4.0.13", "3.11.19"] {
             for value in ["CASSANDRA_4", "UPGRADING", ""] {
                 let err = parse_as(release, &format!("storage_compatibility_mode: {value}\n"))

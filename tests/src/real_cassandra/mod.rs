@@ -40,6 +40,19 @@ pub const VERSION_4_1: &str = "4.1.8";
 /// conf files are the blobs of the `cassandra-5.0.3` tag).
 pub const VERSION_5_0: &str = "5.0.3";
 
+/// Release `version` as `scripts/fetch-cassandra` cached it, laid out as
+/// the official image in a new temporary directory (removed when the
+/// returned guard drops): what a test of a lone node starts from.
+pub fn laid_out(version: &str) -> Result<(tempfile::TempDir, Release, Image), Error> {
+    let release = Release::cached(version)?;
+    let root = tempfile::tempdir().map_err(|source| Error::LayOut {
+        path: std::env::temp_dir(),
+        source,
+    })?;
+    let image = Image::lay_out(root.path(), &release)?;
+    Ok((root, release, image))
+}
+
 /// Errors of preparing, starting and stopping a real Cassandra node.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
