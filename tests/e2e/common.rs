@@ -8,8 +8,9 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use testworld::kubesim::KubeSim;
 
-/// One world at a time in this test binary: each runs its controller on
-/// the production metrics address (0.0.0.0:8080) of the host.
+/// One world of fake members at a time in this test binary: their fast
+/// ring timings hold on a CI machine's two cores when the worlds do not
+/// compete for them.
 pub static ONE_WORLD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// One world of real Cassandra members at a time (tests/e2e/real*.rs):
@@ -21,6 +22,18 @@ pub static ONE_REAL_WORLD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_ne
 /// A kube client through kubesim's kubeconfig.
 pub async fn client(sim: &KubeSim) -> Client {
     testworld::harness::client(sim).await.unwrap()
+}
+
+/// A metrics address for one world's controller, of its own: port 8080
+/// (the production one) on an address of the loopback interface no other
+/// world of this process gets (all of 127.0.0.0/8 is local on Linux). On a
+/// shared address, a world's test would read another world's controller.
+pub fn own_metrics_address() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let process = std::process::id() % 250;
+    format!("127.{}.{}.{}:8080", 1 + process, n / 250 % 250, 1 + n % 250)
 }
 
 /// A port on 127.0.0.1 that was free a moment ago.

@@ -625,20 +625,11 @@ fn operator_writes(sim: &KubeSim) -> Vec<String> {
         .collect()
 }
 
-/// The controller's gauge of members on an old template for cluster c,
-/// from its metrics endpoint (the default address, in the test's network
-/// namespace).
-fn old_template_gauge() -> Option<i64> {
-    let (_, body) = crate::common::http_get("127.0.0.1:8080", "/metrics")?;
-    body.lines()
-        .find(|l| {
-            l.starts_with("cassandra_operator_cluster_members_on_old_template{")
-                && l.contains("cluster=\"c\"")
-        })?
-        .rsplit(' ')
-        .next()?
-        .parse()
-        .ok()
+/// The controller's gauge of members on an old template (this world has
+/// one Cluster, c).
+fn old_template_gauge(s: &Scenario) -> Option<i64> {
+    s.metric("cassandra_operator_cluster_members_on_old_template")
+        .map(|v| v as i64)
 }
 
 /// The Events' reasons, Warning or not, with their notes.
@@ -860,7 +851,7 @@ async fn every_trigger_rolls_one_member_at_a_time_and_refusals_change_nothing() 
     );
 
     assert_eq!(
-        old_template_gauge(),
+        old_template_gauge(&s),
         Some(0),
         "every member runs its template"
     );
@@ -902,7 +893,7 @@ async fn every_trigger_rolls_one_member_at_a_time_and_refusals_change_nothing() 
         Some(&before[&stuck_member].0)
     );
     assert_eq!(
-        old_template_gauge(),
+        old_template_gauge(&s),
         Some(2),
         "members 0 and 1 still run the old template"
     );

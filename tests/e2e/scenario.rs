@@ -409,6 +409,9 @@ pub(crate) struct Scenario {
     pub(crate) namespace: String,
     /// The controller's metrics address (host:port).
     metrics: String,
+    /// The metrics address of this scenario's own (one per world on the
+    /// loopback interface): where a controller started without one serves.
+    own_metrics: String,
     /// The log (stderr) of the controller's latest run:
     /// `controller.log`, then `controller-2.log`...
     pub(crate) log: PathBuf,
@@ -472,7 +475,8 @@ impl Setup {
         self
     }
 
-    /// The controller's metrics address (its production one by default).
+    /// The controller's metrics address (the scenario's own on the
+    /// loopback interface by default, port 8080).
     pub(crate) fn metrics(mut self, addr: &str) -> Self {
         self.metrics = Some(addr.into());
         self
@@ -497,6 +501,7 @@ impl Setup {
             log: work.path().join("controller.log"),
             runs: 0,
             metrics: String::new(),
+            own_metrics: crate::common::own_metrics_address(),
             controller: None,
             safety,
             work,
@@ -545,16 +550,15 @@ impl Scenario {
     pub(crate) fn start_controller_with(&mut self, metrics: Option<&str>, args: &[&str]) {
         self.controller = None;
         self.runs += 1;
-        self.metrics = metrics
-            .unwrap_or("127.0.0.1:8080")
-            .replace("0.0.0.0", "127.0.0.1");
+        let metrics = metrics.unwrap_or(&self.own_metrics).to_string();
+        self.metrics = metrics.replace("0.0.0.0", "127.0.0.1");
         self.log = match self.runs {
             1 => self.work().join("controller.log"),
             n => self.work().join(format!("controller-{n}.log")),
         };
         self.controller = Some(
             self.world
-                .start_controller_with(&self.log, metrics, args)
+                .start_controller_with(&self.log, Some(&metrics), args)
                 .unwrap(),
         );
     }
