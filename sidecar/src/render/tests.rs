@@ -211,6 +211,30 @@ fn missing_seed_provider_is_created() {
     assert_eq!(out["num_tokens"], Value::from(16));
 }
 
+/// A running member's new seeds (`yaml::with_seeds`) leave the rendered
+/// file as a render with those seeds would have written it, byte for byte,
+/// on every default file, overrides included: only the seeds change.
+#[test]
+fn seeds_rewritten_in_place_change_nothing_else() {
+    for (label, mode, defaults) in every_fixture() {
+        let mut config = member(mode);
+        config.overrides = configmap("concurrent_reads: 64\nnum_tokens: 8\n");
+        let before = render(&config, &defaults).unwrap();
+        let before = before.file(main_file_name(mode)).unwrap();
+        config.seeds = vec![
+            "10.96.0.10".into(),
+            "10.96.0.11".into(),
+            "10.96.0.14".into(),
+        ];
+        let wanted = render(&config, &defaults).unwrap();
+        let wanted = wanted.file(main_file_name(mode)).unwrap();
+        assert_ne!(before, wanted, "{label}");
+        let rewritten =
+            yaml::with_seeds(main_file_name(mode), before, &config.seeds.join(",")).unwrap();
+        assert_eq!(rewritten, wanted, "{label}");
+    }
+}
+
 #[test]
 fn malformed_seed_provider_is_an_error() {
     let e = render(

@@ -60,7 +60,22 @@ pub fn render_main_file(
         drop_other_names(&mut doc, &fragment, renamed);
         deep_merge(&mut doc, fragment);
     }
-    let body = mapping_to_yaml(&doc).map_err(|source| RenderError::WriteYaml {
+    emit_main_file(file_name, &doc)
+}
+
+/// A rendered main file with other seeds, the rest as it was: what a
+/// running member writes when the addresses it should list change
+/// (`crate::member::seeds`; Cassandra reads the file again on
+/// `reloadSeeds`). The file is one this module rendered, so parsing it and
+/// emitting it again reproduces it but for the seeds.
+pub fn with_seeds(file_name: &str, rendered: &str, seeds: &str) -> Result<String, RenderError> {
+    let mut doc = parse_defaults(file_name, rendered)?;
+    set_seeds(file_name, &mut doc, seeds)?;
+    emit_main_file(file_name, &doc)
+}
+
+fn emit_main_file(file_name: &str, doc: &Mapping) -> Result<String, RenderError> {
+    let body = mapping_to_yaml(doc).map_err(|source| RenderError::WriteYaml {
         file: file_name.to_string(),
         source,
     })?;
