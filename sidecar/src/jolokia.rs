@@ -42,6 +42,8 @@ pub const STORAGE_SERVICE: &str = "org.apache.cassandra.db:type=StorageService";
 pub const ENDPOINT_SNITCH_INFO: &str = "org.apache.cassandra.db:type=EndpointSnitchInfo";
 /// ObjectName of Cassandra's FailureDetector MBean.
 pub const FAILURE_DETECTOR: &str = "org.apache.cassandra.net:type=FailureDetector";
+/// ObjectName of Cassandra's Gossiper MBean.
+pub const GOSSIPER: &str = "org.apache.cassandra.net:type=Gossiper";
 
 /// Errors of the Jolokia client and of the StorageService facade.
 #[derive(Debug, thiserror::Error)]
@@ -984,6 +986,16 @@ impl StorageService {
                 }
             })
             .collect())
+    }
+
+    /// `Gossiper.reloadSeeds()` (4.0+, CASSANDRA-14190): the node reads
+    /// its seed provider again (SimpleSeedProvider: the seeds of
+    /// cassandra.yaml) and gossips with those seeds from now on. The seeds
+    /// it has then, or `None` when it could not read the list (it logs why
+    /// and keeps the ones it had). 3.11 has no such operation.
+    pub async fn reload_seeds(&self) -> Result<Option<Vec<String>>, Error> {
+        let value = self.jolokia.exec(GOSSIPER, "reloadSeeds", vec![]).await?;
+        decode("exec reloadSeeds", value)
     }
 
     /// Unreachable nodes.

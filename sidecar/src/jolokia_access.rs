@@ -15,7 +15,7 @@
 
 use std::fmt::Write as _;
 
-use crate::jolokia::{ENDPOINT_SNITCH_INFO, FAILURE_DETECTOR, STORAGE_SERVICE};
+use crate::jolokia::{ENDPOINT_SNITCH_INFO, FAILURE_DETECTOR, GOSSIPER, STORAGE_SERVICE};
 
 /// The file name of the policy, beside the agent jar.
 pub const FILE_NAME: &str = "jolokia-access.xml";
@@ -93,6 +93,13 @@ pub const ALLOWED: &[Allowed] = &[
         // by which generation.
         attributes: &["SimpleStates", "AllEndpointStates"],
         operations: &[],
+    },
+    Allowed {
+        mbean: GOSSIPER,
+        attributes: &[],
+        // the seeds of a running member (member::seeds): a member being
+        // replaced is a seed while it is, so that the others gossip to it.
+        operations: &["reloadSeeds"],
     },
     Allowed {
         mbean: ENDPOINT_SNITCH_INFO,
@@ -185,6 +192,8 @@ mod tests {
             "<operation>drain</operation>",
             "<operation>decommission</operation>",
             "<attribute mode=\"read\">OperationMode</attribute>",
+            "<name>org.apache.cassandra.net:type=Gossiper</name>",
+            "<operation>reloadSeeds</operation>",
         ] {
             assert!(xml.contains(needed), "{needed}");
         }
@@ -197,6 +206,7 @@ mod tests {
             "<command>list</command>",
             "forceRemoveCompletion",
             "removeNode",
+            "assassinateEndpoint",
             // no MBean of the JVM's own (the signature of cleanup names
             // java.lang.String, which is no MBean)
             "<name>java.lang",

@@ -217,6 +217,19 @@ async fn the_sidecars_calls_pass_the_rendered_agent_options_and_policy_on_a_real
         0,
         "cleanup SUCCESSFUL"
     );
+    // A running member's new seeds (sidecar::member::seeds): written into
+    // cassandra.yaml without ports (the storage port is the default), then
+    // read again by Cassandra through the policy; the node leaves itself
+    // out, and answers as Gossiper.getSeeds prints them.
+    let yaml = image.conf().join("cassandra.yaml");
+    let text = std::fs::read_to_string(&yaml).unwrap();
+    let text =
+        sidecar::render::yaml::with_seeds("cassandra.yaml", &text, "127.0.0.1,127.0.0.2").unwrap();
+    std::fs::write(&yaml, text).unwrap();
+    assert_eq!(
+        storage.reload_seeds().await.unwrap(),
+        Some(vec![format!("/127.0.0.2:{}", ports.storage)])
+    );
     // Anything else is refused by the agent.
     let refused = node
         .request(json!({"type": "exec", "mbean": STORAGE_SERVICE, "operation": "stopGossiping"}))
