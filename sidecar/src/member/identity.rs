@@ -3,7 +3,7 @@
 //! datacenter and rack it belongs to, its own ClusterIP (its address in the
 //! ring), its data directory and the database it runs; and the seeds it
 //! starts with. I/O (reads the Kubernetes API), with the seed rule itself in
-//! `crds::contract`.
+//! [`super::seeds`] and `crds::contract`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -135,9 +135,10 @@ impl Member {
             .map(String::as_str)
     }
 
-    /// The seeds this member starts with (DESIGN.md section 4), from the
-    /// seed Services of the whole cluster; `bootstrapped` is whether its
-    /// data volume records a completed bootstrap.
+    /// The seeds this member starts with (DESIGN.md section 4,
+    /// [`super::seeds`]), from the member Services of the whole cluster;
+    /// `bootstrapped` is whether its data volume records a completed
+    /// bootstrap.
     pub async fn seeds(
         &self,
         services: &Api<Service>,
@@ -154,30 +155,6 @@ impl Member {
                 what: "member services".into(),
                 source,
             })?;
-        let seed_ips: Vec<String> = members
-            .items
-            .iter()
-            .filter(|s| {
-                s.metadata
-                    .labels
-                    .as_ref()
-                    .is_some_and(|l| l.contains_key(contract::SEED))
-            })
-            .filter_map(cluster_ip)
-            .collect();
-        let other_members = members.items.iter().any(|s| {
-            s.metadata.name.as_deref() != Some(self.pod.as_str())
-                && s.spec.as_ref().and_then(|sp| sp.cluster_ip.as_deref()) != Some("None")
-                && s.metadata
-                    .labels
-                    .as_ref()
-                    .is_some_and(|l| l.contains_key(labels::RACK))
-        });
-        Ok(contract::choose_seeds(
-            &self.own_ip,
-            &seed_ips,
-            other_members,
-            bootstrapped,
-        ))
+        Ok(super::seeds::seeds_of(self, &members.items, bootstrapped))
     }
 }

@@ -43,6 +43,7 @@ mod bootstrap;
 mod database;
 mod gossip;
 mod identity;
+mod seeds;
 
 pub use identity::{Member, cluster_ip};
 
@@ -301,6 +302,17 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
         name.clone(),
         Duration::from_secs(args.gossip_record_seconds.max(1)),
     ));
+    if let Node::Cassandra(storage) = &node {
+        // A member being replaced is everyone's seed while it is (the
+        // module doc of `seeds`: CASSANDRA-19580).
+        tokio::spawn(seeds::follow_seeds(
+            services.clone(),
+            member.clone(),
+            args.config_dir.clone(),
+            storage.clone(),
+            seeds.clone(),
+        ));
+    }
     if !bootstrapped {
         tokio::spawn(bootstrap::record_bootstrap(
             node.clone(),
