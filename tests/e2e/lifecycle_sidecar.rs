@@ -523,6 +523,108 @@ async fn an_emptied_member_asks_for_a_replace_and_replaces_itself() {
     .await;
 }
 
+/// The seeds a member's rendered cassandra.yaml lists (what Cassandra
+/// reads at start and on `reloadSeeds`), read through its container.
+async fn listed_seeds(s: &Scenario, pod: &str) -> Result<Vec<String>, String> {
+    let pid = container_pid(&s.pod(pod).await).ok_or(format!("{pod}: no running container"))?;
+    let path = format!(
+        "/proc/{pid}/root{}/cassandra.yaml",
+        contract::RENDERED_CONFIG_DIR
+    );
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+    testworld::fake_cassandra::config::seeds_of_yaml(&text).map_err(|e| e.to_string())
+}
+
+/// Waits until each of `pods` lists exactly `seeds`.
+async fn until_seeds(s: &Scenario, pods: &[&String], seeds: &[&String]) {
+    let mut wanted: Vec<String> = seeds.iter().map(|a| a.to_string()).collect();
+    wanted.sort();
+    s.until(
+        &format!("{pods:?} to list the seeds {wanted:?}"),
+        secs(30),
+        || async {
+            for pod in pods {
+                let listed = listed_seeds(s, pod).await?;
+                if listed != wanted {
+                    return Err(format!("{pod} lists {listed:?}"));
+                }
+            }
+            Ok(())
+        },
+    )
+    .await
+}
+
+/// How many times a member's Cassandra answered `reloadSeeds` with the
+/// address among its seeds (as Gossiper.getSeeds prints it).
+fn reloads_with(s: &Scenario, pod: &str, address: &str) -> usize {
+    s.pod_logs(pod)
+        .lines()
+        .filter(|l| {
+            l.contains("cassandra reloaded its seeds")
+                && l.contains(&format!("\"/{address}:7000\""))
+        })
+        .count()
+}
+
+/// A member being replaced is a seed of the others while it is: a
+/// replacement at its own address gossips a dead state, and Cassandra
+/// gossips to a dead node only when it is a seed (CASSANDRA-19580; the
+/// doc of `sidecar::member::seeds`). With the replace record on member 2's
+/// Service (by hand, the controller stopped), members 0 and 1 write its
+/// address into their cassandra.yaml and their Cassandra reloads its seeds;
+/// member 2 never lists itself; with the record gone, the others drop it
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_being_replaced_is_a_seed_of_the_others_while_it_is() {
+    let _one = ONE_WORLD.lock().await;
+    let (s, names) = three_members("4.1.8", 3, fast_ring()).await;
+    let mut ips = Vec::new();
+    for name in &names {
+        ips.push(address(&s, name).await);
+    }
+    let everyone: Vec<&String> = names.iter().collect();
+    let others = [&names[0], &names[1]];
+    // Members 0 and 1 are the seeds (all three bootstrapped).
+    until_seeds(&s, &everyone, &[&ips[0], &ips[1]]).await;
+    assert_eq!(reloads_with(&s, &names[0], &ips[2]), 0);
+
+    s.patch_service(
+        &names[2],
+        json!({"metadata": {"labels": {contract::REPLACE: ips[2]}}}),
+    )
+    .await;
+    until_seeds(&s, &others, &[&ips[0], &ips[1], &ips[2]]).await;
+    until_seeds(&s, &[&names[2]], &[&ips[0], &ips[1]]).await;
+    for other in others {
+        s.until(
+            &format!("{other}'s Cassandra to reload its seeds"),
+            secs(30),
+            || async { reloads_with(&s, other, &ips[2]) > 0 },
+        )
+        .await;
+    }
+
+    s.patch_service(
+        &names[2],
+        json!({"metadata": {"labels": {contract::REPLACE: null}}}),
+    )
+    .await;
+    until_seeds(&s, &everyone, &[&ips[0], &ips[1]]).await;
+    s.until(
+        "member 0's Cassandra to reload its seeds again",
+        secs(30),
+        || async {
+            s.pod_logs(&names[0])
+                .lines()
+                .rev()
+                .find(|l| l.contains("cassandra reloaded its seeds"))
+                .is_some_and(|l| !l.contains(&format!("/{}:", ips[2])))
+        },
+    )
+    .await;
+}
+
 /// Every descendant of a process (children first found through /proc).
 fn descendants(pid: i32) -> Vec<i32> {
     let mut out = Vec::new();

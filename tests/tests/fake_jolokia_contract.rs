@@ -170,6 +170,7 @@ async fn peer(
         policy,
         repairs: Default::default(),
         sstables: None,
+        seeds: None,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

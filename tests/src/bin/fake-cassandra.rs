@@ -49,6 +49,7 @@ use std::time::{Duration, Instant};
 use testworld::fake_cassandra::MARKER;
 use testworld::fake_cassandra::config::{self, FakeConfig};
 use testworld::fake_cassandra::jolokia::Identity;
+use testworld::fake_cassandra::node::Seeds;
 use testworld::fake_cassandra::node::{FakeNode, NodeError, RingClient, serve_jolokia};
 use testworld::fake_cassandra::process::{Stop, data_dir_identity, wait_for_signal, watch_ring};
 use testworld::fake_cassandra::ring_service::StartRequest;
@@ -287,6 +288,12 @@ async fn main() -> ExitCode {
         policy: testworld::fake_cassandra::policy::Policy::load(config.jolokia_policy.as_deref()),
         repairs: Default::default(),
         sstables: Some(sstables.clone()),
+        seeds: std::env::var("CASSANDRA_CONF").ok().map(|conf| {
+            Seeds::read(
+                PathBuf::from(conf).join("cassandra.yaml"),
+                &config.node.address,
+            )
+        }),
     });
     let server = match &config.jolokia {
         Some((host, port)) => match tokio::net::TcpListener::bind((host.as_str(), *port)).await {

@@ -190,6 +190,14 @@ fn yaml_str(doc: &Value, key: &str) -> Option<String> {
     }
 }
 
+/// The seeds of cassandra.yaml's text, as SimpleSeedProvider reads them
+/// at start and on `reloadSeeds`: addresses without ports.
+pub fn seeds_of_yaml(yaml: &str) -> Result<Vec<String>, ConfigError> {
+    let doc: Value =
+        serde_norway::from_str(yaml).map_err(|e| ConfigError::ParseYaml(e.to_string()))?;
+    Ok(seeds(&doc))
+}
+
 /// `seed_provider[0].parameters[0].seeds`, addresses without ports.
 fn seeds(doc: &Value) -> Vec<String> {
     let text = doc

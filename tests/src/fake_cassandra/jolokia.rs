@@ -14,8 +14,14 @@ use crate::ring::{RingError, Version};
 pub const STORAGE_SERVICE: &str = "org.apache.cassandra.db:type=StorageService";
 pub const ENDPOINT_SNITCH_INFO: &str = "org.apache.cassandra.db:type=EndpointSnitchInfo";
 pub const FAILURE_DETECTOR: &str = "org.apache.cassandra.net:type=FailureDetector";
+pub const GOSSIPER: &str = "org.apache.cassandra.net:type=Gossiper";
 /// The MBeans the fake registers.
-const MBEANS: [&str; 3] = [STORAGE_SERVICE, ENDPOINT_SNITCH_INFO, FAILURE_DETECTOR];
+const MBEANS: [&str; 4] = [
+    STORAGE_SERVICE,
+    ENDPOINT_SNITCH_INFO,
+    FAILURE_DETECTOR,
+    GOSSIPER,
+];
 pub const AGENT_VERSION: &str = "1.7.1";
 pub const PROTOCOL_VERSION: &str = "7.2";
 /// Jolokia 1.x answers with this content type.
@@ -137,6 +143,10 @@ pub enum RingCall {
         keyspace: String,
         exclude_current_version: bool,
     },
+    /// `Gossiper.reloadSeeds` (4.0+): reads the seeds of cassandra.yaml
+    /// again (the node's own configuration, no ring change); answers the
+    /// seeds it has then.
+    ReloadSeeds,
 }
 
 /// What a request needs.
@@ -585,6 +595,8 @@ fn attribute_names(id: &Identity, mbean: &str) -> Vec<&'static str> {
     match mbean {
         STORAGE_SERVICE => storage_attributes(id),
         FAILURE_DETECTOR => detector_attributes(id),
+        // Its attributes (Seeds, ReleaseVersionsWithPort) are not read.
+        GOSSIPER => Vec::new(),
         _ => SNITCH_ATTRIBUTES.to_vec(),
     }
 }
@@ -661,6 +673,15 @@ fn operations(id: &Identity, mbean: &str) -> Vec<(&'static str, Vec<&'static str
     }
     if mbean == FAILURE_DETECTOR {
         return vec![("getEndpointState", vec![STRING])];
+    }
+    if mbean == GOSSIPER {
+        // GossiperMBean.reloadSeeds came with 4.0 (CASSANDRA-14190); the
+        // operations of 3.11's are not called.
+        return id
+            .v4()
+            .then(|| ("reloadSeeds", vec![]))
+            .into_iter()
+            .collect();
     }
     vec![
         (
@@ -854,6 +875,7 @@ fn exec(id: &Identity, view: &NodeView, request: &Value) -> Result<Exec, JavaErr
                 None => Err(JavaError::thrown("java.lang.NullPointerException", "")),
             }
         }
+        (GOSSIPER, "reloadSeeds") => Ok(Exec::Call(RingCall::ReloadSeeds)),
         (_, "getTokens") => {
             let ip = endpoint_arg(id, &string_arg(&args[0]))?;
             Ok(Exec::Value(json!(
@@ -1194,7 +1216,33 @@ mod tests {
         assert_eq!(r["status"], json!(404));
         assert_eq!(
             search("org.apache.cassandra.net:*"),
-            json!([FAILURE_DETECTOR])
+            json!([FAILURE_DETECTOR, GOSSIPER])
+        );
+    }
+
+    #[test]
+    fn seeds_reload_from_4_0_on() {
+        let reload = json!({"type": "exec", "mbean": GOSSIPER, "operation": "reloadSeeds"});
+        for release in ["4.1.8", "5.0.3"] {
+            assert!(
+                matches!(
+                    step(&v(release), &view(), &reload),
+                    Step::Call {
+                        call: RingCall::ReloadSeeds,
+                        ..
+                    }
+                ),
+                "{release}"
+            );
+        }
+        // 3.11's GossiperMBean has no reloadSeeds (CASSANDRA-14190 is 4.0).
+        let r = answer(&v("3.11.6"), reload);
+        assert_eq!(r["status"], json!(400));
+        assert_eq!(
+            r["error"],
+            json!(format!(
+                "java.lang.IllegalArgumentException : No operation reloadSeeds found on MBean {GOSSIPER}"
+            ))
         );
     }
 

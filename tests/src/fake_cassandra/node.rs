@@ -143,7 +143,9 @@ impl RingClient {
             }
             // Kept by the node itself (see FakeNode::repairs and
             // FakeNode::sstables).
-            RingCall::RepairStatus { .. } | RingCall::UpgradeSstables { .. } => {
+            RingCall::RepairStatus { .. }
+            | RingCall::UpgradeSstables { .. }
+            | RingCall::ReloadSeeds => {
                 return Ok(Value::Null);
             }
         };
@@ -186,6 +188,57 @@ pub struct FakeNode {
     pub repairs: Repairs,
     /// Its sstables on the data volume (none when it writes no files).
     pub sstables: Option<Arc<std::sync::Mutex<Sstables>>>,
+    /// Its seeds (none: it cannot read them again, `reloadSeeds` answers
+    /// null as on an error).
+    pub seeds: Option<Seeds>,
+}
+
+/// The seeds of a node as its Gossiper keeps them (`Gossiper.seeds`): read
+/// from cassandra.yaml at start and again on `reloadSeeds`.
+#[derive(Debug, Clone)]
+pub struct Seeds {
+    /// The node's cassandra.yaml.
+    pub yaml: std::path::PathBuf,
+    /// Its broadcast address: never its own seed (`Gossiper.buildSeedsList`
+    /// and `reloadSeeds` leave it out).
+    pub own_address: String,
+    pub current: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Seeds {
+    /// The seeds of `yaml` as the node starts with them.
+    pub fn read(yaml: std::path::PathBuf, own_address: &str) -> Seeds {
+        let seeds = Seeds {
+            yaml,
+            own_address: own_address.to_string(),
+            current: Arc::default(),
+        };
+        seeds.reload();
+        seeds
+    }
+
+    /// `Gossiper.reloadSeeds`: the list read again (an empty one leaves the
+    /// seeds as they were), `None` when it cannot be read ("Error while
+    /// getting seed node list", the seeds kept).
+    fn reload(&self) -> Option<Vec<String>> {
+        let text = std::fs::read_to_string(&self.yaml).ok()?;
+        let read = match super::config::seeds_of_yaml(&text) {
+            Ok(read) => read,
+            Err(e) => {
+                println!("WARN  [main] Error while getting seed node list: {e}");
+                return None;
+            }
+        };
+        let read: Vec<String> = read
+            .into_iter()
+            .filter(|s| *s != self.own_address)
+            .collect();
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if !read.is_empty() {
+            *current = read;
+        }
+        Some(current.clone())
+    }
 }
 
 /// The StorageService MBean's name, whatever properties follow.
@@ -230,6 +283,21 @@ impl FakeNode {
             } => {
                 let outcome = self.upgrade_sstables(&keyspace, exclude_current_version);
                 jolokia::answer_call(&echo, outcome)
+            }
+            Step::Call {
+                call: RingCall::ReloadSeeds,
+                echo,
+            } => {
+                // Gossiper.getSeeds: InetAddressAndPort.toString of each,
+                // `/10.0.0.1:7000`.
+                let port = self.identity.storage_port;
+                let seeds = self.seeds.as_ref().and_then(Seeds::reload).map(|seeds| {
+                    seeds
+                        .iter()
+                        .map(|s| format!("/{s}:{port}"))
+                        .collect::<Vec<_>>()
+                });
+                jolokia::answer_call(&echo, Ok(json!(seeds)))
             }
             Step::Call { call, echo } => {
                 let outcome = self
@@ -418,6 +486,7 @@ mod starting_tests {
             policy: crate::fake_cassandra::policy::Policy::AllowAll,
             repairs: Repairs::default(),
             sstables: None,
+            seeds: None,
         };
         let read = json!({"type": "read", "mbean": STORAGE_SERVICE, "attribute": "OperationMode"});
         let answer = node.answer(&read).await;
