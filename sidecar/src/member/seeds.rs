@@ -17,8 +17,9 @@
 //! cluster's member Services, rewrites the seeds of the rendered
 //! cassandra.yaml in place when they change ([`crate::render::yaml::with_seeds`])
 //! and has Cassandra read them again (`reloadSeeds` on the Gossiper MBean).
-//! ScyllaDB has no such operation: scylla mode keeps the seeds it started
-//! with.
+//! ScyllaDB's REST API has no such operation (its `/gossiper` endpoints
+//! read, assassinate and remove endpoints only): scylla mode lists the seed
+//! Services alone, as before, and keeps the seeds it started with.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use std::time::Duration;
 
 use crds::contract;
 use crds::labels;
+use crds::v1alpha1::ClusterMode;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use kube::Api;
@@ -52,9 +54,10 @@ pub struct SeedAddresses {
 }
 
 /// The seed candidates among the member Services of a cluster (`own`: this
-/// member's name). A member being replaced is not its own seed, whatever
-/// the replace: a node never bootstraps from itself. Pure.
-pub fn seed_addresses(services: &[Service], own: &str) -> SeedAddresses {
+/// member's name); the members being replaced only when `replacing_seeds`
+/// (Cassandra). A member being replaced is not its own seed, whatever the
+/// replace: a node never bootstraps from itself. Pure.
+pub fn seed_addresses(services: &[Service], own: &str, replacing_seeds: bool) -> SeedAddresses {
     let has = |s: &Service, key: &str| {
         s.metadata
             .labels
@@ -68,7 +71,9 @@ pub fn seed_addresses(services: &[Service], own: &str) -> SeedAddresses {
             .labels
             .as_ref()
             .and_then(|l| l.get(contract::REPLACE));
-        is_other(s) && contract::replace_address(label.map(String::as_str)).is_some()
+        replacing_seeds
+            && is_other(s)
+            && contract::replace_address(label.map(String::as_str)).is_some()
     };
     SeedAddresses {
         addresses: services
@@ -85,9 +90,11 @@ pub fn seed_addresses(services: &[Service], own: &str) -> SeedAddresses {
 }
 
 /// The seeds of a member, from its cluster's member Services; `bootstrapped`:
-/// whether its data volume records a completed bootstrap. Pure.
+/// whether its data volume records a completed bootstrap. ScyllaDB keeps
+/// the seed Services alone: it cannot reload its seeds, and replaces by
+/// host ID. Pure.
 pub fn seeds_of(member: &Member, services: &[Service], bootstrapped: bool) -> Vec<String> {
-    let found = seed_addresses(services, &member.pod);
+    let found = seed_addresses(services, &member.pod, member.mode == ClusterMode::Cassandra);
     contract::choose_seeds(
         &member.own_ip,
         &found.addresses,
@@ -243,7 +250,7 @@ mod tests {
 
     #[test]
     fn the_seeds_are_the_seed_services() {
-        let found = seed_addresses(&rack(&[]), "c-dc-r-2");
+        let found = seed_addresses(&rack(&[]), "c-dc-r-2", true);
         assert_eq!(found.addresses, addresses(&["10.96.0.10", "10.96.0.11"]));
         assert!(found.other_members);
     }
@@ -253,19 +260,25 @@ mod tests {
         let replacing = rack(&[(2, "10.96.0.12")]);
         for other in ["c-dc-r-0", "c-dc-r-1"] {
             assert_eq!(
-                seed_addresses(&replacing, other).addresses,
+                seed_addresses(&replacing, other, true).addresses,
                 addresses(&["10.96.0.10", "10.96.0.11", "10.96.0.12"]),
                 "{other}"
             );
         }
         // Not of itself: it would not bootstrap (stream) from the others.
         assert_eq!(
-            seed_addresses(&replacing, "c-dc-r-2").addresses,
+            seed_addresses(&replacing, "c-dc-r-2", true).addresses,
+            addresses(&["10.96.0.10", "10.96.0.11"])
+        );
+        // ScyllaDB (no reload of seeds; a replace by host ID): the seed
+        // Services alone.
+        assert_eq!(
+            seed_addresses(&replacing, "c-dc-r-0", false).addresses,
             addresses(&["10.96.0.10", "10.96.0.11"])
         );
         // The record gone, it is no seed again.
         assert_eq!(
-            seed_addresses(&rack(&[]), "c-dc-r-0").addresses,
+            seed_addresses(&rack(&[]), "c-dc-r-0", true).addresses,
             addresses(&["10.96.0.10", "10.96.0.11"])
         );
     }
@@ -273,7 +286,7 @@ mod tests {
     #[test]
     fn a_replace_record_without_an_address_is_no_replace() {
         // The sidecar never starts a replace with it (contract::replace_address).
-        let found = seed_addresses(&rack(&[(2, "")]), "c-dc-r-0");
+        let found = seed_addresses(&rack(&[(2, "")]), "c-dc-r-0", true);
         assert_eq!(found.addresses, addresses(&["10.96.0.10", "10.96.0.11"]));
     }
 
@@ -282,12 +295,12 @@ mod tests {
         // The rule of contract::choose_seeds: not bootstrapped, it leaves
         // itself out; the others keep it.
         let replacing = rack(&[(1, "10.96.0.11")]);
-        let found = seed_addresses(&replacing, "c-dc-r-1");
+        let found = seed_addresses(&replacing, "c-dc-r-1", true);
         assert_eq!(
             contract::choose_seeds("10.96.0.11", &found.addresses, found.other_members, false),
             addresses(&["10.96.0.10"])
         );
-        let found = seed_addresses(&replacing, "c-dc-r-2");
+        let found = seed_addresses(&replacing, "c-dc-r-2", true);
         assert_eq!(
             contract::choose_seeds("10.96.0.12", &found.addresses, found.other_members, true),
             addresses(&["10.96.0.10", "10.96.0.11"])
@@ -297,7 +310,7 @@ mod tests {
     #[test]
     fn the_first_member_alone_has_no_other_members() {
         let only = vec![service("c-dc-r-0", "10.96.0.10", &[(contract::SEED, "")])];
-        let found = seed_addresses(&only, "c-dc-r-0");
+        let found = seed_addresses(&only, "c-dc-r-0", true);
         assert!(!found.other_members);
         assert_eq!(found.addresses, addresses(&["10.96.0.10"]));
     }
