@@ -21,6 +21,7 @@
 //! read, assassinate and remove endpoints only): scylla mode lists the seed
 //! Services alone, as before, and keeps the seeds it started with.
 
+use std::borrow::Borrow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,7 +58,12 @@ pub struct SeedAddresses {
 /// member's name); the members being replaced only when `replacing_seeds`
 /// (Cassandra). A member being replaced is not its own seed, whatever the
 /// replace: a node never bootstraps from itself. Pure.
-pub fn seed_addresses(services: &[Service], own: &str, replacing_seeds: bool) -> SeedAddresses {
+pub fn seed_addresses(
+    services: &[impl Borrow<Service>],
+    own: &str,
+    replacing_seeds: bool,
+) -> SeedAddresses {
+    let services = || services.iter().map(Borrow::borrow);
     let has = |s: &Service, key: &str| {
         s.metadata
             .labels
@@ -76,12 +82,11 @@ pub fn seed_addresses(services: &[Service], own: &str, replacing_seeds: bool) ->
             && contract::replace_address(label.map(String::as_str)).is_some()
     };
     SeedAddresses {
-        addresses: services
-            .iter()
+        addresses: services()
             .filter(|s| has(s, contract::SEED) || replacing(s))
             .filter_map(cluster_ip)
             .collect(),
-        other_members: services.iter().any(|s| {
+        other_members: services().any(|s| {
             is_other(s)
                 && s.spec.as_ref().and_then(|sp| sp.cluster_ip.as_deref()) != Some("None")
                 && has(s, labels::RACK)
@@ -93,7 +98,11 @@ pub fn seed_addresses(services: &[Service], own: &str, replacing_seeds: bool) ->
 /// whether its data volume records a completed bootstrap. ScyllaDB keeps
 /// the seed Services alone: it cannot reload its seeds, and replaces by
 /// host ID. Pure.
-pub fn seeds_of(member: &Member, services: &[Service], bootstrapped: bool) -> Vec<String> {
+pub fn seeds_of(
+    member: &Member,
+    services: &[impl Borrow<Service>],
+    bootstrapped: bool,
+) -> Vec<String> {
     let found = seed_addresses(services, &member.pod, member.mode == ClusterMode::Cassandra);
     contract::choose_seeds(
         &member.own_ip,
@@ -145,8 +154,7 @@ pub async fn follow_seeds(
         if store.wait_until_ready().await.is_err() {
             return;
         }
-        let seen: Vec<Service> = store.state().iter().map(|s| (**s).clone()).collect();
-        let wanted = seeds_of(&member, &seen, bootstrapped.is_file());
+        let wanted = seeds_of(&member, &store.state(), bootstrapped.is_file());
         if wanted != listed {
             match rewrite_seeds(&config_dir, &wanted) {
                 Ok(()) => {
