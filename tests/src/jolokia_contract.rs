@@ -1084,6 +1084,11 @@ pub fn refused_by_policy() -> Vec<(Value, &'static str)> {
             json!({"type": "exec", "mbean": ss, "operation": "removeNode", "arguments": ["x"]}),
             "java.lang.Exception : Operation removeNode forbidden for MBean org.apache.cassandra.db:type=StorageService",
         ),
+        // Of the Gossiper, the sidecar calls reloadSeeds alone.
+        (
+            json!({"type": "exec", "mbean": jolokia::GOSSIPER, "operation": "assassinateEndpoint", "arguments": ["10.0.0.2"]}),
+            "java.lang.Exception : Operation assassinateEndpoint forbidden for MBean org.apache.cassandra.net:type=Gossiper",
+        ),
         (
             json!({"type": "exec", "mbean": "java.lang:type=Threading", "operation": "dumpAllThreads(boolean,boolean)", "arguments": [true, true]}),
             "java.lang.Exception : Operation dumpAllThreads(boolean,boolean) forbidden for MBean java.lang:type=Threading",
