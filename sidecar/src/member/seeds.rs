@@ -131,6 +131,9 @@ pub async fn follow_seeds(
         .default_backoff()
         .boxed();
     let bootstrapped = contract::bootstrapped_marker(&member.data_dir);
+    // The store holds the whole list once the first listing is done (not
+    // `wait_until_ready`: only polling this very stream makes it ready).
+    let mut complete = false;
     let mut unreloaded = false;
     loop {
         let retry = async {
@@ -142,7 +145,7 @@ pub async fn follow_seeds(
         };
         tokio::select! {
             event = events.next() => match event {
-                Some(Ok(_)) => {}
+                Some(Ok(event)) => complete |= matches!(event, watcher::Event::InitDone),
                 Some(Err(e)) => {
                     warn!(error = %e, "watching the member services");
                     continue;
@@ -151,8 +154,8 @@ pub async fn follow_seeds(
             },
             () = retry => {}
         }
-        if store.wait_until_ready().await.is_err() {
-            return;
+        if !complete {
+            continue;
         }
         let wanted = seeds_of(&member, &store.state(), bootstrapped.is_file());
         if wanted != listed {
