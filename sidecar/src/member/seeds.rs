@@ -38,7 +38,7 @@ use tracing::{debug, info, warn};
 use super::identity::{Member, cluster_ip};
 use crate::jolokia::StorageService;
 use crate::render::cassandra::CASSANDRA_YAML;
-use crate::render::yaml;
+use crate::render::{self, RenderError, yaml};
 
 /// How often a reload that did not reach Cassandra (not up yet) is tried
 /// again.
@@ -198,15 +198,14 @@ async fn reload(storage: &StorageService, member: &str) -> bool {
 }
 
 /// Writes `seeds` into the rendered cassandra.yaml, the rest unchanged.
-fn rewrite_seeds(config_dir: &Path, seeds: &[String]) -> Result<(), crate::render::RenderError> {
+fn rewrite_seeds(config_dir: &Path, seeds: &[String]) -> Result<(), RenderError> {
     let path = config_dir.join(CASSANDRA_YAML);
-    let text =
-        std::fs::read_to_string(&path).map_err(|source| crate::render::RenderError::WriteFile {
-            path: path.clone(),
-            source,
-        })?;
+    let text = std::fs::read_to_string(&path).map_err(|source| RenderError::ReadFile {
+        path: path.clone(),
+        source,
+    })?;
     let text = yaml::with_seeds(CASSANDRA_YAML, &text, &seeds.join(","))?;
-    crate::render::write_all(config_dir, &[(CASSANDRA_YAML.to_string(), text)]).map(drop)
+    render::write_all(config_dir, &[(CASSANDRA_YAML.to_string(), text)]).map(drop)
 }
 
 #[cfg(test)]
