@@ -2,8 +2,9 @@
 //! binary in the test world: a full outage comes back (a bootstrapped member
 //! seeds itself), a member killed in the middle of its bootstrap resumes it,
 //! a decommission Cassandra refuses is reported and backed off, a stale
-//! decommission marker on a reused volume is cleared, and a member whose
-//! disk was emptied while the ring still knows it asks for a replace.
+//! decommission marker on a reused volume is cleared, a member whose disk
+//! was emptied while the ring still knows it asks for a replace, and a
+//! member being replaced is a seed of the others while it is.
 //!
 //! The full outage runs on Cassandra 4.1 by default; `LIFECYCLE_VERSIONS`
 //! (comma separated, e.g. `3.11.6,4.1.8,5.0.3`) runs it on others too.
