@@ -427,9 +427,26 @@ pub(crate) async fn lose_node_until_replaced(scenario: &Scenario, lost: &str, ad
 /// member's own ClusterIP; it streams the lost node's ranges and the ring
 /// is three UN at the same addresses, the replacement with the lost node's
 /// host ID (Cassandra gives a same-address replacement the old one).
+/// Member 2 is no seed: the others list it as one while it is replaced, or
+/// they would not gossip to it once they heard its `hibernate`
+/// (CASSANDRA-19580; it then failed 2 to 4 runs in 9 with "Unable to
+/// contact any seeds").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "Cassandra 4.1.8 has bug CASSANDRA-19580 (proposed 4.1 fix: apache/cassandra PR 3973): a same-address replacement gossips STATUS=hibernate, a dead state, and learns the ring only from gossip rounds the other nodes start, which they stop once they know that state; when both seeds learned it before either gossiped to it (2 of 7 runs here, 4 of 9 before) it exits with \"Unable to contact any seeds\", and every later attempt fails alike as the seeds keep it hibernating, although their connections to it work"]
+#[ignore = "to be confirmed: with the seeds fix it passed 3 runs of 3 so far; un-ignore after 5 in a row (it failed 4 of 9 and 2 of 7 before)"]
 async fn a_real_member_whose_node_is_lost_is_replaced_at_its_cluster_ip() {
+    replace_after_node_loss(2).await;
+}
+
+/// The same for a seed (member 1): the replacement lists only the other
+/// seed, and the others gossip to it as to any seed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "soak: a seed's replace passed 4 runs of 4 before the seeds fix (the thesis scenario replaces one in CI)"]
+async fn a_real_seed_whose_node_is_lost_is_replaced_at_its_cluster_ip() {
+    replace_after_node_loss(1).await;
+}
+
+/// Loses the Node of member `ordinal` and waits for its replace.
+async fn replace_after_node_loss(ordinal: i32) {
     let _real = crate::common::ONE_REAL_WORLD.lock().await;
     let scenario = setup()
         .options(|o| {
@@ -443,30 +460,44 @@ async fn a_real_member_whose_node_is_lost_is_replaced_at_its_cluster_ip() {
     scenario.create(&real_cluster(3).with_rack(local)).await;
     scenario.until_ready("c", 3, secs(600)).await;
     let ips = member_ips(&scenario, 3).await;
-    let before = until_status_un(&scenario, &member(0), &ips).await;
+    let (index, lost) = (ordinal as usize, member(ordinal));
+    // nodetool status asked on a member that stays.
+    let asked = member(if ordinal == 0 { 1 } else { 0 });
+    let before = until_status_un(&scenario, &asked, &ips).await;
     let host_id = |text: &str, ip: &str| {
         text.lines()
             .find(|l| l.split_whitespace().nth(1) == Some(ip))
             .and_then(|l| l.split_whitespace().nth(6))
             .map(str::to_string)
     };
-    let lost = member(2);
-    let old_host_id = host_id(&before, &ips[2]).expect("a host ID");
+    let old_host_id = host_id(&before, &ips[index]).expect("a host ID");
 
     let began = Instant::now();
-    lose_node_until_replaced(&scenario, &lost, &ips[2]).await;
+    lose_node_until_replaced(&scenario, &lost, &ips[index]).await;
     eprintln!(
         "replace after the Node's loss: {:.1} s",
         began.elapsed().as_secs_f64()
     );
-    let after = until_status_un(&scenario, &member(0), &ips).await;
+    let after = until_status_un(&scenario, &asked, &ips).await;
     eprintln!("nodetool status after the replace:\n{after}");
     // Cassandra gives a replacement at the same address the replaced
     // node's host ID (so that hints for it reach it).
-    assert_eq!(host_id(&after, &ips[2]), Some(old_host_id));
+    assert_eq!(host_id(&after, &ips[index]), Some(old_host_id));
+    if !crds::contract::is_seed(ordinal) {
+        // The others' Cassandra took the replacement as a seed, through
+        // the sidecar's Jolokia (Gossiper.getSeeds prints `/address:port`).
+        let reloaded = format!("\"/{}:7000\"", ips[index]);
+        assert!(
+            scenario
+                .pod_logs(&asked)
+                .lines()
+                .any(|l| l.contains("cassandra reloaded its seeds") && l.contains(&reloaded)),
+            "{asked} did not reload its seeds with {reloaded}"
+        );
+    }
     let logs = scenario.pod_logs(&lost);
     assert!(
-        logs.contains(&format!("replace=Some(\"{}\")", ips[2]))
+        logs.contains(&format!("replace=Some(\"{}\")", ips[index]))
             && logs.contains("same address as the node to be replaced"),
         "the new member replaced the lost one:\n{}",
         &logs[logs.len().saturating_sub(4000)..]
