@@ -373,6 +373,85 @@ pub fn builtin_types() -> Vec<ResourceType> {
     ]
 }
 
+/// The schema node a CEL rule's `fieldPath` names, from the node that
+/// holds the rule (apiextensions' `validFieldPath`): `.name` and
+/// `['name']` go through `properties` (or `additionalProperties`), `[N]`
+/// through `items`. `None`: not a valid path.
+fn rule_field_path_target<'a>(node: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut node = node;
+    let mut rest = path;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let child = |node: &'a Value, key: &str| {
+            node.pointer(&format!("/properties/{key}"))
+                .or_else(|| node.get("additionalProperties").filter(|a| a.is_object()))
+        };
+        if let Some(after) = rest.strip_prefix('.') {
+            let end = after.find(['.', '[']).unwrap_or(after.len());
+            let key = &after[..end];
+            if key.is_empty() {
+                return None;
+            }
+            node = child(node, key)?;
+            rest = &after[end..];
+        } else if let Some(after) = rest.strip_prefix("['") {
+            let end = after.find("']")?;
+            node = child(node, &after[..end])?;
+            rest = &after[end + 2..];
+        } else if let Some(after) = rest.strip_prefix('[') {
+            let end = after.find(']')?;
+            after[..end].parse::<usize>().ok()?;
+            node = node.get("items")?;
+            rest = &after[end + 1..];
+        } else {
+            return None;
+        }
+    }
+    Some(node)
+}
+
+/// The API server's refusals of `fieldPath`s of a schema's CEL rules that
+/// name no node of the schema, for every node that holds rules (`at`: the
+/// node's path in the message). A CRD's schema describes no `metadata`
+/// beyond what it declares, so `.metadata.name` is refused at the root.
+fn rule_field_path_errors(node: &Value, at: &str) -> Vec<String> {
+    let mut errors = Vec::new();
+    for (i, rule) in node
+        .get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        if let Some(path) = rule.get("fieldPath").and_then(Value::as_str)
+            && rule_field_path_target(node, path).is_none()
+        {
+            errors.push(format!(
+                "spec.validation.{at}.x-kubernetes-validations[{i}].fieldPath: Invalid value: \"{path}\": must be a valid path"
+            ));
+        }
+    }
+    if let Some(properties) = node.get("properties").and_then(Value::as_object) {
+        for (name, child) in properties {
+            errors.extend(rule_field_path_errors(
+                child,
+                &format!("{at}.properties[{name}]"),
+            ));
+        }
+    }
+    for (key, shown) in [
+        ("items", "items"),
+        ("additionalProperties", "additionalProperties"),
+    ] {
+        if let Some(child) = node.get(key).filter(|c| c.is_object()) {
+            errors.extend(rule_field_path_errors(child, &format!("{at}.{shown}")));
+        }
+    }
+    errors
+}
+
 /// The kind a CustomResourceDefinition declares, or why it cannot be served.
 pub fn crd_type(crd: &Value) -> Result<ResourceType, String> {
     let spec = crd.get("spec").ok_or("spec: Required value")?;
@@ -408,6 +487,9 @@ pub fn crd_type(crd: &Value) -> Result<ResourceType, String> {
             printer_columns.insert(name.clone(), cols.clone());
         }
         if let Some(schema) = v.pointer("/schema/openAPIV3Schema") {
+            if let Some(e) = rule_field_path_errors(schema, "openAPIV3Schema").first() {
+                return Err(e.clone());
+            }
             schemas.insert(name.clone(), schema.clone());
         }
         if let Some(sub) = v.get("subresources") {
@@ -616,6 +698,36 @@ pub fn version_info() -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rule_field_path_must_name_a_node_of_the_schema() {
+        let schema = json!({"type": "object",
+            "x-kubernetes-validations": [
+                {"rule": "true", "fieldPath": ".spec.racks"},
+                {"rule": "true", "fieldPath": ".spec.labels['a.b']"},
+                {"rule": "true", "fieldPath": ".spec.racks[0].name"}],
+            "properties": {"spec": {"type": "object", "properties": {
+                "racks": {"type": "array", "items": {"type": "object",
+                    "properties": {"name": {"type": "string"}}}},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}}}}}});
+        assert_eq!(
+            rule_field_path_errors(&schema, "openAPIV3Schema"),
+            Vec::<String>::new()
+        );
+        // What the real API server refused in the operator's CRD: the
+        // schema declares no metadata.
+        let mut bad = schema.clone();
+        bad["x-kubernetes-validations"][1]["fieldPath"] = json!(".metadata.name");
+        bad["properties"]["spec"]["x-kubernetes-validations"] =
+            json!([{"rule": "true", "fieldPath": ".rack"}]);
+        assert_eq!(
+            rule_field_path_errors(&bad, "openAPIV3Schema"),
+            vec![
+                "spec.validation.openAPIV3Schema.x-kubernetes-validations[1].fieldPath: Invalid value: \".metadata.name\": must be a valid path".to_string(),
+                "spec.validation.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].fieldPath: Invalid value: \".rack\": must be a valid path".to_string(),
+            ]
+        );
+    }
 
     #[test]
     fn crd_declares_a_served_kind() {
