@@ -15,18 +15,21 @@ use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdate
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
     ExecAction, HTTPGetAction, Lifecycle, LifecycleHandler, ObjectFieldSelector,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceFieldSelector, SeccompProfile,
-    SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceFieldSelector,
+    ResourceRequirements, SeccompProfile, SecurityContext, Service, ServiceAccount, ServicePort,
+    ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 
 use crds::contract::pod::{self, env, subcommand};
 use crds::contract::{
-    self, JMX_EXPORTER_DIR, MEMBER_PORTS, OVERRIDES_DIR, SHARED_DIR, SIDECAR_PORT, data_dir,
+    self, INTERNODE_PORTS, JMX_EXPORTER_DIR, OVERRIDES_DIR, SHARED_DIR, SIDECAR_PORT, data_dir,
+    member_ports,
 };
 /// How long a member may take to drain and stop: draining flushes every
 /// memtable, which takes minutes on a loaded node.
@@ -38,6 +41,46 @@ pub const TERMINATION_GRACE_SECONDS: i64 = 1800;
 /// Pod runs as it from the start.
 pub const CASSANDRA_UID: i64 = 999;
 pub use crds::v1alpha1::DEFAULT_OPERATOR_IMAGE;
+
+/// The CPU of the `install` init container, its request and its limit.
+pub const INSTALL_CPU: &str = "100m";
+/// The memory of the `install` init container, its request and its limit.
+pub const INSTALL_MEMORY: &str = "128Mi";
+
+/// The `install` init container's resources: requests equal to limits, for
+/// cpu and memory both, so that a member Pod is in the Guaranteed QoS class
+/// whenever its rack's resources are (Kubernetes counts init containers: a
+/// container without cpu and memory limits makes the whole Pod Burstable,
+/// and a Burstable member is evicted under Node memory pressure before any
+/// Guaranteed Pod, and gets no exclusive CPUs from the static CPU manager).
+///
+/// Small, and enough: `install` copies the binary (about 11 MiB, README
+/// "Binary size") and the agent jar (0.5 MiB), holding a file and the
+/// installed copy in memory to compare them. Measured with the 82 MB debug
+/// build: 179 MiB peak RSS when it installs over an earlier copy (a
+/// restarted Pod), about twice the binary and its mapped pages, and 0.2 s
+/// of CPU; for the release binary that is about 40 MiB and 0.03 s, which a
+/// tenth of a CPU runs in a few scheduling periods. 128Mi leaves room for a
+/// binary twice as large: an init container killed for memory would keep
+/// every member in `Init:CrashLoopBackOff`. The scheduler counts a Pod's
+/// request as the larger of its largest init container's and the sum of its
+/// containers', so these cost a Node nothing beside any database
+/// container's resources.
+///
+/// The sidecar has no container of its own: it is the database container's
+/// PID 1 (it starts the database as its child), so it lives within the
+/// rack's resources, which that container carries as they are.
+pub fn install_resources() -> ResourceRequirements {
+    let both = BTreeMap::from([
+        ("cpu".to_string(), Quantity(INSTALL_CPU.to_string())),
+        ("memory".to_string(), Quantity(INSTALL_MEMORY.to_string())),
+    ]);
+    ResourceRequirements {
+        requests: Some(both.clone()),
+        limits: Some(both),
+        ..ResourceRequirements::default()
+    }
+}
 
 /// The StatefulSet annotation holding the hash of what the controller
 /// applied (the object without replicas): the apply step compares it with
@@ -333,7 +376,7 @@ fn pod_template(
         ..Probe::default()
     };
 
-    let mut ports: Vec<ContainerPort> = MEMBER_PORTS
+    let mut ports: Vec<ContainerPort> = member_ports(mode, &cluster.spec.version)
         .iter()
         .map(|(name, port)| ContainerPort {
             name: Some(name.to_string()),
@@ -368,6 +411,7 @@ fn pod_template(
                     SHARED_DIR.to_string(),
                 ]),
                 volume_mounts: Some(vec![mounts[0].clone()]),
+                resources: Some(install_resources()),
                 security_context: container_security_context(mode),
                 ..Container::default()
             }]),
@@ -418,6 +462,15 @@ fn pod_template(
 /// (`fsGroup`), under the runtime's default seccomp profile, as Pod
 /// Security "restricted" asks. Scylla's image starts as root and steps
 /// down itself: left to the image.
+///
+/// `fsGroupChangePolicy: OnRootMismatch`: without it the kubelet walks the
+/// whole data volume at every start of the Pod, changing the group and mode
+/// of every file (the default policy, `Always`), which on a full 350 GiB
+/// disk of sstables takes minutes, during which the member is not even
+/// started, and which a roll counts against its restart timeout. With it the
+/// kubelet changes nothing when the volume's root already has the group and
+/// mode, which it has from the first start on: every file below was written
+/// by the database user since.
 fn pod_security_context(mode: ClusterMode) -> Option<PodSecurityContext> {
     match mode {
         ClusterMode::Cassandra => Some(PodSecurityContext {
@@ -425,6 +478,7 @@ fn pod_security_context(mode: ClusterMode) -> Option<PodSecurityContext> {
             run_as_group: Some(CASSANDRA_UID),
             run_as_non_root: Some(true),
             fs_group: Some(CASSANDRA_UID),
+            fs_group_change_policy: Some("OnRootMismatch".to_string()),
             seccomp_profile: Some(SeccompProfile {
                 type_: "RuntimeDefault".to_string(),
                 ..SeccompProfile::default()
@@ -533,7 +587,7 @@ pub fn member_service(
             // gossips and streams while joining.
             publish_not_ready_addresses: Some(true),
             ports: Some(
-                MEMBER_PORTS
+                member_ports(cluster.spec.mode, &cluster.spec.version)
                     .iter()
                     .map(|(port_name, port)| ServicePort {
                         name: Some(port_name.to_string()),
@@ -551,7 +605,8 @@ pub fn member_service(
 }
 
 /// The headless Service clients connect through: it selects the cluster's
-/// ready members.
+/// ready members, with the client ports of [`member_ports`] (all but the
+/// internode ones).
 pub fn client_service(cluster: &ValidCluster<'_>) -> Service {
     let name = cluster_name(cluster);
     let labels = labels::cluster_labels(name);
@@ -561,9 +616,9 @@ pub fn client_service(cluster: &ValidCluster<'_>) -> Service {
             cluster_ip: Some("None".to_string()),
             selector: Some(labels),
             ports: Some(
-                MEMBER_PORTS
+                member_ports(cluster.spec.mode, &cluster.spec.version)
                     .iter()
-                    .filter(|(_, port)| matches!(port, 9042 | 9142 | 9160))
+                    .filter(|(_, port)| !INTERNODE_PORTS.contains(port))
                     .map(|(port_name, port)| ServicePort {
                         name: Some(port_name.to_string()),
                         port: i32::from(*port),

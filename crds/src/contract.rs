@@ -414,16 +414,53 @@ pub const JOLOKIA_PORT: u16 = 8778;
 /// ScyllaDB's REST API port, bound to 127.0.0.1 only (`--api-address`).
 pub const SCYLLA_API_PORT: u16 = 10000;
 
-/// The database ports every member exposes, by name (its member Service's
-/// ports and the container's).
-pub const MEMBER_PORTS: [(&str, u16); 6] = [
-    ("intra-node", 7000),
-    ("tls-intra-node", 7001),
-    ("jmx", 7199),
-    ("cql", 9042),
-    ("cql-ssl", 9142),
-    ("thrift", 9160),
-];
+/// The ports members reach each other on (gossip, streaming; `storage_port`
+/// and `ssl_storage_port`): on member Services, not on the client Service.
+pub const INTERNODE_PORTS: [u16; 2] = [7000, 7001];
+
+/// The database ports a member serves others on, by name (names of at most
+/// 15 characters: its member Service's ports and the container's ports),
+/// as each database uses them. What nothing outside the Pod can use is left
+/// out: JMX (7199) listens on the Pod's loopback only (`LOCAL_JMX=yes` in
+/// cassandra-env.sh; the sidecar reaches the node through Jolokia on
+/// 127.0.0.1), so a Service port for it forwards to nothing.
+///
+/// - Cassandra: internode 7000 and 7001 (TLS), CQL 9042 and 9142 (TLS, when
+///   client encryption offers a port of its own), and Thrift 9160 only
+///   before 4.0, which removed Thrift (4.1 and 5.0 refuse a cassandra.yaml
+///   that sets `rpc_port` or `start_rpc`). 3.11 ships it off
+///   (`start_rpc: false`), but an overrides ConfigMap may turn it on, and
+///   its clients then connect to `broadcast_rpc_address`, the member
+///   Service's ClusterIP, which forwards only the ports it lists: 3.x keeps
+///   the port. A tag that names no version (`latest`) is taken as current.
+/// - ScyllaDB: the same internode and CQL ports and its shard-aware CQL
+///   ports 19042 and 19142 (TLS) (`native_shard_aware_transport_port`,
+///   `..._ssl`): its drivers open one connection per shard to these, which
+///   the ClusterIP must forward or every shard-aware driver falls back to
+///   one shard's connection. No Thrift (ScyllaDB 6 has none) and no JMX
+///   (the sidecar runs the `scylla` binary itself, not the image's
+///   supervisord that would start the `scylla-jmx` proxy).
+pub fn member_ports(mode: ClusterMode, version: &str) -> Vec<(&'static str, u16)> {
+    let mut ports = vec![
+        ("intra-node", INTERNODE_PORTS[0]),
+        ("tls-intra-node", INTERNODE_PORTS[1]),
+        ("cql", 9042),
+        ("cql-ssl", 9142),
+    ];
+    match mode {
+        ClusterMode::Cassandra => {
+            let thrift = crate::versions::Version::of_tag(version).is_some_and(|v| v.major < 4);
+            if thrift {
+                ports.push(("thrift", 9160));
+            }
+        }
+        ClusterMode::Scylla => {
+            ports.push(("cql-shard", 19042));
+            ports.push(("cql-ssl-shard", 19142));
+        }
+    }
+    ports
+}
 
 /// The data directory of each database, where the first volume claim
 /// template is mounted.

@@ -124,7 +124,7 @@ fn renders_cassandra_4_1_with_overrides_and_replace() {
     assert_eq!(
         std::fs::read_to_string(out.join("entrypoint.env")).unwrap(),
         "MAX_HEAP_SIZE='2048M'\nHEAP_NEWSIZE='200M'\n\
-         JVM_EXTRA_OPTS='-javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1,policyLocation=file:///mnt/shared/plugins/jolokia-access.xml,executor=fixed,threadNr=5,discoveryEnabled=false \
+         JVM_EXTRA_OPTS='-XX:HeapDumpPath=/var/lib/cassandra/heapdump.hprof -javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1,policyLocation=file:///mnt/shared/plugins/jolokia-access.xml,executor=fixed,threadNr=5,discoveryEnabled=false \
          -Dcassandra.replace_address_first_boot=10.96.0.12'\n"
     );
 }

@@ -4,6 +4,9 @@
 use serde_json::{Value, json};
 
 use super::*;
+// Named, not only through `super::*`: the tests read quantities whatever
+// the builders import.
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 fn cluster(yaml: &str) -> Cluster {
     let mut cluster: Cluster = serde_norway::from_str(yaml).unwrap();
@@ -75,7 +78,6 @@ fn member_ports() -> Value {
     json!([
         {"name": "intra-node", "port": 7000, "protocol": "TCP", "targetPort": 7000},
         {"name": "tls-intra-node", "port": 7001, "protocol": "TCP", "targetPort": 7001},
-        {"name": "jmx", "port": 7199, "protocol": "TCP", "targetPort": 7199},
         {"name": "cql", "port": 9042, "protocol": "TCP", "targetPort": 9042},
         {"name": "cql-ssl", "port": 9142, "protocol": "TCP", "targetPort": 9142},
         {"name": "thrift", "port": 9160, "protocol": "TCP", "targetPort": 9160}
@@ -126,6 +128,7 @@ fn statefulset_of_the_thesis_rack() {
                     "terminationGracePeriodSeconds": 1800,
                     "securityContext": {
                         "runAsUser": 999, "runAsGroup": 999, "runAsNonRoot": true, "fsGroup": 999,
+                        "fsGroupChangePolicy": "OnRootMismatch",
                         "seccompProfile": {"type": "RuntimeDefault"}
                     },
                     "initContainers": [{
@@ -134,6 +137,10 @@ fn statefulset_of_the_thesis_rack() {
                         "imagePullPolicy": "IfNotPresent",
                         "command": ["/usr/local/bin/cassandra-operator", "install", "--target", "/mnt/shared"],
                         "volumeMounts": [{"name": "shared", "mountPath": "/mnt/shared"}],
+                        "resources": {
+                            "requests": {"cpu": "100m", "memory": "128Mi"},
+                            "limits": {"cpu": "100m", "memory": "128Mi"}
+                        },
                         "securityContext": restricted()
                     }],
                     "containers": [{
@@ -154,7 +161,6 @@ fn statefulset_of_the_thesis_rack() {
                         "ports": [
                             {"name": "intra-node", "containerPort": 7000},
                             {"name": "tls-intra-node", "containerPort": 7001},
-                            {"name": "jmx", "containerPort": 7199},
                             {"name": "cql", "containerPort": 9042},
                             {"name": "cql-ssl", "containerPort": 9142},
                             {"name": "thrift", "containerPort": 9160},
@@ -598,4 +604,383 @@ spec:
         json!({"storageClassName": "standard", "accessModes": ["ReadWriteOnce"],
             "resources": {"requests": {"storage": "1Gi"}}})
     );
+}
+
+/// The ports of a built Service, as `name=port`.
+fn service_ports(service: &Service) -> Vec<String> {
+    service
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|p| format!("{}={}", p.name.as_deref().unwrap_or_default(), p.port))
+        .collect()
+}
+
+/// The ports of the database container of a built rack, as `name=port`.
+fn container_ports(sts: &StatefulSet) -> Vec<String> {
+    let pod = sts
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .expect("a Pod template");
+    pod.containers[0]
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| {
+            format!(
+                "{}={}",
+                p.name.as_deref().unwrap_or_default(),
+                p.container_port
+            )
+        })
+        .collect()
+}
+
+fn one_rack(mode: &str, version: &str) -> Cluster {
+    cluster(&format!(
+        r#"
+metadata: {{name: c, namespace: db}}
+spec:
+  version: "{version}"
+  mode: {mode}
+  datacenter:
+    name: dc
+    racks:
+      - name: r
+        members: 3
+        storage:
+          volumeClaimTemplates:
+            - metadata: {{name: data}}
+              spec: {{resources: {{requests: {{storage: 1Gi}}}}}}
+        resources:
+          requests: {{cpu: 2, memory: 8Gi}}
+          limits: {{cpu: 2, memory: 8Gi}}
+"#
+    ))
+}
+
+/// The ports of the member Service, the client Service and the database
+/// container, for one Cluster.
+fn ports_of(cluster: &Cluster) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let valid = ValidCluster::unchecked(cluster);
+    let rack = &cluster.spec.datacenter.racks[0];
+    (
+        service_ports(&member_service(&valid, rack, 0, false)),
+        service_ports(&client_service(&valid)),
+        container_ports(&statefulset_for_rack(
+            &valid,
+            rack,
+            1,
+            &BuildContext::default(),
+        )),
+    )
+}
+
+/// Cassandra 4.0 and later: no Thrift port (4.0 removed Thrift: 4.1 and 5.0
+/// refuse a cassandra.yaml with `rpc_port`, so nothing listens on 9160) and
+/// no JMX port (JMX listens on the Pod's loopback, `LOCAL_JMX=yes`): on a
+/// real cluster the Services forwarded both to nothing, and advertised a
+/// JMX endpoint to whoever reads the Service. 3.11 keeps Thrift (off by
+/// default, but an override may start it, and its clients then come to the
+/// member Service's ClusterIP); JMX goes there too. A tag that names no
+/// version is taken as current.
+#[test]
+fn cassandra_member_ports_are_those_the_release_listens_on() {
+    let internode = ["intra-node=7000", "tls-intra-node=7001"];
+    let cql = ["cql=9042", "cql-ssl=9142"];
+    for version in ["4.1.8", "5.0.3", "4.0", "latest"] {
+        let (member, client, container) = ports_of(&one_rack("cassandra", version));
+        assert_eq!(member, [&internode[..], &cql[..]].concat(), "{version}");
+        assert_eq!(client, cql, "{version}");
+        assert_eq!(
+            container,
+            [&internode[..], &cql[..], &["sidecar=8080"]].concat(),
+            "{version}"
+        );
+    }
+    let (member, client, container) = ports_of(&one_rack("cassandra", "3.11.17"));
+    assert_eq!(
+        member,
+        [&internode[..], &cql[..], &["thrift=9160"]].concat()
+    );
+    assert_eq!(client, [&cql[..], &["thrift=9160"]].concat());
+    assert_eq!(
+        container,
+        [&internode[..], &cql[..], &["thrift=9160", "sidecar=8080"]].concat()
+    );
+}
+
+/// ScyllaDB: its shard-aware CQL ports (19042, and 19142 under client TLS)
+/// are on the member Service, which is the address a member broadcasts to
+/// clients (`broadcast_rpc_address`): ScyllaDB's drivers open a connection
+/// per shard to these ports at that address, and on a real cluster the
+/// ClusterIP, which forwards only the ports it lists, refused them, so every
+/// shard-aware driver fell back to routing through one shard. No Thrift and
+/// no JMX: nothing listens there.
+#[test]
+fn scylla_member_ports_include_the_shard_aware_ones() {
+    let (member, client, container) = ports_of(&one_rack("scylla", "6.2.3"));
+    let clients = [
+        "cql=9042",
+        "cql-ssl=9142",
+        "cql-shard=19042",
+        "cql-ssl-shard=19142",
+    ];
+    assert_eq!(
+        member,
+        [
+            &["intra-node=7000", "tls-intra-node=7001"][..],
+            &clients[..]
+        ]
+        .concat()
+    );
+    assert_eq!(client, clients);
+    assert_eq!(
+        container,
+        [
+            &["intra-node=7000", "tls-intra-node=7001"][..],
+            &clients[..],
+            &["sidecar=8080"]
+        ]
+        .concat()
+    );
+}
+
+/// The API server refuses a Pod template whose container port names are not
+/// IANA service names (at most 15 characters of `a-z0-9-`, a letter among
+/// them, no `--`, no `-` at either end) or repeat, or repeat a port: the
+/// StatefulSet, and so every member, would be refused on a real cluster.
+#[test]
+fn container_port_names_are_valid_service_names() {
+    for (mode, version) in [
+        ("cassandra", "3.11.17"),
+        ("cassandra", "5.0.3"),
+        ("scylla", "6.2.3"),
+    ] {
+        let (_, _, container) = ports_of(&one_rack(mode, version));
+        let mut names = std::collections::BTreeSet::new();
+        let mut numbers = std::collections::BTreeSet::new();
+        for port in &container {
+            let (name, number) = port.split_once('=').unwrap();
+            assert!(
+                name.len() <= 15
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    && name.bytes().any(|b| b.is_ascii_lowercase())
+                    && !name.contains("--")
+                    && !name.starts_with('-')
+                    && !name.ends_with('-'),
+                "{mode} {version}: {name}"
+            );
+            assert!(names.insert(name), "{mode} {version}: {name} twice");
+            assert!(numbers.insert(number), "{mode} {version}: {number} twice");
+        }
+    }
+}
+
+/// `fsGroupChangePolicy: OnRootMismatch` beside `fsGroup`: on a real
+/// cluster the kubelet otherwise changes the group and mode of every file of
+/// the data volume at each start of the member's Pod, minutes on a full
+/// 350 GiB disk before the database even starts, which a roll counts
+/// against its restart timeout (and stops, `MemberRestartStuck`).
+#[test]
+fn the_data_volume_is_not_walked_at_every_start() {
+    for version in ["3.11.17", "4.1.8", "5.0.3"] {
+        let cluster = one_rack("cassandra", version);
+        let sts = to_json(&statefulset_for_rack(
+            &ValidCluster::unchecked(&cluster),
+            &cluster.spec.datacenter.racks[0],
+            1,
+            &BuildContext::default(),
+        ));
+        let context = &sts["spec"]["template"]["spec"]["securityContext"];
+        assert_eq!(context["fsGroup"], 999, "{version}");
+        assert_eq!(
+            context["fsGroupChangePolicy"], "OnRootMismatch",
+            "{version}"
+        );
+    }
+}
+
+/// A Pod's QoS class as Kubernetes computes it (`ComputePodQOS` in
+/// kubernetes/kubernetes `pkg/apis/core/helper/qos/qos.go`, on the Pod as
+/// stored, that is after the API server's defaulting, which gives a
+/// container's unset cpu or memory request its limit): only cpu and memory
+/// count, and only positive quantities; every container, init containers
+/// included, must have both a cpu and a memory limit for Guaranteed, and the
+/// Pod's summed requests must equal its summed limits, resource by
+/// resource; no request and no limit anywhere is BestEffort; anything else
+/// is Burstable. (Pod-level `resources`, a newer feature the builders do not
+/// use, are left out.)
+fn qos_class(pod: &PodSpec) -> &'static str {
+    use std::collections::BTreeMap;
+    let millis = |q: &Quantity| {
+        crds::quantity::Quantity::parse(&q.0)
+            .map(|q| u128::from(q.ceil_millis()))
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let mut requests: BTreeMap<&str, u128> = BTreeMap::new();
+    let mut limits: BTreeMap<&str, u128> = BTreeMap::new();
+    let mut guaranteed = true;
+    for container in pod
+        .containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+    {
+        let resources = container.resources.clone().unwrap_or_default();
+        let mut limited = 0;
+        for resource in ["cpu", "memory"] {
+            let limit = resources
+                .limits
+                .as_ref()
+                .and_then(|l| l.get(resource))
+                .map(millis)
+                .filter(|m| *m > 0);
+            // Defaulting: an unset request is the limit.
+            let request = resources
+                .requests
+                .as_ref()
+                .and_then(|r| r.get(resource))
+                .map(millis)
+                .or(limit)
+                .filter(|m| *m > 0);
+            if let Some(request) = request {
+                *requests.entry(resource).or_default() += request;
+            }
+            if let Some(limit) = limit {
+                *limits.entry(resource).or_default() += limit;
+                limited += 1;
+            }
+        }
+        if limited < 2 {
+            guaranteed = false;
+        }
+    }
+    if requests.is_empty() && limits.is_empty() {
+        "BestEffort"
+    } else if guaranteed
+        && requests.len() == limits.len()
+        && requests.iter().all(|(r, q)| limits.get(r) == Some(q))
+    {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+fn pod_of(yaml: &str) -> PodSpec {
+    serde_norway::from_str(yaml).unwrap()
+}
+
+/// [`qos_class`] classifies as Kubernetes' documentation does ("Configure
+/// Quality of Service for Pods"): the rule applies to init containers too,
+/// and a limit alone stands for an equal request.
+#[test]
+fn the_qos_class_is_computed_as_kubernetes_does() {
+    assert_eq!(qos_class(&pod_of("containers: [{name: a}]")), "BestEffort");
+    assert_eq!(
+        qos_class(&pod_of(
+            "containers: [{name: a, resources: {requests: {cpu: 700m, memory: 200Mi}, limits: {cpu: 700m, memory: 200Mi}}}]"
+        )),
+        "Guaranteed"
+    );
+    assert_eq!(
+        qos_class(&pod_of(
+            "containers: [{name: a, resources: {limits: {cpu: '0.7', memory: 200Mi}}}]"
+        )),
+        "Guaranteed"
+    );
+    assert_eq!(
+        qos_class(&pod_of(
+            "containers: [{name: a, resources: {requests: {memory: 100Mi}, limits: {memory: 200Mi}}}]"
+        )),
+        "Burstable"
+    );
+    assert_eq!(
+        qos_class(&pod_of(
+            "containers: [{name: a, resources: {requests: {cpu: 1, memory: 1Gi}, limits: {cpu: 1, memory: 1Gi}}}]\n\
+             initContainers: [{name: i}]"
+        )),
+        "Burstable",
+        "an init container without limits"
+    );
+    assert_eq!(
+        qos_class(&pod_of(
+            "containers: [{name: a, resources: {requests: {cpu: 1, memory: 1Gi}, limits: {cpu: 1, memory: 1Gi}}}]\n\
+             initContainers: [{name: i, resources: {limits: {cpu: 100m, memory: 64Mi}}}]"
+        )),
+        "Guaranteed"
+    );
+}
+
+/// A member Pod is Guaranteed exactly when its rack's cpu and memory
+/// requests equal its limits (or only limits are given), and Burstable
+/// otherwise: on a real cluster, members were Burstable whatever the rack
+/// asked (the init container had no resources), so under Node memory
+/// pressure the kubelet could evict a Cassandra member before any
+/// Guaranteed Pod, and the static CPU manager gave it no exclusive CPUs,
+/// contrary to the GKE guide (`manifests/gke-local-ssd/README.md`).
+#[test]
+fn member_pods_are_guaranteed_when_the_rack_asks_for_limits_equal_to_requests() {
+    let pod = |mode: &str, resources: &str| {
+        let mut cluster = one_rack(mode, "5.0.3");
+        cluster.spec.datacenter.racks[0].resources = serde_norway::from_str(resources).unwrap();
+        statefulset_for_rack(
+            &ValidCluster::unchecked(&cluster),
+            &cluster.spec.datacenter.racks[0],
+            1,
+            &BuildContext::default(),
+        )
+        .spec
+        .and_then(|s| s.template.spec)
+        .expect("a Pod template")
+    };
+    for mode in ["cassandra", "scylla"] {
+        for (resources, class) in [
+            (
+                "{requests: {cpu: 2, memory: 8Gi}, limits: {cpu: 2, memory: 8Gi}}",
+                "Guaranteed",
+            ),
+            (
+                "{requests: {cpu: 2000m, memory: 8192Mi}, limits: {cpu: '2', memory: 8Gi}}",
+                "Guaranteed",
+            ),
+            ("{limits: {cpu: 4, memory: 16Gi}}", "Guaranteed"),
+            (
+                "{requests: {cpu: 1, memory: 8Gi}, limits: {cpu: 2, memory: 8Gi}}",
+                "Burstable",
+            ),
+            (
+                "{requests: {cpu: 2, memory: 8Gi}, limits: {memory: 8Gi}}",
+                "Burstable",
+            ),
+            ("{requests: {cpu: 2, memory: 8Gi}}", "Burstable"),
+            ("{}", "Burstable"),
+        ] {
+            let pod = pod(mode, resources);
+            assert_eq!(qos_class(&pod), class, "{mode}: {resources}");
+            // Every container carries cpu and memory limits equal to its
+            // requests whenever the rack's are.
+            if class == "Guaranteed" {
+                for container in pod
+                    .containers
+                    .iter()
+                    .chain(pod.init_containers.iter().flatten())
+                {
+                    let r = container.resources.as_ref().expect(&container.name);
+                    for resource in ["cpu", "memory"] {
+                        assert!(
+                            r.limits.as_ref().is_some_and(|l| l.contains_key(resource)),
+                            "{mode}: {} has no {resource} limit",
+                            container.name
+                        );
+                    }
+                }
+            }
+        }
+    }
 }

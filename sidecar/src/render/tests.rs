@@ -470,7 +470,7 @@ fn cassandra_environment_sizes_the_heap_and_binds_jolokia_to_loopback() {
                 ("HEAP_NEWSIZE".to_string(), "200M".to_string()),
                 (
                     "JVM_EXTRA_OPTS".to_string(),
-                    "-javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1,policyLocation=file:///mnt/shared/plugins/jolokia-access.xml,executor=fixed,threadNr=5,discoveryEnabled=false"
+                    "-XX:HeapDumpPath=/var/lib/cassandra/heapdump.hprof -javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1,policyLocation=file:///mnt/shared/plugins/jolokia-access.xml,executor=fixed,threadNr=5,discoveryEnabled=false"
                         .to_string()
                 ),
             ],
@@ -523,7 +523,7 @@ fn replacing_cassandra_adds_the_first_boot_property() {
     assert_eq!(
         rendered.env_var("JVM_EXTRA_OPTS"),
         Some(
-            "-javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1,policyLocation=file:///mnt/shared/plugins/jolokia-access.xml,executor=fixed,threadNr=5,discoveryEnabled=false \
+            "-XX:HeapDumpPath=/var/lib/cassandra/heapdump.hprof -javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1,policyLocation=file:///mnt/shared/plugins/jolokia-access.xml,executor=fixed,threadNr=5,discoveryEnabled=false \
              -Dcassandra.replace_address_first_boot=10.96.0.12"
         )
     );
@@ -746,7 +746,7 @@ fn render_to_dir_writes_every_file() {
     assert_eq!(yaml["listen_address"], Value::from("10.8.1.7"));
     assert_eq!(
         std::fs::read_to_string(out.join("entrypoint.env")).unwrap(),
-        "MAX_HEAP_SIZE='1024M'\nHEAP_NEWSIZE='100M'\nJVM_EXTRA_OPTS='-javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1,policyLocation=file:///mnt/shared/plugins/jolokia-access.xml,executor=fixed,threadNr=5,discoveryEnabled=false -Dcassandra.replace_address_first_boot=10.96.0.12'\n"
+        "MAX_HEAP_SIZE='1024M'\nHEAP_NEWSIZE='100M'\nJVM_EXTRA_OPTS='-XX:HeapDumpPath=/var/lib/cassandra/heapdump.hprof -javaagent:/mnt/shared/plugins/jolokia-jvm-agent.jar=port=8778,host=127.0.0.1,policyLocation=file:///mnt/shared/plugins/jolokia-access.xml,executor=fixed,threadNr=5,discoveryEnabled=false -Dcassandra.replace_address_first_boot=10.96.0.12'\n"
     );
     assert_eq!(
         report.summary().lines().last(),
@@ -892,6 +892,17 @@ fn cassandra_env_sh_turns_the_environment_into_jvm_flags() {
             &["-Xms1500M", "-Xmx1500M"]
         };
         assert_eq!(heap, expected, "{version}");
+        // The heap dump goes to the data volume: the only -XX:HeapDumpPath
+        // the script passes is ours.
+        assert_eq!(
+            flags
+                .iter()
+                .copied()
+                .filter(|f| f.starts_with("-XX:HeapDumpPath="))
+                .collect::<Vec<_>>(),
+            ["-XX:HeapDumpPath=/var/lib/cassandra/heapdump.hprof"],
+            "{version}"
+        );
         assert_eq!(
             flags[flags.len() - 2..],
             [
