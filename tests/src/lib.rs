@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod cel;
+pub mod control_plane;
 pub mod cql;
 pub mod fake_cassandra;
 pub mod fake_scylla;
