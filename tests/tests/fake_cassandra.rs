@@ -510,8 +510,11 @@ async fn fake_cassandra_ring_lifecycle() {
     );
 
     // A new node that names itself as its seed joins without bootstrapping:
-    // it owns ranges without their data, which the check flags.
-    let n5 = world.start("n5", 5, &[5], "r2", None, CLUSTER);
+    // it owns ranges without their data, which the check flags. In rack r3,
+    // which owns no tokens since n3 left: in r2, a second token-owning rack
+    // below the 4.1 file's allocate_tokens_for_local_replication_factor (3),
+    // Cassandra's token allocator would refuse it, and so does the fake.
+    let n5 = world.start("n5", 5, &[5], "r3", None, CLUSTER);
     world
         .joined(&n5, &[(1, "UN"), (2, "UN"), (4, "UN"), (5, "UN")])
         .await;

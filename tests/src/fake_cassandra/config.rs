@@ -371,6 +371,22 @@ pub fn parse(
         },
         None => StorageCompatibility::default(),
     };
+    // An Integer of 4.0's `Config` (CASSANDRA-15260): absent or null, no
+    // token allocator (random tokens); YAML that is no number does not
+    // load. 3.11 has no such setting and no allocator without
+    // `allocate_tokens_for_keyspace` (real 3.11 refuses a file that sets
+    // it, as it refuses every 4.x key; the fake does not model 3.11's
+    // unknown keys).
+    let allocate_tokens_for_local_replication_factor =
+        match yaml_str(&doc, "allocate_tokens_for_local_replication_factor") {
+            Some(rf) if version >= Version::V4_0 => {
+                Some(rf.parse().map_err(|_| ConfigError::Invalid {
+                    what: "allocate_tokens_for_local_replication_factor",
+                    value: rf,
+                })?)
+            }
+            _ => None,
+        };
     let bti = v5
         && doc
             .pointer("/sstable/selected_format")
@@ -397,6 +413,7 @@ pub fn parse(
         version,
         release: Some(release.clone()),
         storage_compatibility,
+        allocate_tokens_for_local_replication_factor,
         data_dir: directories.data[0].clone(),
     };
     Ok(FakeConfig {
@@ -537,6 +554,64 @@ mod tests {
         )
         .expect("5.0 reads both");
         assert_eq!(v50.sstable_version, "oa");
+    }
+
+    /// `allocate_tokens_for_local_replication_factor` (4.0+) goes to the
+    /// ring model as set, on 4.1 and 5.0 as the shipped files have it (3);
+    /// absent or null, no allocator; a value that is no number does not
+    /// load. 3.11 has no such setting (its shipped file none) and no
+    /// allocator: the key is not read there.
+    #[test]
+    fn the_token_allocation_factor_is_read_from_4_0_on() {
+        let key = "allocate_tokens_for_local_replication_factor";
+        for release in ["4.0.13", "4.1.8", "5.0.3"] {
+            let c = parse_on(release, &format!("{key}: 3\n")).expect(release);
+            assert_eq!(c.node.allocate_tokens_for_local_replication_factor, Some(3));
+            let c = parse_on(release, &format!("{key}: 1\n")).expect(release);
+            assert_eq!(c.node.allocate_tokens_for_local_replication_factor, Some(1));
+            for absent in ["".to_string(), format!("{key}:\n")] {
+                let c = parse_on(release, &absent).expect(release);
+                assert_eq!(
+                    c.node.allocate_tokens_for_local_replication_factor, None,
+                    "{release} {absent:?}"
+                );
+            }
+            assert_eq!(
+                parse_on(release, &format!("{key}: three\n")),
+                Err(ConfigError::Invalid {
+                    what: "allocate_tokens_for_local_replication_factor",
+                    value: "three".into()
+                })
+            );
+        }
+        for line in ["4.1", "5.0"] {
+            let fixtures = crate::harness::fixtures().expect("shared/fixtures");
+            let shipped =
+                std::fs::read_to_string(fixtures.join(format!("cassandra/{line}/cassandra.yaml")))
+                    .expect("the shipped file");
+            let c = parse(
+                &shipped,
+                None,
+                &env(&[
+                    ("CASSANDRA_VERSION", &format!("{line}.0")),
+                    ("CASSANDRA_HOME", "/opt/cassandra"),
+                ]),
+                &[],
+            )
+            .expect(line);
+            assert_eq!(
+                c.node.allocate_tokens_for_local_replication_factor,
+                Some(3),
+                "{line}"
+            );
+        }
+        for extra in ["".to_string(), format!("{key}: 3\n")] {
+            let c = parse_on("3.11.19", &extra).expect("3.11");
+            assert_eq!(
+                c.node.allocate_tokens_for_local_replication_factor, None,
+                "3.11 {extra:?}"
+            );
+        }
     }
 
     #[test]

@@ -108,6 +108,9 @@ pub fn exception_class(error: &RingError) -> &'static str {
         | RingError::RemoveSelf
         | RingError::RemoveLive { .. }
         | RingError::RemoveNotMember => "java.lang.UnsupportedOperationException",
+        RingError::TokenAllocation { .. } => {
+            "org.apache.cassandra.exceptions.ConfigurationException"
+        }
         _ => "java.lang.RuntimeException",
     }
 }

@@ -68,6 +68,10 @@ pub struct StartRequest {
     /// `storage_compatibility_mode` of cassandra.yaml (5.0), as written.
     #[serde(default)]
     pub storage_compatibility_mode: Option<String>,
+    /// `allocate_tokens_for_local_replication_factor` of cassandra.yaml
+    /// (4.0+), when set.
+    #[serde(default)]
+    pub allocate_tokens_for_local_replication_factor: Option<u32>,
     pub data_dir: String,
     /// The fake found no marker of an earlier start in its data directory:
     /// whatever the model remembers of that directory is lost.
@@ -101,6 +105,8 @@ impl StartRequest {
                 }
                 .to_string(),
             ),
+            allocate_tokens_for_local_replication_factor: config
+                .allocate_tokens_for_local_replication_factor,
             data_dir: config.data_dir.clone(),
             data_dir_empty,
             lease: false,
@@ -128,6 +134,8 @@ impl StartRequest {
                 Some(mode) => StorageCompatibility::parse(mode)
                     .ok_or_else(|| format!("invalid storage_compatibility_mode {mode:?}"))?,
             },
+            allocate_tokens_for_local_replication_factor: self
+                .allocate_tokens_for_local_replication_factor,
             data_dir: self.data_dir.clone(),
         })
     }

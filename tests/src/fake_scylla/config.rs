@@ -456,6 +456,8 @@ pub fn parse(
         // messaging follows the Cassandra line it speaks (3.0).
         release: Some(release.to_string()),
         storage_compatibility: Default::default(),
+        // ScyllaDB has no such key (its own token allocation).
+        allocate_tokens_for_local_replication_factor: None,
         data_dir: directories.data[0].clone(),
     };
     Ok(ScyllaConfig {

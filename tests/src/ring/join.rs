@@ -431,6 +431,9 @@ impl Ring {
         };
         disk.host_id = Some(host_id.clone());
         if should_bootstrap {
+            // StorageService.prepareForBootstrap asks the allocator again
+            // on a retry too (BootStrapper.getBootstrapTokens).
+            self.check_token_allocation(config)?;
             if disk.bootstrap == BootstrapState::InProgress
                 && disk.tokens.len() == config.num_tokens
             {
@@ -466,6 +469,9 @@ impl Ring {
 
         // No bootstrap: NORMAL at once, owning ranges without their data.
         if disk.tokens.len() != config.num_tokens {
+            // No saved tokens: joinTokenRing asks the allocator as a
+            // bootstrap does (BootStrapper.getBootstrapTokens).
+            self.check_token_allocation(config)?;
             disk.tokens = self.new_tokens(config.num_tokens);
         }
         disk.bootstrap = BootstrapState::Completed;
@@ -487,6 +493,47 @@ impl Ring {
             startup: Startup::JoinedWithoutBootstrap,
             mode: OperationMode::Normal,
             log: std::mem::take(log),
+        })
+    }
+
+    /// The token allocator's refusal, where a node picks new tokens with
+    /// `allocate_tokens_for_local_replication_factor` set
+    /// (`BootStrapper.getBootstrapTokens` ->
+    /// `TokenAllocation.createStrategy(TokenMetadata,
+    /// NetworkTopologyStrategy, dc, rack)`, the same bytecode in 4.1.8 and
+    /// 5.0.3). The racks are those of the node's datacenter in the token
+    /// map's topology (`cloneOnlyTokenMap`: the members that own tokens,
+    /// up or down, leaving ones included; bootstrapping ones and the node
+    /// itself not), and count only if the node's own rack is among them:
+    /// the first node of a new rack is "a separate unit", one rack. The
+    /// allocator then balances for the factor when it is 1 or less (racks
+    /// ignored), equal to the racks (rack-aware), below them (racks
+    /// ignored) or with one rack; more racks than one but fewer than the
+    /// factor it refuses, and the node does not start. Only the rule: the
+    /// model's tokens stay random.
+    fn check_token_allocation(&self, config: &NodeConfig) -> Result<(), RingError> {
+        let Some(rf) = config.allocate_tokens_for_local_replication_factor else {
+            return Ok(());
+        };
+        let topology: BTreeSet<&str> = self
+            .nodes
+            .values()
+            .filter(|n| n.is_natural() && n.dc == config.dc)
+            .map(|n| n.rack.as_str())
+            .collect();
+        let racks = if topology.contains(config.rack.as_str()) {
+            topology.len()
+        } else {
+            1
+        };
+        let replicas = rf as usize;
+        if replicas <= 1 || racks >= replicas || racks == 1 {
+            return Ok(());
+        }
+        Err(RingError::TokenAllocation {
+            racks,
+            dc: config.dc.clone(),
+            rf,
         })
     }
 

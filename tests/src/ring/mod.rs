@@ -37,7 +37,8 @@
 //! replica placement; `view.rs`
 //! the status table, the data check and the snapshot; `tests.rs` the rules
 //! and scenarios at model level, `tests_rules.rs` the startup and schema
-//! rules per Cassandra version.
+//! rules per Cassandra version, `tests_token_allocation.rs` the token
+//! allocator's refusal of too few racks.
 
 mod gossip;
 mod join;
@@ -53,6 +54,8 @@ mod tests;
 mod tests_gossip;
 #[cfg(test)]
 mod tests_rules;
+#[cfg(test)]
+mod tests_token_allocation;
 
 use serde::{Serialize, Serializer};
 use std::collections::{BTreeMap, BTreeSet};

@@ -440,13 +440,21 @@ pub struct NodeConfig {
     pub release: Option<String>,
     /// `storage_compatibility_mode` (5.0).
     pub storage_compatibility: StorageCompatibility,
+    /// `allocate_tokens_for_local_replication_factor` (4.0+; the 4.1 and
+    /// 5.0 default files set 3): with it, a node that picks new tokens
+    /// runs the token allocator, which refuses a datacenter of more racks
+    /// than one but fewer than this factor ([`RingError::TokenAllocation`]).
+    /// None: random tokens, no rule (3.11, or a file without the key).
+    pub allocate_tokens_for_local_replication_factor: Option<u32>,
     /// Identity of the data directory the process runs on.
     pub data_dir: String,
 }
 
 impl NodeConfig {
     /// A 4.1 node with 16 tokens and auto_bootstrap, as the default
-    /// cassandra.yaml of 4.x configures it.
+    /// cassandra.yaml of 4.x configures it, but without its token
+    /// allocator (`allocate_tokens_for_local_replication_factor`): random
+    /// tokens, whatever the racks.
     pub fn new(
         cluster_name: &str,
         address: &str,
@@ -470,6 +478,7 @@ impl NodeConfig {
             version: Version::V4_1,
             release: None,
             storage_compatibility: StorageCompatibility::default(),
+            allocate_tokens_for_local_replication_factor: None,
             data_dir: data_dir.to_string(),
         }
     }
@@ -671,6 +680,14 @@ pub enum RingError {
     Decommissioned,
     #[error("Cannot change the number of tokens from {from} to {to}")]
     TokenCountChanged { from: usize, to: usize },
+    /// The token allocator's refusal (`TokenAllocation.createStrategy`, a
+    /// `ConfigurationException` of 4.0 to 5.0): `racks` racks of the
+    /// joining node's datacenter `dc` own tokens, its own rack among them,
+    /// more than one but fewer than the factor `rf`.
+    #[error(
+        "Token allocation failed: the number of racks {racks} in datacenter {dc} is lower than its replication factor {rf}."
+    )]
+    TokenAllocation { racks: usize, dc: String, rf: u32 },
     #[error("Cannot replace address with a node that is already bootstrapped")]
     ReplaceBootstrapped,
     #[error(
