@@ -549,9 +549,11 @@ pub(super) async fn start_container(
 }
 
 /// The container's PID 1: the child of unshare (the child of setpriv's
-/// exec, the same process).
+/// exec, the same process). Waits up to 20 s: on a starved machine (a JVM
+/// logged a 12 s pause here) unshare forks late. `None`: not yet; see
+/// [`container_init`].
 pub(super) async fn inner_pid(outer: u32) -> Option<u32> {
-    let deadline = Instant::now() + Duration::from_secs(2);
+    let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
         if let Ok(text) = std::fs::read_to_string(format!("/proc/{outer}/task/{outer}/children"))
             && let Some(pid) = text.split_whitespace().next().and_then(|p| p.parse().ok())
@@ -561,4 +563,20 @@ pub(super) async fn inner_pid(outer: u32) -> Option<u32> {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     None
+}
+
+/// The container's PID 1 now: `inner` when it was found at start, else
+/// the child unshare has by now. Signals go to it, not to unshare: a
+/// container's processes run under another user (setpriv), which clears
+/// the parent-death signal `unshare --kill-child` sets, so killing unshare
+/// alone left the container running, ports and all, beside its restarted
+/// self.
+pub(super) fn container_init(outer: u32, inner: u32) -> u32 {
+    if inner != outer {
+        return inner;
+    }
+    std::fs::read_to_string(format!("/proc/{outer}/task/{outer}/children"))
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse().ok())
+        .unwrap_or(inner)
 }

@@ -77,7 +77,7 @@ impl PodHandle {
     fn kill_now(&self) {
         let _ = self.stop.send(Stop::Kill);
         for (outer, inner) in lock(&self.procs).values() {
-            signal(*inner, Signal::SIGKILL);
+            signal(container::container_init(*outer, *inner), Signal::SIGKILL);
             signal(*outer, Signal::SIGKILL);
         }
     }
@@ -1203,6 +1203,7 @@ async fn terminate(
                 let _ = probes::run(h, target, left).await;
             }
         }
+        running.inner = container::container_init(running.outer, running.inner);
         signal(running.inner, Signal::SIGTERM);
         // A later DELETE may shorten the grace (never lengthen it): look
         // again while waiting, as the kubelet's pod worker does.
@@ -1219,7 +1220,10 @@ async fn terminate(
             deadline = deadline.min(began + ctx.grace());
         }
     }
-    signal(running.inner, Signal::SIGKILL);
+    signal(
+        container::container_init(running.outer, running.inner),
+        Signal::SIGKILL,
+    );
     signal(running.outer, Signal::SIGKILL);
     running.child.wait().await.ok()
 }
