@@ -157,9 +157,11 @@ pub(crate) async fn cluster_ips(scenario: &Scenario, names: &[String]) -> Vec<Ip
 }
 
 /// Waits until `nodetool status` on `on` lists exactly `ips`, each Up and
-/// Normal; its text.
+/// Normal, and the safety watch judges on that ring too (the members' own
+/// views, not the ring model, which real members leave empty); the status
+/// text.
 pub(crate) async fn until_status_un(scenario: &Scenario, on: &str, ips: &[String]) -> String {
-    scenario
+    let text = scenario
         .until(
             &format!("nodetool status on {on}: {ips:?} UN"),
             secs(120),
@@ -182,7 +184,23 @@ pub(crate) async fn until_status_un(scenario: &Scenario, on: &str, ips: &[String
                 }
             },
         )
-        .await
+        .await;
+    let ring: std::collections::BTreeSet<String> = ips.iter().cloned().collect();
+    scenario
+        .until(
+            "the safety watch's ring to be the members",
+            secs(30),
+            || async {
+                let judged = scenario.safety_ring();
+                if judged == ring {
+                    Ok(())
+                } else {
+                    Err(format!("{judged:?}"))
+                }
+            },
+        )
+        .await;
+    text
 }
 
 /// The JVM of a member (the sidecar's descendant with the largest

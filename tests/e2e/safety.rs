@@ -29,6 +29,15 @@
 //! sidecar confirms), so a change made on what the API server says is
 //! judged against a ring at least as new as what it was made on.
 //!
+//! With real Cassandra members there is no ring model: the ring is what
+//! the members themselves say, read at the moment of judging from each
+//! running member's Jolokia agent on its Pod's loopback (as the sidecar
+//! reads it, but by the watch: the sidecars' records are the operator's
+//! word, not evidence). A member's view counts while it counts itself in
+//! the ring (a node that left keeps a stale view); views are merged per
+//! Cassandra cluster: a node is in the ring when any view has it, and down
+//! when any view finds it unreachable (see [`real_rings`]).
+//!
 //! I/O: a task that receives the store's events and reads the ring; the
 //! rules themselves ([`Known::apply`]) are pure.
 
@@ -51,6 +60,9 @@ pub(crate) struct SafetyWatch {
     /// The revision of the last change the watch judged.
     judged: Arc<std::sync::atomic::AtomicU64>,
     store: testworld::kubesim::store::Store,
+    namespace: String,
+    real: bool,
+    rings: Arc<RingService>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -94,6 +106,23 @@ impl RingNow {
         self.rings.push((ring_members(ring), up));
     }
 
+    /// Adds one Cassandra cluster's ring as its members' views show it:
+    /// each view's members (`EndpointToHostId`, joining nodes included)
+    /// and, for each node a view knows, whether it is live there. The
+    /// union of the members; a node is up only when no view finds it
+    /// unreachable.
+    fn add_views(&mut self, views: &[RealView]) {
+        let mut members = BTreeSet::new();
+        let mut up: BTreeMap<String, bool> = BTreeMap::new();
+        for view in views {
+            members.extend(view.members.iter().cloned());
+            for (address, live) in &view.live {
+                *up.entry(address.clone()).or_insert(true) &= *live;
+            }
+        }
+        self.rings.push((members, up));
+    }
+
     fn contains(&self, address: &str) -> bool {
         self.rings
             .iter()
@@ -127,6 +156,127 @@ fn world_rings(rings: &RingService) -> RingNow {
     rings.with(|r| now.add(r));
     for cluster in rings.clusters() {
         rings.with_cluster(&cluster, |r| now.add(r));
+    }
+    now
+}
+
+/// One real member's view of its ring, read through its Jolokia agent.
+#[derive(Debug, Default)]
+struct RealView {
+    cluster: String,
+    /// The node's own address (its member Service's ClusterIP).
+    address: String,
+    /// `EndpointToHostId` and `JoiningNodes`: the nodes in its ring.
+    members: BTreeSet<String>,
+    /// `LiveNodes` (true) and `UnreachableNodes` (false).
+    live: BTreeMap<String, bool>,
+}
+
+/// The Jolokia agent's port on a member Pod's loopback (the sidecar's
+/// `-javaagent` option).
+const JOLOKIA_PORT: u16 = 8778;
+
+/// Reads one attribute of the StorageService MBean through the Jolokia
+/// agent at 127.0.0.1 of the current thread's network namespace.
+fn storage_service(attribute: &str) -> Option<Value> {
+    use std::io::{Read, Write};
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], JOLOKIA_PORT));
+    let timeout = std::time::Duration::from_secs(2);
+    let mut stream = std::net::TcpStream::connect_timeout(&address, timeout).ok()?;
+    stream.set_read_timeout(Some(timeout)).ok()?;
+    // HTTP/1.0: the agent answers an HTTP/1.1 request in chunks.
+    write!(
+        stream,
+        "GET /jolokia/read/org.apache.cassandra.db:type=StorageService/{attribute} HTTP/1.0\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (_, body) = response.split_once("\r\n\r\n")?;
+    let reply: Value = serde_json::from_str(body).ok()?;
+    (reply["status"] == 200).then(|| reply["value"].clone())
+}
+
+fn strings(value: &Value) -> impl Iterator<Item = String> + '_ {
+    value
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_string))
+}
+
+/// The view of the member whose container runs as host process `pid`
+/// (any container of the Pod: they share its network namespace), at
+/// `address`; `None` when its agent does not answer (not started, or
+/// gone with its Pod).
+fn real_view(pid: u32, address: String) -> Option<RealView> {
+    use nix::sched::{CloneFlags, setns};
+    let netns = std::fs::File::open(format!("/proc/{pid}/ns/net")).ok()?;
+    std::thread::spawn(move || {
+        // setns moves this thread only.
+        setns(&netns, CloneFlags::CLONE_NEWNET).ok()?;
+        let cluster = storage_service("ClusterName")?.as_str()?.to_string();
+        let mut members: BTreeSet<String> = storage_service("EndpointToHostId")?
+            .as_object()?
+            .keys()
+            .cloned()
+            .collect();
+        members.extend(strings(&storage_service("JoiningNodes")?));
+        let mut live: BTreeMap<String, bool> = strings(&storage_service("LiveNodes")?)
+            .map(|a| (a, true))
+            .collect();
+        live.extend(strings(&storage_service("UnreachableNodes")?).map(|a| (a, false)));
+        Some(RealView {
+            cluster,
+            address,
+            members,
+            live,
+        })
+    })
+    .join()
+    .ok()?
+}
+
+/// The rings of real members: the views of the running member Pods of
+/// `namespace` (those at a known member address), each read in its Pod's
+/// network namespace at once, those of nodes that no longer count
+/// themselves in the ring left out, merged per Cassandra cluster.
+fn real_rings(
+    store: &testworld::kubesim::store::Store,
+    namespace: &str,
+    addresses: &BTreeMap<String, String>,
+) -> RingNow {
+    let pods = testworld::kubesim::store::Target::new("", "v1", "pods", Some(namespace));
+    let list = store.list(&pods, &Default::default()).unwrap_or_default();
+    let readers: Vec<_> = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|pod| {
+            let address = addresses.get(name(pod))?.clone();
+            let pid = pod
+                .pointer("/status/containerStatuses")?
+                .as_array()?
+                .iter()
+                .find_map(|c| {
+                    c["containerID"]
+                        .as_str()?
+                        .strip_prefix("kubesim://")?
+                        .parse()
+                        .ok()
+                })?;
+            Some(std::thread::spawn(move || real_view(pid, address)))
+        })
+        .collect();
+    let mut clusters: BTreeMap<String, Vec<RealView>> = BTreeMap::new();
+    for view in readers.into_iter().filter_map(|r| r.join().ok().flatten()) {
+        if view.members.contains(&view.address) {
+            clusters.entry(view.cluster.clone()).or_default().push(view);
+        }
+    }
+    let mut now = RingNow::default();
+    for views in clusters.values() {
+        now.add_views(views);
     }
     now
 }
@@ -332,8 +482,10 @@ impl Known {
 }
 
 impl SafetyWatch {
-    /// Starts watching `namespace`, knowing its Services as they are now.
-    pub(crate) fn start(sim: &KubeSim, namespace: &str) -> SafetyWatch {
+    /// Starts watching `namespace`, knowing its Services as they are now;
+    /// `real`: its members run real Cassandra, whose own views are the
+    /// ring (the ring model's otherwise).
+    pub(crate) fn start(sim: &KubeSim, namespace: &str, real: bool) -> SafetyWatch {
         let mut events = sim.store().subscribe();
         let mut known = Known::default();
         let excused = known.excused.clone();
@@ -347,7 +499,9 @@ impl SafetyWatch {
         let breaches = Arc::new(Mutex::new(Vec::new()));
         let found = breaches.clone();
         let namespace = namespace.to_string();
+        let watched = namespace.clone();
         let rings = sim.ring().clone();
+        let store = sim.store().clone();
         let judged = Arc::new(std::sync::atomic::AtomicU64::new(
             sim.store().resource_version(),
         ));
@@ -357,7 +511,20 @@ impl SafetyWatch {
                 match events.recv().await {
                     Ok(event) => {
                         if event.namespace() == namespace {
-                            let breaches = known.apply(&event, || world_rings(&rings));
+                            let breaches = if real {
+                                let addresses = known.addresses.clone();
+                                known.apply(&event, || {
+                                    // Only for a removal: reading the
+                                    // members takes milliseconds, off the
+                                    // runtime's workers (the world's
+                                    // kubelet and probes run on them).
+                                    tokio::task::block_in_place(|| {
+                                        real_rings(&store, &namespace, &addresses)
+                                    })
+                                })
+                            } else {
+                                known.apply(&event, || world_rings(&rings))
+                            };
                             found.lock().unwrap().extend(breaches);
                         }
                         judging.fetch_max(event.rv, std::sync::atomic::Ordering::SeqCst);
@@ -374,8 +541,38 @@ impl SafetyWatch {
             excused,
             judged,
             store: sim.store().clone(),
+            namespace: watched,
+            real,
+            rings: sim.ring().clone(),
             task,
         }
+    }
+
+    /// The members the watch would find in the rings now, as it reads
+    /// them to judge a removal (the members' own views with real
+    /// Cassandra): a test checks that it judges on a ring, not on none.
+    pub(crate) fn ring_members(&self) -> BTreeSet<String> {
+        let now = if self.real {
+            let services =
+                testworld::kubesim::store::Target::new("", "v1", "services", Some(&self.namespace));
+            let list = self
+                .store
+                .list(&services, &Default::default())
+                .unwrap_or_default();
+            let addresses = list["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| Some((name(s).to_string(), cluster_ip(s)?)))
+                .collect();
+            tokio::task::block_in_place(|| real_rings(&self.store, &self.namespace, &addresses))
+        } else {
+            world_rings(&self.rings)
+        };
+        now.rings
+            .into_iter()
+            .flat_map(|(members, _)| members)
+            .collect()
     }
 
     /// The test deletes these Pods itself (a full outage, say): their
@@ -762,6 +959,66 @@ mod tests {
         ring.kill(&ids[1]).unwrap();
         assert_eq!(
             known.apply(&pod_deleting(2), || RingNow::of(&ring)),
+            Vec::<String>::new()
+        );
+    }
+
+    /// A view of members s-0..s-2 (addresses from [`address`]): those it
+    /// has in its ring and those it finds unreachable.
+    fn view(of: usize, members: &[usize], unreachable: &[usize]) -> RealView {
+        RealView {
+            cluster: "c".into(),
+            address: address(of),
+            members: members.iter().map(|&i| address(i)).collect(),
+            live: members
+                .iter()
+                .map(|&i| (address(i), !unreachable.contains(&i)))
+                .collect(),
+        }
+    }
+
+    /// Real members' views merge into the strictest ring: a node one view
+    /// still has is in it (a view that heard of a leave first does not
+    /// excuse a claim deleted too early), and a node one view finds
+    /// unreachable is down (another view that thinks it up does not excuse
+    /// taking a second replica down).
+    #[test]
+    fn real_views_merge_into_the_strictest_ring() {
+        let mut known = known();
+        let merged = |views: Vec<RealView>| {
+            move || {
+                let mut now = RingNow::default();
+                now.add_views(&views);
+                now
+            }
+        };
+        // s-1 heard that s-2 left; s-0 has not yet.
+        let breaches = known.apply(
+            &claim_deleting("s-2"),
+            merged(vec![view(0, &[0, 1, 2], &[]), view(1, &[0, 1], &[])]),
+        );
+        assert_eq!(breaches.len(), 1, "{breaches:?}");
+        // Once no view has it, the claim may go.
+        assert_eq!(
+            known.apply(
+                &claim_deleting("s-2"),
+                merged(vec![view(0, &[0, 1], &[]), view(1, &[0, 1], &[])]),
+            ),
+            Vec::<String>::new()
+        );
+        // s-0 finds s-1 unreachable, s-2 does not: s-2's Pod may not go.
+        let breaches = known.apply(
+            &pod_deleting(2),
+            merged(vec![view(0, &[0, 1, 2], &[1]), view(2, &[0, 1, 2], &[])]),
+        );
+        assert_eq!(breaches.len(), 1, "{breaches:?}");
+        assert!(breaches[0].contains(&address(1)), "{breaches:?}");
+        // All views find every node up: it may.
+        assert_eq!(
+            known.apply(
+                &pod_deleting(2),
+                merged(vec![view(0, &[0, 1, 2], &[]), view(2, &[0, 1, 2], &[])]),
+            ),
             Vec::<String>::new()
         );
     }

@@ -485,16 +485,23 @@ impl Setup {
     /// Starts the world, installs the CRD and namespace, starts the
     /// controller and the safety watch.
     pub(crate) async fn start(self) -> Scenario {
-        let work = tempfile::tempdir().unwrap();
+        let mut work = tempfile::tempdir().unwrap();
+        // E2E_KEEP=1: the work directory (logs, volumes) outlives the test,
+        // to read what happened; its path is printed.
+        if std::env::var_os("E2E_KEEP").is_some() {
+            work.disable_cleanup(true);
+            eprintln!("work directory kept: {}", work.path().display());
+        }
         let operator = PathBuf::from(env!("CARGO_BIN_EXE_cassandra-operator"));
         let fake = harness::beside(&operator, "fake-cassandra").unwrap();
         let zones: Vec<&str> = self.zones.iter().map(String::as_str).collect();
         let mut opts = WorldOptions::new(operator, fake, harness::fixtures().unwrap(), &zones);
         opts.ring = harness::fast_ring();
         (self.options)(&mut opts);
+        let real = opts.real_cassandra.is_some();
         let world = World::start(opts, work.path()).await.unwrap();
         world.install(&self.namespace).await.unwrap();
-        let safety = SafetyWatch::start(&world.sim, &self.namespace);
+        let safety = SafetyWatch::start(&world.sim, &self.namespace, real);
         let mut scenario = Scenario {
             world,
             namespace: self.namespace,
@@ -861,16 +868,36 @@ impl Scenario {
 
     /// Empties a member's data volume under it, as a lost local disk
     /// whose Node came back would.
+    /// The member may still be writing into it (a flush, its commit log):
+    /// a directory that gains a file while it is removed is removed again.
     pub(crate) async fn empty_data_volume(&self, pod: &str) {
-        for entry in std::fs::read_dir(self.data_volume(pod).await)
-            .unwrap()
-            .flatten()
-        {
-            let path = entry.path();
-            if path.is_dir() {
-                std::fs::remove_dir_all(&path).unwrap();
-            } else {
-                std::fs::remove_file(&path).unwrap();
+        let volume = self.data_volume(pod).await;
+        for attempt in 1.. {
+            let mut raced = false;
+            for entry in std::fs::read_dir(&volume).unwrap().flatten() {
+                let path = entry.path();
+                let removed = if path.is_dir() {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
+                match removed {
+                    Ok(()) => {}
+                    Err(e)
+                        if attempt < 20
+                            && matches!(
+                                e.kind(),
+                                std::io::ErrorKind::DirectoryNotEmpty
+                                    | std::io::ErrorKind::NotFound
+                            ) =>
+                    {
+                        raced = true
+                    }
+                    Err(e) => panic!("emptying {}: {e}", path.display()),
+                }
+            }
+            if !raced {
+                return;
             }
         }
     }
@@ -913,6 +940,12 @@ impl Scenario {
     /// Asserts the safety watch now (it is asserted again at the end).
     pub(crate) fn assert_safe(&self, context: &str) {
         self.safety.assert_safe(context);
+    }
+
+    /// The members of the rings the safety watch would judge a removal
+    /// against now.
+    pub(crate) fn safety_ring(&self) -> std::collections::BTreeSet<String> {
+        self.safety.ring_members()
     }
 }
 
