@@ -2,7 +2,8 @@
 //! Services, PVC clean-up, status and Events.
 //!
 //! - [`run`]: the kube-runtime Controller, its reflector caches and watch
-//!   mappers (I/O); [`context`]: what every reconcile shares, and the read
+//!   mappers (I/O); [`own_image`]: the members' image, the controller's
+//!   own unless configured (I/O, once at start); [`context`]: what every reconcile shares, and the read
 //!   of one cluster's objects from the caches.
 //! - [`reconcile`]: the pipeline of one reconcile, one call per step.
 //! - [`resources`]: the pure builders of every object a Cluster is made of.
@@ -29,6 +30,7 @@ pub mod index;
 pub mod metrics;
 pub mod observe;
 pub mod observed;
+pub mod own_image;
 pub mod recheck;
 pub mod reconcile;
 pub mod report;
@@ -50,9 +52,12 @@ pub struct ControllerArgs {
     #[arg(long, env = "WATCH_NAMESPACE")]
     pub namespace: Option<String>,
     /// Image of the operator, used for the members' init container unless a
-    /// Cluster names its own sidecarImage.
-    #[arg(long, env = "OPERATOR_IMAGE", default_value = resources::DEFAULT_OPERATOR_IMAGE)]
-    pub operator_image: String,
+    /// Cluster names its own sidecarImage. Default: the image of this
+    /// controller's own container, read from its Pod (POD_NAME and
+    /// POD_NAMESPACE, from the downward API); outside a Pod, the default
+    /// image (see [`own_image`]).
+    #[arg(long, env = "OPERATOR_IMAGE")]
+    pub operator_image: Option<String>,
     /// How long a member a roll took down may take to come back Ready on
     /// the new template before the roll stops (a condition and a Warning
     /// Event name it), in seconds.

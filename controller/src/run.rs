@@ -32,12 +32,33 @@ use crate::error::Error;
 use crate::index::NameIndex;
 use crate::metrics::{ErrorLabels, Metrics};
 use crate::observe::{claim_of_volume, references_config_map, volume_pinned_to};
+use crate::own_image::{OwnImageError, resolve, source};
 use crate::reconcile::reconcile;
 use crate::resources::BuildContext;
 
+/// Why the controller did not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Controller(#[from] Error),
+    #[error(transparent)]
+    OwnImage(#[from] OwnImageError),
+}
+
 /// Runs the controller until SIGTERM or SIGINT.
-pub async fn run(args: ControllerArgs) -> Result<(), Error> {
+pub async fn run(args: ControllerArgs) -> Result<(), RunError> {
     let client = Client::try_default().await.map_err(Error::Connect)?;
+    // Before anything else: a controller that cannot tell which image its
+    // members must run does not start (see own_image).
+    let operator_image = resolve(
+        &client,
+        source(
+            args.operator_image.clone(),
+            std::env::var("POD_NAME").ok(),
+            std::env::var("POD_NAMESPACE").ok(),
+        ),
+    )
+    .await?;
     let metrics = Arc::new(Metrics::new());
     let ready = Arc::new(AtomicBool::new(false));
     tokio::spawn(crate::metrics::serve(
@@ -150,7 +171,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
         names,
         metrics,
         build: BuildContext {
-            operator_image: args.operator_image.clone(),
+            operator_image,
             ..BuildContext::default()
         },
         restart_timeout_seconds: i64::try_from(args.member_restart_timeout_seconds)
