@@ -15,9 +15,12 @@ use std::time::{Duration, Instant};
 use crds::Cluster;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use testworld::harness::{self, World, WorldOptions, container_logs};
+use testworld::kubesim::sim::{SimOptions, default_operator_repository};
+use testworld::kubesim::{KubeSim, Options};
 
 use crate::common::ONE_WORLD;
 use crate::common::http_get;
@@ -49,9 +52,50 @@ fn path(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// `to` as a path relative to `from` (kustomize refuses an absolute
+/// path to a base): up to the root, then down.
+fn relative_to_root(from: &Path, to: &Path) -> String {
+    let from = from.canonicalize().unwrap();
+    let to = to.canonicalize().unwrap();
+    let up = "../".repeat(from.components().count() - 1);
+    format!("{up}{}", to.strip_prefix("/").unwrap().display())
+}
+
+/// What [`World::start`] starts for `opts` (its test timings: grace
+/// periods of at most 10 s, probes every 500 ms at most), with
+/// `repository` also an operator image: the test world runs an image by
+/// its repository, and `WorldOptions` names no other than the default.
+async fn start_knowing_image(opts: WorldOptions, work: &Path, repository: &str) -> Installed {
+    harness::require_root().unwrap();
+    let mut sim = SimOptions::new(work);
+    sim.operator_binary = Some(opts.operator);
+    sim.operator_images.push(repository.to_string());
+    sim.fake_cassandra = Some(opts.fake_cassandra);
+    sim.fixtures = Some(opts.fixtures);
+    sim.max_grace = Some(Duration::from_secs(10));
+    sim.max_probe_period = Some(Duration::from_millis(500));
+    sim.node_time_scale = opts.node_time_scale;
+    let sim = KubeSim::start(Options {
+        zones: opts.zones,
+        nodes_per_zone: opts.nodes_per_zone,
+        ring: opts.ring,
+        sim: Some(sim),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let kubeconfig = sim.write_kubeconfig(work).unwrap();
+    let client = harness::client(&sim).await.unwrap();
+    Installed {
+        sim,
+        client,
+        kubeconfig,
+    }
+}
+
 /// What the Deployment controller and its ReplicaSet would create: one Pod
 /// of the applied Deployment's template.
-async fn run_deployment(world: &World, namespace: &str, name: &str) -> String {
+async fn run_deployment(world: &Installed, namespace: &str, name: &str) -> String {
     let deployments: Api<Deployment> = Api::namespaced(world.client.clone(), namespace);
     let deployment = deployments.get(name).await.unwrap();
     let template = deployment.spec.unwrap().template;
@@ -69,7 +113,7 @@ async fn run_deployment(world: &World, namespace: &str, name: &str) -> String {
 /// Waits until every named Cluster reports Ready with `members` members,
 /// all ready; fails with every status, the Pods and the containers' logs.
 async fn wait_converged(
-    world: &World,
+    world: &Installed,
     work: &Path,
     clusters: &[(&str, &str, i32)],
     timeout: Duration,
@@ -115,20 +159,75 @@ async fn wait_converged(
     .await
 }
 
+/// A running world as the install tests use it: the API, the admin's
+/// kubeconfig and client, the simulated cluster (dropped: every container
+/// and kubesim stop).
+pub(crate) struct Installed {
+    pub sim: KubeSim,
+    pub client: Client,
+    pub kubeconfig: PathBuf,
+}
+
 /// A fresh world (`zones` of 3 Nodes) with the operator installed as a
 /// user installs it: `kubectl apply -k manifests/`, then the operator's
 /// Pod from its Deployment's template (its image is the binary under test,
 /// run as the image's user 65532, with its probes), Ready.
-async fn installed_world(zones: &[&str]) -> (tempfile::TempDir, World) {
+async fn installed_world(zones: &[&str]) -> (tempfile::TempDir, Installed) {
+    installed_world_from(zones, None).await
+}
+
+/// [`installed_world`], with the Deployment's image set to `image` by a
+/// kustomization over manifests/ as `kustomize edit set image` writes it
+/// (`images: [{name, newName, newTag}]`), and `image`'s repository known
+/// to the test world as the operator's image (as a user pushes their own
+/// build to their registry).
+async fn installed_world_from(
+    zones: &[&str],
+    image: Option<(&str, &str)>,
+) -> (tempfile::TempDir, Installed) {
     let work = tempfile::tempdir().unwrap();
     let operator = PathBuf::from(env!("CARGO_BIN_EXE_cassandra-operator"));
     let fake = harness::beside(&operator, "fake-cassandra").unwrap();
     let mut opts = WorldOptions::new(operator, fake, harness::fixtures().unwrap(), zones);
     // The install is the test's: nothing of the operator's exists before it.
     opts.operator_rbac = false;
-    let world = World::start(opts, work.path()).await.unwrap();
+    let (world, install) = match image {
+        None => {
+            let World {
+                sim,
+                client,
+                kubeconfig,
+                ..
+            } = World::start(opts, work.path()).await.unwrap();
+            (
+                Installed {
+                    sim,
+                    client,
+                    kubeconfig,
+                },
+                manifests(),
+            )
+        }
+        Some((repository, tag)) => {
+            let world = start_knowing_image(opts, work.path(), repository).await;
+            let overlay = work.path().join("install");
+            std::fs::create_dir(&overlay).unwrap();
+            std::fs::write(
+                overlay.join("kustomization.yaml"),
+                format!(
+                    "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+                     resources:\n  - {}\n\
+                     images:\n  - name: {}\n    newName: {repository}\n    newTag: {tag}\n",
+                    relative_to_root(&overlay, &manifests()),
+                    default_operator_repository(),
+                ),
+            )
+            .unwrap();
+            (world, overlay)
+        }
+    };
 
-    let out = kubectl(&world.kubeconfig, &["apply", "-k", path(&manifests())]);
+    let out = kubectl(&world.kubeconfig, &["apply", "-k", path(&install)]);
     for created in [
         "customresourcedefinition.apiextensions.k8s.io/clusters.cassandra.rook.io created",
         "namespace/cassandra-operator created",
@@ -140,7 +239,7 @@ async fn installed_world(zones: &[&str]) -> (tempfile::TempDir, World) {
         assert!(out.contains(created), "{created} missing:\n{out}");
     }
     // a second install changes nothing
-    let again = kubectl(&world.kubeconfig, &["apply", "-k", path(&manifests())]);
+    let again = kubectl(&world.kubeconfig, &["apply", "-k", path(&install)]);
     assert!(
         again.lines().all(|l| l.ends_with(" unchanged")),
         "a second kubectl apply -k changed something:\n{again}"
@@ -423,4 +522,83 @@ async fn the_scylla_example_converges() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rooks_own_example_converges_unchanged() {
     example_converges("rook", "rook-cassandra", "rook-cassandra", 3).await;
+}
+
+/// Members follow the operator's image (issue 30): the Deployment's image
+/// changed as `kustomize edit set image` changes it, and nothing else (no
+/// `--operator-image`, no `OPERATOR_IMAGE`): the controller reads its own
+/// Pod (POD_NAME and POD_NAMESPACE from the downward API, `get` on Pods
+/// of its namespace from the install's Role) and every member's `install`
+/// init container runs that image. Before, the controller gave the
+/// members the default image (which the test world runs too, so they
+/// started): the assertion on their init containers fails on that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_follow_the_image_the_deployment_names() {
+    const REPOSITORY: &str = "registry.example.com/me/cassandra-operator";
+    const TAG: &str = "dev";
+    let _one = ONE_WORLD.lock().await;
+    let started = Instant::now();
+    let (work, world) = installed_world_from(&["local"], Some((REPOSITORY, TAG))).await;
+    let image = format!("{REPOSITORY}:{TAG}");
+    // The install set no image of its own: the Deployment's container names
+    // the new image, and neither the flag nor OPERATOR_IMAGE is set.
+    let deployments: Api<Deployment> = Api::namespaced(world.client.clone(), "cassandra-operator");
+    let template = deployments
+        .get("cassandra-operator")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap();
+    let container = template
+        .containers
+        .iter()
+        .find(|c| c.name == "operator")
+        .unwrap();
+    assert_eq!(container.image.as_deref(), Some(image.as_str()));
+    assert!(
+        container
+            .args
+            .iter()
+            .flatten()
+            .all(|a| !a.contains("operator-image")),
+        "{:?}",
+        container.args
+    );
+    assert!(
+        container
+            .env
+            .iter()
+            .flatten()
+            .all(|e| e.name != "OPERATOR_IMAGE"),
+        "{:?}",
+        container.env
+    );
+
+    kubectl(
+        &world.kubeconfig,
+        &["apply", "-k", path(&example("laptop"))],
+    );
+    wait_converged(&world, work.path(), &[("laptop", "laptop", 3)], secs(240)).await;
+    let pods: Api<Pod> = Api::namespaced(world.client.clone(), "laptop");
+    let members = pods.list(&Default::default()).await.unwrap().items;
+    assert_eq!(members.len(), 3, "{members:?}");
+    for pod in members {
+        let name = pod.metadata.name.clone().unwrap();
+        let install = pod
+            .spec
+            .unwrap()
+            .init_containers
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.name == "install")
+            .unwrap_or_else(|| panic!("{name} has no install init container"));
+        assert_eq!(install.image.as_deref(), Some(image.as_str()), "{name}");
+    }
+    eprintln!(
+        "install: members on the Deployment's image {image} after {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
 }
