@@ -67,6 +67,22 @@ pub(crate) async fn thesis_five(s: &Scenario, mode: ClusterMode, version: &str) 
         cluster.spec.mode = mode;
         cluster.spec.repository = None;
     }
+    if mode == ClusterMode::Cassandra && !version.starts_with("3.") {
+        // A second rack: Cassandra 4.0 and later allocate tokens only for
+        // a factor the racks allow, and the operator refuses the default
+        // files' 3 (`TooFewRacksForTokenAllocation`). Rack c, made from
+        // rack b's spec, carries the same overrides.
+        let mut tokens = crate::scenario::overrides(
+            "tokens",
+            "allocate_tokens_for_local_replication_factor: 2\n",
+        );
+        tokens.metadata.namespace = Some(s.namespace.clone());
+        s.api::<k8s_openapi::api::core::v1::ConfigMap>()
+            .create(&Default::default(), &tokens)
+            .await
+            .unwrap();
+        cluster.spec.datacenter.racks[0].config_map_name = Some("tokens".into());
+    }
     let clusters = s.clusters();
     s.create(cluster).await;
     s.until_ready("cassandra", 3, secs(180)).await;
