@@ -329,6 +329,17 @@ fn is_member(service: &str) -> bool {
         .is_some_and(|(_, ordinal)| ordinal.parse::<u32>().is_ok())
 }
 
+/// Whether a change may remove something of a member ([`Known::apply`]
+/// reads the ring only then): a deletion begun, or a StatefulSet whose
+/// replicas went down.
+fn may_remove(event: &Event) -> bool {
+    began_deleting(event)
+        || matches!(
+            (replicas(event.prev.as_deref()), replicas(Some(&event.object))),
+            (Some(before), Some(after)) if after < before
+        )
+}
+
 fn replicas(object: Option<&Value>) -> Option<i64> {
     object?.pointer("/spec/replicas")?.as_i64()
 }
@@ -512,16 +523,25 @@ impl SafetyWatch {
                     Ok(event) => {
                         if event.namespace() == namespace {
                             let breaches = if real {
-                                let addresses = known.addresses.clone();
-                                known.apply(&event, || {
-                                    // Only for a removal: reading the
-                                    // members takes milliseconds, off the
-                                    // runtime's workers (the world's
-                                    // kubelet and probes run on them).
-                                    tokio::task::block_in_place(|| {
-                                        real_rings(&store, &namespace, &addresses)
-                                    })
-                                })
+                                // Read before judging, for a change that
+                                // may remove something, on a thread of its
+                                // own: never block_in_place, which turns a
+                                // runtime worker into a blocking thread
+                                // that later exits, and kubesim's
+                                // containers die with the thread that
+                                // spawned them (setpriv --pdeathsig).
+                                let ring = if may_remove(&event) {
+                                    let (store, namespace) = (store.clone(), namespace.clone());
+                                    let addresses = known.addresses.clone();
+                                    let (tx, rx) = tokio::sync::oneshot::channel();
+                                    std::thread::spawn(move || {
+                                        let _ = tx.send(real_rings(&store, &namespace, &addresses));
+                                    });
+                                    rx.await.unwrap_or_default()
+                                } else {
+                                    RingNow::default()
+                                };
+                                known.apply(&event, || ring)
                             } else {
                                 known.apply(&event, || world_rings(&rings))
                             };
@@ -565,7 +585,12 @@ impl SafetyWatch {
                 .flatten()
                 .filter_map(|s| Some((name(s).to_string(), cluster_ip(s)?)))
                 .collect();
-            tokio::task::block_in_place(|| real_rings(&self.store, &self.namespace, &addresses))
+            // A thread of its own, joined: never block_in_place (see
+            // `start`).
+            let (store, namespace) = (self.store.clone(), self.namespace.clone());
+            std::thread::spawn(move || real_rings(&store, &namespace, &addresses))
+                .join()
+                .unwrap_or_default()
         } else {
             world_rings(&self.rings)
         };
