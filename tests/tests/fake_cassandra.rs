@@ -1054,3 +1054,49 @@ async fn a_4_1_node_refuses_a_file_that_sets_storage_compatibility_mode() {
     world.joined(&started, &[(41, "UN")]).await;
     drop(started);
 }
+
+/// The token allocator's rack rule (`TokenAllocation.createStrategy` of
+/// 4.1 and 5.0), on the shipped files of both (factor 3): a rack `a` of 3,
+/// then rack `b`'s first member joins (its rack owns no token yet) and its
+/// second exits at start, with Cassandra's `ConfigurationException` and
+/// message, and never enters the ring; the same member on the rack's
+/// overrides that set the factor to 2 (as many as the racks) joins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_member_of_a_second_rack_is_refused_its_tokens() {
+    for release in ["4.1.8", "5.0.3"] {
+        let mut world = World::new().await;
+        world.release = release.into();
+        let seeds = [51];
+        let mut running = Vec::new();
+        for (n, rack) in [(51, "a"), (52, "a"), (53, "a"), (54, "b")] {
+            let node = world.start(&format!("t{n}"), n, &seeds, rack, None, CLUSTER);
+            wait_mode(&node, OperationMode::Normal).await;
+            running.push(node);
+        }
+        let four: Vec<(u8, &str)> = (51..=54).map(|n| (n, "UN")).collect();
+        world.wait_statuses(&four).await;
+        let mut refused = world.start("t55", 55, &seeds, "b", None, CLUSTER);
+        // Real Cassandra's log names the exception and its message (the
+        // stack trace's first line) and the process exits non-zero.
+        let (code, log) = refused.exit(20);
+        assert_ne!(code, 0, "{release}: {log}");
+        assert!(
+            log.contains(
+                "org.apache.cassandra.exceptions.ConfigurationException: Token allocation failed: the number of racks 2 in datacenter dc1 is lower than its replication factor 3."
+            ),
+            "{release}: {log}"
+        );
+        let members: Vec<String> = world.statuses().await.into_iter().map(|(a, _)| a).collect();
+        assert_eq!(
+            members,
+            (51..=54).map(ip).collect::<Vec<_>>(),
+            "{release}: the refused member is not in the ring"
+        );
+
+        world.overrides = Some("allocate_tokens_for_local_replication_factor: 2\n".into());
+        let factor_2 = world.start("t55", 55, &seeds, "b", None, CLUSTER);
+        let five: Vec<(u8, &str)> = (51..=55).map(|n| (n, "UN")).collect();
+        world.joined(&factor_2, &five).await;
+        drop((running, factor_2));
+    }
+}
