@@ -19,8 +19,8 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use testworld::harness::{self, World, WorldOptions, container_logs};
-use testworld::kubesim::sim::{SimOptions, default_operator_repository};
-use testworld::kubesim::{KubeSim, Options};
+use testworld::kubesim::sim::default_operator_repository;
+use testworld::kubesim::KubeSim;
 
 use crate::common::ONE_WORLD;
 use crate::common::http_get;
@@ -59,38 +59,6 @@ fn relative_to_root(from: &Path, to: &Path) -> String {
     let to = to.canonicalize().unwrap();
     let up = "../".repeat(from.components().count() - 1);
     format!("{up}{}", to.strip_prefix("/").unwrap().display())
-}
-
-/// What [`World::start`] starts for `opts` (its test timings: grace
-/// periods of at most 10 s, probes every 500 ms at most), with
-/// `repository` also an operator image: the test world runs an image by
-/// its repository, and `WorldOptions` names no other than the default.
-async fn start_knowing_image(opts: WorldOptions, work: &Path, repository: &str) -> Installed {
-    harness::require_root().unwrap();
-    let mut sim = SimOptions::new(work);
-    sim.operator_binary = Some(opts.operator);
-    sim.operator_images.push(repository.to_string());
-    sim.fake_cassandra = Some(opts.fake_cassandra);
-    sim.fixtures = Some(opts.fixtures);
-    sim.max_grace = Some(Duration::from_secs(10));
-    sim.max_probe_period = Some(Duration::from_millis(500));
-    sim.node_time_scale = opts.node_time_scale;
-    let sim = KubeSim::start(Options {
-        zones: opts.zones,
-        nodes_per_zone: opts.nodes_per_zone,
-        ring: opts.ring,
-        sim: Some(sim),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let kubeconfig = sim.write_kubeconfig(work).unwrap();
-    let client = harness::client(&sim).await.unwrap();
-    Installed {
-        sim,
-        client,
-        kubeconfig,
-    }
 }
 
 /// What the Deployment controller and its ReplicaSet would create: one Pod
@@ -191,25 +159,23 @@ async fn installed_world_from(
     let mut opts = WorldOptions::new(operator, fake, harness::fixtures().unwrap(), zones);
     // The install is the test's: nothing of the operator's exists before it.
     opts.operator_rbac = false;
-    let (world, install) = match image {
-        None => {
-            let World {
-                sim,
-                client,
-                kubeconfig,
-                ..
-            } = World::start(opts, work.path()).await.unwrap();
-            (
-                Installed {
-                    sim,
-                    client,
-                    kubeconfig,
-                },
-                manifests(),
-            )
-        }
+    if let Some((repository, _)) = image {
+        opts.operator_images.push(repository.to_string());
+    }
+    let World {
+        sim,
+        client,
+        kubeconfig,
+        ..
+    } = World::start(opts, work.path()).await.unwrap();
+    let world = Installed {
+        sim,
+        client,
+        kubeconfig,
+    };
+    let install = match image {
+        None => manifests(),
         Some((repository, tag)) => {
-            let world = start_knowing_image(opts, work.path(), repository).await;
             let overlay = work.path().join("install");
             std::fs::create_dir(&overlay).unwrap();
             std::fs::write(
@@ -223,7 +189,7 @@ async fn installed_world_from(
                 ),
             )
             .unwrap();
-            (world, overlay)
+            overlay
         }
     };
 
@@ -234,6 +200,8 @@ async fn installed_world_from(
         "serviceaccount/cassandra-operator created",
         "clusterrole.rbac.authorization.k8s.io/cassandra-operator created",
         "clusterrolebinding.rbac.authorization.k8s.io/cassandra-operator created",
+        "role.rbac.authorization.k8s.io/cassandra-operator-own-pod created",
+        "rolebinding.rbac.authorization.k8s.io/cassandra-operator-own-pod created",
         "deployment.apps/cassandra-operator created",
     ] {
         assert!(out.contains(created), "{created} missing:\n{out}");

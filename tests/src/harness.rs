@@ -132,6 +132,10 @@ pub struct WorldOptions {
     /// releases ([`SimOptions::real_cassandra`]); None: the fake in every
     /// one.
     pub real_cassandra: Option<crate::kubesim::sim::RealCassandra>,
+    /// More repositories the world runs as the operator's image (besides
+    /// the default's, [`SimOptions::operator_images`]): a user's own build
+    /// pushed to their registry.
+    pub operator_images: Vec<String>,
 }
 
 impl WorldOptions {
@@ -153,6 +157,7 @@ impl WorldOptions {
             node_time_scale: 0.02,
             hollow: false,
             real_cassandra: None,
+            operator_images: Vec::new(),
         }
     }
 }
@@ -189,6 +194,7 @@ impl World {
         sim.node_time_scale = opts.node_time_scale;
         sim.hollow = opts.hollow;
         sim.real_cassandra = opts.real_cassandra;
+        sim.operator_images.extend(opts.operator_images);
         let sim = KubeSim::start(Options {
             zones: opts.zones,
             nodes_per_zone: opts.nodes_per_zone,
