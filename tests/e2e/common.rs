@@ -66,11 +66,9 @@ pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
+    // HTTP/1.0: the body comes whole, up to the close (an HTTP/1.1
+    // server may answer in chunks, as the Jolokia agent does).
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
     let code = response.split_whitespace().nth(1)?.parse().ok()?;

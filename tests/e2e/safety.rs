@@ -172,28 +172,13 @@ struct RealView {
     live: BTreeMap<String, bool>,
 }
 
-/// The Jolokia agent's port on a member Pod's loopback (the sidecar's
-/// `-javaagent` option).
-const JOLOKIA_PORT: u16 = 8778;
-
 /// Reads one attribute of the StorageService MBean through the Jolokia
 /// agent at 127.0.0.1 of the current thread's network namespace.
 fn storage_service(attribute: &str) -> Option<Value> {
-    use std::io::{Read, Write};
-    let address = std::net::SocketAddr::from(([127, 0, 0, 1], JOLOKIA_PORT));
-    let timeout = std::time::Duration::from_secs(2);
-    let mut stream = std::net::TcpStream::connect_timeout(&address, timeout).ok()?;
-    stream.set_read_timeout(Some(timeout)).ok()?;
-    // HTTP/1.0: the agent answers an HTTP/1.1 request in chunks.
-    write!(
-        stream,
-        "GET /jolokia/read/org.apache.cassandra.db:type=StorageService/{attribute} HTTP/1.0\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let (_, body) = response.split_once("\r\n\r\n")?;
-    let reply: Value = serde_json::from_str(body).ok()?;
+    let path = format!("/jolokia/read/org.apache.cassandra.db:type=StorageService/{attribute}");
+    let (_, body) =
+        crate::common::http_get(&format!("127.0.0.1:{}", contract::JOLOKIA_PORT), &path)?;
+    let reply: Value = serde_json::from_str(&body).ok()?;
     (reply["status"] == 200).then(|| reply["value"].clone())
 }
 
