@@ -1,7 +1,11 @@
 //! The CustomResourceDefinition of [`Cluster`], generated from the Rust types;
 //! `crds/cassandra.rook.io_clusters.yaml` is its committed copy. Pure.
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use std::collections::BTreeMap;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps,
+};
 use kube::CustomResourceExt;
 
 use crate::v1alpha1::Cluster;
@@ -9,9 +13,37 @@ use crate::v1alpha1::Cluster;
 /// The committed CRD, as `cassandra-operator crd` printed it.
 pub const COMMITTED_YAML: &str = include_str!("../cassandra.rook.io_clusters.yaml");
 
-/// The CRD object.
+/// The CRD object. Its schema declares `metadata.name` (a string, the one
+/// part of metadata a CRD may describe besides `generateName`), so that the
+/// CEL rules on the name can give it as their `fieldPath`: the API server
+/// accepts only a path through the schema's properties, and refuses the
+/// whole CRD otherwise ("must be a valid path").
 pub fn definition() -> CustomResourceDefinition {
-    Cluster::crd()
+    let mut crd = Cluster::crd();
+    for version in &mut crd.spec.versions {
+        if let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        {
+            let name = JSONSchemaProps {
+                type_: Some("string".to_string()),
+                ..JSONSchemaProps::default()
+            };
+            schema
+                .properties
+                .get_or_insert_with(Default::default)
+                .insert(
+                    "metadata".to_string(),
+                    JSONSchemaProps {
+                        type_: Some("object".to_string()),
+                        properties: Some(BTreeMap::from([("name".to_string(), name)])),
+                        ..JSONSchemaProps::default()
+                    },
+                );
+        }
+    }
+    crd
 }
 
 /// The CRD as YAML, the form `cassandra-operator crd` prints and `kubectl

@@ -72,14 +72,15 @@ pub const QUALIFIED_NAME: &str = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyMembers", description = "Members that are ready"),
     printcolumn(name = "Status", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason", description = "Why the cluster is or is not ready"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    // No fieldPath on the rules of metadata.name: the API server accepts
-    // only a path through the schema's properties, and a CRD's schema may
-    // not describe metadata beyond name and generateName (a CRD carrying
-    // `.metadata.name` is refused whole: "must be a valid path").
+    // The rules of metadata.name name it as their field: the schema
+    // declares metadata.name for that (crds::crd::definition), or the API
+    // server refuses the whole CRD ("must be a valid path").
     validation = Rule::new("!self.metadata.name.contains('.') && self.metadata.name.matches('^[a-z]')")
-        .message("metadata.name must be a DNS-1035 label (lower case letters, digits and '-', starting with a letter): it starts the name of every member Service"),
+        .message("metadata.name must be a DNS-1035 label (lower case letters, digits and '-', starting with a letter): it starts the name of every member Service")
+        .field_path(".metadata.name"),
     validation = Rule::new("size(self.metadata.name) <= 56")
-        .message("metadata.name must be at most 56 characters: the client Service is named <cluster>-client"),
+        .message("metadata.name must be at most 56 characters: the client Service is named <cluster>-client")
+        .field_path(".metadata.name"),
     validation = Rule::new("self.spec.datacenter.racks.all(r, size(self.metadata.name) + size(self.spec.datacenter.name) + size(r.name) + 2 <= 52)")
         .message("the StatefulSet name <cluster>-<datacenter>-<rack> must be at most 52 characters, so that pod names and the controller-revision-hash label stay within 63: shorten the cluster, datacenter or rack name")
         .field_path(".spec.datacenter.racks"),

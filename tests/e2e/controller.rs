@@ -21,8 +21,8 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::serde::de::DeserializeOwned;
+use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, CustomResourceExt};
 use serde_json::{Value, json};
 use testworld::kubesim::{KubeSim, Options};
 
@@ -72,7 +72,7 @@ impl Bare {
             )
             .await;
         Api::<CustomResourceDefinition>::all(client.clone())
-            .create(&PostParams::default(), &Cluster::crd())
+            .create(&PostParams::default(), &crds::crd::definition())
             .await
             .unwrap();
         Bare {

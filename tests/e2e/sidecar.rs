@@ -9,7 +9,6 @@ use std::process::{Command, Stdio};
 use controller::resources;
 use crds::Cluster;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
-use kube::CustomResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use testworld::harness;
@@ -35,7 +34,7 @@ async fn sidecar_renders_starts_probes_and_stops_the_database() {
         .await;
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
         Api::all(client.clone());
-    crds.create(&PostParams::default(), &Cluster::crd())
+    crds.create(&PostParams::default(), &crds::crd::definition())
         .await
         .unwrap();
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), "db");

@@ -9,12 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crds::Cluster;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config, CustomResourceExt};
+use kube::{Client, Config};
 use serde_json::json;
 
 use crate::kubesim::faults::{ProcessAction, WriteHook};
@@ -243,7 +242,7 @@ impl World {
             }
         }
         match Api::<CustomResourceDefinition>::all(self.client.clone())
-            .create(&PostParams::default(), &Cluster::crd())
+            .create(&PostParams::default(), &crds::crd::definition())
             .await
         {
             Ok(_) => Ok(()),

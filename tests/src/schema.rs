@@ -111,6 +111,12 @@ fn prune_in_place(schema: &Value, value: &mut Value) {
         Value::Object(map) => {
             map.retain(|key, _| property_schema(schema, key).is_some() || is_meta_key(schema, key));
             for (key, child) in map.iter_mut() {
+                // The root's metadata is pruned by ObjectMeta's own rules,
+                // never by the schema, which may only restrict its name
+                // and generateName (apiextensions' pruning skips it).
+                if is_meta_key(schema, key) {
+                    continue;
+                }
                 if let Some(sub) = property_schema(schema, key) {
                     prune_in_place(sub, child);
                 }
@@ -135,6 +141,9 @@ fn walk_unknown(schema: &Value, value: &Value, path: &str, out: &mut Vec<String>
         Value::Object(map) => {
             for (key, child) in map {
                 let child_path = join(path, key);
+                if is_meta_key(schema, key) {
+                    continue;
+                }
                 match property_schema(schema, key) {
                     Some(sub) => walk_unknown(sub, child, &child_path, out),
                     None if is_meta_key(schema, key) => {}
@@ -551,6 +560,22 @@ mod tests {
         assert!(pruned.is_empty());
         assert_eq!(v["spec"]["mode"], "a");
         assert_eq!(v["metadata"]["name"], "n");
+    }
+
+    /// A schema that declares the root's `metadata.name` (so that CEL rules
+    /// may name it as their field) prunes nothing else of the metadata:
+    /// the API server leaves metadata to ObjectMeta's rules.
+    #[test]
+    fn a_declared_metadata_name_prunes_no_other_metadata() {
+        let schema = json!({"type": "object", "properties": {
+            "metadata": {"type": "object", "properties": {"name": {"type": "string"}}},
+            "spec": {"type": "object", "properties": {"a": {"type": "string"}}}}});
+        let mut v = json!({"apiVersion": "x/v1", "kind": "K",
+            "metadata": {"name": "n", "namespace": "db", "labels": {"l": "v"}},
+            "spec": {"a": "x", "b": "y"}});
+        assert_eq!(prune(&schema, &mut v), vec!["spec.b".to_string()]);
+        assert_eq!(v["metadata"]["namespace"], "db");
+        assert_eq!(v["metadata"]["labels"]["l"], "v");
     }
 
     #[test]

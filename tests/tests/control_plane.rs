@@ -40,6 +40,9 @@ use kube::{Api, Client};
 use serde_json::json;
 use testworld::control_plane::{self, ControlPlane};
 
+#[allow(dead_code)]
+mod support;
+
 const WAIT: Duration = Duration::from_secs(60);
 
 /// Polls `f` until it returns `Some`, panicking with `what` after [`WAIT`].
@@ -72,28 +75,10 @@ fn refusal<T: std::fmt::Debug>(what: &str, result: kube::Result<T>, code: u16) -
 }
 
 fn cluster(name: &str, version: &str) -> DynamicObject {
-    serde_json::from_value(json!({
-        "apiVersion": "cassandra.rook.io/v1alpha1",
-        "kind": "Cluster",
-        "metadata": {"name": name, "namespace": "db"},
-        "spec": {
-            "version": version,
-            "mode": "cassandra",
-            "datacenter": {
-                "name": "europe-west1",
-                "racks": [{
-                    "name": "europe-west1-b",
-                    "members": 3,
-                    "storage": {"volumeClaimTemplates": [{
-                        "metadata": {"name": "data"},
-                        "spec": {"storageClassName": "local-disks", "resources": {"requests": {"storage": "10Gi"}}}
-                    }]},
-                    "resources": {"requests": {"cpu": 1, "memory": "2Gi"}, "limits": {"cpu": 1, "memory": "2Gi"}}
-                }]
-            }
-        }
-    }))
-    .expect("a Cluster")
+    let mut cluster = support::valid_cluster();
+    cluster["metadata"]["name"] = json!(name);
+    cluster["spec"]["version"] = json!(version);
+    serde_json::from_value(cluster).expect("a Cluster")
 }
 
 async fn create_namespace(client: &Client, name: &str, enforce: &str) {
@@ -141,6 +126,12 @@ async fn cel_rules_refuse(client: &Client) {
     );
     assert!(
         message.contains("metadata.name must be a DNS-1035 label"),
+        "{message}"
+    );
+    // The rule's fieldPath names the field (the schema declares
+    // metadata.name so that the API server accepts that path).
+    assert!(
+        message.contains("metadata.name: Invalid value"),
         "{message}"
     );
     println!("refused on create: {message}");

@@ -10,6 +10,10 @@ use crds::Cluster;
 use serde_json::{Value, json};
 use testworld::{cel, schema};
 
+#[allow(dead_code)]
+mod support;
+use support::valid_cluster;
+
 fn openapi_schema() -> Value {
     let crd = crds::crd::definition();
     let version = &crd.spec.versions[0];
@@ -124,7 +128,7 @@ fn rook_manifest_keeps_its_values() {
 
 #[test]
 fn defaults_fill_mode_and_storage() {
-    let mut object = base();
+    let mut object = valid_cluster();
     object["spec"].as_object_mut().unwrap().remove("mode");
     object["spec"]["datacenter"]["racks"][0]
         .as_object_mut()
@@ -137,31 +141,6 @@ fn defaults_fill_mode_and_storage() {
         admitted["spec"]["datacenter"]["racks"][0]["storage"],
         json!({"volumeClaimTemplates": []})
     );
-}
-
-/// A valid Cluster to break in one place at a time.
-fn base() -> Value {
-    json!({
-        "apiVersion": "cassandra.rook.io/v1alpha1",
-        "kind": "Cluster",
-        "metadata": {"name": "cassandra", "namespace": "db"},
-        "spec": {
-            "version": "4.1.8",
-            "mode": "cassandra",
-            "datacenter": {
-                "name": "europe-west1",
-                "racks": [{
-                    "name": "europe-west1-b",
-                    "members": 3,
-                    "storage": {"volumeClaimTemplates": [{
-                        "metadata": {"name": "data"},
-                        "spec": {"storageClassName": "local-disks", "resources": {"requests": {"storage": "10Gi"}}}
-                    }]},
-                    "resources": {"requests": {"cpu": 1, "memory": "2Gi"}, "limits": {"cpu": 1, "memory": "2Gi"}}
-                }]
-            }
-        }
-    })
 }
 
 type Mutation = fn(&mut Value);
@@ -340,7 +319,7 @@ const INVALID: &[(&str, Mutation, &str, &str)] = &[
 fn invalid_clusters_are_rejected_by_the_api_server_and_by_validate() {
     assert!(INVALID.len() >= 20);
     for (what, mutate, api_field, validate_field) in INVALID {
-        let mut object = base();
+        let mut object = valid_cluster();
         mutate(&mut object);
         let (_, _, errors) = api_server_errors(&object, None);
         if std::env::var_os("SHOW_ERRORS").is_some() {
@@ -366,7 +345,7 @@ fn invalid_clusters_are_rejected_by_the_api_server_and_by_validate() {
 
 #[test]
 fn the_error_messages_explain() {
-    let mut object = base();
+    let mut object = valid_cluster();
     object["spec"]["datacenter"]["racks"][0]["members"] = json!(-1);
     let (_, _, errors) = api_server_errors(&object, None);
     assert_eq!(
@@ -376,7 +355,7 @@ fn the_error_messages_explain() {
         ]
     );
 
-    let mut object = base();
+    let mut object = valid_cluster();
     let rack = object["spec"]["datacenter"]["racks"][0].clone();
     object["spec"]["datacenter"]["racks"]
         .as_array_mut()
@@ -420,7 +399,7 @@ fn type_errors_are_rejected_by_the_schema_and_by_deserialisation() {
         ),
     ];
     for (mutate, field) in cases {
-        let mut object = base();
+        let mut object = valid_cluster();
         mutate(&mut object);
         let (_, _, errors) = api_server_errors(&object, None);
         assert!(
@@ -467,7 +446,7 @@ fn validate_catches_what_the_schema_cannot_say() {
         ),
     ];
     for (mutate, field) in cases {
-        let mut object = base();
+        let mut object = valid_cluster();
         mutate(&mut object);
         let cluster: Cluster = serde_json::from_value(object).unwrap();
         let err = crds::validate(&cluster).unwrap_err();
@@ -477,7 +456,7 @@ fn validate_catches_what_the_schema_cannot_say() {
 
 #[test]
 fn transitions_that_cassandra_cannot_follow_are_rejected() {
-    let old = base();
+    let old = valid_cluster();
     let cases: &[(Mutation, &str)] = &[
         (|v| v["spec"]["mode"] = json!("scylla"), "spec.mode"),
         (
@@ -517,7 +496,7 @@ fn transitions_that_cassandra_cannot_follow_are_rejected() {
 
 #[test]
 fn scaling_a_rack_to_zero_then_removing_it_is_allowed() {
-    let mut old = base();
+    let mut old = valid_cluster();
     let mut second = old["spec"]["datacenter"]["racks"][0].clone();
     second["name"] = json!("europe-west1-c");
     second["members"] = json!(0);
@@ -525,7 +504,7 @@ fn scaling_a_rack_to_zero_then_removing_it_is_allowed() {
         .as_array_mut()
         .unwrap()
         .push(second);
-    let new = base();
+    let new = valid_cluster();
     let (_, _, errors) = api_server_errors(&new, Some(&old));
     assert!(errors.is_empty(), "{errors:?}");
     let old: Cluster = serde_json::from_value(old).unwrap();
@@ -541,7 +520,7 @@ fn scaling_a_rack_to_zero_then_removing_it_is_allowed() {
 #[test]
 fn version_changes_follow_cassandras_upgrade_rules() {
     let with = |mode: &str, version: &str| {
-        let mut v = base();
+        let mut v = valid_cluster();
         v["spec"]["mode"] = json!(mode);
         v["spec"]["version"] = json!(version);
         v

@@ -20,7 +20,7 @@ use crds::Cluster;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config, CustomResourceExt};
+use kube::{Client, Config};
 use serde_json::json;
 use testworld::kubesim::{KubeSim, Options};
 
@@ -85,7 +85,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .create(&PostParams::default(), &ns)
         .await;
     Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(client.clone())
-        .create(&PostParams::default(), &Cluster::crd())
+        .create(&PostParams::default(), &crds::crd::definition())
         .await?;
     let cluster: Cluster = serde_json::from_value(json!({
         "apiVersion": "cassandra.rook.io/v1alpha1", "kind": "Cluster",

@@ -33,8 +33,8 @@ use std::time::{Duration, Instant};
 
 use crds::Cluster;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, CustomResourceExt};
 use serde_json::{Value, json};
 use testworld::harness::{self, World, WorldOptions};
 use testworld::kubesim::KubeSim;
@@ -125,7 +125,7 @@ async fn run() -> Result<(), Error> {
 
     // Admission, as the API server and the controller check it.
     let mut object = cluster_document()?;
-    let crd = Cluster::crd();
+    let crd = crds::crd::definition();
     let openapi = crd.spec.versions[0]
         .schema
         .as_ref()

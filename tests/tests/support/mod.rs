@@ -400,3 +400,30 @@ impl Drop for Node {
         self.kill();
     }
 }
+
+/// A valid Cluster (the GKE example's shape: one rack of 3 on local SSDs,
+/// Guaranteed resources), named `cassandra` in `db`, for a test to break
+/// in one place at a time.
+pub fn valid_cluster() -> Value {
+    json!({
+        "apiVersion": "cassandra.rook.io/v1alpha1",
+        "kind": "Cluster",
+        "metadata": {"name": "cassandra", "namespace": "db"},
+        "spec": {
+            "version": "4.1.8",
+            "mode": "cassandra",
+            "datacenter": {
+                "name": "europe-west1",
+                "racks": [{
+                    "name": "europe-west1-b",
+                    "members": 3,
+                    "storage": {"volumeClaimTemplates": [{
+                        "metadata": {"name": "data"},
+                        "spec": {"storageClassName": "local-disks", "resources": {"requests": {"storage": "10Gi"}}}
+                    }]},
+                    "resources": {"requests": {"cpu": 1, "memory": "2Gi"}, "limits": {"cpu": 1, "memory": "2Gi"}}
+                }]
+            }
+        }
+    })
+}
