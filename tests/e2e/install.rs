@@ -19,8 +19,8 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use testworld::harness::{self, World, WorldOptions, container_logs};
-use testworld::kubesim::sim::default_operator_repository;
 use testworld::kubesim::KubeSim;
+use testworld::kubesim::sim::default_operator_repository;
 
 use crate::common::ONE_WORLD;
 use crate::common::http_get;
