@@ -1080,8 +1080,11 @@ async fn real_kubectl_gets_and_applies() {
             "create ",
             "delete hello",
             // manifests/operator.yaml: the CRD, the namespace, the
-            // ServiceAccount, ClusterRole, ClusterRoleBinding, the members'
+            // ServiceAccount, the Role to read its own Pod and its
+            // RoleBinding, ClusterRole, ClusterRoleBinding, the members'
             // ValidatingAdmissionPolicy and its binding, Deployment
+            "create ",
+            "create ",
             "create ",
             "create ",
             "create ",
