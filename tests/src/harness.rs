@@ -212,12 +212,18 @@ impl World {
             kubeconfig.clone()
         };
         let client = client(&sim).await?;
+        // The controller too runs the image's binary when scripts/test built
+        // the image (what ships is what is tested), as the operator's Pod
+        // and the members do.
+        let operator = crate::kubesim::sim::image_binary(Some(opts.operator.clone()))
+            .map_err(HarnessError::StartKubesim)?
+            .unwrap_or(opts.operator);
         Ok(World {
             sim,
             client,
             kubeconfig,
             operator_kubeconfig,
-            operator: opts.operator,
+            operator,
         })
     }
 

@@ -13,79 +13,9 @@ use std::path::{Path, PathBuf};
 use testworld::real_cassandra::Release;
 use testworld::real_cassandra::release::JOLOKIA_AGENT;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the repository root")
-        .to_path_buf()
-}
-
-/// One instruction of a Dockerfile: its keyword (upper case), its flags
-/// (`--name=value`) and its other words, continuation lines joined and
-/// comments dropped. Enough for the instructions `init/Dockerfile` uses (no
-/// JSON form but in ENTRYPOINT and CMD, no heredocs: asserted).
-#[derive(Debug)]
-struct Instruction {
-    keyword: String,
-    flags: Vec<(String, String)>,
-    args: Vec<String>,
-}
-
-fn instructions(text: &str) -> Vec<Instruction> {
-    let mut logical = Vec::new();
-    let mut current = String::new();
-    for line in text.lines() {
-        let trimmed = line.trim();
-        if current.is_empty() && (trimmed.is_empty() || trimmed.starts_with('#')) {
-            continue;
-        }
-        if let Some(head) = trimmed.strip_suffix('\\') {
-            current.push_str(head);
-            current.push(' ');
-        } else {
-            current.push_str(trimmed);
-            logical.push(std::mem::take(&mut current));
-        }
-    }
-    assert!(current.is_empty(), "a continuation at the end of the file");
-    logical
-        .iter()
-        .map(|line| {
-            assert!(!line.contains("<<"), "heredocs are not read here: {line}");
-            let mut words = line.split_whitespace();
-            let keyword = words.next().unwrap().to_ascii_uppercase();
-            let mut flags = Vec::new();
-            let mut args = Vec::new();
-            for word in words {
-                match word.strip_prefix("--") {
-                    Some(flag) if args.is_empty() && keyword != "RUN" => {
-                        let (name, value) = flag.split_once('=').unwrap_or((flag, ""));
-                        flags.push((name.to_string(), value.to_string()));
-                    }
-                    _ => args.push(word.to_string()),
-                }
-            }
-            Instruction {
-                keyword,
-                flags,
-                args,
-            }
-        })
-        .collect()
-}
-
-fn dockerfile() -> Vec<Instruction> {
-    let path = repo().join("init/Dockerfile");
-    instructions(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}")))
-}
-
-fn flag<'i>(instruction: &'i Instruction, name: &str) -> Option<&'i str> {
-    instruction
-        .flags
-        .iter()
-        .find(|(n, _)| n == name)
-        .map(|(_, v)| v.as_str())
-}
+#[allow(dead_code)]
+mod dockerfile_syntax;
+use dockerfile_syntax::{Instruction, dockerfile, flag, repo};
 
 fn sha256_hex(bytes: &[u8]) -> String {
     ring::digest::digest(&ring::digest::SHA256, bytes)

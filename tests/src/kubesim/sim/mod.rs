@@ -219,7 +219,8 @@ pub struct SimOptions {
     /// Where pods and PVs keep their files (`--sim-dir`).
     pub work_dir: PathBuf,
     /// The operator binary under test (`--operator-binary`,
-    /// `KUBESIM_OPERATOR_BINARY`).
+    /// `KUBESIM_OPERATOR_BINARY`; the image's, when
+    /// `KUBESIM_OPERATOR_IMAGE_BINARY` names it: [`image_binary`]).
     pub operator_binary: Option<PathBuf>,
     /// Image names (without tag) that are the operator image
     /// (`--operator-image`, repeatable; `KUBESIM_OPERATOR_IMAGES`; by
@@ -369,6 +370,45 @@ impl SimOptions {
     }
 }
 
+/// The operator image's own binary in place of the workspace's cargo build
+/// (issue 30, "what ships is what is tested"): `KUBESIM_OPERATOR_IMAGE_BINARY`
+/// (scripts/test sets it to the binary of the image `scripts/build-image`
+/// has just built, the static musl build that ships) replaces an operator
+/// binary that is a cargo build of `cassandra-operator`
+/// (`<target>/<profile>/cassandra-operator`, the target directory holding
+/// cargo's `CACHEDIR.TAG`: what the e2e worlds, the demo and the benchmarks
+/// pass), so every container of the operator image (the operator's Pod,
+/// members' init containers and, through `install`, their sidecars) runs
+/// it. A stand-in a test gives on purpose (a script elsewhere) is kept.
+/// Explicit, never found by itself: an image left in target/ by an older
+/// build must not stand in for the sources under test. Unset: as given.
+pub fn image_binary(given: Option<PathBuf>) -> std::io::Result<Option<PathBuf>> {
+    let Some(image) = std::env::var_os("KUBESIM_OPERATOR_IMAGE_BINARY").filter(|v| !v.is_empty())
+    else {
+        return Ok(given);
+    };
+    let image = PathBuf::from(image);
+    let cargo_build = given.as_deref().is_some_and(|p| {
+        p.file_name().is_some_and(|n| n == "cassandra-operator")
+            && p.parent()
+                .and_then(std::path::Path::parent)
+                .is_some_and(|target| target.join("CACHEDIR.TAG").is_file())
+    });
+    if !cargo_build {
+        return Ok(given);
+    }
+    if !image.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!(
+                "KUBESIM_OPERATOR_IMAGE_BINARY={}: no such file (run scripts/build-image)",
+                image.display()
+            ),
+        ));
+    }
+    Ok(Some(image))
+}
+
 /// The running sim; stopping it (or dropping it) kills every container.
 #[derive(Debug)]
 pub struct Sim {
@@ -406,6 +446,8 @@ impl Sim {
         kubelets: Arc<nodelifecycle::Kubelets>,
     ) -> std::io::Result<Sim> {
         std::fs::create_dir_all(&opts.work_dir)?;
+        let mut opts = opts;
+        opts.operator_binary = image_binary(opts.operator_binary)?;
         // Containers run as any user: they must reach the programs kubesim
         // gives them.
         security::open_for_containers(&opts.work_dir)?;
