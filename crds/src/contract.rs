@@ -40,6 +40,17 @@ pub const DECOMMISSION_STARTED: &str = "cassandra.rook.io/decommission-started";
 /// decommission, or it failed; the value is Cassandra's reason. Cleared by
 /// the sidecar when the request is withdrawn or a new attempt starts.
 pub const DECOMMISSION_REFUSED: &str = "cassandra.rook.io/decommission-refused";
+/// Annotation, written by the sidecar: it does not start the database
+/// because the Node cannot give it what it needs to start (ScyllaDB: the
+/// free Linux AIO events, `fs.aio-max-nr`); the value says what is short
+/// and the fix. The sidecar looks again periodically and removes it when
+/// it starts the database.
+pub const START_REFUSED: &str = "cassandra.rook.io/start-refused";
+/// Annotation, written by the sidecar of a member replaced at its own
+/// address: where the full repair of its ranges stands (JSON: `state`
+/// `pending`, `running`, `retrying`, `done` or `unsupported`, the keyspace
+/// under repair, the last error, the keyspaces repaired, when).
+pub const REPAIR_AFTER_REPLACE: &str = "cassandra.rook.io/repair-after-replace";
 /// Annotation, written by the sidecar: the member found an empty data
 /// directory while the ring still knows its address with a host ID, so it
 /// cannot start without replacing itself; the value is what it saw

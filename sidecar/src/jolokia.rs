@@ -592,6 +592,12 @@ impl CassandraVersion {
         self.major >= 4
     }
 
+    /// 4.0 added `getParentRepairStatus(int)` (CASSANDRA-13480): before,
+    /// a repair's outcome reached a client only as JMX notifications.
+    pub fn has_parent_repair_status(&self) -> bool {
+        self.major >= 4
+    }
+
     /// 5.0 removed the deprecated `HostIdMap` attribute.
     pub fn has_host_id_map(&self) -> bool {
         self.major < 5
@@ -1121,6 +1127,44 @@ impl StorageService {
         Ok(())
     }
 
+    /// `NonLocalStrategyKeyspaces`: the keyspaces whose data is
+    /// replicated across nodes (the user's and `system_auth`,
+    /// `system_distributed`, `system_traces`), the ones `nodetool repair`
+    /// repairs when it is given none (3.11, 4.x, 5.0).
+    pub async fn non_local_strategy_keyspaces(&self) -> Result<Vec<String>, Error> {
+        self.read("NonLocalStrategyKeyspaces").await
+    }
+
+    /// `int repairAsync(String keyspace, Map<String, String> options)`
+    /// (3.11, 4.x, 5.0; the options are `RepairOption.parse`'s): starts a
+    /// repair and returns its command number at once; 0 when there is
+    /// nothing to repair (the keyspace has fewer than 2 replicas, or no
+    /// ranges here), in which case no status is ever recorded.
+    pub async fn repair_async(
+        &self,
+        keyspace: &str,
+        options: &BTreeMap<String, String>,
+    ) -> Result<i64, Error> {
+        let request = repair_request(keyspace, options);
+        let value = self.jolokia.request(&request).await?;
+        value.as_i64().ok_or_else(|| Error::DecodeResponse {
+            request: request.label().to_string(),
+            reason: format!("the command number is not an int: {value}"),
+        })
+    }
+
+    /// `List<String> getParentRepairStatus(int cmd)` (4.0+,
+    /// CASSANDRA-13480): the status's name (`IN_PROGRESS`, `COMPLETED`,
+    /// `FAILED`) then its messages, or `None` for a command the node does
+    /// not know (not started yet, or not this process's).
+    pub async fn parent_repair_status(&self, cmd: i64) -> Result<Option<Vec<String>>, Error> {
+        let value = self
+            .jolokia
+            .exec(STORAGE_SERVICE, PARENT_REPAIR_STATUS, vec![json!(cmd)])
+            .await?;
+        decode("exec getParentRepairStatus", value)
+    }
+
     /// This node's datacenter (EndpointSnitchInfo `Datacenter`).
     pub async fn datacenter(&self) -> Result<String, Error> {
         self.jolokia
@@ -1171,6 +1215,23 @@ pub fn tokens_request(endpoint: &str) -> Request {
         STORAGE_SERVICE,
         "getTokens",
         vec![json!(endpoint_host(endpoint))],
+    )
+}
+
+/// `StorageService.repairAsync(String, Map<String, String>)`: one
+/// operation of that name on 3.11 to 5.0, so the bare name (the access
+/// policy lists it so).
+pub const REPAIR_ASYNC: &str = "repairAsync";
+/// `StorageService.getParentRepairStatus(int)` (4.0+).
+pub const PARENT_REPAIR_STATUS: &str = "getParentRepairStatus";
+
+/// The `exec` of `repairAsync` for a keyspace with these options (Jolokia
+/// turns a JSON object into the `Map<String, String>`).
+pub fn repair_request(keyspace: &str, options: &BTreeMap<String, String>) -> Request {
+    Request::exec(
+        STORAGE_SERVICE,
+        REPAIR_ASYNC,
+        vec![json!(keyspace), json!(options)],
     )
 }
 

@@ -75,6 +75,8 @@ pub const ALLOWED: &[Allowed] = &[
             "EndpointWithPortToHostId",
             "LoadMapWithPort",
             "OwnershipWithPort",
+            // the repair after a same-address replace (member::repair)
+            "NonLocalStrategyKeyspaces",
         ],
         // drain (preStop, SIGTERM), decommission (scale-down), getTokens
         // (nodetool status), and nodetool cleanup by the signed name it is
@@ -85,6 +87,11 @@ pub const ALLOWED: &[Allowed] = &[
             "decommission",
             "getTokens",
             crate::jolokia::CLEANUP,
+            // the repair after a same-address replace (member::repair):
+            // started, then followed by its status (no notifications over
+            // Jolokia's reads).
+            crate::jolokia::REPAIR_ASYNC,
+            crate::jolokia::PARENT_REPAIR_STATUS,
         ],
     },
     Allowed {
@@ -234,6 +241,14 @@ mod tests {
             assert!(ALLOWED[0].operations.contains(&operation));
             // nodetool cleanup
             assert!(ALLOWED[0].operations.contains(&crate::jolokia::CLEANUP));
+            // the repair after a replace (member::repair)
+            for operation in [
+                crate::jolokia::REPAIR_ASYNC,
+                crate::jolokia::PARENT_REPAIR_STATUS,
+            ] {
+                assert!(ALLOWED[0].operations.contains(&operation), "{operation}");
+            }
+            assert!(ALLOWED[0].attributes.contains(&"NonLocalStrategyKeyspaces"));
         }
     }
 

@@ -1,6 +1,6 @@
 //! What the sidecar records on the member's data volume, so that it lives
 //! and dies with the data (`crds::contract::state_dir`): the markers
-//! "bootstrapped" and "decommissioned", and whether the volume holds data at
+//! "bootstrapped", "decommissioned" and "repair after replace", and whether the volume holds data at
 //! all. I/O (the file system), each write made durable before it counts.
 
 use std::io::Write;
@@ -39,6 +39,14 @@ pub fn data_dir_is_empty(data_dir: &Path) -> bool {
             name == "lost+found" || name == ".cassandra-operator"
         }),
     }
+}
+
+/// The marker of a repair owed after a replace at the member's own
+/// address (`member::repair`): written before Cassandra starts to replace,
+/// removed once every keyspace is repaired. It lives in the sidecar's
+/// state directory, with the data it is about.
+pub fn repair_marker(data_dir: &Path) -> PathBuf {
+    contract::state_dir(data_dir).join("repair-after-replace")
 }
 
 /// Writes `marker` atomically and durably: a temporary file beside it,
@@ -96,6 +104,8 @@ pub fn remove_marker(marker: &Path) -> Result<(), MarkerError> {
 pub fn clear_left_node(data_dir: &Path) -> Result<(), MarkerError> {
     let state = contract::state_dir(data_dir);
     remove_marker(&contract::bootstrapped_marker(data_dir))?;
+    // The data a repair was owed for is going: the new member bootstraps.
+    remove_marker(&repair_marker(data_dir))?;
     let entries = std::fs::read_dir(data_dir).map_err(failed("listing", data_dir))?;
     for entry in entries.flatten() {
         let path = entry.path();
@@ -166,7 +176,12 @@ mod tests {
         std::fs::write(data.join(".fake-cassandra"), "host").unwrap();
         write_marker(&contract::bootstrapped_marker(data), "").unwrap();
         write_marker(&contract::decommission_marker(data), "").unwrap();
+        write_marker(&repair_marker(data), "replaced 10.96.0.12\n").unwrap();
         clear_left_node(data).unwrap();
+        assert!(
+            !repair_marker(data).exists(),
+            "no repair owed by a new member"
+        );
         assert!(data_dir_is_empty(data));
         assert!(data.join("lost+found").is_dir(), "the file system's own");
         assert!(!contract::bootstrapped_marker(data).exists());

@@ -519,4 +519,72 @@ async fn replace_after_node_loss(ordinal: i32) {
         "the new member replaced the lost one:\n{}",
         &logs[logs.len().saturating_sub(4000)..]
     );
+    // Then its sidecar repaired it (issue 30): the writes of its downtime
+    // were not forwarded to it while it replaced, and hints older than
+    // max_hint_window are gone. Cassandra's own RepairRunnable logs each
+    // full repair it ran, of the replicated keyspaces with more than one
+    // replica (system_distributed at RF 3, system_traces at RF 2;
+    // system_auth at RF 1 has nothing to repair), and the member Service
+    // records the repair done.
+    let began = Instant::now();
+    let done = until_repaired_after_replace(&scenario, &lost).await;
+    eprintln!(
+        "repair after the replace: done {:.1} s after the replacement was Ready: {done:?}",
+        began.elapsed().as_secs_f64()
+    );
+    let logs = scenario.pod_logs(&lost);
+    for keyspace in ["system_distributed", "system_traces"] {
+        let started = format!(
+            "repairing keyspace {keyspace} with repair options (parallelism: parallel, primary range: false, incremental: false"
+        );
+        let cmd = logs
+            .lines()
+            .rev()
+            .filter(|l| l.contains(&started))
+            .find_map(|l| {
+                let n = l.split("Starting repair command #").nth(1)?;
+                n.split_whitespace().next().map(str::to_string)
+            })
+            .unwrap_or_else(|| panic!("Cassandra started no full repair of {keyspace}"));
+        assert!(
+            logs.contains(&format!("Repair command #{cmd} finished in")),
+            "Cassandra's repair #{cmd} of {keyspace} did not finish:\n{}",
+            &logs[logs.len().saturating_sub(4000)..]
+        );
+    }
+    assert!(done.repaired.iter().any(|k| k == "system_distributed"));
+    assert!(logs.contains("repair after replace complete"));
+    // The members that kept their data ran no repair.
+    assert!(
+        !scenario
+            .pod_logs(&asked)
+            .contains("Starting repair command"),
+        "{asked} was repaired"
+    );
+}
+
+/// Waits until the member Service of `member` records the repair after
+/// its replace done (`sidecar::member::repair::RECORD`); a repair that
+/// keeps failing fails the test with what the sidecar recorded.
+pub(crate) async fn until_repaired_after_replace(
+    scenario: &Scenario,
+    member: &str,
+) -> sidecar::member::repair::Record {
+    use sidecar::member::repair::{RECORD, Record};
+    let services: Api<Service> = scenario.api();
+    scenario
+        .until("the repair after the replace done", secs(600), || async {
+            let svc = services.get(member).await.map_err(|e| e.to_string())?;
+            let record: Option<Record> = svc
+                .metadata
+                .annotations
+                .unwrap_or_default()
+                .get(RECORD)
+                .and_then(|text| serde_json::from_str(text).ok());
+            match record {
+                Some(r) if r.state == "done" => Ok(r),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await
 }

@@ -661,6 +661,21 @@ async fn exec(world: &World, node: &Node, operation: &str, arguments: Value) -> 
         .expect("JSON")
 }
 
+/// `getParentRepairStatus(cmd)` once the command ended: as on a real
+/// node, `repairAsync` returns before the repair runs, and the status is
+/// null while it is queued, then `[IN_PROGRESS]`.
+async fn repair_outcome(world: &World, node: &Node, cmd: &Value) -> Value {
+    let began = Instant::now();
+    loop {
+        let status = exec(world, node, "getParentRepairStatus", json!([cmd])).await;
+        let running = status["value"].is_null() || status["value"][0] == json!("IN_PROGRESS");
+        if !running || began.elapsed() > Duration::from_secs(30) {
+            return status;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The keys of `keyspace` a node's data directory holds a copy of.
 fn copies_on(world: &World, n: u8, keyspace: &str) -> usize {
     world.sim.ring().with(|r| {
@@ -727,7 +742,7 @@ async fn repair_and_cleanup_through_jolokia() {
     )
     .await;
     assert_eq!(cmd["status"], json!(200), "{cmd}");
-    let status = exec(&world, &n1, "getParentRepairStatus", json!([cmd["value"]])).await;
+    let status = repair_outcome(&world, &n1, &cmd["value"]).await;
     assert_eq!(status["value"][0], json!("FAILED"), "{status}");
     assert!(
         status["value"][1]
@@ -752,7 +767,7 @@ async fn repair_and_cleanup_through_jolokia() {
     let cmd = exec(&world, &n3, "repairAsync", json!(["app", {}])).await;
     let number = cmd["value"].as_i64().expect("a command number");
     assert!(number >= 1, "{cmd}");
-    let status = exec(&world, &n3, "getParentRepairStatus", json!([number])).await;
+    let status = repair_outcome(&world, &n3, &json!(number)).await;
     assert_eq!(status["value"][0], json!("COMPLETED"), "{status}");
     let unknown = exec(&world, &n3, "getParentRepairStatus", json!([number + 7])).await;
     assert_eq!(unknown["value"], Value::Null, "{unknown}");

@@ -272,7 +272,16 @@ pub fn io_properties_file(data_dir: &Path) -> PathBuf {
 /// entrypoint runs `scylla_io_setup` (iotune) for that at every start; the
 /// sidecar runs `iotune` once per data volume, on the data directory, and
 /// keeps the result there ([`io_properties_file`]).
-pub fn ensure_io_properties(iotune: &str, data_dir: &Path) -> Result<PathBuf, MemberError> {
+///
+/// iotune measures for about two minutes outside developer mode: it runs
+/// as a child the runtime awaits, never blocking it, since the sidecar's
+/// runtime has one thread that also answers the liveness probe (issue 30:
+/// a blocking wait let the kubelet kill the container after ~75 s, at
+/// every start). Dropping the future (the Pod stops) kills iotune. It is
+/// spawned as a [`Child`] like the database: the sidecar's reaper collects
+/// every child's status, so a child spawned otherwise (tokio's own
+/// process handling included) could lose its status to it.
+pub async fn ensure_io_properties(iotune: &str, data_dir: &Path) -> Result<PathBuf, MemberError> {
     let target = io_properties_file(data_dir);
     if target.is_file() {
         return Ok(target);
@@ -285,19 +294,28 @@ pub fn ensure_io_properties(iotune: &str, data_dir: &Path) -> Result<PathBuf, Me
     })?;
     let measuring = target.with_extension("measuring");
     info!(directory = %data_dir.display(), "measuring the data volume for scylla's i/o scheduler (iotune)");
-    let status = std::process::Command::new(iotune)
+    let mut command = std::process::Command::new(iotune);
+    command
         .arg("--evaluation-directory")
         .arg(data_dir)
         .arg("--properties-file")
         .arg(&measuring)
-        .status()
-        .map_err(|source| MemberError::File {
+        .stdin(Stdio::null());
+    // Its own process group, so that a stop kills whatever it started too
+    // (a wrapper script's children would otherwise outlive it).
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let child = Child::spawn(command).map_err(|e| match e {
+        crate::supervise::SuperviseError::Spawn { source, .. } => MemberError::File {
             action: "running",
             path: PathBuf::from(iotune),
             source,
-        })?;
-    if !status.success() {
-        return Err(MemberError::IoSetup(status.to_string()));
+        },
+        other => MemberError::Supervise(other),
+    })?;
+    let running = KillOnDrop(&child);
+    let code = running.0.wait().await;
+    if code != 0 {
+        return Err(MemberError::IoSetup(format!("exit status {code}")));
     }
     std::fs::rename(&measuring, &target).map_err(|source| MemberError::File {
         action: "renaming over",
@@ -305,6 +323,23 @@ pub fn ensure_io_properties(iotune: &str, data_dir: &Path) -> Result<PathBuf, Me
         source,
     })?;
     Ok(target)
+}
+
+/// A child, leader of its own process group, killed with its group when
+/// its waiter goes away (a select that the Pod's stop won): iotune must not
+/// outlive the sidecar's interest in it.
+struct KillOnDrop<'a>(&'a Child);
+
+impl Drop for KillOnDrop<'_> {
+    fn drop(&mut self) {
+        // Nothing to kill once it ended.
+        if self.0.try_exit_code().is_none() {
+            let group = nix::unistd::Pid::from_raw(self.0.pid());
+            if let Err(e) = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL) {
+                warn!(error = %e, "killing iotune");
+            }
+        }
+    }
 }
 
 pub async fn drain(storage: Node) {

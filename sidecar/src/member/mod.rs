@@ -9,7 +9,7 @@
 //!
 //! Settings come from the environment a Pod gives (downward API) and from
 //! variables with defaults that suit the real images (`JOLOKIA_URL`,
-//! `SCYLLA_API_URL`, `IOTUNE_COMMAND`, `PROBE_ADDR`: the test world's Pods have their own network namespaces
+//! `SCYLLA_API_URL`, `IOTUNE_COMMAND`, `PROBE_ADDR`, `PROC_SYS_FS`: the test world's Pods have their own network namespaces
 //! and run with these defaults; tests that run a sidecar on the host set
 //! them, and the directories).
 
@@ -39,12 +39,16 @@ use kube::api::{Patch, PatchParams};
 use nix::sys::signal::Signal;
 use tokio::sync::Notify;
 
+mod aio;
 mod bootstrap;
 mod database;
 mod gossip;
 mod identity;
+pub mod repair;
 mod seeds;
 
+pub use aio::START_REFUSED;
+pub use database::{ensure_io_properties, io_properties_file};
 pub use identity::{Member, cluster_ip};
 
 /// Settings of the sidecar, from the Pod's environment.
@@ -82,6 +86,14 @@ pub struct SidecarArgs {
     /// ScyllaDB's disk benchmark, run once per data volume (scylla mode).
     #[arg(long, env = "IOTUNE_COMMAND", default_value = "iotune")]
     pub iotune_command: String,
+    /// Where the kernel shows the Node's AIO events (`aio-max-nr`,
+    /// `aio-nr`), read before ScyllaDB starts (scylla mode).
+    #[arg(long, env = "PROC_SYS_FS", default_value = aio::DEFAULT_PROC_SYS_FS)]
+    pub proc_sys_fs: PathBuf,
+    /// How often to look again at the Node's AIO events while they are
+    /// too few for ScyllaDB to start.
+    #[arg(long, env = "AIO_CHECK_SECONDS", default_value_t = 10)]
+    pub aio_check_seconds: u64,
     /// Where to serve /healthz and /readyz.
     #[arg(long, env = "PROBE_ADDR", default_value_t = SocketAddr::from(([0, 0, 0, 0], contract::SIDECAR_PORT)))]
     pub probe_addr: SocketAddr,
@@ -313,6 +325,17 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
             seeds.clone(),
         ));
     }
+    // A replace at the member's own address owes a repair once NORMAL:
+    // its marker is written here, before Cassandra starts to replace.
+    if repair::prepare(mode, replace_address.as_deref(), &data_dir).map_err(MemberError::Marker)? {
+        tokio::spawn(repair::run(
+            node.clone(),
+            data_dir.clone(),
+            services.clone(),
+            name.clone(),
+            repair::Pace::default(),
+        ));
+    }
     if !bootstrapped {
         tokio::spawn(bootstrap::record_bootstrap(
             node.clone(),
@@ -330,7 +353,34 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
             services.clone(),
             name.clone(),
         ));
-        database::ensure_io_properties(&args.iotune_command, &data_dir)?;
+        // The Node's AIO events, then the disk's I/O properties, before
+        // ScyllaDB: both may take minutes (an admin raising fs.aio-max-nr,
+        // iotune measuring), while the probes answer and the Pod's stop
+        // still stops the sidecar (iotune killed with it).
+        let command = database::database_command(&args, mode, &rendered.args, &data_dir)?;
+        let prepare = async {
+            if let Some(need) = aio::Need::of_command(&command, render::node_cpu_cores()) {
+                let report = aio::Report {
+                    services: &services,
+                    name: &name,
+                    recorded: member
+                        .service_annotation(aio::START_REFUSED)
+                        .map(str::to_string),
+                    interval: Duration::from_secs(args.aio_check_seconds.max(1)),
+                };
+                aio::wait_for_capacity(&args.proc_sys_fs, need, report).await;
+            }
+            database::ensure_io_properties(&args.iotune_command, &data_dir).await
+        };
+        tokio::select! {
+            prepared = prepare => {
+                prepared?;
+            }
+            signal = &mut shutdown => {
+                info!(%signal, "stopping before the database started");
+                return Ok(0);
+            }
+        }
     }
 
     // 7. The database, supervised until it ends, the Pod stops, or the
@@ -493,41 +543,6 @@ mod tests {
     }
 
     #[test]
-    fn iotune_runs_once_per_data_volume() {
-        let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join("data");
-        std::fs::create_dir(&data).unwrap();
-        let count = dir.path().join("count");
-        let iotune = dir.path().join("iotune");
-        // A stand-in that records its runs and writes what it is asked to.
-        std::fs::write(
-            &iotune,
-            format!(
-                "#!/bin/sh\necho run >> {}\n[ \"$1\" = --evaluation-directory ] || exit 2\n[ \"$3\" = --properties-file ] || exit 2\necho 'disks: []' > \"$4\"\n",
-                count.display()
-            ),
-        )
-        .unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&iotune, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let iotune = iotune.display().to_string();
-        let first = database::ensure_io_properties(&iotune, &data).unwrap();
-        assert_eq!(first, database::io_properties_file(&data));
-        assert_eq!(std::fs::read_to_string(&first).unwrap(), "disks: []\n");
-        let again = database::ensure_io_properties(&iotune, &data).unwrap();
-        assert_eq!(again, first);
-        assert_eq!(std::fs::read_to_string(&count).unwrap(), "run\n");
-        // A failing benchmark is an error, and leaves nothing behind.
-        let other = dir.path().join("other");
-        std::fs::create_dir(&other).unwrap();
-        assert!(matches!(
-            database::ensure_io_properties("false", &other),
-            Err(MemberError::IoSetup(_))
-        ));
-        assert!(!database::io_properties_file(&other).exists());
-    }
-
-    #[test]
     fn the_database_command_takes_the_rendered_arguments() {
         let args = SidecarArgs {
             pod_name: "p".into(),
@@ -542,6 +557,8 @@ mod tests {
             scylla_api_url: crate::scylla::DEFAULT_URL.clone(),
             iotune_command: "iotune".into(),
             probe_addr: "127.0.0.1:0".parse().unwrap(),
+            proc_sys_fs: aio::DEFAULT_PROC_SYS_FS.into(),
+            aio_check_seconds: 1,
             config_defaults_dir: None,
             config_dir: "/c".into(),
             data_dir: None,

@@ -133,8 +133,12 @@ pub enum RingCall {
         keyspace: String,
     },
     /// `repairAsync`: answers the command number (0: nothing to repair).
+    /// The options as `RepairOption.parse` reads them (every repair of
+    /// the ring model is a full one of the node's ranges; the node logs
+    /// and keeps them).
     Repair {
         keyspace: String,
+        options: std::collections::BTreeMap<String, String>,
     },
     /// `getParentRepairStatus` (4.0+): the status of a repair command.
     RepairStatus {
@@ -392,6 +396,9 @@ fn storage_attributes(id: &Identity) -> Vec<&'static str> {
         "GossipRunning",
         "NativeTransportRunning",
         "Ownership",
+        // `Schema.distributedKeyspaces().names()`: what `nodetool repair`
+        // repairs when given no keyspace (3.11, 4.x, 5.0).
+        "NonLocalStrategyKeyspaces",
     ];
     if !id.v5() {
         names.push("HostIdMap");
@@ -527,6 +534,7 @@ fn storage_attribute(id: &Identity, view: &NodeView, name: &str) -> Value {
         (_, "DecommissionFailed") => json!(view.decommission_failed),
         (_, "Decommissioning") => json!(view.decommissioning),
         (_, "BootstrapState") => json!(view.bootstrap_state),
+        (_, "NonLocalStrategyKeyspaces") => json!(view.keyspaces),
         _ => Value::Null,
     }
 }
@@ -913,8 +921,24 @@ fn exec(id: &Identity, view: &NodeView, request: &Value) -> Result<Exec, JavaErr
                     args[1]
                 )));
             }
+            // Jolokia makes a JSON object a Map; its values are the
+            // strings `RepairOption.parse` reads.
+            let options = args[1]
+                .as_object()
+                .map(|o| {
+                    o.iter()
+                        .map(|(k, v)| {
+                            (
+                                k.clone(),
+                                v.as_str().map_or_else(|| v.to_string(), str::to_string),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
             Ok(Exec::Call(RingCall::Repair {
                 keyspace: string_arg(&args[0]),
+                options,
             }))
         }
         // StorageService.upgradeSSTables(String keyspaceName, boolean
@@ -1039,6 +1063,7 @@ mod tests {
                 ep("10.0.0.1", true, 'N', "rack1"),
                 ep("10.0.0.2", false, 'N', "rack2"),
             ],
+            keyspaces: vec!["system_auth".into(), "ks".into()],
         }
     }
 
@@ -1088,6 +1113,14 @@ mod tests {
             json!({"type": "read", "mbean": STORAGE_SERVICE, "attribute": "LoadMap"}),
         );
         assert_eq!(r["value"], json!({"10.0.0.1": "2 KiB"}));
+        // What nodetool repair repairs when given no keyspace, on every line.
+        for release in ["3.11.6", "4.1.8", "5.0.3"] {
+            let r = answer(
+                &v(release),
+                json!({"type": "read", "mbean": STORAGE_SERVICE, "attribute": "NonLocalStrategyKeyspaces"}),
+            );
+            assert_eq!(r["value"], json!(["system_auth", "ks"]), "{release}");
+        }
     }
 
     /// repairAsync and forceKeyspaceCleanup on every line;
@@ -1107,8 +1140,22 @@ mod tests {
             let id = v(release);
             assert!(matches!(
                 call(&id, "repairAsync", json!(["ks", {}])),
-                Step::Call { call: RingCall::Repair { ref keyspace }, .. } if keyspace == "ks"
+                Step::Call { call: RingCall::Repair { ref keyspace, .. }, .. } if keyspace == "ks"
             ));
+            // The options reach the node as RepairOption.parse reads them.
+            let Step::Call {
+                call: RingCall::Repair { options, .. },
+                ..
+            } = call(
+                &id,
+                "repairAsync",
+                json!(["ks", {"incremental": "false", "jobThreads": "1"}]),
+            )
+            else {
+                panic!("a repair call");
+            };
+            assert_eq!(options["incremental"], "false");
+            assert_eq!(options["jobThreads"], "1");
             assert!(matches!(
                 call(&id, cleanup, json!([0, "ks", []])),
                 Step::Call { call: RingCall::Cleanup { ref keyspace }, .. } if keyspace == "ks"

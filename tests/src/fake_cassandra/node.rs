@@ -138,7 +138,7 @@ impl RingClient {
                     query_escape(keyspace)
                 )
             }
-            RingCall::Repair { keyspace } => {
+            RingCall::Repair { keyspace, .. } => {
                 format!("nodes/{host_id}/repair?keyspace={}", query_escape(keyspace))
             }
             // Kept by the node itself (see FakeNode::repairs and
@@ -163,11 +163,66 @@ pub fn query_escape(s: &str) -> String {
         .collect()
 }
 
-/// The repair commands a node ran, by command number (from 1): the
-/// parent repair status (`ActiveRepairService.ParentRepairStatus`:
-/// COMPLETED or FAILED; every repair here finishes within its call) and
-/// its messages, as `getParentRepairStatus` answers them.
-pub type Repairs = std::sync::Arc<std::sync::Mutex<Vec<(String, Vec<String>)>>>;
+/// One repair command a node ran, as `ActiveRepairService` keeps it. The
+/// ring model repairs within the call; the command, as in Cassandra, is
+/// asynchronous: `repairAsync` returns its number at once, the status is
+/// null while the command waits in the repair executor's queue,
+/// `IN_PROGRESS` while `RepairRunnable` runs (`recordRepairStatus` when
+/// it starts), then COMPLETED or FAILED with its messages.
+#[derive(Debug, Clone)]
+pub struct RepairRun {
+    pub keyspace: String,
+    /// The options it was given (`RepairOption.parse`'s keys).
+    pub options: std::collections::BTreeMap<String, String>,
+    /// `ActiveRepairService.ParentRepairStatus` once it ended (COMPLETED
+    /// or FAILED) and the messages `getParentRepairStatus` gives after it.
+    pub outcome: (String, Vec<String>),
+    /// When `RepairRunnable` started it (null before).
+    pub started_at: std::time::Instant,
+    /// When it ended (the outcome from then).
+    pub ends_at: std::time::Instant,
+}
+
+/// How long a repair waits in the executor's queue, and then runs.
+pub const REPAIR_QUEUED: Duration = Duration::from_millis(200);
+pub const REPAIR_RUNS: Duration = Duration::from_millis(1500);
+
+/// The repair commands a node ran, by command number (from 1).
+pub type Repairs = std::sync::Arc<std::sync::Mutex<Vec<RepairRun>>>;
+
+impl RepairRun {
+    /// `getParentRepairStatus(cmd)` at `now`: null, then the status's
+    /// name and its messages.
+    pub fn status_at(&self, now: std::time::Instant) -> Value {
+        if now < self.started_at {
+            return Value::Null;
+        }
+        if now < self.ends_at {
+            return json!(["IN_PROGRESS"]);
+        }
+        let mut list = vec![json!(self.outcome.0)];
+        list.extend(self.outcome.1.iter().map(|m| json!(m)));
+        Value::Array(list)
+    }
+}
+
+/// `RepairOption.toString` (4.1) of the options a repair was given, their
+/// defaults filled in as `RepairOption.parse` does.
+fn repair_options_text(options: &std::collections::BTreeMap<String, String>) -> String {
+    let get = |key: &str, default: &str| {
+        options
+            .get(key)
+            .cloned()
+            .unwrap_or_else(|| default.to_string())
+    };
+    format!(
+        "repair options (parallelism: {}, primary range: {}, incremental: {}, job threads: {}, ColumnFamilies: [], dataCenters: [], hosts: [], previewKind: NONE, pull repair: false, force repair: false, optimise streams: false, ignore unreplicated keyspaces: false)",
+        get("parallelism", "sequential"),
+        get("primaryRange", "false"),
+        get("incremental", "false"),
+        get("jobThreads", "1"),
+    )
+}
 
 /// A running fake node: who it is in the ring and what it runs as.
 #[derive(Debug, Clone)]
@@ -336,19 +391,59 @@ impl FakeNode {
             // 0 when there is nothing to repair (RF 1); otherwise the
             // command number, and RepairRunnable records how it ended
             // (ActiveRepairService.recordRepairStatus).
-            RingCall::Repair { .. } => {
-                let outcome = match (answer.get("repaired"), answer.get("failed")) {
+            RingCall::Repair { keyspace, options } => {
+                let failed = match (answer.get("repaired"), answer.get("failed")) {
                     (Some(Value::Bool(false)), _) => return json!(0),
-                    (_, Some(Value::String(message))) => ("FAILED", message.clone()),
-                    _ => ("COMPLETED", String::new()),
+                    (_, Some(Value::String(message))) => Some(message.clone()),
+                    _ => None,
                 };
                 let cmd = repairs.len() + 1;
-                let message = if outcome.0 == "COMPLETED" {
-                    format!("Repair command #{cmd} finished in 0 seconds")
-                } else {
-                    format!("Repair command #{cmd} failed with error {}", outcome.1)
+                // RepairRunnable.success / fail (4.1 jar): the status keeps
+                // `RepairTask.successMessage` ("Repair completed
+                // successfully"), or the failure's reason and the summary;
+                // `complete` logs the summary under the session's prefix.
+                let prefix = format!("[repair #00000000-0000-1000-8000-{cmd:012}]");
+                let (outcome, end_line) = match &failed {
+                    None => (
+                        (
+                            "COMPLETED".to_string(),
+                            vec!["Repair completed successfully".to_string()],
+                        ),
+                        format!(
+                            "INFO  [Repair-Task:{cmd}] {prefix}Repair command #{cmd} finished in 1 second"
+                        ),
+                    ),
+                    Some(message) => (
+                        (
+                            "FAILED".to_string(),
+                            vec![
+                                message.clone(),
+                                format!("Repair command #{cmd} finished with error"),
+                            ],
+                        ),
+                        format!(
+                            "ERROR [Repair-Task:{cmd}] Repair command #{cmd} failed with error {message}\nINFO  [Repair-Task:{cmd}] {prefix}Repair command #{cmd} finished with error"
+                        ),
+                    ),
                 };
-                repairs.push((outcome.0.to_string(), vec![message]));
+                let now = std::time::Instant::now();
+                let run = RepairRun {
+                    keyspace: keyspace.clone(),
+                    options: options.clone(),
+                    outcome,
+                    started_at: now + REPAIR_QUEUED,
+                    ends_at: now + REPAIR_QUEUED + REPAIR_RUNS,
+                };
+                println!(
+                    "INFO  [Repair-Task:{cmd}] Starting repair command #{cmd} (00000000-0000-1000-8000-{cmd:012}), repairing keyspace {keyspace} with {}",
+                    repair_options_text(options)
+                );
+                let ends_in = run.ends_at.saturating_duration_since(now);
+                tokio::spawn(async move {
+                    tokio::time::sleep(ends_in).await;
+                    println!("{end_line}");
+                });
+                repairs.push(run);
                 json!(cmd)
             }
             // StorageService.getParentRepairStatus: null for a command it
@@ -357,11 +452,7 @@ impl FakeNode {
                 .ok()
                 .and_then(|c| c.checked_sub(1))
                 .and_then(|i| repairs.get(i))
-                .map_or(Value::Null, |(status, messages)| {
-                    let mut list = vec![json!(status)];
-                    list.extend(messages.iter().map(|m| json!(m)));
-                    Value::Array(list)
-                }),
+                .map_or(Value::Null, |run| run.status_at(std::time::Instant::now())),
             _ => Value::Null,
         }
     }
@@ -473,6 +564,40 @@ pub async fn serve_jolokia(listener: TcpListener, node: Arc<FakeNode>) {
 mod starting_tests {
     use super::*;
     use serde_json::json;
+
+    /// getParentRepairStatus as the 4.1 jar answers it along a command's
+    /// life: null while queued, `[IN_PROGRESS]` while it runs, then the
+    /// outcome's name and messages (RepairRunnable.success / fail).
+    #[test]
+    fn a_repair_command_is_queued_then_runs_then_ends() {
+        let now = std::time::Instant::now();
+        let run = RepairRun {
+            keyspace: "ks".into(),
+            options: Default::default(),
+            outcome: (
+                "FAILED".into(),
+                vec![
+                    "Endpoint not alive".into(),
+                    "Repair command #1 finished with error".into(),
+                ],
+            ),
+            started_at: now + REPAIR_QUEUED,
+            ends_at: now + REPAIR_QUEUED + REPAIR_RUNS,
+        };
+        assert_eq!(run.status_at(now), Value::Null);
+        assert_eq!(run.status_at(run.started_at), json!(["IN_PROGRESS"]));
+        assert_eq!(
+            run.status_at(run.ends_at),
+            json!([
+                "FAILED",
+                "Endpoint not alive",
+                "Repair command #1 finished with error"
+            ])
+        );
+        assert!(repair_options_text(&Default::default()).starts_with(
+            "repair options (parallelism: sequential, primary range: false, incremental: false, job threads: 1,"
+        ));
+    }
 
     #[tokio::test]
     async fn the_storage_service_mbean_is_missing_while_cassandra_starts() {

@@ -64,6 +64,10 @@ pub struct NodeView {
     pub failure: Option<String>,
     /// Every member that has not left (this node too while it is one).
     pub endpoints: Vec<EndpointView>,
+    /// The ring's replicated keyspaces, the system ones included
+    /// (`NonLocalStrategyKeyspaces`).
+    #[serde(default)]
+    pub keyspaces: Vec<String>,
 }
 
 impl NodeView {
@@ -180,6 +184,7 @@ pub fn node_view(ring: &Ring, host_id: &str) -> Option<NodeView> {
         decommissioning: busy == Some(Operation::Decommission),
         decommission_failed: me.mode() == Some(crate::ring::OperationMode::DecommissionFailed),
         endpoints,
+        keyspaces: ring.keyspaces().map(|k| k.name.clone()).collect(),
     })
 }
 
