@@ -514,7 +514,7 @@ async fn evict_member(
     ctx: &Context,
 ) -> Result<Acted, Error> {
     let pod = member_name(cluster, rack, member);
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let api: Api<Pod> = Api::namespaced(ctx.evictions.clone(), namespace);
     match api.evict(&pod, &kube::api::EvictParams::default()).await {
         Ok(_) => {}
         Err(e) if not_found(&e) => {}

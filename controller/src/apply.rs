@@ -15,7 +15,9 @@ use std::collections::BTreeSet;
 use crds::contract;
 use crds::v1alpha1::Cluster;
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
@@ -27,7 +29,8 @@ use crate::decide::Refusal;
 use crate::error::Error;
 use crate::index::NameIndex;
 use crate::observe::owned_by;
-use crate::observed::ForeignObject;
+use crate::observed::{ForeignObject, Observed};
+use crate::report::{publish, related_member_pod};
 use crate::resources;
 use crate::validated::ValidCluster;
 
@@ -56,20 +59,23 @@ pub(crate) fn member_name(cluster: &Cluster, rack: &str, member: i32) -> String 
 /// Applies the cluster-wide objects (client Service, members' RBAC, PDB)
 /// and the member Services that exist: each is built in full and written
 /// only when the cache shows it missing (created) or different (its applied
-/// hash differs: server-side apply). `unowned` names (`Kind/name`) the
-/// supporting objects observe found held by objects the Cluster does not
-/// own (the members' RBAC a user made, as Rook's example does): left alone.
+/// hash differs: server-side apply). The supporting objects observe found
+/// held by objects the Cluster does not own (`supporting_unowned`: the
+/// members' RBAC a user made, as Rook's example does) are left alone. The
+/// PodDisruptionBudget holds every eviction while data moves
+/// ([`Observed::data_moving`]), and an Event says when the hold starts and
+/// ends.
 pub(crate) async fn apply_supporting_objects(
     cluster: &ValidCluster<'_>,
     namespace: &str,
     ctx: &Context,
-    unowned: &BTreeSet<String>,
+    observed: &Observed,
 ) -> Result<(), Error> {
     let target = Target {
         client: &ctx.client,
         namespace,
         cluster,
-        unowned,
+        unowned: &observed.supporting_unowned,
     };
     target
         .apply(&ctx.services, resources::client_service(cluster), "Service")
@@ -91,13 +97,52 @@ pub(crate) async fn apply_supporting_objects(
             "RoleBinding",
         )
         .await?;
+    let moving = observed.data_moving();
+    let budget = resources::pod_disruption_budget(cluster, moving.is_some());
+    let held_before = ctx
+        .pdbs
+        .get(&ObjectRef::new(&budget.name_any()).within(namespace))
+        .filter(|cached| owned_by(cached.meta(), cluster))
+        .map(|cached| {
+            cached.spec.as_ref().and_then(|s| s.max_unavailable.clone())
+                == Some(IntOrString::Int(0))
+        });
     target
-        .apply(
-            &ctx.pdbs,
-            resources::pod_disruption_budget(cluster),
-            "PodDisruptionBudget",
-        )
+        .apply(&ctx.pdbs, budget, "PodDisruptionBudget")
         .await?;
+    match (held_before, &moving) {
+        (Some(false), Some(moving)) => {
+            publish(
+                ctx,
+                cluster,
+                EventType::Normal,
+                "DisruptionsHeld",
+                "HoldDisruptions",
+                format!(
+                    "Member {} of rack {} {}: the PodDisruptionBudget allows no eviction until it finishes. \
+                     Node drains wait (GKE node upgrades and auto-repair wait about one hour, then drain anyway)",
+                    moving.member,
+                    moving.rack,
+                    moving.movement.doing()
+                ),
+                Some(related_member_pod(cluster, &moving.rack, moving.member)),
+            )
+            .await;
+        }
+        (Some(true), None) => {
+            publish(
+                ctx,
+                cluster,
+                EventType::Normal,
+                "DisruptionsAllowed",
+                "HoldDisruptions",
+                "No data moves between members any more: the PodDisruptionBudget allows one member down again".to_string(),
+                None,
+            )
+            .await;
+        }
+        _ => {}
+    }
     // The member Services that exist: kept as built (an operator upgrade
     // that changes their ports or labels reaches running members). Never
     // created here: a member Service is created as the first step of a

@@ -40,7 +40,7 @@ fn built(cluster: &Cluster) -> Built {
         service_account: resources::hashed(resources::member_service_account(&valid)),
         role: resources::hashed(resources::member_role(&valid)),
         role_binding: resources::hashed(resources::member_role_binding(&valid)),
-        pdb: resources::hashed(resources::pod_disruption_budget(&valid)),
+        pdb: resources::hashed(resources::pod_disruption_budget(&valid, false)),
     }
 }
 
@@ -84,7 +84,7 @@ async fn apply(
     let mut observed = Observed::default();
     let mut applied = observe_supporting(&mut observed, &valid, "db", &ctx).await;
     if applied.is_ok() && observed.supporting_in_the_way.is_none() {
-        applied = apply_supporting_objects(&valid, "db", &ctx, &observed.supporting_unowned).await;
+        applied = apply_supporting_objects(&valid, "db", &ctx, &observed).await;
     }
     api.done(ctx).await;
     applied.map(|()| observed.supporting_in_the_way)

@@ -1,6 +1,8 @@
 //! What the caches keep of Pods and PersistentVolumes: the fields observe
 //! reads, deserialized straight from the watch. serde skips every other
-//! field, so nothing else is allocated, not even for a moment.
+//! field, so nothing else is allocated, not even for a moment. And of
+//! ConfigMaps: the names and versions of all, the content of only those a
+//! Cluster names ([`CachedConfigMap`], [`ConfigMapContents`]).
 //!
 //! k8s-openapi's types have room for every field of the API, set or not: a
 //! `Pod` is 2,176 bytes before its first container (2,120 bytes more), a
@@ -11,8 +13,13 @@
 //! The field names are the API's, so the code that reads them reads as it
 //! would read the full objects.
 
-use k8s_openapi::api::core::v1::{ObjectReference, VolumeNodeAffinity};
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, VolumeNodeAffinity};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::runtime::watcher::Event;
 use serde::Deserialize;
 
 /// Makes a cached view a Kubernetes resource of the kind it views: kube's
@@ -56,6 +63,9 @@ view_of!(CachedPod, k8s_openapi::api::core::v1::Pod);
 pub struct CachedPodSpec {
     #[serde(default)]
     pub containers: Vec<CachedContainer>,
+    /// The Node it is bound to (a drain of that Node evicts it).
+    #[serde(rename = "nodeName")]
+    pub node_name: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -94,6 +104,192 @@ view_of!(CachedVolume, k8s_openapi::api::core::v1::PersistentVolume);
 pub struct CachedVolumeSpec {
     pub claim_ref: Option<ObjectReference>,
     pub node_affinity: Option<VolumeNodeAffinity>,
+}
+
+/// A ConfigMap as the cache keeps it: its namespace, name and
+/// resourceVersion, from a metadata-only watch
+/// (`Accept: ...;as=PartialObjectMetadata`, so the API server never sends
+/// the content). The racks' overrides ConfigMaps are the user's, named by
+/// the Cluster and without our label, so the watch covers every ConfigMap
+/// of the watched namespace(s): what changed is all it must tell. The
+/// content of the ConfigMaps a Cluster names is read apart, once per
+/// version ([`ConfigMapContents`]).
+///
+/// Not even the labels and annotations are allocated: `kubectl apply`
+/// leaves the whole object in
+/// `kubectl.kubernetes.io/last-applied-configuration`, so the metadata of
+/// applied ConfigMaps carries their content again.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct CachedConfigMap {
+    #[serde(default, deserialize_with = "names_and_version")]
+    pub metadata: ObjectMeta,
+}
+
+/// The namespace, name and resourceVersion of an object's metadata; serde
+/// skips the rest without allocating it.
+fn names_and_version<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<ObjectMeta, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Kept {
+        name: Option<String>,
+        namespace: Option<String>,
+        resource_version: Option<String>,
+    }
+    let kept = Kept::deserialize(deserializer)?;
+    Ok(ObjectMeta {
+        name: kept.name,
+        namespace: kept.namespace,
+        resource_version: kept.resource_version,
+        ..ObjectMeta::default()
+    })
+}
+
+/// A ConfigMap for kube, asked for as metadata only
+/// ([`kube::Resource::metadata_api`], as kube's own `PartialObjectMeta`
+/// is).
+impl kube::Resource for CachedConfigMap {
+    type DynamicType = ();
+    type Scope = <ConfigMap as k8s_openapi::Resource>::Scope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        <ConfigMap as k8s_openapi::Resource>::KIND.into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        <ConfigMap as k8s_openapi::Resource>::GROUP.into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        <ConfigMap as k8s_openapi::Resource>::VERSION.into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        <ConfigMap as k8s_openapi::Resource>::URL_PATH_SEGMENT.into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+    fn metadata_api() -> bool {
+        true
+    }
+}
+
+/// (namespace, name)
+type Key = (String, String);
+
+/// The content of the overrides ConfigMaps that reconciles read, each at
+/// the resourceVersion it was read at: a reconcile reads a ConfigMap a
+/// Cluster names only when the watch shows a version this does not hold
+/// ([`ConfigMapContents::get`]). Only what a Cluster names is ever here.
+///
+/// The watch's events drop what is no longer current
+/// ([`ConfigMapContents::apply`]): a content whose ConfigMap changed
+/// (another version) or went, or was not in a relist. So what this holds
+/// is at most one version of each existing ConfigMap that a Cluster named
+/// since it last changed.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigMapContents(Arc<Mutex<Contents>>);
+
+#[derive(Debug, Default)]
+struct Contents {
+    by_name: HashMap<Key, Arc<ConfigMap>>,
+    /// A relist under way: the names it has brought so far.
+    relist: Option<HashSet<Key>>,
+}
+
+fn key_of(meta: &ObjectMeta) -> Key {
+    (
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+impl ConfigMapContents {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Contents> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The content of ConfigMap `name` of `namespace` if it was read at
+    /// `resource_version`.
+    pub fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+        resource_version: &str,
+    ) -> Option<Arc<ConfigMap>> {
+        self.lock()
+            .by_name
+            .get(&(namespace.to_string(), name.to_string()))
+            .filter(|c| c.metadata.resource_version.as_deref() == Some(resource_version))
+            .cloned()
+    }
+
+    /// Keeps a ConfigMap as read: its content (`data`, `binaryData`) and
+    /// immutability, with the namespace, name and resourceVersion of its
+    /// metadata (nothing reads the rest).
+    pub fn insert(&self, config_map: ConfigMap) -> Arc<ConfigMap> {
+        let kept = Arc::new(ConfigMap {
+            metadata: ObjectMeta {
+                name: config_map.metadata.name,
+                namespace: config_map.metadata.namespace,
+                resource_version: config_map.metadata.resource_version,
+                ..ObjectMeta::default()
+            },
+            data: config_map.data,
+            binary_data: config_map.binary_data,
+            immutable: config_map.immutable,
+        });
+        self.lock()
+            .by_name
+            .insert(key_of(&kept.metadata), kept.clone());
+        kept
+    }
+
+    /// Follows one event of the ConfigMap watch: drops a content that is
+    /// no longer the ConfigMap's.
+    pub fn apply(&self, event: &Event<CachedConfigMap>) {
+        let mut contents = self.lock();
+        let outdated = |contents: &mut Contents, meta: &ObjectMeta| {
+            let key = key_of(meta);
+            if contents
+                .by_name
+                .get(&key)
+                .is_some_and(|c| c.metadata.resource_version != meta.resource_version)
+            {
+                contents.by_name.remove(&key);
+            }
+        };
+        match event {
+            Event::Apply(object) => outdated(&mut contents, &object.metadata),
+            Event::Delete(object) => {
+                contents.by_name.remove(&key_of(&object.metadata));
+            }
+            Event::Init => contents.relist = Some(HashSet::new()),
+            Event::InitApply(object) => {
+                outdated(&mut contents, &object.metadata);
+                contents
+                    .relist
+                    .get_or_insert_default()
+                    .insert(key_of(&object.metadata));
+            }
+            Event::InitDone => {
+                if let Some(listed) = contents.relist.take() {
+                    contents.by_name.retain(|key, _| listed.contains(key));
+                }
+            }
+        }
+    }
+
+    /// How many ConfigMaps' contents are held.
+    pub fn len(&self) -> usize {
+        self.lock().by_name.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// What the cache would keep of a full object: it goes through JSON as it
@@ -162,5 +358,108 @@ mod tests {
                 .unwrap();
         assert_eq!(kept.spec, None);
         assert_eq!(kept.status.unwrap().conditions, None);
+    }
+
+    fn watched(namespace: &str, name: &str, version: &str) -> CachedConfigMap {
+        CachedConfigMap {
+            metadata: ObjectMeta {
+                namespace: Some(namespace.into()),
+                name: Some(name.into()),
+                resource_version: Some(version.into()),
+                ..Default::default()
+            },
+        }
+    }
+
+    fn read(namespace: &str, name: &str, version: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: watched(namespace, name, version).metadata,
+            data: Some([("cassandra.yaml".to_string(), format!("v: {version}\n"))].into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_config_map_keeps_its_name_and_version_only() {
+        let applied = "x".repeat(500 * 1024);
+        // As a metadata-only watch brings it.
+        let kept: CachedConfigMap = serde_json::from_value(serde_json::json!({
+            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+            "metadata": {
+                "namespace": "db", "name": "tuning", "resourceVersion": "7", "uid": "u",
+                "labels": {"app": "x"},
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": applied},
+                "managedFields": [{"manager": "kubectl", "operation": "Update"}],
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "o"}]
+            }
+        }))
+        .unwrap();
+        assert_eq!(kept, watched("db", "tuning", "7"));
+        assert_eq!(
+            serde_json::to_value(&kept.metadata).unwrap(),
+            serde_json::json!({"namespace": "db", "name": "tuning", "resourceVersion": "7"})
+        );
+        assert_eq!(CachedConfigMap::kind(&()), "ConfigMap");
+        assert_eq!(CachedConfigMap::plural(&()), "configmaps");
+        assert_eq!(CachedConfigMap::api_version(&()), "v1");
+        assert!(
+            CachedConfigMap::metadata_api(),
+            "asked for as metadata only"
+        );
+    }
+
+    #[test]
+    fn a_content_is_held_at_its_version_until_the_watch_shows_another() {
+        let contents = ConfigMapContents::default();
+        let kept = contents.insert(ConfigMap {
+            metadata: ObjectMeta {
+                annotations: Some([("a".to_string(), "b".to_string())].into()),
+                ..read("db", "tuning", "7").metadata
+            },
+            ..read("db", "tuning", "7")
+        });
+        assert_eq!(kept.metadata.annotations, None);
+        assert_eq!(kept.data, read("db", "tuning", "7").data);
+        assert!(contents.get("db", "tuning", "7").is_some());
+        assert!(
+            contents.get("db", "tuning", "8").is_none(),
+            "another version"
+        );
+        assert!(
+            contents.get("other", "tuning", "7").is_none(),
+            "another namespace"
+        );
+        // The watch shows the version held: kept.
+        contents.apply(&Event::Apply(watched("db", "tuning", "7")));
+        assert!(contents.get("db", "tuning", "7").is_some());
+        // Another ConfigMap's event changes nothing.
+        contents.apply(&Event::Apply(watched("db", "other", "9")));
+        contents.apply(&Event::Delete(watched("other", "tuning", "9")));
+        assert_eq!(contents.len(), 1);
+        // Changed: dropped.
+        contents.apply(&Event::Apply(watched("db", "tuning", "8")));
+        assert!(contents.is_empty());
+        // Deleted: dropped.
+        contents.insert(read("db", "tuning", "8"));
+        contents.apply(&Event::Delete(watched("db", "tuning", "8")));
+        assert!(contents.is_empty());
+    }
+
+    #[test]
+    fn a_relist_drops_what_it_did_not_bring_once_complete() {
+        let contents = ConfigMapContents::default();
+        for (name, version) in [("a", "1"), ("b", "2"), ("c", "3")] {
+            contents.insert(read("db", name, version));
+        }
+        // A relist after the watch expired: b went, c changed meanwhile.
+        contents.apply(&Event::Init);
+        contents.apply(&Event::InitApply(watched("db", "a", "1")));
+        contents.apply(&Event::InitApply(watched("db", "c", "4")));
+        assert!(contents.get("db", "b", "2").is_some(), "until it completes");
+        contents.apply(&Event::InitDone);
+        assert!(contents.get("db", "a", "1").is_some());
+        assert!(contents.get("db", "b", "2").is_none());
+        assert!(contents.get("db", "c", "3").is_none());
+        assert_eq!(contents.len(), 1);
     }
 }

@@ -125,7 +125,8 @@ pub fn pod_ready(pod: &CachedPod) -> bool {
 
 /// What the caches hold of one cluster, as the read step found it: its
 /// objects by name (a superset: observe filters it as it would the whole
-/// caches), the volumes of its claims, every Node and every ConfigMap.
+/// caches), the volumes of its claims, every Node, and the overrides
+/// ConfigMaps it names that exist, with their content.
 #[derive(Default)]
 pub struct Cached {
     pub statefulsets: Vec<Arc<StatefulSet>>,
@@ -234,7 +235,7 @@ pub async fn observe_supporting(
             ),
         });
     }
-    let pdb = resources::pod_disruption_budget(cluster);
+    let pdb = resources::pod_disruption_budget(cluster, false);
     if found
         .unowned(&ctx.pdbs, &pdb, "PodDisruptionBudget", observed)
         .await?
@@ -452,12 +453,21 @@ pub fn observe<'a>(
         member.pod_version = image.and_then(Version::of_image);
         member.revision = label(&pod.metadata, REVISION_LABEL).map(str::to_string);
         member.pod_terminating = pod.metadata.deletion_timestamp.is_some();
+        member.pod_node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
         member.pod_created = pod
             .metadata
             .creation_timestamp
             .as_ref()
             .map(|t| t.0.as_second());
     }
+
+    observed.unschedulable_nodes = storage
+        .nodes
+        .iter()
+        .flatten()
+        .filter(|n| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
+        .filter_map(|n| n.metadata.name.clone())
+        .collect();
 
     // Claims: `<template>-<pod>` for the rack's templates.
     let hostnames: Option<BTreeSet<String>> = storage.nodes.as_ref().map(|nodes| {
@@ -641,13 +651,19 @@ pub fn token_allocation_factors<'a>(
 
 /// Whether a Cluster names a ConfigMap as a rack's overrides.
 pub fn references_config_map(cluster: &Cluster, config_map: &ConfigMap) -> bool {
-    in_namespace(&config_map.metadata, cluster)
+    names_config_map(cluster, &config_map.metadata)
+}
+
+/// Whether a Cluster names the ConfigMap of `meta` (its namespace and
+/// name: all the ConfigMap cache keeps) as a rack's overrides.
+pub fn names_config_map(cluster: &Cluster, meta: &ObjectMeta) -> bool {
+    in_namespace(meta, cluster)
         && cluster
             .spec
             .datacenter
             .racks
             .iter()
-            .any(|r| r.config_map_name.is_some() && r.config_map_name == config_map.metadata.name)
+            .any(|r| r.config_map_name.is_some() && r.config_map_name == meta.name)
 }
 
 /// The records of intent on a member Service, as decide reads them: from
@@ -659,6 +675,7 @@ pub fn service_observed(service: &Service) -> ServiceObserved {
         replace: label(meta, contract::REPLACE).map(str::to_string),
         decommission_started: annotation(meta, contract::DECOMMISSION_STARTED).is_some(),
         decommission_refused: annotation(meta, contract::DECOMMISSION_REFUSED).map(str::to_string),
+        start_refused: annotation(meta, contract::START_REFUSED).map(str::to_string),
         replace_requested: annotation(meta, contract::REPLACE_REQUESTED).map(str::to_string),
         cluster_ip: service
             .spec

@@ -38,6 +38,8 @@ pub struct MemberObserved {
     pub pod_terminating: bool,
     /// When its Pod was created (seconds since the epoch).
     pub pod_created: Option<i64>,
+    /// The Node its Pod is bound to, once scheduled.
+    pub pod_node: Option<String>,
     /// Its restart (a roll) has not brought it back (Ready, and seen up by
     /// every member) within the bound:
     /// set by [`crate::observe::overdue_restarts`].
@@ -66,6 +68,8 @@ pub struct ServiceObserved {
     pub decommission_started: bool,
     /// Cassandra refused or failed the decommission: its reason.
     pub decommission_refused: Option<String>,
+    /// The sidecar does not start the database: what its Node lacks.
+    pub start_refused: Option<String>,
     /// The sidecar asks for a replace (empty disk, ring knows the member).
     pub replace_requested: Option<String>,
     /// The Service's ClusterIP: the member's address in the ring.
@@ -212,6 +216,47 @@ pub struct Observed {
     /// Racks whose overrides set the token allocator's replication factor
     /// (`allocate_tokens_for_local_replication_factor`), and its value.
     pub token_allocation_factors: BTreeMap<String, u32>,
+    /// The Nodes marked unschedulable (cordoned: drained for an upgrade, a
+    /// repair or a scale-down of the node pool).
+    pub unschedulable_nodes: BTreeSet<String>,
+}
+
+/// How data moves between members while a topology change runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Movement {
+    /// A new member bootstraps: it streams its ranges from the others.
+    Joining,
+    /// A member replaces its lost self: it streams everything it held.
+    Replacing,
+    /// A member decommissions: it streams its ranges to the others.
+    Leaving,
+}
+
+impl Movement {
+    /// What the member does, for messages.
+    pub fn doing(self) -> &'static str {
+        match self {
+            Movement::Joining => "joins the ring (bootstrap streaming)",
+            Movement::Replacing => "is being replaced (streaming its data back)",
+            Movement::Leaving => "is decommissioning (streaming its data away)",
+        }
+    }
+}
+
+/// A member whose data moves now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataMoving {
+    pub rack: String,
+    pub member: i32,
+    pub movement: Movement,
+}
+
+/// A member on a cordoned Node while data moves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberOnDrainedNode {
+    pub rack: String,
+    pub member: i32,
+    pub node: String,
 }
 
 /// The keys a rack's overrides ConfigMap sets that the operator refuses
@@ -312,6 +357,66 @@ impl Observed {
         };
         let others = self.rings_besides(rack, member);
         confirmation::judge_removed(&leaving, others.iter().copied())
+    }
+
+    /// The first member (racks and ordinals in order) whose data moves:
+    /// one being replaced (its `replace` record), one asked to leave and
+    /// not yet confirmed gone (`decommissioned=false`), or one joining: its
+    /// Pod runs, not Ready, and its Service holds no record of its gossip
+    /// (a sidecar records it only once its node is NORMAL, so a member
+    /// that never finished a bootstrap has none) while another member's
+    /// does (there is a ring to stream from: a new cluster's first member
+    /// streams nothing). A member restarted by a roll has its earlier
+    /// record: its data stays where it is.
+    pub fn data_moving(&self) -> Option<DataMoving> {
+        let ring_exists = self
+            .racks
+            .values()
+            .flat_map(|r| r.members.values())
+            .any(|m| m.service.as_ref().is_some_and(|s| s.gossip.is_some()));
+        self.racks.iter().find_map(|(rack, observed_rack)| {
+            observed_rack.members.iter().find_map(|(&member, m)| {
+                let service = m.service.as_ref()?;
+                let movement = if service.replace.is_some() {
+                    Movement::Replacing
+                } else if service.decommission() == Decommission::Requested {
+                    Movement::Leaving
+                } else if m.pod_exists && !m.pod_ready && service.gossip.is_none() && ring_exists {
+                    Movement::Joining
+                } else {
+                    return None;
+                };
+                Some(DataMoving {
+                    rack: rack.clone(),
+                    member,
+                    movement,
+                })
+            })
+        })
+    }
+
+    /// The members whose Pods run on a cordoned Node, while data moves: a
+    /// drain that will evict them once the PodDisruptionBudget's hold is
+    /// ignored (GKE's node upgrades and auto-repair wait for it about one
+    /// hour, then drain anyway).
+    pub fn drained_while_data_moves(&self) -> Option<(DataMoving, Vec<MemberOnDrainedNode>)> {
+        let moving = self.data_moving()?;
+        let drained: Vec<MemberOnDrainedNode> = self
+            .racks
+            .iter()
+            .flat_map(|(rack, r)| r.members.iter().map(move |(&member, m)| (rack, member, m)))
+            .filter_map(|(rack, member, m)| {
+                let node = m.pod_node.as_ref()?;
+                self.unschedulable_nodes
+                    .contains(node)
+                    .then(|| MemberOnDrainedNode {
+                        rack: rack.clone(),
+                        member,
+                        node: node.clone(),
+                    })
+            })
+            .collect();
+        (!drained.is_empty()).then_some((moving, drained))
     }
 
     /// Whether `member` of `rack` carries `decommissioned=true` and the

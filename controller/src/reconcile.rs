@@ -55,7 +55,7 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Requeue, Er
         return Ok(Requeue::await_change());
     }
     let now = k8s_openapi::jiff::Timestamp::now();
-    let cached = ctx.cached(cluster, &namespace);
+    let cached = ctx.cached(cluster, &namespace).await?;
     let valid = validate(cluster).map(|valid| {
         let build = ctx.build_context(&valid, &cached.config_maps);
         (valid, build)
@@ -124,7 +124,7 @@ async fn next_step(
     if observed.supporting_in_the_way.is_some() {
         return Ok(action);
     }
-    apply_supporting_objects(cluster, namespace, ctx, &observed.supporting_unowned).await?;
+    apply_supporting_objects(cluster, namespace, ctx, observed).await?;
     let acted = carry_out(cluster, namespace, &action, build, ctx).await?;
     if let (Acted::ServiceCreated, Action::CreateMemberService { rack, member, .. }) =
         (&acted, &action)

@@ -140,6 +140,20 @@ pub(crate) fn related_statefulset(cluster: &Cluster, rack: &str) -> ObjectRefere
     }
 }
 
+/// A member's Pod as the object an Event is about besides the Cluster:
+/// Events of one reason about different members are series of their own,
+/// each with its note (the recorder aggregates by reason and objects, and
+/// keeps the first note of a series).
+pub(crate) fn related_member_pod(cluster: &Cluster, rack: &str, member: i32) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".to_string()),
+        kind: Some("Pod".to_string()),
+        name: Some(crate::apply::member_name(cluster, rack, member)),
+        namespace: cluster.namespace(),
+        ..ObjectReference::default()
+    }
+}
+
 /// Publishes an Event about the Cluster (and `related`).
 pub(crate) async fn publish(
     ctx: &Context,

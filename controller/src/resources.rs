@@ -424,10 +424,14 @@ fn pod_template(
                 ports: Some(ports),
                 resources: Some(rack.resources.clone()),
                 volume_mounts: Some(mounts),
-                liveness_probe: Some(Probe {
-                    initial_delay_seconds: Some(15),
-                    ..http_probe("/healthz", 10, 6)
-                }),
+                // The sidecar serves its probes once it knows its member
+                // (its Service's address: it waits up to 10 minutes for
+                // one), and /healthz answers all through iotune, a long
+                // bootstrap or a start the Node refuses: the startup probe
+                // gives it those 10 minutes, then the liveness probe
+                // restarts a sidecar that stops answering for a minute.
+                startup_probe: Some(http_probe("/healthz", 10, 60)),
+                liveness_probe: Some(http_probe("/healthz", 10, 6)),
                 readiness_probe: Some(http_probe("/readyz", 10, 3)),
                 security_context: container_security_context(mode),
                 lifecycle: Some(Lifecycle {
@@ -636,17 +640,27 @@ pub fn client_service(cluster: &ValidCluster<'_>) -> Service {
 
 /// At most one member of the cluster may be disrupted at a time: Cassandra's
 /// usual replication factor of 3 keeps quorum with one replica down.
-pub fn pod_disruption_budget(cluster: &ValidCluster<'_>) -> PodDisruptionBudget {
+///
+/// While data moves (`hold`: a member joins, is replaced or leaves), none
+/// may be: with one member down already, `maxUnavailable: 1` still lets
+/// the eviction API evict that member itself (an unhealthy Pod is evicted
+/// whenever the healthy ones meet the budget, `IfHealthyBudget`), so a
+/// drain of the Node where a replacement streams would kill the stream,
+/// and with it hours of work. `maxUnavailable: 0` refuses every eviction
+/// until the movement ends. The policy is spelt out: `AlwaysAllow` would
+/// evict the streaming member whatever the budget.
+pub fn pod_disruption_budget(cluster: &ValidCluster<'_>, hold: bool) -> PodDisruptionBudget {
     let name = cluster_name(cluster);
     let labels = labels::cluster_labels(name);
     PodDisruptionBudget {
         metadata: meta(cluster, names::pdb_name(name), labels.clone()),
         spec: Some(PodDisruptionBudgetSpec {
-            max_unavailable: Some(IntOrString::Int(1)),
+            max_unavailable: Some(IntOrString::Int(if hold { 0 } else { 1 })),
             selector: Some(LabelSelector {
                 match_labels: Some(labels),
                 match_expressions: None,
             }),
+            unhealthy_pod_eviction_policy: Some("IfHealthyBudget".to_string()),
             ..PodDisruptionBudgetSpec::default()
         }),
         status: None,

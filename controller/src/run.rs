@@ -14,7 +14,7 @@ use std::time::Duration;
 use crds::v1alpha1::Cluster;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::runtime::controller::Action as Requeue;
@@ -26,12 +26,12 @@ use tracing::{info, warn};
 
 use crate::ControllerArgs;
 use crate::apply::FIELD_MANAGER;
-use crate::cached::{CachedPod, CachedVolume};
+use crate::cached::{CachedConfigMap, CachedPod, CachedVolume, ConfigMapContents};
 use crate::context::{CacheNames, Context};
 use crate::error::Error;
 use crate::index::NameIndex;
 use crate::metrics::{ErrorLabels, Metrics};
-use crate::observe::{claim_of_volume, references_config_map, volume_pinned_to};
+use crate::observe::{claim_of_volume, names_config_map, volume_pinned_to};
 use crate::own_image::{OwnImageError, resolve, source};
 use crate::reconcile::reconcile;
 use crate::resources::BuildContext;
@@ -47,7 +47,13 @@ pub enum RunError {
 
 /// Runs the controller until SIGTERM or SIGINT.
 pub async fn run(args: ControllerArgs) -> Result<(), RunError> {
-    let client = Client::try_default().await.map_err(Error::Connect)?;
+    let config = kube::Config::infer()
+        .await
+        .map_err(|e| Error::Connect(kube::Error::InferConfig(e)))?;
+    let client = Client::try_from(config.clone()).map_err(Error::Connect)?;
+    let mut no_retry = config;
+    no_retry.default_retry = false;
+    let evictions = Client::try_from(no_retry).map_err(Error::Connect)?;
     // Before anything else: a controller that cannot tell which image its
     // members must run does not start (see own_image).
     let operator_image = resolve(
@@ -115,20 +121,11 @@ pub async fn run(args: ControllerArgs) -> Result<(), RunError> {
     let (role_bindings, rb_stream) = cache!(RoleBinding);
     // The StatefulSet controller gives claims the selector's labels.
     let (claims, claim_stream) = cache!(PersistentVolumeClaim, strip_claim, names.claims.clone());
-    // The racks' overrides ConfigMaps are the user's, without our label:
-    // every ConfigMap of the watched namespace(s), to refuse a key that
-    // would defeat the safety rules as soon as it is written.
-    let (config_maps, config_map_stream) = {
-        let (reader, writer) = reflector::store::<ConfigMap>();
-        let stream = watcher(
-            api::<ConfigMap>(&client, &args.namespace),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects();
-        (reader, stream)
-    };
+    // The racks' overrides ConfigMaps: names and versions of all, content
+    // of the named ones (config_map_watch).
+    let config_map_contents = ConfigMapContents::default();
+    let (config_maps, config_map_stream) =
+        config_map_watch(&client, &args.namespace, config_map_contents.clone());
     // Volumes and Nodes carry none of ours: a lost local disk is a volume
     // whose Node is gone (DESIGN.md section 5).
     macro_rules! cluster_cache {
@@ -157,6 +154,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), RunError> {
             },
         ),
         client: client.clone(),
+        evictions,
         statefulsets: statefulsets.clone(),
         services: services.clone(),
         pods: pods.clone(),
@@ -168,6 +166,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), RunError> {
         volumes: volumes.clone(),
         nodes: nodes.clone(),
         config_maps: config_maps.clone(),
+        config_map_contents,
         names,
         metrics,
         build: BuildContext {
@@ -282,11 +281,11 @@ pub async fn run(args: ControllerArgs) -> Result<(), RunError> {
     // A ConfigMap change concerns the Clusters that name it as overrides.
     let clusters_of_config_map = {
         let clusters = controller.store();
-        move |config_map: ConfigMap| {
+        move |config_map: CachedConfigMap| {
             clusters
                 .state()
                 .iter()
-                .filter(|c| references_config_map(c, &config_map))
+                .filter(|c| names_config_map(c, &config_map.metadata))
                 .map(|c| ObjectRef::from_obj(c.as_ref()))
                 .collect::<Vec<_>>()
         }
@@ -318,6 +317,47 @@ pub async fn run(args: ControllerArgs) -> Result<(), RunError> {
         .await;
     info!("controller stopped");
     Ok(())
+}
+
+/// The ConfigMap watch: the racks' overrides ConfigMaps are the user's,
+/// named by the Cluster and without our label, so it covers every
+/// ConfigMap of the watched namespace(s), to roll a rack on a change of
+/// its overrides and refuse a key that would defeat the safety rules as
+/// soon as it is written. Metadata only, and of that the name and version
+/// ([`CachedConfigMap`]): a cluster's other ConfigMaps (a CA bundle, a
+/// dashboard, an application's data) cost the controller next to nothing.
+/// The content of the ConfigMaps the Clusters name is read when they
+/// change ([`Context::named_config_maps`]), and `contents` follows the
+/// watch to drop what is outdated.
+pub(crate) fn config_map_watch(
+    client: &Client,
+    namespace: &Option<String>,
+    contents: ConfigMapContents,
+) -> (
+    Store<CachedConfigMap>,
+    impl futures::Stream<Item = Result<CachedConfigMap, watcher::Error>> + use<>,
+) {
+    let api: Api<CachedConfigMap> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let (reader, writer) = reflector::store::<CachedConfigMap>();
+    // Pages of 50, not kube's 500: the controller holds a page whole,
+    // twice, while it reads it. A metadata-only page is small, unless the
+    // ConfigMaps were written by `kubectl apply` (up to 256 KiB of
+    // annotations each): at start among 200 such ConfigMaps of 250 KiB,
+    // the controller peaked at 136 MiB with pages of 500, 111 MiB with
+    // 100, 79 MiB with 50 (bench-configmaps, a debug build), under
+    // a 128 MiB limit. 10,000 ConfigMaps take 200 requests to list.
+    let stream = watcher(api, watcher::Config::default().page_size(50))
+        .default_backoff()
+        .map_ok(move |event| {
+            contents.apply(&event);
+            event
+        })
+        .reflect(writer)
+        .touched_objects();
+    (reader, stream)
 }
 
 /// What every cache keeps of an object: all but `managedFields`, which
@@ -414,12 +454,18 @@ fn names_and_images(
 }
 
 /// What the Node cache keeps: the name and labels (a volume's Node is
-/// matched by name or hostname label); a Node's status (images,
-/// addresses, capacity) is never read.
+/// matched by name or hostname label) and whether it is cordoned; a Node's
+/// status (images, addresses, capacity) is never read.
 fn strip_node(node: &mut Node) {
     strip_metadata(node);
     node.metadata.annotations = None;
-    node.spec = None;
+    // Whether it is cordoned is all the spec says that matters: a drain
+    // while data moves is warned of.
+    let unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable);
+    node.spec = unschedulable.map(|unschedulable| k8s_openapi::api::core::v1::NodeSpec {
+        unschedulable: Some(unschedulable),
+        ..Default::default()
+    });
     node.status = None;
 }
 
@@ -451,4 +497,90 @@ fn error_policy(_cluster: Arc<Cluster>, error: &Error, ctx: Arc<Context>) -> Req
         })
         .inc();
     Requeue::requeue(Duration::from_secs(5))
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+    use http::{Request, Response, header::ACCEPT};
+    use kube::client::Body;
+    use serde_json::json;
+
+    use super::*;
+
+    /// The ConfigMap watch asks the API server for metadata only (its list,
+    /// in pages of 50, and its watch), so that no ConfigMap's content
+    /// reaches the controller through it, and keeps of each the name and
+    /// version.
+    #[tokio::test]
+    async fn the_config_map_watch_asks_for_metadata_only_and_keeps_names_and_versions() {
+        let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(service, "default");
+        let (store, stream) = config_map_watch(&client, &None, ConfigMapContents::default());
+        let first = tokio::spawn(async move {
+            let mut stream = Box::pin(stream);
+            let first = stream.next().await;
+            // The watch that follows the list.
+            let _ = tokio::time::timeout(Duration::from_millis(500), stream.next()).await;
+            first
+        });
+        let mut handle = Box::pin(handle);
+        let (list, respond) = handle.next_request().await.expect("the list");
+        assert_eq!(list.uri().path(), "/api/v1/configmaps");
+        assert!(
+            list.uri().query().unwrap_or_default().contains("limit=50"),
+            "pages of 50: {}",
+            list.uri()
+        );
+        assert_eq!(
+            list.headers()[ACCEPT],
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+        );
+        let applied = "x".repeat(100_000);
+        respond.send_response(
+            Response::builder()
+                .header("content-type", "application/json")
+                .body(Body::from(
+                    json!({
+                        "apiVersion": "meta.k8s.io/v1",
+                        "kind": "PartialObjectMetadataList",
+                        "metadata": {"resourceVersion": "10"},
+                        "items": [{
+                            "apiVersion": "meta.k8s.io/v1",
+                            "kind": "PartialObjectMetadata",
+                            "metadata": {"namespace": "db", "name": "tuning",
+                                "resourceVersion": "7", "uid": "u",
+                                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": applied},
+                                "managedFields": [{"manager": "kubectl"}]}
+                        }]
+                    })
+                    .to_string()
+                    .into_bytes(),
+                ))
+                .unwrap(),
+        );
+        let (watch, _respond) = handle.next_request().await.expect("the watch");
+        assert!(
+            watch
+                .uri()
+                .query()
+                .unwrap_or_default()
+                .contains("watch=true"),
+            "{}",
+            watch.uri()
+        );
+        assert_eq!(
+            watch.headers()[ACCEPT],
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+        );
+        let seen = first.await.unwrap().expect("an object").expect("no error");
+        assert_eq!(seen.metadata.name.as_deref(), Some("tuning"));
+        let kept = store
+            .get(&ObjectRef::new("tuning").within("db"))
+            .expect("in the cache");
+        assert_eq!(
+            serde_json::to_value(&kept.metadata).unwrap(),
+            json!({"namespace": "db", "name": "tuning", "resourceVersion": "7"})
+        );
+    }
 }

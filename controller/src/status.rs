@@ -9,7 +9,8 @@ use crds::ValidationErrors;
 use crds::v1alpha1::{
     CONDITION_DEGRADED, CONDITION_PROGRESSING, CONDITION_READY, Cluster, ClusterStatus,
     ConditionStatus, RACK_CONDITION_DECOMMISSION_REFUSED, RACK_CONDITION_MEMBER_LEAVING,
-    RACK_CONDITION_MEMBER_REPLACING, RACK_CONDITION_OVERRIDES_REFUSED, RackCondition, RackStatus,
+    RACK_CONDITION_MEMBER_REPLACING, RACK_CONDITION_OVERRIDES_REFUSED,
+    RACK_CONDITION_START_REFUSED, RackCondition, RackStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -423,6 +424,43 @@ pub fn overrides_message(overrides: &RefusedOverrides) -> String {
         .join("; ")
 }
 
+/// What is degraded when a member's sidecar does not start the database
+/// because its Node lacks what it needs (its record on the member Service,
+/// which names what is short and the fix): the first such member.
+fn start_refused_message(observed: &Observed) -> Option<String> {
+    observed.racks.iter().find_map(|(rack, r)| {
+        r.members.iter().find_map(|(ordinal, m)| {
+            let reason = m.service.as_ref()?.start_refused.as_ref()?;
+            Some(format!(
+                "member {ordinal} of rack {rack} does not start: {reason}"
+            ))
+        })
+    })
+}
+
+/// What is degraded when a member's Node is cordoned while data moves:
+/// the PodDisruptionBudget holds its eviction, but GKE's node upgrades and
+/// auto-repair drain anyway after about one hour, and a second member down
+/// while a member streams leaves ranges short of a quorum and can fail the
+/// stream. `None` when no such drain is under way.
+fn drained_message(observed: &Observed) -> Option<String> {
+    let (moving, drained) = observed.drained_while_data_moves()?;
+    let drained = drained
+        .iter()
+        .map(|d| format!("{} (member {} of rack {})", d.node, d.member, d.rack))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Some(format!(
+        "Node(s) {drained} cordoned while member {} of rack {} {}: the PodDisruptionBudget holds \
+         their eviction, but GKE node upgrades and auto-repair drain anyway after about one hour, \
+         and a second member down while data moves leaves ranges short of a quorum and can fail \
+         the stream; hold the node pool's upgrade (a maintenance exclusion) until it finishes",
+        moving.member,
+        moving.rack,
+        moving.movement.doing()
+    ))
+}
+
 /// Computes the status. Conditions keep their `lastTransitionTime` when their
 /// status did not change, so that an unchanged cluster gets an identical
 /// status (and the reconcile writes nothing).
@@ -447,6 +485,10 @@ pub fn compute_status(
             |pred: &dyn Fn(&crate::decide::MemberObserved) -> bool| rack.members.values().any(pred);
         let previous_rack = previous.racks.get(name);
         let mut conditions = Vec::new();
+        let start_refused = rack.members.iter().find_map(|(ordinal, m)| {
+            let reason = m.service.as_ref()?.start_refused.as_ref()?;
+            Some(format!("member {ordinal}: {reason}"))
+        });
         let refused = rack.members.iter().find_map(|(ordinal, m)| {
             let s = m.service.as_ref()?;
             let reason = s.decommission_refused.as_ref()?;
@@ -476,6 +518,11 @@ pub fn compute_status(
                 RACK_CONDITION_OVERRIDES_REFUSED,
                 refused_overrides.is_some(),
                 refused_overrides.map(overrides_message),
+            ),
+            (
+                RACK_CONDITION_START_REFUSED,
+                start_refused.is_some(),
+                start_refused.clone(),
             ),
         ] {
             if !present {
@@ -508,7 +555,25 @@ pub fn compute_status(
     }
 
     let generation = cluster.metadata.generation;
-    let conditions = conditions(outcome)
+    let mut conditions = conditions(outcome);
+    // What degrades the cluster besides the decision: a member that cannot
+    // start on its Node, then a drain while data moves (the first only,
+    // when the decision found nothing worse).
+    let degradation = start_refused_message(observed)
+        .map(|m| ("MemberStartRefused", m))
+        .or_else(|| drained_message(observed).map(|m| ("NodeDrainedWhileDataMoves", m)));
+    if let Some((reason, message)) = degradation
+        && let Some((_, degraded)) = conditions
+            .iter_mut()
+            .find(|(type_, c)| *type_ == CONDITION_DEGRADED && !c.status)
+    {
+        *degraded = Cond {
+            status: true,
+            reason,
+            message,
+        };
+    }
+    let conditions = conditions
         .into_iter()
         .map(|(type_, c)| {
             let status = if c.status { "True" } else { "False" }.to_string();
@@ -786,5 +851,85 @@ mod tests {
                 ("True", reason, message)
             );
         }
+    }
+
+    /// A cordoned Node of a member while another leaves degrades the
+    /// cluster, naming the Node and the movement; once the Node is
+    /// schedulable again, or the movement ends, it no longer does.
+    #[test]
+    fn a_drain_while_data_moves_degrades_the_cluster() {
+        let mut o = observed(&[true, false], true);
+        for (i, m) in o.racks.get_mut("a").unwrap().members.iter_mut() {
+            m.pod_node = Some(format!("node-{i}"));
+        }
+        o.unschedulable_nodes.insert("node-0".into());
+        let wait = Outcome::Decided(Action::Wait(WaitReason::MemberLeaving {
+            rack: "a".into(),
+            member: 1,
+        }));
+        let status = compute_status(&cluster(), &o, &wait, &time(10));
+        let degraded = cond(&status, CONDITION_DEGRADED);
+        assert_eq!(
+            (degraded.status.as_str(), degraded.reason.as_str()),
+            ("True", "NodeDrainedWhileDataMoves")
+        );
+        assert!(
+            degraded
+                .message
+                .starts_with("Node(s) node-0 (member 0 of rack a) cordoned while member 1 of rack a is decommissioning"),
+            "{}",
+            degraded.message
+        );
+
+        o.unschedulable_nodes.clear();
+        let status = compute_status(&cluster(), &o, &wait, &time(20));
+        assert_eq!(cond(&status, CONDITION_DEGRADED).status, "False");
+    }
+
+    /// A member whose sidecar refuses to start the database on its Node
+    /// gives its rack a `StartRefused` condition and degrades the cluster
+    /// (whose Warning Event report publishes), both quoting the sidecar.
+    #[test]
+    fn a_refused_start_is_a_rack_condition_and_degrades_the_cluster() {
+        let mut o = observed(&[true, false], false);
+        let why = "free AIO events 0 < 2054 needed (2 shards): raise fs.aio-max-nr";
+        o.racks
+            .get_mut("a")
+            .unwrap()
+            .members
+            .get_mut(&1)
+            .unwrap()
+            .service
+            .as_mut()
+            .unwrap()
+            .start_refused = Some(why.into());
+        let wait = Outcome::Decided(Action::Wait(WaitReason::MemberNotReady {
+            rack: "a".into(),
+            member: 1,
+        }));
+        let status = compute_status(&cluster(), &o, &wait, &time(10));
+        let rack = &status.racks["a"];
+        let condition = rack
+            .conditions
+            .iter()
+            .find(|c| c.type_ == RACK_CONDITION_START_REFUSED)
+            .expect("the rack condition");
+        assert_eq!(
+            condition.message.as_deref(),
+            Some(format!("member 1: {why}").as_str())
+        );
+        let degraded = cond(&status, CONDITION_DEGRADED);
+        assert_eq!(
+            (
+                degraded.status.as_str(),
+                degraded.reason.as_str(),
+                degraded.message.as_str()
+            ),
+            (
+                "True",
+                "MemberStartRefused",
+                format!("member 1 of rack a does not start: {why}").as_str()
+            )
+        );
     }
 }

@@ -384,6 +384,10 @@ pub const RACK_CONDITION_DECOMMISSION_REFUSED: &str = "DecommissionRefused";
 /// operator refuses (`crds::overrides::REFUSED_KEYS`); its message names the
 /// key, the ConfigMap and why. Nothing changes until the key is removed.
 pub const RACK_CONDITION_OVERRIDES_REFUSED: &str = "OverridesRefused";
+/// Rack condition type: a member's sidecar does not start the database
+/// because its Node cannot give it what it needs (ScyllaDB: free AIO
+/// events); its message is the sidecar's, naming what is short and the fix.
+pub const RACK_CONDITION_START_REFUSED: &str = "StartRefused";
 /// Cluster condition type: every member of every rack is ready.
 pub const CONDITION_READY: &str = "Ready";
 /// Cluster condition type: the controller is changing the topology.

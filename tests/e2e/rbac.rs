@@ -5,7 +5,10 @@
 //! scenario (scale-up to two members, then a scale-down to one through
 //! decommission), each role's API calls are checked against its rules both ways:
 //! every call was allowed, and every rule (verb by verb) was used, or
-//! [`NEEDED_ELSEWHERE`] names the feature that needs it. The rules are read
+//! [`NEEDED_ELSEWHERE`] names the feature that needs it. The rack names an
+//! overrides ConfigMap, beside an unrelated one: the controller's only
+//! ConfigMap calls are its watch (list, watch) and reads of the named
+//! one's content, never of another's. The rules are read
 //! from the manifest and from the Role the controller wrote, so that a
 //! rule removed, added unused, or widened to a wildcard fails this test.
 //! The calls include the authorization checks admission makes for a
@@ -15,14 +18,15 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::api::PostParams;
 use serde_json::{Value, json};
 use testworld::harness;
 use testworld::kubesim::auth::rbac::{Attributes, rule_allows};
 use testworld::kubesim::faults::RequestRecord;
 use testworld::kubesim::store::Target;
 
-use crate::scenario::{ClusterSpec, Scenario, cluster, secs, setup};
+use crate::scenario::{ClusterSpec, Scenario, cluster, overrides, secs, setup};
 
 /// A name the cache does not hold is read before anything is created, to
 /// refuse a foreign object (controller.rs: a_foreign_object_is_never_adopted).
@@ -125,18 +129,6 @@ const NEEDED_ELSEWHERE: &[(&str, &str, &str, &str)] = &[
         "nodes",
         "watch",
         "disk loss: the Node a member PV names no longer exists (DESIGN 5)",
-    ),
-    (
-        "",
-        "configmaps",
-        "list",
-        "rolling restart on a change of a rack's overrides ConfigMap (DESIGN 5)",
-    ),
-    (
-        "",
-        "configmaps",
-        "watch",
-        "rolling restart on a change of a rack's overrides ConfigMap (DESIGN 5)",
     ),
     (
         "",
@@ -313,15 +305,71 @@ async fn until_members(s: &Scenario, members: i32, timeout: Duration) {
     .await
 }
 
-/// Cluster `c` of `members` members of 3.11.
+/// Cluster `c` of `members` members of 3.11, whose rack's overrides are
+/// ConfigMap `tuning`.
 fn rack(members: i32) -> ClusterSpec {
-    cluster("c").version("3.11.6").rack("r", members)
+    cluster("c")
+        .version("3.11.6")
+        .rack("r", members)
+        .with_rack(json!({"configMapName": "tuning"}))
+}
+
+/// The controller's ConfigMap calls: only list and watch (the metadata
+/// watch of every ConfigMap, and a list narrowed to one name to read a
+/// content), and the only name read is the overrides ConfigMap's,
+/// `tuning`, at least once (its content is the rack's hash).
+fn check_config_map_calls(log: &[RequestRecord], user: &str) {
+    let calls: Vec<&RequestRecord> = log
+        .iter()
+        .filter(|r| r.user == user && r.resource == "configmaps")
+        .collect();
+    let mut reads = 0;
+    for call in &calls {
+        assert!(
+            call.verb == "list" || call.verb == "watch",
+            "a ConfigMap call other than list or watch: {} {}?{}",
+            call.method,
+            call.path,
+            call.query
+        );
+        let named = call
+            .query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("fieldSelector="))
+            .map(|selector| selector.replace("%3D", "="));
+        match named {
+            Some(selector) => {
+                assert_eq!(
+                    selector, "metadata.name=tuning",
+                    "read a ConfigMap no Cluster names: {}?{}",
+                    call.path, call.query
+                );
+                assert!(call.name.is_empty() && call.verb == "list");
+                reads += 1;
+            }
+            None => assert!(call.name.is_empty(), "{}", call.path),
+        }
+    }
+    assert!(
+        reads >= 1,
+        "the overrides ConfigMap's content was never read"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_roles_calls_match_its_rules_both_ways() {
     // Not the production metrics address: other worlds of this binary run beside.
     let s = setup().metrics("127.0.0.1:0").start().await;
+    let config_maps = s.api::<ConfigMap>();
+    for (name, text) in [
+        ("tuning", "concurrent_reads: 16\n"),
+        ("unrelated", "not: ours\n"),
+    ] {
+        config_maps
+            .create(&PostParams::default(), &overrides(name, text))
+            .await
+            .unwrap();
+    }
     s.create(&rack(2)).await;
     until_members(&s, 2, secs(120)).await;
     // A scale-down: the controller asks member 1 to decommission (its
@@ -344,6 +392,7 @@ async fn each_roles_calls_match_its_rules_both_ways() {
         &requests,
         NEEDED_ELSEWHERE,
     );
+    check_config_map_calls(&requests, &format!("system:serviceaccount:{ns}:{sa}"));
     let roles = s
         .sim()
         .store()

@@ -9,17 +9,20 @@
 
 use std::process::Command;
 
-use crds::contract::{DECOMMISSION_REFUSED, DECOMMISSIONED, HOST_ID, REPLACE, REPLACE_REQUESTED};
+use crds::contract::{
+    DECOMMISSION_REFUSED, DECOMMISSIONED, HOST_ID, REPLACE, REPLACE_REQUESTED, START_REFUSED,
+};
 use crds::v1alpha1::ClusterMode;
 use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 use testworld::ring::{Consistency, Replication};
 
 use crate::common::ONE_WORLD;
 use crate::lifecycle::{
-    NS, STS_B, every_member_pod_deleted_at_once, lose_the_node_of_b0, scale_rack_b_down_to_one,
-    thesis_five,
+    NS, STS_B, condition, every_member_pod_deleted_at_once, lose_the_node_of_b0,
+    scale_rack_b_down_to_one, thesis_five,
 };
 use crate::roll::RollWatch;
 use crate::scenario::{
@@ -292,6 +295,86 @@ async fn a_decommission_scylla_refuses_is_reported_with_its_reason() {
         "never confirmed"
     );
     s.ring().assert_intact(1);
+}
+
+/// A member whose sidecar does not start ScyllaDB on its Node (too few free
+/// AIO events: the sidecar's own test, tests/e2e/sidecar.rs, shows it
+/// writing this record; here it is written by hand as the sidecar writes
+/// it) gives its rack a `StartRefused` condition, degrades the Cluster
+/// (`MemberStartRefused`) and brings a Warning Event, each quoting the
+/// sidecar's reason and fix; once the record goes, so do they.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_the_node_cannot_give_is_a_warning_and_a_rack_condition() {
+    let _one = ONE_WORLD.lock().await;
+    let s = scylla_scenario(&["a"]).await;
+    s.create(&scylla_rack(1)).await;
+    s.until_ready("cassandra", 1, secs(120)).await;
+    let member = "cassandra-dc-r-0";
+    let why = "free AIO events on this Node: 0 of fs.aio-max-nr 65536 (aio-nr 65536); \
+               ScyllaDB needs at least 2054 for its 2 shards: raise fs.aio-max-nr";
+    s.patch_service(
+        member,
+        json!({"metadata": {"annotations": {START_REFUSED: why}}}),
+    )
+    .await;
+    let expected = format!("member 0 of rack r does not start: {why}");
+    s.until("the refusal reported", secs(30), || async {
+        let c = s
+            .clusters()
+            .get("cassandra")
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = c.status.clone().unwrap_or_default();
+        let rack = status
+            .racks
+            .get("r")
+            .and_then(|r| r.conditions.iter().find(|c| c.type_ == "StartRefused"))
+            .and_then(|c| c.message.clone());
+        let degraded = condition(&c, "Degraded");
+        let warned = s
+            .api::<Event>()
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .iter()
+            .any(|e| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.reason.as_deref() == Some("MemberStartRefused")
+                    && e.note.as_deref() == Some(expected.as_str())
+            });
+        let wanted = Some((
+            "True".to_string(),
+            "MemberStartRefused".to_string(),
+            expected.clone(),
+        ));
+        if rack.as_deref() == Some(format!("member 0: {why}").as_str())
+            && degraded == wanted
+            && warned
+        {
+            Ok(())
+        } else {
+            Err(format!(
+                "rack condition {rack:?}, Degraded {degraded:?}, Warning Event {warned}"
+            ))
+        }
+    })
+    .await;
+    s.patch_service(
+        member,
+        json!({"metadata": {"annotations": {START_REFUSED: null}}}),
+    )
+    .await;
+    s.until("the refusal gone", secs(30), || async {
+        let c = s.clusters().get("cassandra").await.ok()?;
+        let racks = c.status.clone().unwrap_or_default().racks;
+        let rack_clear = racks
+            .get("r")
+            .is_some_and(|r| r.conditions.iter().all(|c| c.type_ != "StartRefused"));
+        (rack_clear && condition(&c, "Degraded").is_some_and(|(s, _, _)| s == "False"))
+            .then_some(())
+    })
+    .await;
 }
 
 /// A member's disk is emptied while its Node (and its place in the ring)

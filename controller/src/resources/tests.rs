@@ -177,9 +177,13 @@ fn statefulset_of_the_thesis_rack() {
                             {"name": "data", "mountPath": "/var/lib/cassandra"},
                             {"name": "overrides", "mountPath": "/mnt/overrides", "readOnly": true}
                         ],
+                        "startupProbe": {
+                            "httpGet": {"path": "/healthz", "port": 8080},
+                            "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 60
+                        },
                         "livenessProbe": {
                             "httpGet": {"path": "/healthz", "port": 8080},
-                            "initialDelaySeconds": 15, "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6
+                            "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6
                         },
                         "readinessProbe": {
                             "httpGet": {"path": "/readyz", "port": 8080},
@@ -436,26 +440,35 @@ fn client_service_is_headless_over_ready_members() {
     );
 }
 
+/// One member down at a time; none while data moves. The unhealthy-Pod
+/// policy is the one under which a held budget protects the streaming
+/// member itself.
 #[test]
-fn pdb_allows_one_member_down() {
+fn pdb_allows_one_member_down_and_none_while_data_moves() {
     let cluster = thesis();
-    assert_eq!(
-        to_json(&pod_disruption_budget(&ValidCluster::unchecked(&cluster))),
-        json!({
-            "apiVersion": "policy/v1",
-            "kind": "PodDisruptionBudget",
-            "metadata": {
-                "name": "cassandra",
-                "namespace": "db",
-                "labels": {"app": "rook-cassandra", "cassandra.rook.io/cluster": "cassandra"},
-                "ownerReferences": owner()
-            },
-            "spec": {
-                "maxUnavailable": 1,
-                "selector": {"matchLabels": {"app": "rook-cassandra", "cassandra.rook.io/cluster": "cassandra"}}
-            }
-        })
-    );
+    for (hold, max_unavailable) in [(false, 1), (true, 0)] {
+        assert_eq!(
+            to_json(&pod_disruption_budget(
+                &ValidCluster::unchecked(&cluster),
+                hold
+            )),
+            json!({
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {
+                    "name": "cassandra",
+                    "namespace": "db",
+                    "labels": {"app": "rook-cassandra", "cassandra.rook.io/cluster": "cassandra"},
+                    "ownerReferences": owner()
+                },
+                "spec": {
+                    "maxUnavailable": max_unavailable,
+                    "selector": {"matchLabels": {"app": "rook-cassandra", "cassandra.rook.io/cluster": "cassandra"}},
+                    "unhealthyPodEvictionPolicy": "IfHealthyBudget"
+                }
+            })
+        );
+    }
 }
 
 #[test]

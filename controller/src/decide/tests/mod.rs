@@ -280,6 +280,7 @@ fn gossip_of(mut observed: Observed, i: i32, f: impl FnOnce(&mut GossipView)) ->
 }
 
 mod decisions;
+mod disruptions;
 mod lifecycle;
 mod records;
 mod roll;

@@ -163,7 +163,20 @@ fn openapi_v2() -> Response<Body> {
 }
 
 fn error_response(e: &ApiError) -> Response<Body> {
-    json_response(e.code, &e.status())
+    let mut response = json_response(e.code, &e.status());
+    // As the API server's ErrorNegotiated: a Status that names a delay
+    // says it in `Retry-After` too (clients' retries read the header).
+    if let Some(delay) = e
+        .details
+        .as_ref()
+        .and_then(|d| d.get("retryAfterSeconds"))
+        .and_then(Value::as_i64)
+        .filter(|d| *d > 0)
+        && let Ok(value) = hyper::header::HeaderValue::from_str(&delay.to_string())
+    {
+        response.headers_mut().insert("retry-after", value);
+    }
+    response
 }
 
 /// Serves one request.
@@ -947,10 +960,7 @@ fn fault_response(f: Fault, rt: &super::discovery::ResourceType, name: &str) -> 
                     json!({"causes": [{"message": "injected by kubesim"}], "retryAfterSeconds": 1}),
                 ),
             };
-            let mut r = error_response(&e);
-            r.headers_mut()
-                .insert("retry-after", hyper::header::HeaderValue::from_static("1"));
-            r
+            error_response(&e)
         }
     }
 }

@@ -152,11 +152,38 @@ pub fn evict(store: &Store, ns: &str, name: &str, body: &Value) -> Result<(u16, 
         .as_str()
         .unwrap_or_default()
         .to_string();
+    // An unready Pod counts towards no budget (eviction.go): evicted
+    // whatever the budget under `AlwaysAllow`; under `IfHealthyBudget` (the
+    // default) when the healthy Pods meet the budget as its status last
+    // counted them, without taking a disruption from it.
+    let ready = pod
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        });
+    if !ready {
+        let count = |k: &str| pdb.pointer(&format!("/status/{k}")).and_then(Value::as_i64);
+        let (current, desired) = (
+            count("currentHealthy").unwrap_or(0),
+            count("desiredHealthy").unwrap_or(0),
+        );
+        if pdb.pointer("/spec/unhealthyPodEvictionPolicy") == Some(&json!("AlwaysAllow"))
+            || (current >= desired && desired > 0)
+        {
+            store.delete(&pods_t, name, &delete)?;
+            return Ok((201, success()));
+        }
+    }
     let too_many = |message: String, cause: String| ApiError {
         code: 429,
         reason: "TooManyRequests",
         message,
-        details: Some(json!({"causes": [{"reason": "DisruptionBudget", "message": cause}]})),
+        // eviction.go's NewTooManyRequests(..., 10): clients wait 10 s.
+        details: Some(
+            json!({"causes": [{"reason": "DisruptionBudget", "message": cause}], "retryAfterSeconds": 10}),
+        ),
     };
     if pdb.pointer("/status/observedGeneration") != pdb.pointer("/metadata/generation") {
         return Err(too_many(
@@ -230,5 +257,78 @@ mod tests {
         );
         let pdb = json!({"metadata": {"generation": 1}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "c"}}}});
         assert_eq!(pdb_status(&pdb, &pods)["disruptionsAllowed"], 1);
+    }
+
+    /// The eviction of a running Pod that is not Ready, as eviction.go
+    /// decides it: under `IfHealthyBudget` (the default) it goes while the
+    /// healthy Pods meet the budget, so `maxUnavailable: 1` with that one
+    /// Pod down lets it go; `maxUnavailable: 0` holds it; `AlwaysAllow`
+    /// lets it go whatever the budget. A Ready Pod needs a disruption.
+    #[test]
+    fn an_unready_pod_is_evicted_when_the_healthy_ones_meet_the_budget() {
+        use crate::kubesim::store::StoreOptions;
+        let cases = [
+            (json!({"maxUnavailable": 1}), "b", 201),
+            (json!({"maxUnavailable": 0}), "b", 429),
+            (
+                json!({"maxUnavailable": 0, "unhealthyPodEvictionPolicy": "AlwaysAllow"}),
+                "b",
+                201,
+            ),
+            (json!({"maxUnavailable": 1}), "a", 429),
+        ];
+        for (budget, evicted, code) in cases {
+            let store = Store::new(StoreOptions::default());
+            let namespace =
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "db"}});
+            store
+                .create(
+                    &Target::new("", "v1", "namespaces", None),
+                    namespace,
+                    &WriteOptions::default(),
+                )
+                .unwrap();
+            let pods_t = Target::new("", "v1", "pods", Some("db"));
+            for (name, ready) in [("a", true), ("b", false), ("c", true)] {
+                let mut p = pod(name, ready);
+                p["apiVersion"] = json!("v1");
+                p["kind"] = json!("Pod");
+                p["metadata"]["namespace"] = json!("db");
+                p["spec"] = json!({"containers": [{"name": "m", "image": "m"}]});
+                p["status"]["phase"] = json!("Running");
+                let created = store
+                    .create(&pods_t, p.clone(), &WriteOptions::default())
+                    .unwrap();
+                let mut running = created.clone();
+                running["status"] = p["status"].clone();
+                store
+                    .update(
+                        &pods_t,
+                        name,
+                        running,
+                        Subresource::Status,
+                        &WriteOptions::default(),
+                    )
+                    .unwrap();
+            }
+            let mut spec = budget.clone();
+            spec["selector"] = json!({"matchLabels": {"app": "c"}});
+            let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": "c", "namespace": "db"}, "spec": spec});
+            store
+                .create(&pdbs(Some("db")), pdb, &WriteOptions::default())
+                .unwrap();
+            sync_budgets(&store);
+            let got = match evict(&store, "db", evicted, &json!({})) {
+                Ok((code, _)) => code,
+                Err(e) => e.code,
+            };
+            assert_eq!(got, code, "evicting {evicted} under {budget}");
+            assert_eq!(
+                store.get(&pods_t, evicted).is_err(),
+                code == 201,
+                "{evicted} deleted when evicted"
+            );
+        }
     }
 }
