@@ -126,14 +126,16 @@ impl Child {
     pub fn spawn(mut command: Command) -> Result<Child, SuperviseError> {
         let reaper = reaper()?;
         let program = command.get_program().to_string_lossy().into_owned();
-        let mut child = command
-            .spawn()
-            .map_err(|source| SuperviseError::Spawn { program, source })?;
+        let mut child = command.spawn().map_err(|source| SuperviseError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
         let pid = child.id() as i32;
         let stderr = child.stderr.take();
         // The std handle must not wait (the reaper does): forget it.
         drop(child);
-        info!(pid, "started the database");
+        // The database, or a helper it needs first (iotune).
+        info!(pid, %program, "started");
         Ok(Child {
             pid,
             reaper,
