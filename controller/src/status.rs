@@ -652,6 +652,16 @@ mod tests {
         }
     }
 
+    /// The Service record of member 1 of rack a, to write a sidecar's
+    /// record into.
+    fn service_of_a1(o: &mut Observed) -> &mut ServiceObserved {
+        o.racks
+            .get_mut("a")
+            .and_then(|r| r.members.get_mut(&1))
+            .and_then(|m| m.service.as_mut())
+            .expect("member 1 of rack a has a Service")
+    }
+
     fn cond<'a>(status: &'a ClusterStatus, type_: &str) -> &'a Condition {
         status.conditions.iter().find(|c| c.type_ == type_).unwrap()
     }
@@ -774,16 +784,7 @@ mod tests {
     #[test]
     fn a_refused_decommission_is_a_rack_condition_and_degrades_the_cluster() {
         let mut seen = observed(&[true, true], true);
-        seen.racks
-            .get_mut("a")
-            .unwrap()
-            .members
-            .get_mut(&1)
-            .unwrap()
-            .service
-            .as_mut()
-            .unwrap()
-            .decommission_refused =
+        service_of_a1(&mut seen).decommission_refused =
             Some("Not enough live nodes to maintain replication factor".into());
         let outcome = Outcome::Decided(Action::Refuse(Refusal::DecommissionRefused {
             rack: "a".into(),
@@ -893,16 +894,7 @@ mod tests {
     fn a_refused_start_is_a_rack_condition_and_degrades_the_cluster() {
         let mut o = observed(&[true, false], false);
         let why = "free AIO events 0 < 2054 needed (2 shards): raise fs.aio-max-nr";
-        o.racks
-            .get_mut("a")
-            .unwrap()
-            .members
-            .get_mut(&1)
-            .unwrap()
-            .service
-            .as_mut()
-            .unwrap()
-            .start_refused = Some(why.into());
+        service_of_a1(&mut o).start_refused = Some(why.into());
         let wait = Outcome::Decided(Action::Wait(WaitReason::MemberNotReady {
             rack: "a".into(),
             member: 1,

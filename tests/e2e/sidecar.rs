@@ -17,6 +17,32 @@ use testworld::kubesim::{KubeSim, Options};
 use crate::common::{client, create_cluster, free_port};
 use crate::scenario::{annotation, cluster, secs, until_with};
 
+/// A child's log as it comes, read on a thread of its own until the
+/// child closes it: what it saw is read while it runs.
+fn collect_log(
+    mut stderr: std::process::ChildStderr,
+) -> (
+    std::sync::Arc<std::sync::Mutex<String>>,
+    std::thread::JoinHandle<()>,
+) {
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stderr.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                log.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
+    (log, reader)
+}
+
 /// An API server (no controllers) with namespace `db` and the shipped CRD,
 /// its admin client, a work directory and the kubeconfig written there.
 async fn api_with_the_crd() -> (KubeSim, kube::Client, tempfile::TempDir, std::path::PathBuf) {
@@ -117,21 +143,7 @@ async fn sidecar_renders_starts_probes_and_stops_the_database() {
         .spawn()
         .unwrap();
     // The sidecar's log as it comes: what it saw is read while it runs.
-    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let reader = {
-        let (log, mut stderr) = (log.clone(), sidecar.stderr.take().unwrap());
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = stderr.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                log.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        })
-    };
+    let (log, reader) = collect_log(sidecar.stderr.take().unwrap());
     let logged = |what: &str| log.lock().unwrap().contains(what);
     // What a failed wait shows: the sidecar's log so far.
     let seen = || format!("the sidecar's log:\n{}", log.lock().unwrap());
@@ -345,21 +357,7 @@ impl ScyllaSidecar {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let reader = {
-            let (log, mut stderr) = (log.clone(), process.stderr.take().unwrap());
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                while let Ok(n) = stderr.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    log.lock()
-                        .unwrap()
-                        .push_str(&String::from_utf8_lossy(&buf[..n]));
-                }
-            })
-        };
+        let (log, reader) = collect_log(process.stderr.take().unwrap());
         ScyllaSidecar {
             _sim: sim,
             services,
