@@ -677,6 +677,10 @@ fn kill_container(sim: &KubeSim, pod: &str) -> bool {
     })
 }
 
+/// The replacing member is killed within this long (ms) after its
+/// container first runs on its new Node.
+const MEMBER_KILL_WITHIN_MS: u64 = 2500;
+
 /// The replace with the controller SIGKILLed at random moments (up to 6
 /// times a run), and the replacing member's container once while its
 /// replacement is under way (the sidecar, and Cassandra under it, before
@@ -689,8 +693,10 @@ async fn the_replace_survives_the_controller_and_the_member_killed_at_random_mom
     let (runs, seed) = runs_and_seed(2);
     let mut random = Lcg(seed);
     let _one = ONE_WORLD.lock().await;
-    // Long enough to kill the replacing member while it streams.
-    let replace_slowly = setup().options(|o| o.ring.timing.replace_ms = 2500);
+    // Long enough to kill the replacing member while it streams: twice
+    // the longest kill delay below, so that a loaded machine (CI's two
+    // cores, the suite in parallel) still kills it before it is NORMAL.
+    let replace_slowly = setup().options(|o| o.ring.timing.replace_ms = 2 * MEMBER_KILL_WITHIN_MS);
     let mut s = thesis_rack_b(replace_slowly, 2, 2).await;
     s.stop_controller();
     let mut controller = s.world.start_controller(&s.log, None).unwrap();
@@ -708,7 +714,7 @@ async fn the_replace_survives_the_controller_and_the_member_killed_at_random_mom
         // The replacing member is killed this long after its container
         // first runs on its new Node (retried while it is between
         // restarts).
-        let member_kill_after = Duration::from_millis(random.below(2500));
+        let member_kill_after = Duration::from_millis(random.below(MEMBER_KILL_WITHIN_MS));
         let mut running_since: Option<Instant> = None;
         let mut member_killed: Option<NodeState> = None;
         let mut run_kills = Vec::new();
