@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::v1alpha1::ClusterMode;
 
+pub mod maintenance;
 pub mod pod;
 
 // ---------------------------------------------------------------------------
