@@ -11,6 +11,7 @@
 //! decides again.
 
 use crds::contract;
+use crds::contract::maintenance::{self, Operation};
 use crds::v1alpha1::Cluster;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
@@ -24,7 +25,7 @@ use crate::context::Context;
 use crate::decide::{Action, Refusal, WaitReason};
 use crate::error::{Error, not_found};
 use crate::recheck::Rechecked;
-use crate::report::{operation_ended, publish, related_statefulset};
+use crate::report::{operation_ended, publish, related_member_pod, related_statefulset};
 use crate::resources::{self, BuildContext};
 use crate::validated::ValidCluster;
 
@@ -497,9 +498,207 @@ pub(crate) async fn act(
             )
             .await;
         }
+        Action::MarkCleanupDue { members } => {
+            let due = k8s_openapi::jiff::Timestamp::now().to_string();
+            for (rack, member, resource_version) in members {
+                let service = member_name(cluster, rack, *member);
+                let patch = serde_json::json!({"metadata": {
+                    "resourceVersion": resource_version,
+                    "annotations": {maintenance::CLEANUP_DUE: due},
+                }});
+                if !patch_member_service_unchanged(ctx, namespace, &service, &patch).await? {
+                    info!(cluster = %cluster.name_any(), rack, member, "the member Service changed meanwhile; looking again");
+                    return Ok(service_changed(rack, *member));
+                }
+            }
+            info!(cluster = %cluster.name_any(), members = members.len(), "members marked for a cleanup before a scale-up");
+            publish(
+                ctx,
+                cluster,
+                EventType::Normal,
+                "CleanupDue",
+                "Cleanup",
+                format!(
+                    "Member(s) {} will give token ranges away to the new member: each runs a cleanup, one at a time, once the cluster has its members",
+                    members
+                        .iter()
+                        .map(|(rack, member, _)| member_name(cluster, rack, *member))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                None,
+            )
+            .await;
+        }
+        Action::RequestMaintenance {
+            rack,
+            member,
+            operation,
+            cycle,
+            resource_version,
+        } => {
+            let service = member_name(cluster, rack, *member);
+            let requested_at = k8s_openapi::jiff::Timestamp::now().to_string();
+            let request = maintenance::Request {
+                id: format!("{service}/{}/{requested_at}", operation.as_str()),
+                operation: *operation,
+                requested_at,
+                cycle: cycle.clone(),
+            };
+            let patch = serde_json::json!({"metadata": {
+                "resourceVersion": resource_version,
+                "annotations": {maintenance::REQUEST: request.to_annotation()},
+            }});
+            if !patch_member_service_unchanged(ctx, namespace, &service, &patch).await? {
+                info!(cluster = %cluster.name_any(), rack, member, "the member Service changed meanwhile; looking again");
+                return Ok(service_changed(rack, *member));
+            }
+            info!(cluster = %cluster.name_any(), rack, member, operation = operation.as_str(), "maintenance requested");
+            let (reason, note) = match operation {
+                Operation::Cleanup => (
+                    "CleanupStarted",
+                    format!(
+                        "Member {member} of rack {rack} ({service}) asked to clean up the data of the token ranges it gave away"
+                    ),
+                ),
+                Operation::Upgradesstables => (
+                    "UpgradeSSTablesStarted",
+                    format!(
+                        "Member {member} of rack {rack} ({service}) asked to rewrite its sstables of an older format (upgradesstables)"
+                    ),
+                ),
+                Operation::Repair => (
+                    "RepairStarted",
+                    format!(
+                        "Member {member} of rack {rack} ({service}) asked to repair its primary token ranges for the current cycle"
+                    ),
+                ),
+            };
+            publish(
+                ctx,
+                cluster,
+                EventType::Normal,
+                reason,
+                "Maintenance",
+                note,
+                Some(related_member_pod(cluster, rack, *member)),
+            )
+            .await;
+        }
+        Action::FinishMaintenance {
+            rack,
+            member,
+            operation,
+            resource_version,
+            cycle_completed,
+            ..
+        } => {
+            let service = member_name(cluster, rack, *member);
+            let mut annotations = serde_json::json!({maintenance::REQUEST: null});
+            if *operation == Operation::Cleanup {
+                annotations[maintenance::CLEANUP_DUE] = serde_json::Value::Null;
+            }
+            let patch = serde_json::json!({"metadata": {
+                "resourceVersion": resource_version,
+                "annotations": annotations,
+            }});
+            if !patch_member_service_unchanged(ctx, namespace, &service, &patch).await? {
+                info!(cluster = %cluster.name_any(), rack, member, "the member Service changed meanwhile; looking again");
+                return Ok(service_changed(rack, *member));
+            }
+            info!(cluster = %cluster.name_any(), rack, member, operation = operation.as_str(), "maintenance done");
+            operation_ended(ctx, cluster, namespace, operation.as_str(), true);
+            let (reason, note) = match operation {
+                Operation::Cleanup => (
+                    "CleanupFinished",
+                    format!(
+                        "Member {member} of rack {rack} ({service}) cleaned up the data of the token ranges it gave away"
+                    ),
+                ),
+                Operation::Upgradesstables => (
+                    "SSTablesUpgraded",
+                    format!(
+                        "Member {member} of rack {rack} ({service}) rewrote its sstables of an older format"
+                    ),
+                ),
+                Operation::Repair => (
+                    "RepairFinished",
+                    format!(
+                        "Member {member} of rack {rack} ({service}) repaired its primary token ranges for the current cycle"
+                    ),
+                ),
+            };
+            publish(
+                ctx,
+                cluster,
+                EventType::Normal,
+                reason,
+                "Maintenance",
+                note,
+                Some(related_member_pod(cluster, rack, *member)),
+            )
+            .await;
+            if *cycle_completed {
+                publish(
+                    ctx,
+                    cluster,
+                    EventType::Normal,
+                    "RepairCycleCompleted",
+                    "Repair",
+                    "Every member repaired its primary token ranges of the current cycle: every replicated keyspace is fully repaired".to_string(),
+                    None,
+                )
+                .await;
+            }
+        }
+        Action::WithdrawMaintenance {
+            rack,
+            member,
+            operation,
+            resource_version,
+            reason,
+        } => {
+            let service = member_name(cluster, rack, *member);
+            let patch = serde_json::json!({"metadata": {
+                "resourceVersion": resource_version,
+                "annotations": {maintenance::REQUEST: null},
+            }});
+            if !patch_member_service_unchanged(ctx, namespace, &service, &patch).await? {
+                info!(cluster = %cluster.name_any(), rack, member, "the member Service changed meanwhile; looking again");
+                return Ok(service_changed(rack, *member));
+            }
+            info!(cluster = %cluster.name_any(), rack, member, operation = operation.as_str(), %reason, "maintenance request withdrawn");
+            publish(
+                ctx,
+                cluster,
+                EventType::Normal,
+                if *operation == Operation::Repair {
+                    "RepairStopped"
+                } else {
+                    "MaintenanceWithdrawn"
+                },
+                "Maintenance",
+                format!(
+                    "The {} request of member {member} of rack {rack} ({service}) was withdrawn: {reason}",
+                    operation.as_str()
+                ),
+                Some(related_member_pod(cluster, rack, *member)),
+            )
+            .await;
+        }
         Action::Wait(_) | Action::Refuse(_) | Action::Converged => {}
     }
     Ok(Acted::Done)
+}
+
+/// A member Service changed since the decision read it (409 on the
+/// resourceVersion its write carried): nothing more is written, and the
+/// next reconcile reads it again.
+fn service_changed(rack: &str, member: i32) -> Acted {
+    Acted::Conflict(Conflict::Wait(WaitReason::MemberServiceChanged {
+        rack: rack.to_string(),
+        member,
+    }))
 }
 
 /// Evicts a member's Pod through the Eviction API, so that the

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -59,6 +59,50 @@ pub struct OperationKindLabels {
     pub kind: String,
 }
 
+/// Labels of the per-keyspace repair series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KeyspaceLabels {
+    /// Namespace of the Cluster.
+    pub namespace: String,
+    /// Name of the Cluster.
+    pub cluster: String,
+    /// The keyspace.
+    pub keyspace: String,
+}
+
+/// Labels of the maintenance gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MaintenanceLabels {
+    /// Namespace of the Cluster.
+    pub namespace: String,
+    /// Name of the Cluster.
+    pub cluster: String,
+    /// `cleanup`, `upgradesstables` or `repair`.
+    pub operation: String,
+}
+
+/// The maintenance figures of one cluster, as the gauges show them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MaintenanceGauges {
+    /// Each operation and whether it runs (1) or not (0); empty in scylla
+    /// mode.
+    pub running: Vec<(String, bool)>,
+    /// When repairs are set.
+    pub repair: Option<RepairGauges>,
+}
+
+/// The repair figures of one cluster.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RepairGauges {
+    /// The share of the current cycle repaired, 0 to 1.
+    pub repaired: f64,
+    /// `gcGraceSeconds`.
+    pub gc_grace_seconds: i64,
+    /// Each keyspace's last full repair (Unix time; the Cluster's
+    /// creation when never).
+    pub last_full_repair: Vec<(String, i64)>,
+}
+
 /// Labels of the error counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
@@ -90,6 +134,17 @@ pub struct Metrics {
     pub operations_completed: Family<OperationKindLabels, Counter>,
     /// Member operations that failed (a decommission Cassandra refused).
     pub operations_failed: Family<OperationKindLabels, Counter>,
+    /// Per cluster and maintenance operation: 1 while it runs on a member.
+    pub maintenance_running: Family<MaintenanceLabels, Gauge>,
+    /// Per cluster with repairs set: the share of the token ranges
+    /// repaired in the current cycle, 0 to 1.
+    pub repair_cycle_repaired_ratio: Family<ClusterLabels, Gauge<f64, AtomicU64>>,
+    /// Per cluster with repairs set: its `gcGraceSeconds`.
+    pub repair_gc_grace_seconds: Family<ClusterLabels, Gauge>,
+    /// Per keyspace: when it was last fully repaired (Unix time; the
+    /// Cluster's creation when never).
+    pub keyspace_last_full_repair: Family<KeyspaceLabels, Gauge>,
+    keyspaces: Mutex<HashMap<ClusterLabels, Vec<KeyspaceLabels>>>,
     current: Mutex<HashMap<ClusterLabels, String>>,
     in_progress: Mutex<HashMap<ClusterLabels, Vec<MemberOperationLabels>>>,
     registry: Registry,
@@ -151,7 +206,36 @@ impl Metrics {
             "The operation a cluster is in (1) or was in (0)",
             operation.clone(),
         );
+        let maintenance_running = Family::<MaintenanceLabels, Gauge>::default();
+        registry.register(
+            "maintenance_running",
+            "Maintenance operations (cleanup, upgradesstables, repair) running on a member of a cluster (1) or not (0)",
+            maintenance_running.clone(),
+        );
+        let repair_cycle_repaired_ratio = Family::<ClusterLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "repair_cycle_repaired_ratio",
+            "The share of a cluster's token ranges repaired in the current repair cycle (0 to 1)",
+            repair_cycle_repaired_ratio.clone(),
+        );
+        let repair_gc_grace_seconds = Family::<ClusterLabels, Gauge>::default();
+        registry.register(
+            "repair_gc_grace_seconds",
+            "spec.maintenance.repair.gcGraceSeconds: a keyspace not fully repaired for longer may see deleted data come back",
+            repair_gc_grace_seconds.clone(),
+        );
+        let keyspace_last_full_repair = Family::<KeyspaceLabels, Gauge>::default();
+        registry.register(
+            "keyspace_last_full_repair_timestamp_seconds",
+            "When every member last completed the repair of its primary ranges of a keyspace (Unix time; the Cluster's creation when never)",
+            keyspace_last_full_repair.clone(),
+        );
         Metrics {
+            maintenance_running,
+            repair_cycle_repaired_ratio,
+            repair_gc_grace_seconds,
+            keyspace_last_full_repair,
+            keyspaces: Mutex::default(),
             reconciles,
             errors,
             duration,
@@ -202,6 +286,54 @@ impl Metrics {
             self.member_operations.get_or_create(&labels).set(started);
         }
         in_progress.insert(cluster.clone(), now);
+    }
+
+    /// Sets a cluster's maintenance gauges, removing the series of
+    /// keyspaces no longer recorded (and the repair series once repairs
+    /// are no longer set).
+    pub fn set_maintenance(&self, cluster: &ClusterLabels, gauges: MaintenanceGauges) {
+        for (operation, running) in gauges.running {
+            self.maintenance_running
+                .get_or_create(&MaintenanceLabels {
+                    namespace: cluster.namespace.clone(),
+                    cluster: cluster.cluster.clone(),
+                    operation,
+                })
+                .set(i64::from(running));
+        }
+        let mut keyspaces = self.keyspaces.lock().unwrap_or_else(|e| e.into_inner());
+        let mut now = Vec::new();
+        match gauges.repair {
+            Some(repair) => {
+                self.repair_cycle_repaired_ratio
+                    .get_or_create(cluster)
+                    .set(repair.repaired);
+                self.repair_gc_grace_seconds
+                    .get_or_create(cluster)
+                    .set(repair.gc_grace_seconds);
+                for (keyspace, at) in repair.last_full_repair {
+                    let labels = KeyspaceLabels {
+                        namespace: cluster.namespace.clone(),
+                        cluster: cluster.cluster.clone(),
+                        keyspace,
+                    };
+                    self.keyspace_last_full_repair
+                        .get_or_create(&labels)
+                        .set(at);
+                    now.push(labels);
+                }
+            }
+            None => {
+                self.repair_cycle_repaired_ratio.remove(cluster);
+                self.repair_gc_grace_seconds.remove(cluster);
+            }
+        }
+        for old in keyspaces.get(cluster).into_iter().flatten() {
+            if !now.contains(old) {
+                self.keyspace_last_full_repair.remove(old);
+            }
+        }
+        keyspaces.insert(cluster.clone(), now);
     }
 
     /// Counts a finished member operation.
@@ -306,6 +438,60 @@ mod tests {
             text.contains("cassandra_operator_reconcile_duration_seconds_bucket"),
             "{text}"
         );
+    }
+
+    /// The maintenance gauges carry the names the alert and the README
+    /// use, and a keyspace no longer recorded (or repairs turned off)
+    /// loses its series.
+    #[test]
+    fn maintenance_gauges_are_exposed_and_removed() {
+        let m = Metrics::new();
+        let cluster = ClusterLabels {
+            namespace: "db".into(),
+            cluster: "c".into(),
+        };
+        m.set_maintenance(
+            &cluster,
+            MaintenanceGauges {
+                running: vec![("cleanup".into(), false), ("repair".into(), true)],
+                repair: Some(RepairGauges {
+                    repaired: 0.5,
+                    gc_grace_seconds: 864_000,
+                    last_full_repair: vec![
+                        ("ks".into(), 1_700_000_000),
+                        ("other".into(), 1_600_000_000),
+                    ],
+                }),
+            },
+        );
+        let text = m.encode();
+        for line in [
+            "cassandra_operator_maintenance_running{namespace=\"db\",cluster=\"c\",operation=\"repair\"} 1",
+            "cassandra_operator_maintenance_running{namespace=\"db\",cluster=\"c\",operation=\"cleanup\"} 0",
+            "cassandra_operator_repair_cycle_repaired_ratio{namespace=\"db\",cluster=\"c\"} 0.5",
+            "cassandra_operator_repair_gc_grace_seconds{namespace=\"db\",cluster=\"c\"} 864000",
+            "cassandra_operator_keyspace_last_full_repair_timestamp_seconds{namespace=\"db\",cluster=\"c\",keyspace=\"ks\"} 1700000000",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        m.set_maintenance(
+            &cluster,
+            MaintenanceGauges {
+                running: vec![("repair".into(), false)],
+                repair: Some(RepairGauges {
+                    repaired: 1.0,
+                    gc_grace_seconds: 864_000,
+                    last_full_repair: vec![("ks".into(), 1_700_000_100)],
+                }),
+            },
+        );
+        let text = m.encode();
+        assert!(!text.contains("keyspace=\"other\""), "{text}");
+        assert!(text.contains("keyspace=\"ks\"} 1700000100"), "{text}");
+        m.set_maintenance(&cluster, MaintenanceGauges::default());
+        let text = m.encode();
+        assert!(!text.contains("repair_cycle_repaired_ratio{"), "{text}");
+        assert!(!text.contains("keyspace=\"ks\""), "{text}");
     }
 
     #[test]

@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crds::contract;
+use crds::contract::maintenance;
 use crds::labels;
 use crds::names;
 use crds::v1alpha1::Cluster;
@@ -168,6 +169,12 @@ pub fn observe_cached(
     observed.token_allocation_factors =
         token_allocation_factors(cluster, cached.config_maps.iter().map(|c| c.as_ref()));
     overdue_restarts(&mut observed, now_seconds, restart_bound_seconds);
+    observed.now = now_seconds;
+    observed.created = cluster
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second());
     outdated_statefulsets(
         &mut observed,
         cluster,
@@ -693,6 +700,17 @@ pub fn service_observed(service: &Service) -> ServiceObserved {
             .map(str::to_string),
         decommission_confirmation: annotation(meta, contract::DECOMMISSION_CONFIRMATION)
             .and_then(contract::DecommissionConfirmation::from_annotation),
+        cleanup_due: annotation(meta, maintenance::CLEANUP_DUE).map(str::to_string),
+        maintenance_request: annotation(meta, maintenance::REQUEST)
+            .and_then(maintenance::Request::from_annotation),
+        maintenance_record: annotation(meta, maintenance::RECORD)
+            .and_then(maintenance::Record::from_annotation),
+        repaired: annotation(meta, maintenance::REPAIRED)
+            .and_then(maintenance::Repaired::from_annotation),
+        old_format_sstables: maintenance::old_format_sstables(annotation(
+            meta,
+            maintenance::OLD_FORMAT_SSTABLES,
+        )),
     }
 }
 

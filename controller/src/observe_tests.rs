@@ -754,3 +754,78 @@ fn a_statefulset_of_ours_with_another_applied_hash_is_outdated() {
         assert_eq!(observed.racks["a"].statefulset_outdated, outdated);
     }
 }
+
+/// The maintenance records on a member Service are read as the contract
+/// writes them; an unreadable request or count is none (a junk request is
+/// no request: nothing holds on it), and the clock and the Cluster's
+/// creation are taken at observe time.
+#[test]
+fn maintenance_records_are_read_from_the_member_service() {
+    use crds::contract::maintenance::{self, Operation, Request};
+    let request = Request {
+        id: "r1".into(),
+        operation: Operation::Repair,
+        requested_at: "2026-11-27T10:00:00Z".into(),
+        cycle: Some("2026-11-22T02:00:00Z".into()),
+    };
+    let service = |annotations: &[(&str, &str)]| Service {
+        metadata: ObjectMeta {
+            annotations: Some(
+                annotations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..ObjectMeta::default()
+        },
+        ..Service::default()
+    };
+    let read = service_observed(&service(&[
+        (maintenance::CLEANUP_DUE, "2026-11-27T09:00:00Z"),
+        (maintenance::REQUEST, &request.to_annotation()),
+        (
+            maintenance::RECORD,
+            r#"{"request":"r1","operation":"repair","state":"running","rangesDone":3,"rangesTotal":48,"startedAt":"2026-11-27T10:00:01Z","at":"2026-11-27T10:05:00Z"}"#,
+        ),
+        (
+            maintenance::REPAIRED,
+            r#"{"cycle":"2026-11-15T02:00:00Z","keyspaces":{"ks":"2026-11-15T05:00:00Z"},"finishedAt":"2026-11-15T05:00:00Z"}"#,
+        ),
+        (maintenance::OLD_FORMAT_SSTABLES, "7"),
+    ]));
+    assert_eq!(read.cleanup_due.as_deref(), Some("2026-11-27T09:00:00Z"));
+    assert_eq!(read.maintenance_request, Some(request));
+    let record = read.maintenance_record.expect("a record");
+    assert_eq!(
+        (record.ranges_done, record.ranges_total),
+        (Some(3), Some(48))
+    );
+    assert_eq!(
+        read.repaired.expect("a repaired record").cycle,
+        "2026-11-15T02:00:00Z"
+    );
+    assert_eq!(read.old_format_sstables, Some(7));
+    let junk = service_observed(&service(&[
+        (maintenance::REQUEST, "cleanup please"),
+        (maintenance::OLD_FORMAT_SSTABLES, "many"),
+    ]));
+    assert_eq!(
+        (junk.maintenance_request, junk.old_format_sstables),
+        (None, None)
+    );
+
+    let mut cluster = cluster();
+    cluster.metadata.creation_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2026-11-01T12:00:00Z".parse().unwrap(),
+        ));
+    let observed = observe_cached(
+        &cluster,
+        &Cached::default(),
+        &BTreeMap::new(),
+        1_800_000_000,
+        600,
+    );
+    assert_eq!(observed.now, 1_800_000_000);
+    assert_eq!(observed.created, Some(1_793_534_400));
+}

@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crds::contract::maintenance::{Record, Repaired, Request};
 use crds::contract::{Decommission, DecommissionConfirmation, DecommissionRequest, GossipView};
 use crds::versions::Version;
 
@@ -89,6 +90,20 @@ pub struct ServiceObserved {
     pub decommission_confirmation: Option<DecommissionConfirmation>,
     /// When the controller asked this member to record its ring again.
     pub ring_record_requested: Option<String>,
+    /// The controller's record that the member gave ranges away to a new
+    /// member and keeps their data until a cleanup (`cleanup-due`): when.
+    pub cleanup_due: Option<String>,
+    /// The maintenance the controller asked of the member, when it holds
+    /// a readable request.
+    pub maintenance_request: Option<Request>,
+    /// The sidecar's record of the request it runs or ran last, when
+    /// readable.
+    pub maintenance_record: Option<Record>,
+    /// What the member last repaired, when readable.
+    pub repaired: Option<Repaired>,
+    /// How many sstables of an older format the member holds, as its
+    /// sidecar recorded it (unknown: `None`).
+    pub old_format_sstables: Option<u64>,
 }
 
 impl ServiceObserved {
@@ -219,6 +234,13 @@ pub struct Observed {
     /// The Nodes marked unschedulable (cordoned: drained for an upgrade, a
     /// repair or a scale-down of the node pool).
     pub unschedulable_nodes: BTreeSet<String>,
+    /// When this was observed (seconds since the epoch): the clock the
+    /// repair schedule is read against, taken once at observe time so
+    /// that the decision stays a function of what it is given.
+    pub now: i64,
+    /// When the Cluster was created (seconds since the epoch): where an
+    /// interval schedule counts its cycles from.
+    pub created: Option<i64>,
 }
 
 /// How data moves between members while a topology change runs.

@@ -152,6 +152,11 @@ pub(crate) async fn recheck<'a>(
         | Action::StartReplace { .. }
         | Action::FinishReplace { .. }
         | Action::RequestRingRecord { .. }
+        // Guarded by the resourceVersion the decision read.
+        | Action::MarkCleanupDue { .. }
+        | Action::RequestMaintenance { .. }
+        | Action::FinishMaintenance { .. }
+        | Action::WithdrawMaintenance { .. }
         | Action::Wait(_)
         | Action::Refuse(_)
         | Action::Converged => Ok(Rechecked::agrees(action)),

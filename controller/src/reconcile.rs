@@ -81,13 +81,18 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Requeue, Er
     let status = compute_status(cluster, &observed, &outcome, &Time(now));
     report(cluster, &namespace, &observed, &outcome, &status, ctx).await?;
     info!(cluster = %name, namespace = %namespace, outcome = ?outcome, "reconciled");
+    // A repair cycle that starts before the resync: woken up for it.
+    let next_cycle = crate::decide::maintenance::next_cycle_in(&cluster.spec, &observed)
+        .and_then(|s| u64::try_from(s).ok())
+        .map(|s| Duration::from_secs(s + 1));
+    let resync = |period: Duration| next_cycle.map_or(period, |cycle| cycle.min(period));
     Ok(match outcome {
         Outcome::Decided(Action::Converged)
         | Outcome::Invalid(_)
-        | Outcome::Decided(Action::Refuse(_)) => Requeue::requeue(Duration::from_secs(300)),
+        | Outcome::Decided(Action::Refuse(_)) => Requeue::requeue(resync(Duration::from_secs(300))),
         // Watches on Pods, Services and StatefulSets bring the next step; the
         // requeue is a safety net.
-        _ => Requeue::requeue(Duration::from_secs(30)),
+        _ => Requeue::requeue(resync(Duration::from_secs(30))),
     })
 }
 

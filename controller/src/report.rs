@@ -15,11 +15,13 @@ use tracing::warn;
 
 use crate::apply::statefulset_name;
 use crate::context::Context;
+use crate::decide::maintenance;
 use crate::decide::{Action, Refusal, WaitReason, members_on_old_template};
 use crate::error::Error;
-use crate::metrics::{ClusterLabels, MemberOperationLabels};
+use crate::metrics::{ClusterLabels, MaintenanceGauges, MemberOperationLabels, RepairGauges};
 use crate::observed::Observed;
 use crate::status::{Outcome, refusal_reason};
+use crds::contract::maintenance::Operation;
 
 /// Reports a reconcile: its metrics, then, when the status changed, the
 /// Warning Event of a new degradation, the Event of a new wait and the
@@ -207,11 +209,41 @@ async fn patch_status(
             body["status"]["racks"][rack]["conditions"] = serde_json::json!([]);
         }
     }
+    // The same for the maintenance fields that ended (a cleanup done, a
+    // repair no longer running, repairs turned off).
+    if let Ok(previous) = serde_json::to_value(&previous.maintenance)
+        && !previous.is_null()
+        && let Ok(now) = serde_json::to_value(&status.maintenance)
+    {
+        body["status"]["maintenance"] = with_removals(&previous, now);
+    }
     let api: Api<Cluster> = Api::namespaced(ctx.client.clone(), namespace);
     api.patch_status(&name, &crate::apply::patch_params(), &Patch::Merge(&body))
         .await
         .map_err(|source| Error::PatchStatus { name, source })?;
     Ok(())
+}
+
+/// `now` as a merge patch over `previous`: every key of an object in
+/// `previous` that `now` lacks is set to null (a merge patch keeps what it
+/// does not mention), in nested objects too.
+fn with_removals(previous: &serde_json::Value, now: serde_json::Value) -> serde_json::Value {
+    match (previous, now) {
+        (serde_json::Value::Object(before), serde_json::Value::Object(mut after)) => {
+            for (key, value) in before {
+                match after.remove(key) {
+                    None => {
+                        after.insert(key.clone(), serde_json::Value::Null);
+                    }
+                    Some(kept) => {
+                        after.insert(key.clone(), with_removals(value, kept));
+                    }
+                }
+            }
+            serde_json::Value::Object(after)
+        }
+        (_, now) => now,
+    }
 }
 
 fn record_metrics(
@@ -268,6 +300,8 @@ fn record_metrics(
     }
     ctx.metrics.set_member_operations(&labels, operations);
     ctx.metrics
+        .set_maintenance(&labels, maintenance_gauges(cluster, observed));
+    ctx.metrics
         .members
         .get_or_create(&labels)
         .set(status.members.into());
@@ -285,6 +319,43 @@ fn record_metrics(
         Outcome::Decided(action) => operation(action),
     };
     ctx.metrics.set_operation(&labels, operation);
+}
+
+/// The maintenance gauges of a cluster: every operation running or not
+/// (none in scylla mode), and, with repairs set, the cycle's share, the
+/// grace period and each keyspace's last full repair (the Cluster's
+/// creation when never, as the RepairOverdue condition counts it).
+fn maintenance_gauges(cluster: &Cluster, observed: &Observed) -> MaintenanceGauges {
+    let Some(_) = maintenance::settings(&cluster.spec) else {
+        return MaintenanceGauges::default();
+    };
+    let figures = maintenance::figures(&cluster.spec, observed);
+    let running = [
+        Operation::Cleanup,
+        Operation::Upgradesstables,
+        Operation::Repair,
+    ]
+    .into_iter()
+    .map(|op| {
+        (
+            op.as_str().to_string(),
+            figures.running.iter().any(|r| r.operation == op),
+        )
+    })
+    .collect();
+    let repair = figures.repair.map(|repair| {
+        let created = observed.created.unwrap_or_default();
+        RepairGauges {
+            repaired: repair.repaired,
+            gc_grace_seconds: repair.gc_grace_seconds,
+            last_full_repair: repair
+                .keyspaces
+                .into_iter()
+                .map(|(name, last)| (name, last.unwrap_or(created)))
+                .collect(),
+        }
+    });
+    MaintenanceGauges { running, repair }
 }
 
 fn cluster_labels(cluster: &Cluster, namespace: &str) -> ClusterLabels {
@@ -314,6 +385,10 @@ fn operation(action: &Action) -> &'static str {
         Action::FinishReplace { .. } => "FinishReplace",
         Action::RequestRingRecord { .. } => "RequestRingRecord",
         Action::RecordRemoval { .. } => "RecordRemoval",
+        Action::MarkCleanupDue { .. } => "MarkCleanupDue",
+        Action::RequestMaintenance { .. } => "RequestMaintenance",
+        Action::FinishMaintenance { .. } => "FinishMaintenance",
+        Action::WithdrawMaintenance { .. } => "WithdrawMaintenance",
         Action::Wait(_) => "Wait",
         Action::Refuse(_) => "Refuse",
         Action::Converged => "Converged",
@@ -324,6 +399,33 @@ fn operation(action: &Action) -> &'static str {
 mod tests {
     use super::*;
     use crate::decide::Refusal;
+
+    /// A merge patch of the maintenance status removes what ended: a
+    /// cleanup no longer running, a repair member, a whole section.
+    #[test]
+    fn maintenance_fields_that_ended_are_removed_by_the_patch() {
+        let previous = serde_json::json!({
+            "cleanup": {"member": "c-dc-a-0", "keyspace": "ks", "startedAt": "t"},
+            "repair": {"cycle": "t", "repairedPercent": 40, "member": "c-dc-a-1"},
+            "sstablesUpgraded": true,
+        });
+        let now = serde_json::json!({
+            "repair": {"cycle": "t", "repairedPercent": 100},
+            "sstablesUpgraded": true,
+        });
+        assert_eq!(
+            with_removals(&previous, now),
+            serde_json::json!({
+                "cleanup": null,
+                "repair": {"cycle": "t", "repairedPercent": 100, "member": null},
+                "sstablesUpgraded": true,
+            })
+        );
+        assert_eq!(
+            with_removals(&previous, serde_json::Value::Null),
+            serde_json::Value::Null
+        );
+    }
 
     /// The label was the variant's name cut out of its `Debug` text: the
     /// same names, without a formatter in a metric's label.
@@ -408,6 +510,31 @@ mod tests {
                 member,
                 witness_rack: rack.clone(),
                 witness: 0,
+            },
+            Action::MarkCleanupDue {
+                members: vec![(rack.clone(), member, "1".into())],
+            },
+            Action::RequestMaintenance {
+                rack: rack.clone(),
+                member,
+                operation: crds::contract::maintenance::Operation::Repair,
+                cycle: Some("2026-11-22T02:00:00Z".into()),
+                resource_version: "1".into(),
+            },
+            Action::FinishMaintenance {
+                rack: rack.clone(),
+                member,
+                operation: crds::contract::maintenance::Operation::Cleanup,
+                request: "r".into(),
+                resource_version: "1".into(),
+                cycle_completed: false,
+            },
+            Action::WithdrawMaintenance {
+                rack: rack.clone(),
+                member,
+                operation: crds::contract::maintenance::Operation::Repair,
+                resource_version: "1".into(),
+                reason: "a roll".into(),
             },
             Action::Wait(WaitReason::MemberNotReady {
                 rack: rack.clone(),

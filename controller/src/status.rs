@@ -6,14 +6,17 @@
 use std::collections::BTreeMap;
 
 use crds::ValidationErrors;
+use crds::contract::maintenance::Operation;
 use crds::v1alpha1::{
     CONDITION_DEGRADED, CONDITION_PROGRESSING, CONDITION_READY, Cluster, ClusterStatus,
     ConditionStatus, RACK_CONDITION_DECOMMISSION_REFUSED, RACK_CONDITION_MEMBER_LEAVING,
     RACK_CONDITION_MEMBER_REPLACING, RACK_CONDITION_OVERRIDES_REFUSED,
     RACK_CONDITION_START_REFUSED, RackCondition, RackStatus,
 };
+use crds::v1alpha1::{KeyspaceRepair, MaintenanceStatus, RepairStatus, RunningMaintenance};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+use crate::decide::maintenance::{self, Figures};
 use crate::decide::{Action, Refusal, WaitReason};
 use crate::observed::{Observed, RefusedOverrides};
 
@@ -77,7 +80,11 @@ fn conditions(outcome: &Outcome) -> [(&'static str, Cond); 3] {
                 ]
             };
             match action {
-                Action::Converged => [
+                // A maintenance step is no change of the cluster: it
+                // stays Ready while a member cleans up or repairs.
+                Action::Converged
+                | Action::RequestMaintenance { .. }
+                | Action::FinishMaintenance { .. } => [
                     (
                         CONDITION_READY,
                         cond(
@@ -196,6 +203,43 @@ fn conditions(outcome: &Outcome) -> [(&'static str, Cond); 3] {
                 Action::CreateMemberService { rack, member, .. } => progressing(
                     "ScalingUp",
                     format!("creating the member Service of member {member} of rack {rack}"),
+                ),
+                Action::MarkCleanupDue { members } => progressing(
+                    "ScalingUp",
+                    format!(
+                        "marking {} member(s) for a cleanup before the scale-up: they will give ranges away",
+                        members.len()
+                    ),
+                ),
+                Action::WithdrawMaintenance {
+                    rack,
+                    member,
+                    operation,
+                    reason,
+                    ..
+                } => progressing(
+                    "MaintenanceStopping",
+                    format!(
+                        "withdrawing the {} request of member {member} of rack {rack}: {reason}",
+                        operation.as_str()
+                    ),
+                ),
+                Action::Wait(WaitReason::MemberServiceChanged { rack, member }) => progressing(
+                    "MemberServiceChanged",
+                    format!(
+                        "the member Service of member {member} of rack {rack} changed while it was written: looking again"
+                    ),
+                ),
+                Action::Wait(WaitReason::MaintenanceRunning {
+                    rack,
+                    member,
+                    operation,
+                }) => progressing(
+                    "MaintenanceRunning",
+                    format!(
+                        "the {} of member {member} of rack {rack} runs: no topology change or roll starts until it is done",
+                        operation.as_str()
+                    ),
                 ),
                 Action::ScaleUp { rack, replicas } => progressing(
                     "ScalingUp",
@@ -559,9 +603,11 @@ pub fn compute_status(
     // What degrades the cluster besides the decision: a member that cannot
     // start on its Node, then a drain while data moves (the first only,
     // when the decision found nothing worse).
+    let figures = maintenance::figures(&cluster.spec, observed);
     let degradation = start_refused_message(observed)
         .map(|m| ("MemberStartRefused", m))
-        .or_else(|| drained_message(observed).map(|m| ("NodeDrainedWhileDataMoves", m)));
+        .or_else(|| drained_message(observed).map(|m| ("NodeDrainedWhileDataMoves", m)))
+        .or_else(|| maintenance::degradation(&figures));
     if let Some((reason, message)) = degradation
         && let Some((_, degraded)) = conditions
             .iter_mut()
@@ -597,7 +643,11 @@ pub fn compute_status(
     // A generation is observed once what it asks for is done: every member
     // Ready on its rack's template, the racks at their members.
     let observed_generation = match outcome {
-        Outcome::Decided(Action::Converged) => generation,
+        Outcome::Decided(
+            Action::Converged
+            | Action::RequestMaintenance { .. }
+            | Action::FinishMaintenance { .. },
+        ) => generation,
         _ => previous.observed_generation,
     };
     ClusterStatus {
@@ -606,7 +656,50 @@ pub fn compute_status(
         racks,
         conditions,
         observed_generation,
+        maintenance: maintenance_status(cluster, &figures),
     }
+}
+
+/// `status.maintenance`: what runs, whether the sstables are upgraded,
+/// how far the repairs are; `None` when there is nothing to say (scylla
+/// mode, or no member recorded anything yet and repairs are not set).
+pub fn maintenance_status(cluster: &Cluster, figures: &Figures) -> Option<MaintenanceStatus> {
+    let member = |rack: &str, ordinal: i32| crate::apply::member_name(cluster, rack, ordinal);
+    let running = |operation: Operation| {
+        figures
+            .running
+            .iter()
+            .find(|r| r.operation == operation)
+            .map(|r| RunningMaintenance {
+                member: member(&r.rack, r.member),
+                keyspace: r.keyspace.clone(),
+                started_at: Some(r.started_at.clone()),
+            })
+    };
+    let repair = figures.repair.as_ref().map(|repair| RepairStatus {
+        cycle: repair.cycle.map(maintenance::rfc3339),
+        repaired_percent: (repair.repaired * 100.0).floor().clamp(0.0, 100.0) as i32,
+        member: figures
+            .running
+            .iter()
+            .find(|r| r.operation == Operation::Repair)
+            .map(|r| member(&r.rack, r.member)),
+        keyspaces: repair
+            .keyspaces
+            .iter()
+            .map(|(name, last)| KeyspaceRepair {
+                name: name.clone(),
+                last_full_repair: last.map(maintenance::rfc3339),
+            })
+            .collect(),
+    });
+    let status = MaintenanceStatus {
+        cleanup: running(Operation::Cleanup),
+        upgradesstables: running(Operation::Upgradesstables),
+        sstables_upgraded: figures.sstables_upgraded,
+        repair,
+    };
+    (status != MaintenanceStatus::default()).then_some(status)
 }
 
 #[cfg(test)]

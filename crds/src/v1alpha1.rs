@@ -127,6 +127,96 @@ pub struct ClusterSpec {
     /// binary into the member Pods). Defaults to the operator's own image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sidecar_image: Option<ImageSpec>,
+
+    /// Maintenance the operator runs by itself, one member at a time: a
+    /// cleanup after a scale-up, upgradesstables after a major upgrade,
+    /// and, when `repair` is set, scheduled repairs. Cassandra mode only:
+    /// in scylla mode nothing is run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<MaintenanceSpec>,
+}
+
+/// Maintenance the operator runs on the members: never two members at
+/// once, never while a topology change or a roll runs, and resumed after
+/// any restart of the controller or of a member.
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceSpec {
+    /// Run `nodetool cleanup` on every member that gave ranges away to a
+    /// new member (a scale-up, a new rack), once the ring is settled, one
+    /// member at a time. Default true.
+    #[serde(default = "enabled")]
+    pub cleanup_after_scale_up: bool,
+
+    /// Run `nodetool upgradesstables` on every member that holds sstables
+    /// of an older format, once every member runs the same major version,
+    /// one member at a time. Default true.
+    #[serde(default = "enabled", rename = "upgradeSSTablesAfterUpgrade")]
+    pub upgrade_sstables_after_upgrade: bool,
+
+    /// Scheduled repairs: every member repairs its primary token ranges
+    /// of every replicated keyspace once per cycle of the schedule, in
+    /// subranges, one member at a time, pausing (and resuming where it
+    /// stopped) while a topology change or roll runs. Repairs run only
+    /// when this is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair: Option<RepairSpec>,
+}
+
+impl Default for MaintenanceSpec {
+    fn default() -> Self {
+        MaintenanceSpec {
+            cleanup_after_scale_up: true,
+            upgrade_sstables_after_upgrade: true,
+            repair: None,
+        }
+    }
+}
+
+fn enabled() -> bool {
+    true
+}
+
+/// The default of `gcGraceSeconds`: Cassandra's default
+/// `gc_grace_seconds` (10 days).
+pub const DEFAULT_GC_GRACE_SECONDS: i64 = 864_000;
+
+/// Scheduled repairs.
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RepairSpec {
+    /// When a repair cycle starts: a 5-field cron expression (minute hour
+    /// day-of-month month day-of-week, in UTC, e.g. `0 2 * * 0` for Sundays
+    /// at 02:00), or an interval counted from the Cluster's creation: a
+    /// number and `m`, `h` or `d` (e.g. `7d`, `36h`, `90m`; at least `1m`).
+    /// Every member is repaired once per cycle; a cycle must be shorter
+    /// than `gcGraceSeconds`.
+    #[schemars(length(min = 1, max = 128))]
+    #[x_kube(validation = Rule::new(r"self.matches('^\\s*[0-9]{1,5}[mhd]\\s*$') ? !self.matches('^\\s*0+[mhd]\\s*$') : self.matches('^\\s*[0-9A-Za-z*,/-]+(\\s+[0-9A-Za-z*,/-]+){4}\\s*$')").message("schedule must be a 5-field cron expression (minute hour day-of-month month day-of-week, in UTC, e.g. \"0 2 * * 0\") or an interval of at least 1m (a number and m, h or d, e.g. 7d, 36h, 90m)"))]
+    pub schedule: String,
+
+    /// The smallest `gc_grace_seconds` of the keyspaces' tables: a keyspace
+    /// not fully repaired for longer is reported (condition Degraded,
+    /// reason `RepairOverdue`, and a Warning Event), since deleted data
+    /// can come back after that. Default 864000 (10 days, Cassandra's
+    /// default).
+    #[serde(default = "default_gc_grace_seconds")]
+    #[schemars(range(min = 1))]
+    pub gc_grace_seconds: i64,
+
+    /// How many members repair at once. Only 1 is supported.
+    #[serde(default = "default_parallelism")]
+    #[schemars(range(min = 1))]
+    #[x_kube(validation = Rule::new("self <= 1").message("parallelism: only 1 is supported (one member repairs at a time)"))]
+    pub parallelism: i32,
+}
+
+fn default_gc_grace_seconds() -> i64 {
+    DEFAULT_GC_GRACE_SECONDS
+}
+
+fn default_parallelism() -> i32 {
+    1
 }
 
 /// Which database a cluster runs.
@@ -323,6 +413,79 @@ pub struct ClusterStatus {
     /// The `metadata.generation` of the spec this status was computed for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The maintenance the operator runs (`spec.maintenance`): what runs
+    /// now and how far the repairs are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<MaintenanceStatus>,
+}
+
+/// Where the maintenance stands.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceStatus {
+    /// The cleanup running now, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleanup: Option<RunningMaintenance>,
+    /// The upgradesstables running now, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgradesstables: Option<RunningMaintenance>,
+    /// True once every member records no sstable in a format older than
+    /// the version it runs (after a major upgrade: upgradesstables is
+    /// complete); false while one does; absent while a member has not
+    /// recorded its count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sstables_upgraded: Option<bool>,
+    /// The scheduled repairs, when `spec.maintenance.repair` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repair: Option<RepairStatus>,
+}
+
+/// A maintenance operation running on a member.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RunningMaintenance {
+    /// The member (its Pod's name).
+    pub member: String,
+    /// The keyspace it works on now, as its sidecar recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keyspace: Option<String>,
+    /// When it started (RFC 3339): the sidecar's start, or the request's
+    /// time until the sidecar took it up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+}
+
+/// The scheduled repairs.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RepairStatus {
+    /// The start of the current cycle (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycle: Option<String>,
+    /// The share of the cluster's token ranges repaired in the current
+    /// cycle, in percent (rounded down): each member that completed the
+    /// cycle counts whole, the one repairing by the share of its subranges
+    /// done.
+    pub repaired_percent: i32,
+    /// The member repairing now (its Pod's name), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
+    /// Every keyspace the members repaired, and when it was last fully
+    /// repaired.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keyspaces: Vec<KeyspaceRepair>,
+}
+
+/// When a keyspace was last fully repaired.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyspaceRepair {
+    /// The keyspace.
+    pub name: String,
+    /// When every member had repaired its primary ranges of it (the
+    /// earliest of their times, RFC 3339); absent until every member has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_full_repair: Option<String>,
 }
 
 /// The observed state of one rack.

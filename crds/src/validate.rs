@@ -13,8 +13,11 @@ use crate::names;
 use crate::quantity::Quantity;
 use crate::v1alpha1::{
     Cluster, ClusterMode, ClusterSpec, ImageSpec, MAX_RACKS, MAX_STATEFULSET_NAME, RackSpec,
+    RepairSpec,
 };
 use crate::versions::{Version, cassandra_upgrade};
+
+pub mod schedule;
 
 /// One thing wrong with a Cluster, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,6 +104,9 @@ fn validate_spec(cluster: &str, spec: &ClusterSpec, errors: &mut Errors) {
     }
     if let Some(image) = &spec.sidecar_image {
         check_image("spec.sidecarImage", image, errors);
+    }
+    if let Some(repair) = spec.maintenance.as_ref().and_then(|m| m.repair.as_ref()) {
+        check_repair("spec.maintenance.repair", repair, errors);
     }
 
     let dc = &spec.datacenter.name;
@@ -239,6 +245,30 @@ fn validate_rack(cluster: &str, dc: &str, field: &str, rack: &RackSpec, errors: 
                 format!("must be less than or equal to the {resource} limit"),
             );
         }
+    }
+}
+
+fn check_repair(field: &str, repair: &RepairSpec, errors: &mut Errors) {
+    if let Err(why) = schedule::Schedule::parse(&repair.schedule) {
+        errors.add(
+            format!("{field}.schedule"),
+            format!("{why}: schedule must be a 5-field cron expression (minute hour day-of-month month day-of-week, in UTC, e.g. \"0 2 * * 0\") or an interval of at least 1m (a number and m, h or d, e.g. 7d, 36h, 90m)"),
+        );
+    }
+    if repair.gc_grace_seconds < 1 {
+        errors.add(
+            format!("{field}.gcGraceSeconds"),
+            format!("must be 1 or more (is {})", repair.gc_grace_seconds),
+        );
+    }
+    if repair.parallelism != 1 {
+        errors.add(
+            format!("{field}.parallelism"),
+            format!(
+                "only 1 is supported (one member repairs at a time), not {}",
+                repair.parallelism
+            ),
+        );
     }
 }
 
@@ -400,6 +430,61 @@ pub fn is_qualified_name(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn with_maintenance(maintenance: &str) -> Cluster {
+        serde_norway::from_str(&format!(
+            "metadata: {{name: c, namespace: db}}\nspec: {{version: 4.1.8, datacenter: {{name: dc, racks: [{{name: a, members: 3}}]}}, maintenance: {maintenance}}}"
+        ))
+        .expect("a Cluster")
+    }
+
+    /// Every maintenance field is optional and defaults as documented; a
+    /// schedule that is no cron expression or interval, or a parallelism
+    /// other than 1, is refused and named.
+    #[test]
+    fn maintenance_is_optional_and_its_schedule_checked() {
+        let defaults = with_maintenance("{}");
+        let maintenance = defaults.spec.maintenance.clone().unwrap();
+        assert!(maintenance.cleanup_after_scale_up && maintenance.upgrade_sstables_after_upgrade);
+        assert_eq!(maintenance.repair, None);
+        assert_eq!(validate(&defaults), Ok(()));
+        let repair = with_maintenance("{repair: {schedule: '0 2 * * 0'}}");
+        let spec = repair.spec.maintenance.clone().unwrap().repair.unwrap();
+        assert_eq!(
+            (spec.gc_grace_seconds, spec.parallelism),
+            (crate::v1alpha1::DEFAULT_GC_GRACE_SECONDS, 1)
+        );
+        assert_eq!(validate(&repair), Ok(()));
+        assert_eq!(
+            validate(&with_maintenance("{repair: {schedule: 90m}}")),
+            Ok(())
+        );
+        for (bad, field) in [
+            (
+                "{repair: {schedule: weekly}}",
+                "spec.maintenance.repair.schedule",
+            ),
+            (
+                "{repair: {schedule: 0m}}",
+                "spec.maintenance.repair.schedule",
+            ),
+            (
+                "{repair: {schedule: '0 0 30 2 *'}}",
+                "spec.maintenance.repair.schedule",
+            ),
+            (
+                "{repair: {schedule: 7d, parallelism: 2}}",
+                "spec.maintenance.repair.parallelism",
+            ),
+            (
+                "{repair: {schedule: 7d, gcGraceSeconds: 0}}",
+                "spec.maintenance.repair.gcGraceSeconds",
+            ),
+        ] {
+            let errors = validate(&with_maintenance(bad)).expect_err(bad);
+            assert_eq!(errors.fields(), vec![field], "{bad}: {errors}");
+        }
+    }
 
     #[test]
     fn dns_names() {

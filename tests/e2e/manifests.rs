@@ -350,6 +350,17 @@ fn exported_metrics() -> Vec<String> {
     );
     m.count_operation(&labels, "decommission", true);
     m.count_operation(&labels, "decommission", false);
+    m.set_maintenance(
+        &labels,
+        controller::metrics::MaintenanceGauges {
+            running: vec![("repair".into(), true)],
+            repair: Some(controller::metrics::RepairGauges {
+                repaired: 0.5,
+                gc_grace_seconds: 864_000,
+                last_full_repair: vec![("ks".into(), 1_700_000_000)],
+            }),
+        },
+    );
     // and the members' sidecar (the old-format sstables gauge)
     let sidecar = sidecar::sstables::Gauge::default();
     sidecar.set(&std::collections::BTreeMap::from([(

@@ -313,7 +313,51 @@ const INVALID: &[(&str, Mutation, &str, &str)] = &[
         "spec.sidecarImage.repository",
         "spec.sidecarImage.repository",
     ),
+    (
+        "a repair interval of zero",
+        |v| v["spec"]["maintenance"] = json!({"repair": {"schedule": "0m"}}),
+        "spec.maintenance.repair.schedule",
+        "spec.maintenance.repair.schedule",
+    ),
+    (
+        "a repair schedule that is neither cron nor an interval",
+        |v| v["spec"]["maintenance"] = json!({"repair": {"schedule": "weekly"}}),
+        "spec.maintenance.repair.schedule",
+        "spec.maintenance.repair.schedule",
+    ),
+    (
+        "a cron schedule of four fields",
+        |v| v["spec"]["maintenance"] = json!({"repair": {"schedule": "0 2 * *"}}),
+        "spec.maintenance.repair.schedule",
+        "spec.maintenance.repair.schedule",
+    ),
+    (
+        "two members repairing at once",
+        |v| v["spec"]["maintenance"] = json!({"repair": {"schedule": "7d", "parallelism": 2}}),
+        "spec.maintenance.repair.parallelism",
+        "spec.maintenance.repair.parallelism",
+    ),
 ];
+
+/// Repair schedules users write, as cron (UTC) or an interval: accepted
+/// by the schema, the CEL rules and `validate()`, the defaults filled in.
+#[test]
+fn repair_schedules_in_cron_or_interval_are_accepted_with_defaults() {
+    for schedule in ["0 2 * * 0", "7d", "36h", "1m", "*/15 * * * mon-fri"] {
+        let mut object = valid_cluster();
+        object["spec"]["maintenance"] = json!({"repair": {"schedule": schedule}});
+        let (admitted, schema_errors, errors) = api_server_errors(&object, None);
+        assert!(
+            schema_errors.is_empty() && errors.is_empty(),
+            "{schedule}: {schema_errors:?} {errors:?}"
+        );
+        let repair = &admitted["spec"]["maintenance"]["repair"];
+        assert_eq!(repair["gcGraceSeconds"], json!(864_000), "{schedule}");
+        assert_eq!(repair["parallelism"], json!(1), "{schedule}");
+        let cluster: Cluster = serde_json::from_value(admitted).unwrap();
+        crds::validate(&cluster).unwrap_or_else(|e| panic!("{schedule}: {e}"));
+    }
+}
 
 #[test]
 fn invalid_clusters_are_rejected_by_the_api_server_and_by_validate() {

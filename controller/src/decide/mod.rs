@@ -30,13 +30,19 @@
 //! restart on the member Service (`cassandra.rook.io/restarting`) and the
 //! Pods' revision labels, so a controller restarted mid-roll resumes it.
 //!
+//! Maintenance (cleanup, upgradesstables, scheduled repairs) runs one
+//! member at a time once the cluster is converged, and holds topology
+//! changes and rolls while a cleanup or upgradesstables runs (a repair is
+//! withdrawn instead): [`maintenance`].
+//!
 //! `decide` below is the precedence of the stages, first to last; each
 //! stage lives in the file of its family: [`guards`], [`topology`],
-//! [`replace`], [`roll`].
+//! [`replace`], [`roll`], [`maintenance`].
 
 use std::collections::BTreeSet;
 use std::ops::ControlFlow;
 
+use crds::contract::maintenance::Operation;
 use crds::v1alpha1::ClusterSpec;
 use crds::versions::Version;
 
@@ -47,6 +53,7 @@ pub use crate::observed::{
 pub use roll::members_on_old_template;
 
 mod guards;
+pub mod maintenance;
 mod replace;
 mod roll;
 #[cfg(test)]
@@ -82,6 +89,16 @@ pub enum WaitReason {
         rack: String,
         member: i32,
         detail: String,
+    },
+    /// A member Service changed between the decision's read and its
+    /// guarded write: the next reconcile reads it again.
+    MemberServiceChanged { rack: String, member: i32 },
+    /// A cleanup or upgradesstables runs on a member: no topology change
+    /// or roll starts until it is done (replacements do).
+    MaintenanceRunning {
+        rack: String,
+        member: i32,
+        operation: Operation,
     },
 }
 
@@ -288,6 +305,44 @@ pub enum Action {
     },
     /// The replaced member is ready: remove the `replace` record.
     FinishReplace { rack: String, member: i32 },
+    /// Before a scale-up: record `cleanup-due` on the member Service of
+    /// every member in the ring not marked yet (`(rack, member,
+    /// resourceVersion)`), one patch per Service, each guarded by the
+    /// resourceVersion read. The scale-up follows.
+    MarkCleanupDue { members: Vec<(String, i32, String)> },
+    /// Ask a member's sidecar to run a maintenance operation: write the
+    /// request (`maintenance-request`), guarded by the resourceVersion
+    /// read. `cycle`: a repair's cycle start (RFC 3339).
+    RequestMaintenance {
+        rack: String,
+        member: i32,
+        operation: Operation,
+        cycle: Option<String>,
+        resource_version: String,
+    },
+    /// The member's sidecar recorded the request `request` done: remove
+    /// it (and, for a cleanup, the member's `cleanup-due`) in one patch
+    /// guarded by the resourceVersion read. `cycle_completed`: a repair
+    /// that was the last member's of the current cycle.
+    FinishMaintenance {
+        rack: String,
+        member: i32,
+        operation: Operation,
+        request: String,
+        resource_version: String,
+        cycle_completed: bool,
+    },
+    /// Remove a request that is not done, guarded by the resourceVersion
+    /// read: a repair stops (its sidecar keeps its progress for the next
+    /// request of the cycle) because a topology change, roll or replace
+    /// comes first, or the spec turned the operation off (`reason`).
+    WithdrawMaintenance {
+        rack: String,
+        member: i32,
+        operation: Operation,
+        resource_version: String,
+        reason: String,
+    },
     /// Wait for the cluster to settle.
     Wait(WaitReason),
     /// Do nothing until something changes.
@@ -361,8 +416,14 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
         return restart;
     }
     // 8. A member whose Node or disk is lost is replaced, even while a
-    // member's record holds the rest.
+    // member's record holds the rest (or a cleanup runs; a repair is
+    // withdrawn first).
     if let Some(replace) = replace::next_replace(spec, observed, held.as_ref().map(|h| h.1)) {
+        if matches!(replace, Action::StartReplace { .. })
+            && let Some(first) = maintenance::before_replace(spec, observed)
+        {
+            return first;
+        }
         return replace;
     }
     // 9. Held by a member's record: no topology change, no roll.
@@ -377,12 +438,19 @@ pub fn decide(spec: &ClusterSpec, observed: &Observed) -> Action {
         return Action::Wait(wait);
     }
     // 11. Every member is Ready: roll the next one, if any runs an old
-    // template, before any topology change starts.
+    // template, before any topology change starts (after the maintenance
+    // under way: a cleanup or upgradesstables finishes, a repair stops).
     if let Some(restart) = roll::next_restart(spec, observed) {
-        return restart;
+        return maintenance::before_change(spec, observed, &restart).unwrap_or(restart);
     }
-    // 12. One member more or less, towards the spec.
-    topology::scale(spec, observed)
+    // 12. One member more or less, towards the spec (the same; and before
+    // a scale-up, the members that will give ranges away are marked for a
+    // cleanup).
+    match topology::scale(spec, observed) {
+        // 13. Converged: the maintenance, one member at a time.
+        Action::Converged => maintenance::next(spec, observed),
+        step => maintenance::before_change(spec, observed, &step).unwrap_or(step),
+    }
 }
 
 /// The major version in an image reference's tag (`cassandra:4.1.8` → 4);

@@ -187,6 +187,18 @@ pub(super) fn next_restart(spec: &ClusterSpec, observed: &Observed) -> Option<Ac
     None
 }
 
+/// Why the ring is not settled, if it is not: a member has not recorded
+/// its gossip, or does not see another up under the generation it runs
+/// ([`ring_settled`], every member's record required), as before a roll's
+/// restart.
+pub(super) fn ring_unsettled(spec: &ClusterSpec, observed: &Observed) -> Option<String> {
+    let members = gossip_members(spec, observed);
+    let names: Vec<&str> = members.members.iter().map(|(n, _, _)| n.as_str()).collect();
+    ring_settled(&members.as_members(), &names)
+        .err()
+        .map(|u| u.to_string())
+}
+
 /// The running members with an address, as the gossip rule judges them.
 struct GossipMembers<'a> {
     members: Vec<(String, &'a str, Option<&'a GossipView>)>,

@@ -53,9 +53,17 @@ fn decision_table() {
             }),
         ),
         (
-            "second member is a seed too",
+            "before the second member, the first is marked for a cleanup: it will give ranges away",
             spec(&[("b", 3)]),
             observed(vec![("b", rack(Some(1), &[READY]))]),
+            MarkCleanupDue {
+                members: vec![(b(), 0, "100".into())],
+            },
+        ),
+        (
+            "second member is a seed too",
+            spec(&[("b", 3)]),
+            marked(observed(vec![("b", rack(Some(1), &[READY]))])),
             CreateMemberService {
                 rack: b(),
                 member: 1,
@@ -65,7 +73,7 @@ fn decision_table() {
         (
             "third member is not a seed",
             spec(&[("b", 3)]),
-            observed(vec![("b", rack(Some(2), &[READY, READY]))]),
+            marked(observed(vec![("b", rack(Some(2), &[READY, READY]))])),
             CreateMemberService {
                 rack: b(),
                 member: 2,
@@ -75,7 +83,10 @@ fn decision_table() {
         (
             "scale up the third",
             spec(&[("b", 3)]),
-            observed(vec![("b", rack(Some(2), &[READY, READY, SERVICE_ONLY]))]),
+            marked(observed(vec![(
+                "b",
+                rack(Some(2), &[READY, READY, SERVICE_ONLY]),
+            )])),
             ScaleUp {
                 rack: b(),
                 replicas: 3,
@@ -90,10 +101,10 @@ fn decision_table() {
         (
             "racks fill in spec order, one member at a time",
             spec(&[("b", 1), ("c", 2)]),
-            observed(vec![
+            marked(observed(vec![
                 ("b", rack(Some(1), &[READY])),
                 ("c", rack(Some(1), &[READY, SERVICE_ONLY])),
-            ]),
+            ])),
             ScaleUp {
                 rack: "c".into(),
                 replicas: 2,
@@ -428,7 +439,7 @@ fn a_refused_version_change_writes_no_statefulset() {
 #[test]
 fn a_scale_up_goes_on_once_its_member_service_is_created_and_nothing_else() {
     let spec = spec(&[("b", 4)]);
-    let mut growing = rolling(vec![member(0), member(1)]);
+    let mut growing = marked(rolling(vec![member(0), member(1)]));
     let Action::CreateMemberService {
         rack, member: next, ..
     } = decide(&spec, &growing)

@@ -34,6 +34,7 @@ fn spec(racks: &[(&str, i32)]) -> ClusterSpec {
                 .collect(),
         },
         sidecar_image: None,
+        maintenance: None,
     }
 }
 
@@ -279,8 +280,22 @@ fn gossip_of(mut observed: Observed, i: i32, f: impl FnOnce(&mut GossipView)) ->
     observed
 }
 
+/// Every member with a Service marked `cleanup-due` (as the controller
+/// does before a scale-up): a scale-up goes on without marking again.
+fn marked(mut observed: Observed) -> Observed {
+    for rack in observed.racks.values_mut() {
+        for m in rack.members.values_mut() {
+            if let Some(service) = m.service.as_mut() {
+                service.cleanup_due = Some(ASKED.into());
+            }
+        }
+    }
+    observed
+}
+
 mod decisions;
 mod disruptions;
 mod lifecycle;
+mod maintenance;
 mod records;
 mod roll;

@@ -341,7 +341,7 @@ fn a_new_version_waits_for_the_topology_change_under_way() {
         })
     );
     // the next member of a scale-up still starts on the old template
-    let mut growing = rolling(vec![member(0), member(1)]);
+    let mut growing = marked(rolling(vec![member(0), member(1)]));
     template(&mut growing, 2);
     assert!(matches!(
         decide(&spec, &growing),

@@ -695,6 +695,106 @@ fn the_shipped_policy_lets_a_member_only_answer_a_decommission_request() {
     }
 }
 
+/// The maintenance records: the controller's (the request, the mark that
+/// a cleanup is due) are not a member's to write; the sidecar's answers
+/// (where the operation stands, what it repaired, its old-format count)
+/// are. A member that could drop its own `cleanup-due` would keep the
+/// data of the ranges it gave away; one that could ask itself for a
+/// request would run operations the controller holds back.
+#[test]
+fn the_shipped_policy_keeps_the_maintenance_requests_the_controllers() {
+    use crds::contract::maintenance::{
+        CLEANUP_DUE, OLD_FORMAT_SSTABLES, RECORD, REPAIRED, REQUEST,
+    };
+    const NO_MAINTENANCE_REQUEST: &str = "a member may not add, change or remove the cassandra.rook.io/maintenance-request annotation (the controller's request)";
+    const NO_CLEANUP_DUE: &str = "a member may not add, change or remove the cassandra.rook.io/cleanup-due annotation (the controller's record that the member gave ranges away)";
+    let member = user("system:serviceaccount:db:c-member", Some("c-r-0"));
+    let operator = user(
+        "system:serviceaccount:cassandra-operator:cassandra-operator",
+        None,
+    );
+    let with = |annotations: &[(&str, &str)]| {
+        let mut s = member_service("c-r-0");
+        let map: serde_json::Map<String, Value> = annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        s["metadata"]["annotations"] = Value::Object(map);
+        s
+    };
+    let request =
+        r#"{"id":"c-r-0/cleanup/1","operation":"cleanup","requestedAt":"2026-11-27T10:00:00Z"}"#;
+    let other = r#"{"id":"c-r-0/repair/2","operation":"repair","requestedAt":"2026-11-27T11:00:00Z","cycle":"2026-11-27T11:00:00Z"}"#;
+    let due = "2026-11-27T09:00:00Z";
+    let record = r#"{"request":"c-r-0/cleanup/1","operation":"cleanup","state":"done","startedAt":"2026-11-27T10:00:01Z","at":"2026-11-27T10:00:09Z"}"#;
+    // (case, old annotations, new annotations, the member's refusal)
+    let cases: Vec<(&str, Vec<(&str, &str)>, Vec<(&str, &str)>, Option<&str>)> = vec![
+        (
+            "the request added",
+            vec![],
+            vec![(REQUEST, request)],
+            Some(NO_MAINTENANCE_REQUEST),
+        ),
+        (
+            "the request changed",
+            vec![(REQUEST, request)],
+            vec![(REQUEST, other)],
+            Some(NO_MAINTENANCE_REQUEST),
+        ),
+        (
+            "the request removed",
+            vec![(REQUEST, request)],
+            vec![],
+            Some(NO_MAINTENANCE_REQUEST),
+        ),
+        (
+            "the mark added",
+            vec![],
+            vec![(CLEANUP_DUE, due)],
+            Some(NO_CLEANUP_DUE),
+        ),
+        (
+            "the mark removed",
+            vec![(CLEANUP_DUE, due)],
+            vec![],
+            Some(NO_CLEANUP_DUE),
+        ),
+        (
+            "the answer written, the request and mark untouched",
+            vec![(REQUEST, request), (CLEANUP_DUE, due)],
+            vec![
+                (REQUEST, request),
+                (CLEANUP_DUE, due),
+                (RECORD, record),
+                (OLD_FORMAT_SSTABLES, "0"),
+            ],
+            None,
+        ),
+        (
+            "what it repaired written",
+            vec![],
+            vec![(
+                REPAIRED,
+                r#"{"cycle":"2026-11-27T11:00:00Z","keyspaces":{},"finishedAt":"2026-11-27T11:30:00Z"}"#,
+            )],
+            None,
+        ),
+    ];
+    for (case, old, new, refusal) in cases {
+        let (old, new) = (with(&old), with(&new));
+        let v = shipped_verdict(&member, &old, &new);
+        match (refusal, v.denied) {
+            (None, None) => {}
+            (None, Some(e)) => panic!("{case}: refused: {}", e.message),
+            (Some(why), None) => panic!("{case}: allowed, expected {why:?}"),
+            (Some(why), Some(e)) => assert!(e.message.ends_with(why), "{case}: {}", e.message),
+        }
+        // The controller writes and clears both: untouched.
+        let v = shipped_verdict(&operator, &old, &new);
+        assert!(v.denied.is_none(), "{case}, the operator: {:?}", v.denied);
+    }
+}
+
 #[test]
 fn the_shipped_policy_touches_no_other_user() {
     let mut ips = member_service("c-r-0");
