@@ -880,6 +880,65 @@ pub fn ring_from_values(
 /// so the policy lists this very name (`crate::jolokia_access`).
 pub const CLEANUP: &str = "forceKeyspaceCleanup(int,java.lang.String,[Ljava.lang.String;)";
 
+/// `upgradeSSTables` as `nodetool upgradesstables` calls it on 4.1 and
+/// 5.0 (`NodeProbe.upgradeSSTables`: keyspace, `excludeCurrentVersion`,
+/// `maxSSTableTimestamp` = `Long.MAX_VALUE` unless `-t`, jobs, tables);
+/// the overload is named by its signature (four in 4.1/5.0), and the
+/// access policy lists this very name.
+pub const UPGRADE_SSTABLES: &str =
+    "upgradeSSTables(java.lang.String,boolean,long,int,[Ljava.lang.String;)";
+/// `upgradeSSTables(keyspace, excludeCurrentVersion, jobs, tables)`: what
+/// 3.11 and 4.0 have (no `maxSSTableTimestamp` before 4.1,
+/// CASSANDRA-16837).
+pub const UPGRADE_SSTABLES_BEFORE_4_1: &str =
+    "upgradeSSTables(java.lang.String,boolean,int,[Ljava.lang.String;)";
+/// `StorageService.forceTerminateAllRepairSessions()` (3.11 to 5.0).
+pub const TERMINATE_REPAIRS: &str = "forceTerminateAllRepairSessions";
+
+/// The `exec` of [`CLEANUP`] for a keyspace, all its tables, `jobs`
+/// sstables at once (0: as many as compaction allows).
+pub fn cleanup_request(keyspace: &str, jobs: u32) -> Request {
+    Request::exec(
+        STORAGE_SERVICE,
+        CLEANUP,
+        vec![json!(jobs), json!(keyspace), json!([])],
+    )
+}
+
+/// The `exec` of an upgradesstables of a keyspace's sstables that are not
+/// of the current version, all tables, for a Cassandra version (see
+/// [`UPGRADE_SSTABLES`]).
+pub fn upgrade_sstables_request(version: &CassandraVersion, keyspace: &str, jobs: u32) -> Request {
+    if (version.major, version.minor) >= (4, 1) {
+        Request::exec(
+            STORAGE_SERVICE,
+            UPGRADE_SSTABLES,
+            vec![
+                json!(keyspace),
+                json!(true),
+                json!(i64::MAX),
+                json!(jobs),
+                json!([]),
+            ],
+        )
+    } else {
+        Request::exec(
+            STORAGE_SERVICE,
+            UPGRADE_SSTABLES_BEFORE_4_1,
+            vec![json!(keyspace), json!(true), json!(jobs), json!([])],
+        )
+    }
+}
+
+/// The int status of a compaction-manager operation (cleanup,
+/// upgradesstables: `AllSSTableOpStatus.statusCode`). Pure.
+fn status_code(label: &str, value: Value) -> Result<i64, Error> {
+    value.as_i64().ok_or_else(|| Error::DecodeResponse {
+        request: label.to_string(),
+        reason: format!("the status is not an int: {value}"),
+    })
+}
+
 /// Typed, version-aware access to Cassandra's StorageService (and
 /// EndpointSnitchInfo) through Jolokia. Learns the Cassandra version from
 /// `ReleaseVersion` on first need and keeps it.
@@ -1101,19 +1160,62 @@ impl StorageService {
     /// status: 0 SUCCESSFUL, 1 ABORTED (the node has not joined), 2
     /// UNABLE_TO_CANCEL.
     pub async fn cleanup(&self, keyspace: &str) -> Result<i64, Error> {
-        let request = Request::exec(
-            STORAGE_SERVICE,
-            CLEANUP,
-            vec![json!(0), json!(keyspace), json!([])],
-        );
+        self.cleanup_with_jobs(keyspace, 0).await
+    }
+
+    /// `forceKeyspaceCleanup(jobs, keyspace)`: [`StorageService::cleanup`]
+    /// with a bound on the sstables cleaned at once (`nodetool cleanup`'s
+    /// default is 2: the maintenance leaves the other compaction threads
+    /// to the node's own compactions).
+    pub async fn cleanup_with_jobs(&self, keyspace: &str, jobs: u32) -> Result<i64, Error> {
+        let request = cleanup_request(keyspace, jobs);
         let value = self
             .jolokia
             .request_with_timeout(&request, self.jolokia.long_timeout())
             .await?;
-        value.as_i64().ok_or_else(|| Error::DecodeResponse {
-            request: "exec forceKeyspaceCleanup".to_string(),
-            reason: format!("the status is not an int: {value}"),
-        })
+        status_code(request.label(), value)
+    }
+
+    /// `upgradeSSTables` of a keyspace's old-format sstables as `nodetool
+    /// upgradesstables` calls it for this version (see
+    /// [`upgrade_sstables_request`]); blocks until done (long timeout).
+    /// The status as [`StorageService::cleanup`]'s.
+    pub async fn upgrade_sstables(&self, keyspace: &str, jobs: u32) -> Result<i64, Error> {
+        let request = upgrade_sstables_request(self.release_version().await?, keyspace, jobs);
+        let value = self
+            .jolokia
+            .request_with_timeout(&request, self.jolokia.long_timeout())
+            .await?;
+        status_code(request.label(), value)
+    }
+
+    /// `Keyspaces` (`getKeyspaces()`): every keyspace with data, the
+    /// node-local system ones included (`nodetool upgradesstables` with
+    /// no keyspace covers these).
+    pub async fn keyspaces(&self) -> Result<Vec<String>, Error> {
+        self.read("Keyspaces").await
+    }
+
+    /// `PartitionerName`, e.g. `org.apache.cassandra.dht.Murmur3Partitioner`.
+    pub async fn partitioner_name(&self) -> Result<String, Error> {
+        self.read("PartitionerName").await
+    }
+
+    /// Every token of the ring (normal and bootstrapping), from the keys
+    /// of `TokenToEndpointMap` (3.11 to 5.0; deprecated since 4.0 for its
+    /// values, bare addresses, which are not used here).
+    pub async fn ring_tokens(&self) -> Result<Vec<String>, Error> {
+        let map: BTreeMap<String, Value> = self.read("TokenToEndpointMap").await?;
+        Ok(map.into_keys().collect())
+    }
+
+    /// `forceTerminateAllRepairSessions()` (3.11 to 5.0): every repair
+    /// this node coordinates fails at once (its status turns FAILED).
+    pub async fn terminate_repairs(&self) -> Result<(), Error> {
+        self.jolokia
+            .exec(STORAGE_SERVICE, TERMINATE_REPAIRS, Vec::new())
+            .await?;
+        Ok(())
     }
 
     /// Decommission this node: `decommission()` on 3.11,
@@ -1309,6 +1411,43 @@ mod tests {
             Request::exec_signed(STORAGE_SERVICE, "drain", &[], vec![]).body()["operation"],
             json!("drain()")
         );
+    }
+
+    /// The long maintenance calls, as nodetool makes them: cleanup with
+    /// its job count, upgradesstables of old-format files only, by the
+    /// overload each version has.
+    #[test]
+    fn maintenance_calls_name_their_overloads() {
+        assert_eq!(
+            cleanup_request("ks", 2).body(),
+            &json!({"type": "exec", "mbean": STORAGE_SERVICE,
+                "operation": "forceKeyspaceCleanup(int,java.lang.String,[Ljava.lang.String;)",
+                "arguments": [2, "ks", []]})
+        );
+        let v41 = CassandraVersion::parse("4.1.8").unwrap();
+        assert_eq!(
+            upgrade_sstables_request(&v41, "ks", 2).body(),
+            &json!({"type": "exec", "mbean": STORAGE_SERVICE,
+                "operation": "upgradeSSTables(java.lang.String,boolean,long,int,[Ljava.lang.String;)",
+                "arguments": ["ks", true, 9_223_372_036_854_775_807_i64, 2, []]})
+        );
+        let v50 = CassandraVersion::parse("5.0.3").unwrap();
+        assert_eq!(
+            upgrade_sstables_request(&v50, "ks", 2).body()["operation"],
+            json!(UPGRADE_SSTABLES)
+        );
+        for old in ["3.11.19", "4.0.13"] {
+            let v = CassandraVersion::parse(old).unwrap();
+            assert_eq!(
+                upgrade_sstables_request(&v, "ks", 2).body(),
+                &json!({"type": "exec", "mbean": STORAGE_SERVICE,
+                    "operation": "upgradeSSTables(java.lang.String,boolean,int,[Ljava.lang.String;)",
+                    "arguments": ["ks", true, 2, []]}),
+                "{old}"
+            );
+        }
+        assert_eq!(status_code("x", json!(0)).ok(), Some(0));
+        assert!(status_code("x", json!(null)).is_err());
     }
 
     #[test]

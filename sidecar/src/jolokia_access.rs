@@ -77,6 +77,12 @@ pub const ALLOWED: &[Allowed] = &[
             "OwnershipWithPort",
             // the repair after a same-address replace (member::repair)
             "NonLocalStrategyKeyspaces",
+            // the maintenance operations (member::maintenance):
+            // upgradesstables' keyspaces, the ring's tokens and its
+            // partitioner for the subranges of a scheduled repair.
+            "Keyspaces",
+            "TokenToEndpointMap",
+            "PartitionerName",
         ],
         // drain (preStop, SIGTERM), decommission (scale-down), getTokens
         // (nodetool status), and nodetool cleanup by the signed name it is
@@ -92,6 +98,12 @@ pub const ALLOWED: &[Allowed] = &[
             // Jolokia's reads).
             crate::jolokia::REPAIR_ASYNC,
             crate::jolokia::PARENT_REPAIR_STATUS,
+            // the maintenance operations (member::maintenance), by the
+            // signed names they are called with, and the stop of a
+            // scheduled repair whose request was withdrawn.
+            crate::jolokia::UPGRADE_SSTABLES,
+            crate::jolokia::UPGRADE_SSTABLES_BEFORE_4_1,
+            crate::jolokia::TERMINATE_REPAIRS,
         ],
     },
     Allowed {
@@ -249,6 +261,21 @@ mod tests {
                 assert!(ALLOWED[0].operations.contains(&operation), "{operation}");
             }
             assert!(ALLOWED[0].attributes.contains(&"NonLocalStrategyKeyspaces"));
+            // the maintenance operations (member::maintenance)
+            let upgrade = crate::jolokia::upgrade_sstables_request(&v, "ks", 2);
+            let upgrade = upgrade.body()["operation"].as_str().unwrap().to_string();
+            assert!(
+                ALLOWED[0].operations.contains(&upgrade.as_str()),
+                "{version} {upgrade}"
+            );
+            assert!(
+                ALLOWED[0]
+                    .operations
+                    .contains(&crate::jolokia::TERMINATE_REPAIRS)
+            );
+            for attribute in ["Keyspaces", "TokenToEndpointMap", "PartitionerName"] {
+                assert!(ALLOWED[0].attributes.contains(&attribute), "{attribute}");
+            }
         }
     }
 

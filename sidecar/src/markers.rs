@@ -1,6 +1,7 @@
 //! What the sidecar records on the member's data volume, so that it lives
 //! and dies with the data (`crds::contract::state_dir`): the markers
-//! "bootstrapped", "decommissioned" and "repair after replace", and whether the volume holds data at
+//! "bootstrapped", "decommissioned", "repair after replace" and "repair
+//! cycle", and whether the volume holds data at
 //! all. I/O (the file system), each write made durable before it counts.
 
 use std::io::Write;
@@ -47,6 +48,15 @@ pub fn data_dir_is_empty(data_dir: &Path) -> bool {
 /// state directory, with the data it is about.
 pub fn repair_marker(data_dir: &Path) -> PathBuf {
     contract::state_dir(data_dir).join("repair-after-replace")
+}
+
+/// The marker of a scheduled repair's progress (`member::maintenance`):
+/// the cycle it belongs to and the subranges repaired in it, rewritten
+/// after each one, so that a repair stopped or crashed resumes with the
+/// subranges left, and a new cycle starts afresh. Kept after the cycle
+/// completes (the next request of the same cycle then has nothing left).
+pub fn repair_cycle_marker(data_dir: &Path) -> PathBuf {
+    contract::state_dir(data_dir).join("repair-cycle")
 }
 
 /// Writes `marker` atomically and durably: a temporary file beside it,
@@ -106,6 +116,7 @@ pub fn clear_left_node(data_dir: &Path) -> Result<(), MarkerError> {
     remove_marker(&contract::bootstrapped_marker(data_dir))?;
     // The data a repair was owed for is going: the new member bootstraps.
     remove_marker(&repair_marker(data_dir))?;
+    remove_marker(&repair_cycle_marker(data_dir))?;
     let entries = std::fs::read_dir(data_dir).map_err(failed("listing", data_dir))?;
     for entry in entries.flatten() {
         let path = entry.path();
@@ -177,7 +188,12 @@ mod tests {
         write_marker(&contract::bootstrapped_marker(data), "").unwrap();
         write_marker(&contract::decommission_marker(data), "").unwrap();
         write_marker(&repair_marker(data), "replaced 10.96.0.12\n").unwrap();
+        write_marker(&repair_cycle_marker(data), "cycle 2026-11-27T10:00:00Z\n").unwrap();
         clear_left_node(data).unwrap();
+        assert!(
+            !repair_cycle_marker(data).exists(),
+            "no repair progress of a node that left"
+        );
         assert!(
             !repair_marker(data).exists(),
             "no repair owed by a new member"

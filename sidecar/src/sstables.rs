@@ -26,6 +26,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -164,6 +165,9 @@ pub struct Gauge {
     registry: Arc<Registry>,
     by_table: Family<TableLabels, PromGauge>,
     total: PromGauge,
+    /// Whether the counts are a scan's (before the first, the gauges read
+    /// 0, which is no count: the member Service's record waits for it).
+    scanned: Arc<AtomicBool>,
 }
 
 impl Default for Gauge {
@@ -185,6 +189,7 @@ impl Default for Gauge {
             registry: Arc::new(registry),
             by_table,
             total,
+            scanned: Arc::default(),
         }
     }
 }
@@ -202,6 +207,15 @@ impl Gauge {
                 .set(*n as i64);
         }
         self.total.set(counts.values().sum::<u64>() as i64);
+        self.scanned.store(true, Ordering::Relaxed);
+    }
+
+    /// The member's count (the `cassandra_operator_member_sstables_old_format`
+    /// gauge), once a scan set it; `None` before.
+    pub fn total(&self) -> Option<u64> {
+        self.scanned
+            .load(Ordering::Relaxed)
+            .then(|| self.total.get().max(0) as u64)
     }
 
     /// Scans `data_dir` and sets the gauges.
@@ -288,7 +302,9 @@ mod tests {
             ])
         );
         let gauge = Gauge::default();
+        assert_eq!(gauge.total(), None, "no count before a scan");
         gauge.set(&counts);
+        assert_eq!(gauge.total(), Some(3));
         let text = gauge.render();
         assert!(
             text.contains(

@@ -44,6 +44,7 @@ mod bootstrap;
 mod database;
 mod gossip;
 mod identity;
+pub mod maintenance;
 pub mod repair;
 mod seeds;
 
@@ -132,6 +133,19 @@ pub struct SidecarArgs {
     /// The release the image runs (the official images set it).
     #[arg(long, env = "CASSANDRA_VERSION")]
     pub cassandra_version: Option<String>,
+    /// How often to compare the old-format sstables count (the gauge's)
+    /// with the one recorded on the member Service, while NORMAL (written
+    /// only when it changed).
+    #[arg(long, env = "OLD_FORMAT_RECORD_SECONDS", default_value_t = 30)]
+    pub old_format_record_seconds: u64,
+    /// The delay before a failed maintenance request is tried again,
+    /// doubling after each further failure (at most 10 minutes).
+    #[arg(long, env = "MAINTENANCE_RETRY_SECONDS", default_value_t = 10)]
+    pub maintenance_retry_seconds: u64,
+    /// How many subranges a scheduled repair cuts the node's primary
+    /// ranges into, per keyspace (each repaired, and recorded, on its own).
+    #[arg(long, env = "MAINTENANCE_REPAIR_SUBRANGES", default_value_t = maintenance::ring::DEFAULT_SUBRANGES)]
+    pub maintenance_repair_subranges: u32,
 }
 
 /// A start-up or runtime step of the sidecar that failed.
@@ -276,11 +290,19 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
         child_alive.clone(),
         gauge.clone(),
     ));
-    if let Some(latest) = old_format_rule(mode, args.cassandra_version.as_deref(), &rendered) {
+    let old_format =
+        old_format_rule(mode, args.cassandra_version.as_deref(), &rendered).map(|latest| {
+            maintenance::OldFormat {
+                gauge: gauge.clone(),
+                data: data_dir.join("data"),
+                latest,
+            }
+        });
+    if let Some(old) = &old_format {
         tokio::spawn(sstables::refresh_every(
-            gauge,
-            data_dir.join("data"),
-            latest,
+            old.gauge.clone(),
+            old.data.clone(),
+            old.latest.clone(),
             Duration::from_secs(args.sstable_scan_seconds.max(1)),
         ));
     }
@@ -336,6 +358,35 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
             repair::Pace::default(),
         ));
     }
+    // The maintenance the controller asks for (issue 33), on its own
+    // client: its calls block for as long as a cleanup runs.
+    let maintained = maintenance::client(mode, &args.jolokia_url, &args.scylla_api_url)?;
+    if let Some(old) = old_format.clone() {
+        tokio::spawn(maintenance::record_old_format(
+            maintained.clone(),
+            old,
+            services.clone(),
+            service_rx.clone(),
+            name.clone(),
+            Duration::from_secs(args.old_format_record_seconds.max(1)),
+        ));
+    }
+    tokio::spawn(maintenance::run(
+        maintenance::Links {
+            node: maintained,
+            mode,
+            data_dir: data_dir.clone(),
+            services: services.clone(),
+            name: name.clone(),
+            old_format,
+            settings: maintenance::Settings {
+                retry: Duration::from_secs(args.maintenance_retry_seconds.max(1)),
+                subranges: args.maintenance_repair_subranges.max(1),
+                ..maintenance::Settings::default()
+            },
+        },
+        service_rx.clone(),
+    ));
     if !bootstrapped {
         tokio::spawn(bootstrap::record_bootstrap(
             node.clone(),
@@ -569,6 +620,9 @@ mod tests {
             sstable_scan_seconds: 1,
             gossip_record_seconds: 1,
             cassandra_version: None,
+            old_format_record_seconds: 1,
+            maintenance_retry_seconds: 1,
+            maintenance_repair_subranges: 1,
         };
         let data = Path::new("/var/lib/cassandra");
         assert_eq!(

@@ -209,8 +209,15 @@ pub fn to_repair(keyspaces: &[String], progress: &Progress) -> Vec<String> {
 /// The delay before attempt `attempt + 1` after a failed one: 10 s,
 /// doubling, at most 10 minutes. Pure.
 pub fn backoff(attempt: u32) -> Duration {
-    let seconds = 10u64.saturating_mul(1u64 << attempt.min(16));
-    Duration::from_secs(seconds.min(600))
+    backoff_from(Duration::from_secs(10), attempt)
+}
+
+/// The same growth from another first delay (the maintenance operations'
+/// is settable, for tests): `first` doubling per attempt, at most 10
+/// minutes (or `first`, when it is longer). Pure.
+pub fn backoff_from(first: Duration, attempt: u32) -> Duration {
+    let delay = first.saturating_mul(1u32 << attempt.min(16));
+    delay.min(Duration::from_secs(600).max(first))
 }
 
 /// Where the repair stands, as recorded on the member Service.
@@ -245,12 +252,24 @@ impl Record {
     }
 }
 
-/// The calls a repair makes to the node (Cassandra's StorageService;
-/// a script in the tests).
-pub(crate) trait Repairs {
+/// How a started repair command is followed: `getParentRepairStatus`
+/// (Cassandra's StorageService; a script in the tests). Shared with the
+/// scheduled repairs of `member::maintenance`.
+pub(crate) trait Statuses {
+    async fn status(&self, cmd: i64) -> Result<Option<Vec<String>>, jolokia::Error>;
+}
+
+impl Statuses for StorageService {
+    async fn status(&self, cmd: i64) -> Result<Option<Vec<String>>, jolokia::Error> {
+        self.parent_repair_status(cmd).await
+    }
+}
+
+/// The calls a repair after a replace makes to the node (Cassandra's
+/// StorageService; a script in the tests).
+pub(crate) trait Repairs: Statuses {
     async fn keyspaces(&self) -> Result<Vec<String>, jolokia::Error>;
     async fn start(&self, keyspace: &str) -> Result<i64, jolokia::Error>;
-    async fn status(&self, cmd: i64) -> Result<Option<Vec<String>>, jolokia::Error>;
 }
 
 impl Repairs for StorageService {
@@ -260,10 +279,6 @@ impl Repairs for StorageService {
 
     async fn start(&self, keyspace: &str) -> Result<i64, jolokia::Error> {
         self.repair_async(keyspace, &repair_options()).await
-    }
-
-    async fn status(&self, cmd: i64) -> Result<Option<Vec<String>>, jolokia::Error> {
-        self.parent_repair_status(cmd).await
     }
 }
 
@@ -344,7 +359,7 @@ pub(crate) async fn pass(
 /// Reads a command's status until it completed or failed. A read that
 /// fails (the node busy, restarting) is read again; a node that stays
 /// unreachable for a minute failed the command.
-async fn follow(node: &impl Repairs, cmd: i64, pace: Pace) -> Next {
+pub(crate) async fn follow(node: &impl Statuses, cmd: i64, pace: Pace) -> Next {
     let mut seen_in_progress = false;
     let mut unreachable_for = Duration::ZERO;
     loop {
@@ -611,6 +626,13 @@ mod tests {
         assert_eq!(backoff(3), Duration::from_secs(80));
         assert_eq!(backoff(6), Duration::from_secs(600));
         assert_eq!(backoff(u32::MAX), Duration::from_secs(600));
+        let first = Duration::from_millis(100);
+        assert_eq!(backoff_from(first, 0), first);
+        assert_eq!(backoff_from(first, 2), Duration::from_millis(400));
+        assert_eq!(backoff_from(first, 40), Duration::from_secs(600));
+        // A first delay above the cap is kept, never shortened.
+        let long = Duration::from_secs(900);
+        assert_eq!(backoff_from(long, 3), long);
     }
 
     /// The answers of `getParentRepairStatus` to one command, in turn.
@@ -642,6 +664,9 @@ mod tests {
             self.statuses.lock().unwrap().insert(cmd, statuses);
             Ok(cmd)
         }
+    }
+
+    impl Statuses for Script {
         async fn status(&self, cmd: i64) -> Result<Option<Vec<String>>, jolokia::Error> {
             let mut statuses = self.statuses.lock().unwrap();
             let list = statuses.get_mut(&cmd).expect("started");
