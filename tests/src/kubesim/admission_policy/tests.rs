@@ -728,7 +728,8 @@ fn the_shipped_policy_keeps_the_maintenance_requests_the_controllers() {
     let due = "2026-11-27T09:00:00Z";
     let record = r#"{"request":"c-r-0/cleanup/1","operation":"cleanup","state":"done","startedAt":"2026-11-27T10:00:01Z","at":"2026-11-27T10:00:09Z"}"#;
     // (case, old annotations, new annotations, the member's refusal)
-    let cases: Vec<(&str, Vec<(&str, &str)>, Vec<(&str, &str)>, Option<&str>)> = vec![
+    type Annotations<'a> = Vec<(&'a str, &'a str)>;
+    let cases: Vec<(&str, Annotations, Annotations, Option<&str>)> = vec![
         (
             "the request added",
             vec![],
