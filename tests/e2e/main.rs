@@ -11,6 +11,8 @@ mod lifecycle;
 mod lifecycle_crash;
 mod lifecycle_sidecar;
 mod lost_while_leaving;
+mod maintenance;
+mod maintenance_crash;
 mod majors;
 mod manifests;
 mod member_token;

@@ -50,7 +50,9 @@ use testworld::fake_cassandra::MARKER;
 use testworld::fake_cassandra::config::{self, FakeConfig};
 use testworld::fake_cassandra::jolokia::Identity;
 use testworld::fake_cassandra::node::Seeds;
-use testworld::fake_cassandra::node::{FakeNode, NodeError, RingClient, serve_jolokia};
+use testworld::fake_cassandra::node::{
+    FakeNode, NodeError, RingClient, serve_jolokia, serve_jolokia_pooled,
+};
 use testworld::fake_cassandra::process::{Stop, data_dir_identity, wait_for_signal, watch_ring};
 use testworld::fake_cassandra::ring_service::StartRequest;
 use testworld::fake_cassandra::sstables::{self, Sstables};
@@ -302,7 +304,11 @@ async fn main() -> ExitCode {
                     "INFO",
                     &format!("Jolokia: Agent started with URL http://{host}:{port}/jolokia/"),
                 );
-                Some(tokio::spawn(serve_jolokia(listener, fake.clone())))
+                Some(tokio::spawn(serve_jolokia_pooled(
+                    listener,
+                    fake.clone(),
+                    config.jolokia_threads,
+                )))
             }
             Err(e) => {
                 eprintln!("ERROR [main] Jolokia: cannot bind {host}:{port}: {e}");

@@ -154,6 +154,8 @@ pub struct FakeConfig {
     pub jolokia: Option<(String, u16)>,
     /// The agent's `policyLocation` option (a Jolokia access policy).
     pub jolokia_policy: Option<String>,
+    /// How many requests the agent serves at once ([`JvmOptions::agent_threads`]).
+    pub jolokia_threads: Option<usize>,
     /// `-Dcassandra.logdir` (`$CASSANDRA_HOME/logs`): where the JVM's GC
     /// log and logback's files go.
     pub log_dir: Option<String>,
@@ -240,6 +242,12 @@ pub struct JvmOptions {
     pub agent: Option<(String, u16)>,
     /// The agent's `policyLocation`.
     pub agent_policy: Option<String>,
+    /// How many requests the agent serves at once, after its `executor`
+    /// and `threadNr` options (jolokia-jvm 1.x `JolokiaServer`: `single`,
+    /// the default, one thread for every request, so one long JMX call
+    /// holds all the others; `fixed`, `threadNr` threads, 5 by default;
+    /// `cached`, as many as needed: `None`).
+    pub agent_threads: Option<usize>,
     pub properties: Vec<(String, String)>,
 }
 
@@ -267,6 +275,7 @@ pub fn parse_jvm_opts(text: &str) -> Result<JvmOptions, ConfigError> {
             let options = agent.split_once('=').map(|(_, o)| o).unwrap_or("");
             let mut host = "127.0.0.1".to_string();
             let mut port = 8778;
+            let (mut executor, mut threads) = ("single".to_string(), 5);
             for kv in options.split(',').filter(|s| !s.is_empty()) {
                 match kv.split_once('=') {
                     Some(("port", p)) => {
@@ -276,9 +285,16 @@ pub fn parse_jvm_opts(text: &str) -> Result<JvmOptions, ConfigError> {
                     }
                     Some(("host", h)) => host = h.to_string(),
                     Some(("policyLocation", p)) => out.agent_policy = Some(p.to_string()),
+                    Some(("executor", e)) => executor = e.to_string(),
+                    Some(("threadNr", n)) => threads = n.parse().unwrap_or(threads),
                     _ => {}
                 }
             }
+            out.agent_threads = match executor.as_str() {
+                "fixed" => Some(threads.max(1)),
+                "cached" => None,
+                _ => Some(1),
+            };
             if host == "*" {
                 host = "0.0.0.0".to_string();
             }
@@ -424,6 +440,7 @@ pub fn parse(
         snitch,
         jolokia,
         jolokia_policy: jvm.agent_policy.clone(),
+        jolokia_threads: jvm.agent_threads,
         log_dir: jvm
             .property("cassandra.logdir")
             .filter(|d| !d.is_empty())
@@ -612,6 +629,24 @@ mod tests {
                 "3.11 {extra:?}"
             );
         }
+    }
+
+    /// The agent's executor: one thread unless told (`single`), `fixed`
+    /// with `threadNr` (5 by default), `cached` unbounded.
+    #[test]
+    fn the_agent_serves_as_many_requests_at_once_as_its_executor_has_threads() {
+        let threads = |opts: &str| parse_jvm_opts(opts).expect(opts).agent_threads;
+        assert_eq!(threads("-javaagent:/j.jar=port=8778"), Some(1));
+        assert_eq!(
+            threads("-javaagent:/j.jar=executor=single,threadNr=9"),
+            Some(1)
+        );
+        assert_eq!(
+            threads("-javaagent:/j.jar=executor=fixed,threadNr=5"),
+            Some(5)
+        );
+        assert_eq!(threads("-javaagent:/j.jar=executor=fixed"), Some(5));
+        assert_eq!(threads("-javaagent:/j.jar=executor=cached"), None);
     }
 
     #[test]

@@ -108,6 +108,7 @@ pub fn exception_class(error: &RingError) -> &'static str {
         | RingError::RemoveSelf
         | RingError::RemoveLive { .. }
         | RingError::RemoveNotMember => "java.lang.UnsupportedOperationException",
+        RingError::RepairOption { .. } => "java.lang.IllegalArgumentException",
         RingError::TokenAllocation { .. } => {
             "org.apache.cassandra.exceptions.ConfigurationException"
         }
@@ -150,6 +151,9 @@ pub enum RingCall {
         keyspace: String,
         exclude_current_version: bool,
     },
+    /// `forceTerminateAllRepairSessions`: the node's running repair
+    /// sessions fail.
+    TerminateRepairs,
     /// `Gossiper.reloadSeeds` (4.0+): reads the seeds of cassandra.yaml
     /// again (the node's own configuration, no ring change); answers the
     /// seeds it has then.
@@ -399,6 +403,13 @@ fn storage_attributes(id: &Identity) -> Vec<&'static str> {
         // `Schema.distributedKeyspaces().names()`: what `nodetool repair`
         // repairs when given no keyspace (3.11, 4.x, 5.0).
         "NonLocalStrategyKeyspaces",
+        // `Schema.getKeyspaces()`: every keyspace, the local system ones
+        // too (what upgradesstables may have files of).
+        "Keyspaces",
+        // `getTokenToEndpointMap`: every normal and bootstrapping token of
+        // the ring, sorted, to the owner's address (3.11, 4.x, 5.0).
+        "TokenToEndpointMap",
+        "PartitionerName",
     ];
     if !id.v5() {
         names.push("HostIdMap");
@@ -535,6 +546,31 @@ fn storage_attribute(id: &Identity, view: &NodeView, name: &str) -> Value {
         (_, "Decommissioning") => json!(view.decommissioning),
         (_, "BootstrapState") => json!(view.bootstrap_state),
         (_, "NonLocalStrategyKeyspaces") => json!(view.keyspaces),
+        (_, "Keyspaces") => {
+            let mut all = vec!["system".to_string(), "system_schema".to_string()];
+            all.extend(view.keyspaces.iter().cloned());
+            json!(all)
+        }
+        (_, "TokenToEndpointMap") => {
+            let mut tokens: Vec<(i64, String)> = view
+                .endpoints
+                .iter()
+                .filter(|e| matches!(e.state, 'N' | 'L' | 'J' | 'M'))
+                .flat_map(|e| {
+                    e.tokens
+                        .iter()
+                        .filter_map(|t| Some((t.parse::<i64>().ok()?, e.address.clone())))
+                })
+                .collect();
+            tokens.sort();
+            Value::Object(
+                tokens
+                    .into_iter()
+                    .map(|(t, a)| (t.to_string(), json!(a)))
+                    .collect(),
+            )
+        }
+        (_, "PartitionerName") => json!("org.apache.cassandra.dht.Murmur3Partitioner"),
         _ => Value::Null,
     }
 }
@@ -711,6 +747,8 @@ fn operations(id: &Identity, mbean: &str) -> Vec<(&'static str, Vec<&'static str
         // NodeProbe.repairAsync calls `int repairAsync(String keyspace,
         // Map<String, String> options)` (3.11, 4.x, 5.0).
         ("repairAsync", vec![STRING, "java.util.Map"]),
+        // `void forceTerminateAllRepairSessions()` (3.11, 4.x, 5.0).
+        ("forceTerminateAllRepairSessions", vec![]),
         // StorageServiceMBean.upgradeSSTables: the deprecated overload
         // (CASSANDRA-11179) and the one with `jobs` on every line; 4.1
         // added one with `long maxSSTableTimestamp` before `jobs`
@@ -906,6 +944,7 @@ fn exec(id: &Identity, view: &NodeView, request: &Value) -> Result<Exec, JavaErr
             host_id: string_arg(&args[0]),
         })),
         (_, "forceRemoveCompletion") => Ok(Exec::Call(RingCall::ForceRemoveCompletion)),
+        (_, "forceTerminateAllRepairSessions") => Ok(Exec::Call(RingCall::TerminateRepairs)),
         // StorageService.forceKeyspaceCleanup(int jobs, String keyspaceName,
         // String... tables): the keyspace is the argument before the tables.
         (_, "forceKeyspaceCleanup") => Ok(Exec::Call(RingCall::Cleanup {
@@ -1186,6 +1225,50 @@ mod tests {
                 release != "3.11.19",
                 "{release}: {status:?}"
             );
+        }
+    }
+
+    /// What the sidecar's maintenance reads (issue 33): every keyspace,
+    /// the ring's tokens (both members', sorted by token, to addresses),
+    /// the partitioner; and the stop of the running repairs.
+    #[test]
+    fn maintenance_reads_and_the_repair_stop_on_every_line() {
+        for release in ["3.11.6", "4.1.8", "5.0.3"] {
+            let id = v(release);
+            let mut ring = view();
+            ring.endpoints[1].tokens = vec!["3".into()];
+            let read = |attribute: &str| {
+                let request =
+                    json!({"type": "read", "mbean": STORAGE_SERVICE, "attribute": attribute});
+                match step(&id, &ring, &request) {
+                    Step::Answer(v) => v["value"].clone(),
+                    other => panic!("{other:?}"),
+                }
+            };
+            assert_eq!(
+                read("Keyspaces"),
+                json!(["system", "system_schema", "system_auth", "ks"])
+            );
+            assert_eq!(
+                read("TokenToEndpointMap"),
+                json!({"-9": "10.0.0.1", "3": "10.0.0.2", "7": "10.0.0.1"}),
+                "{release}"
+            );
+            assert_eq!(
+                read("PartitionerName"),
+                json!("org.apache.cassandra.dht.Murmur3Partitioner")
+            );
+            assert!(matches!(
+                step(
+                    &id,
+                    &view(),
+                    &json!({"type": "exec", "mbean": STORAGE_SERVICE, "operation": "forceTerminateAllRepairSessions"})
+                ),
+                Step::Call {
+                    call: RingCall::TerminateRepairs,
+                    ..
+                }
+            ));
         }
     }
 

@@ -120,9 +120,49 @@ impl RingClient {
             .map(drop)
     }
 
+    /// Where maintenance operation `op` stands on the ring
+    /// (`{"state": "running" | "completed" | "failed" | "abandoned" |
+    /// "unknown", "message": ...}`).
+    pub async fn op_state(&self, host_id: &str, op: u64) -> Result<Value, NodeError> {
+        let url = format!("{}/nodes/{host_id}/ops/{op}", self.base);
+        let resp = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .map_err(|source| NodeError::Unreachable {
+                url: url.clone(),
+                source,
+            })?;
+        Self::parse("the operation's state", resp).await
+    }
+
+    /// An `upgradesstables` of `keyspace` with files to rewrite: blocks
+    /// for as long as the ring times it (the node rewrites its files
+    /// after).
+    pub async fn upgrade(&self, host_id: &str, keyspace: &str) -> Result<Value, NodeError> {
+        self.post(
+            &format!(
+                "nodes/{host_id}/upgradesstables?keyspace={}",
+                query_escape(keyspace)
+            ),
+            None,
+        )
+        .await
+    }
+
     /// Carries out an operation; blocks as long as the JMX call does. The
     /// ring service's answer (an empty object for void operations).
     pub async fn call(&self, host_id: &str, call: &RingCall) -> Result<Value, NodeError> {
+        if let RingCall::Repair { keyspace, options } = call {
+            let body = serde_json::to_value(options).unwrap_or_default();
+            return self
+                .post(
+                    &format!("nodes/{host_id}/repair?keyspace={}", query_escape(keyspace)),
+                    Some(&body),
+                )
+                .await;
+        }
         let path = match call {
             RingCall::Decommission { force } => {
                 format!("nodes/{host_id}/decommission?force={force}")
@@ -138,12 +178,11 @@ impl RingClient {
                     query_escape(keyspace)
                 )
             }
-            RingCall::Repair { keyspace, .. } => {
-                format!("nodes/{host_id}/repair?keyspace={}", query_escape(keyspace))
-            }
-            // Kept by the node itself (see FakeNode::repairs and
-            // FakeNode::sstables).
-            RingCall::RepairStatus { .. }
+            RingCall::TerminateRepairs => format!("nodes/{host_id}/terminate-repairs"),
+            // Answered above, or by the node itself (see FakeNode::repairs
+            // and FakeNode::sstables).
+            RingCall::Repair { .. }
+            | RingCall::RepairStatus { .. }
             | RingCall::UpgradeSstables { .. }
             | RingCall::ReloadSeeds => {
                 return Ok(Value::Null);
@@ -164,45 +203,45 @@ pub fn query_escape(s: &str) -> String {
 }
 
 /// One repair command a node ran, as `ActiveRepairService` keeps it. The
-/// ring model repairs within the call; the command, as in Cassandra, is
-/// asynchronous: `repairAsync` returns its number at once, the status is
-/// null while the command waits in the repair executor's queue,
-/// `IN_PROGRESS` while `RepairRunnable` runs (`recordRepairStatus` when
-/// it starts), then COMPLETED or FAILED with its messages.
+/// command is asynchronous, as in Cassandra: `repairAsync` returns its
+/// number at once; its status follows the ring's operation: null while
+/// the command waits in the repair executor's queue
+/// ([`crate::ring::Timing::repair_queue_ms`]), `IN_PROGRESS` while
+/// `RepairRunnable` runs it (`recordRepairStatus` when it starts;
+/// [`crate::ring::Timing::repair_ms`] per range), then COMPLETED or FAILED
+/// with its messages.
 #[derive(Debug, Clone)]
 pub struct RepairRun {
     pub keyspace: String,
     /// The options it was given (`RepairOption.parse`'s keys).
     pub options: std::collections::BTreeMap<String, String>,
-    /// `ActiveRepairService.ParentRepairStatus` once it ended (COMPLETED
-    /// or FAILED) and the messages `getParentRepairStatus` gives after it.
-    pub outcome: (String, Vec<String>),
-    /// When `RepairRunnable` started it (null before).
-    pub started_at: std::time::Instant,
-    /// When it ended (the outcome from then).
-    pub ends_at: std::time::Instant,
+    /// The ring's operation.
+    pub op: u64,
 }
-
-/// How long a repair waits in the executor's queue, and then runs.
-pub const REPAIR_QUEUED: Duration = Duration::from_millis(200);
-pub const REPAIR_RUNS: Duration = Duration::from_millis(1500);
 
 /// The repair commands a node ran, by command number (from 1).
 pub type Repairs = std::sync::Arc<std::sync::Mutex<Vec<RepairRun>>>;
 
-impl RepairRun {
-    /// `getParentRepairStatus(cmd)` at `now`: null, then the status's
-    /// name and its messages.
-    pub fn status_at(&self, now: std::time::Instant) -> Value {
-        if now < self.started_at {
-            return Value::Null;
+/// `getParentRepairStatus(cmd)` of command `cmd` from the ring's state of
+/// its operation (`{"state", "message"}`): the status's name and its
+/// messages (RepairRunnable.success / fail: `RepairTask.successMessage`,
+/// or the failure's reason and the summary).
+pub fn repair_status(cmd: usize, op: &Value) -> Value {
+    match op["state"].as_str().unwrap_or_default() {
+        "queued" => Value::Null,
+        "running" => json!(["IN_PROGRESS"]),
+        "completed" => json!(["COMPLETED", "Repair completed successfully"]),
+        _ => {
+            let message = op["message"]
+                .as_str()
+                .filter(|m| !m.is_empty())
+                .unwrap_or("Repair session failed: the coordinator stopped");
+            json!([
+                "FAILED",
+                message,
+                format!("Repair command #{cmd} finished with error")
+            ])
         }
-        if now < self.ends_at {
-            return json!(["IN_PROGRESS"]);
-        }
-        let mut list = vec![json!(self.outcome.0)];
-        list.extend(self.outcome.1.iter().map(|m| json!(m)));
-        Value::Array(list)
     }
 }
 
@@ -336,7 +375,16 @@ impl FakeNode {
                     },
                 echo,
             } => {
-                let outcome = self.upgrade_sstables(&keyspace, exclude_current_version);
+                let outcome = self
+                    .upgrade_sstables(&keyspace, exclude_current_version)
+                    .await;
+                jolokia::answer_call(&echo, outcome)
+            }
+            Step::Call {
+                call: RingCall::RepairStatus { cmd },
+                echo,
+            } => {
+                let outcome = self.repair_status(cmd).await;
                 jolokia::answer_call(&echo, outcome)
             }
             Step::Call {
@@ -366,8 +414,11 @@ impl FakeNode {
         }
     }
 
-    /// `upgradeSSTables`, on the node's own files: 0 (SUCCESSFUL).
-    fn upgrade_sstables(
+    /// `upgradeSSTables`, on the node's own files: when the keyspace has
+    /// files to rewrite, the call lasts as long as the ring times it
+    /// ([`crate::ring::Timing::upgrade_ms`]; a kill in the middle leaves
+    /// them as they were), then they are rewritten; 0 (SUCCESSFUL).
+    async fn upgrade_sstables(
         &self,
         keyspace: &str,
         exclude_current_version: bool,
@@ -375,6 +426,19 @@ impl FakeNode {
         let Some(sstables) = &self.sstables else {
             return Ok(json!(0));
         };
+        let due = sstables
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .to_upgrade(keyspace, exclude_current_version);
+        if due > 0 {
+            println!(
+                "INFO  [CompactionExecutor:1] Starting Upgrade sstables for {keyspace} ({due} sstables)"
+            );
+            self.ring
+                .upgrade(&self.host_id, keyspace)
+                .await
+                .map_err(java_error_of)?;
+        }
         let mut sstables = sstables.lock().unwrap_or_else(|e| e.into_inner());
         sstables
             .upgrade(keyspace, exclude_current_version)
@@ -382,77 +446,78 @@ impl FakeNode {
             .map_err(|e| JavaError::thrown("java.io.IOException", e.to_string()))
     }
 
+    /// `getParentRepairStatus(cmd)`: null for a command it does not know
+    /// (or still queued), else the status's name and the messages.
+    async fn repair_status(&self, cmd: i64) -> Result<Value, JavaError> {
+        let run = usize::try_from(cmd)
+            .ok()
+            .and_then(|c| c.checked_sub(1))
+            .and_then(|i| {
+                self.repairs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(i)
+                    .cloned()
+            });
+        let Some(run) = run else {
+            return Ok(Value::Null);
+        };
+        let op = self
+            .ring
+            .op_state(&self.host_id, run.op)
+            .await
+            .map_err(java_error_of)?;
+        Ok(repair_status(cmd as usize, &op))
+    }
+
     /// What the JMX operation returns, from the ring service's answer.
     fn result_of(&self, call: &RingCall, answer: Value) -> Value {
-        let mut repairs = self.repairs.lock().unwrap_or_else(|e| e.into_inner());
         match call {
             RingCall::Cleanup { .. } => answer.get("status").cloned().unwrap_or(json!(0)),
             // StorageService.repair (3.11 `repairAsync`, 4.x `repair`):
-            // 0 when there is nothing to repair (RF 1); otherwise the
-            // command number, and RepairRunnable records how it ended
-            // (ActiveRepairService.recordRepairStatus).
+            // 0 when there is nothing to repair (RF 1, no range);
+            // otherwise the command number, and RepairRunnable records how
+            // it ended (ActiveRepairService.recordRepairStatus).
             RingCall::Repair { keyspace, options } => {
-                let failed = match (answer.get("repaired"), answer.get("failed")) {
-                    (Some(Value::Bool(false)), _) => return json!(0),
-                    (_, Some(Value::String(message))) => Some(message.clone()),
-                    _ => None,
+                let Some(op) = answer.get("op").and_then(Value::as_u64) else {
+                    return json!(0);
                 };
+                let mut repairs = self.repairs.lock().unwrap_or_else(|e| e.into_inner());
                 let cmd = repairs.len() + 1;
-                // RepairRunnable.success / fail (4.1 jar): the status keeps
-                // `RepairTask.successMessage` ("Repair completed
-                // successfully"), or the failure's reason and the summary;
-                // `complete` logs the summary under the session's prefix.
-                let prefix = format!("[repair #00000000-0000-1000-8000-{cmd:012}]");
-                let (outcome, end_line) = match &failed {
-                    None => (
-                        (
-                            "COMPLETED".to_string(),
-                            vec!["Repair completed successfully".to_string()],
-                        ),
-                        format!(
-                            "INFO  [Repair-Task:{cmd}] {prefix}Repair command #{cmd} finished in 1 second"
-                        ),
-                    ),
-                    Some(message) => (
-                        (
-                            "FAILED".to_string(),
-                            vec![
-                                message.clone(),
-                                format!("Repair command #{cmd} finished with error"),
-                            ],
-                        ),
-                        format!(
-                            "ERROR [Repair-Task:{cmd}] Repair command #{cmd} failed with error {message}\nINFO  [Repair-Task:{cmd}] {prefix}Repair command #{cmd} finished with error"
-                        ),
-                    ),
-                };
-                let now = std::time::Instant::now();
-                let run = RepairRun {
+                repairs.push(RepairRun {
                     keyspace: keyspace.clone(),
                     options: options.clone(),
-                    outcome,
-                    started_at: now + REPAIR_QUEUED,
-                    ends_at: now + REPAIR_QUEUED + REPAIR_RUNS,
-                };
+                    op,
+                });
                 println!(
                     "INFO  [Repair-Task:{cmd}] Starting repair command #{cmd} (00000000-0000-1000-8000-{cmd:012}), repairing keyspace {keyspace} with {}",
                     repair_options_text(options)
                 );
-                let ends_in = run.ends_at.saturating_duration_since(now);
+                // RepairRunnable.complete logs the end under the session's
+                // prefix (4.1 jar), or the failure first.
+                let (ring, host_id) = (self.ring.clone(), self.host_id.clone());
                 tokio::spawn(async move {
-                    tokio::time::sleep(ends_in).await;
-                    println!("{end_line}");
+                    let prefix = format!("[repair #00000000-0000-1000-8000-{cmd:012}]");
+                    loop {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        let Ok(state) = ring.op_state(&host_id, op).await else {
+                            return;
+                        };
+                        match state["state"].as_str().unwrap_or_default() {
+                            "queued" | "running" => continue,
+                            "completed" => println!(
+                                "INFO  [Repair-Task:{cmd}] {prefix}Repair command #{cmd} finished in 1 second"
+                            ),
+                            _ => println!(
+                                "ERROR [Repair-Task:{cmd}] Repair command #{cmd} failed with error {}\nINFO  [Repair-Task:{cmd}] {prefix}Repair command #{cmd} finished with error",
+                                state["message"].as_str().unwrap_or_default()
+                            ),
+                        }
+                        return;
+                    }
                 });
-                repairs.push(run);
                 json!(cmd)
             }
-            // StorageService.getParentRepairStatus: null for a command it
-            // does not know, else the status's name and the messages.
-            RingCall::RepairStatus { cmd } => usize::try_from(*cmd)
-                .ok()
-                .and_then(|c| c.checked_sub(1))
-                .and_then(|i| repairs.get(i))
-                .map_or(Value::Null, |run| run.status_at(std::time::Instant::now())),
             _ => Value::Null,
         }
     }
@@ -540,18 +605,38 @@ async fn handle(node: Arc<FakeNode>, req: Request<Incoming>) -> Response<Full<By
     reply(StatusCode::OK, jolokia::CONTENT_TYPE, answer.to_string())
 }
 
-/// Serves Jolokia on `listener` until the task is dropped.
+/// Serves Jolokia on `listener` until the task is dropped, every request
+/// at once (the JMX stand-in: RMI has a thread per call).
 pub async fn serve_jolokia(listener: TcpListener, node: Arc<FakeNode>) {
+    serve_jolokia_pooled(listener, node, None).await
+}
+
+/// Serves Jolokia on `listener` as the agent does with `threads` threads
+/// in its executor (None: as many as needed): a request waits for a free
+/// thread, and one that blocks (a cleanup, an upgradesstables) holds its
+/// thread until it returns.
+pub async fn serve_jolokia_pooled(
+    listener: TcpListener,
+    node: Arc<FakeNode>,
+    threads: Option<usize>,
+) {
+    let pool = threads.map(|n| Arc::new(tokio::sync::Semaphore::new(n)));
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let node = node.clone();
+        let (node, pool) = (node.clone(), pool.clone());
         tokio::spawn(async move {
             let svc = service_fn(move |req| {
-                let node = node.clone();
-                async move { Ok::<_, Infallible>(handle(node, req).await) }
+                let (node, pool) = (node.clone(), pool.clone());
+                async move {
+                    let _thread = match &pool {
+                        Some(p) => p.clone().acquire_owned().await.ok(),
+                        None => None,
+                    };
+                    Ok::<_, Infallible>(handle(node, req).await)
+                }
             });
             let _ = http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), svc)
@@ -570,28 +655,24 @@ mod starting_tests {
     /// outcome's name and messages (RepairRunnable.success / fail).
     #[test]
     fn a_repair_command_is_queued_then_runs_then_ends() {
-        let now = std::time::Instant::now();
-        let run = RepairRun {
-            keyspace: "ks".into(),
-            options: Default::default(),
-            outcome: (
-                "FAILED".into(),
-                vec![
-                    "Endpoint not alive".into(),
-                    "Repair command #1 finished with error".into(),
-                ],
-            ),
-            started_at: now + REPAIR_QUEUED,
-            ends_at: now + REPAIR_QUEUED + REPAIR_RUNS,
-        };
-        assert_eq!(run.status_at(now), Value::Null);
-        assert_eq!(run.status_at(run.started_at), json!(["IN_PROGRESS"]));
+        assert_eq!(repair_status(1, &json!({"state": "queued"})), Value::Null);
         assert_eq!(
-            run.status_at(run.ends_at),
+            repair_status(1, &json!({"state": "running"})),
+            json!(["IN_PROGRESS"])
+        );
+        assert_eq!(
+            repair_status(1, &json!({"state": "completed"})),
+            json!(["COMPLETED", "Repair completed successfully"])
+        );
+        assert_eq!(
+            repair_status(
+                3,
+                &json!({"state": "failed", "message": "Terminate session is called"})
+            ),
             json!([
                 "FAILED",
-                "Endpoint not alive",
-                "Repair command #1 finished with error"
+                "Terminate session is called",
+                "Repair command #3 finished with error"
             ])
         );
         assert!(repair_options_text(&Default::default()).starts_with(

@@ -26,8 +26,8 @@ use tokio::sync::Notify;
 use super::jolokia::exception_class;
 use super::view::{NodeView, node_view};
 use crate::ring::{
-    Consistency, DecommissionStart, HostId, NodeConfig, OperationMode, Replication, Ring,
-    RingError, StorageCompatibility, Version,
+    CleanupStart, Consistency, DecommissionStart, HostId, NodeConfig, OpEnd, OpState,
+    OperationMode, RepairStart, Replication, Ring, RingError, StorageCompatibility, Version,
 };
 
 /// Whether the data directory `id` (`<path>@<dev>:<inode>`, as the fake
@@ -477,6 +477,10 @@ struct TimingPatch {
     decommission_ms: Option<u64>,
     max_hint_window_ms: Option<u64>,
     gossip_lag_ms: Option<u64>,
+    cleanup_ms: Option<u64>,
+    upgrade_ms: Option<u64>,
+    repair_ms: Option<u64>,
+    repair_queue_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -611,6 +615,10 @@ pub async fn handle(
                 t.decommission_ms = patch.decommission_ms.unwrap_or(t.decommission_ms);
                 t.max_hint_window_ms = patch.max_hint_window_ms.unwrap_or(t.max_hint_window_ms);
                 t.gossip_lag_ms = patch.gossip_lag_ms.unwrap_or(t.gossip_lag_ms);
+                t.cleanup_ms = patch.cleanup_ms.unwrap_or(t.cleanup_ms);
+                t.upgrade_ms = patch.upgrade_ms.unwrap_or(t.upgrade_ms);
+                t.repair_ms = patch.repair_ms.unwrap_or(t.repair_ms);
+                t.repair_queue_ms = patch.repair_queue_ms.unwrap_or(t.repair_queue_ms);
                 st.options.timing = t;
                 for r in &mut st.rings {
                     r.set_timing(t);
@@ -719,22 +727,65 @@ pub async fn handle(
                 Err(e) => refused(500, &e),
             }
         }
+        // forceKeyspaceCleanup: blocks, as the JMX call does, until the
+        // cleanup completes (Timing::cleanup_ms).
         ("POST", ["nodes", host_id, "cleanup"]) => {
             let keyspace = q.get("keyspace").cloned().unwrap_or_default();
-            match service.with_host(host_id, |r| r.cleanup_keyspace(host_id, &keyspace)) {
-                Ok(status) => json_reply(200, &json!({"status": status})),
+            match service.with_host(host_id, |r| r.start_cleanup(host_id, &keyspace)) {
+                Ok(CleanupStart::Status(status)) => json_reply(200, &json!({"status": status})),
+                Ok(CleanupStart::Started(op)) => match wait_op(service, host_id, op).await {
+                    OpEnd::Completed => json_reply(200, &json!({"status": 0})),
+                    end => op_refused(host_id, end),
+                },
                 Err(e) => refused(500, &e),
             }
         }
-        // A repair that runs and fails is no refusal of the call: the
-        // command number is answered, the failure is its status.
+        // upgradeSSTables of a keyspace with files to rewrite: blocks for
+        // Timing::upgrade_ms (the node rewrites its own files).
+        ("POST", ["nodes", host_id, "upgradesstables"]) => {
+            let keyspace = q.get("keyspace").cloned().unwrap_or_default();
+            match service.with_host(host_id, |r| r.start_upgrade(host_id, &keyspace)) {
+                Ok(op) => match wait_op(service, host_id, op).await {
+                    OpEnd::Completed => json_reply(200, &json!({})),
+                    end => op_refused(host_id, end),
+                },
+                Err(e) => refused(500, &e),
+            }
+        }
+        // repairAsync, its options (`RepairOption.parse`'s map) as the
+        // body: `op` names the command's operation; `repaired: false` is
+        // command 0. A command that fails still starts: its failure is its
+        // status.
         ("POST", ["nodes", host_id, "repair"]) => {
             let keyspace = q.get("keyspace").cloned().unwrap_or_default();
-            match service.with_host(host_id, |r| r.repair_keyspace(host_id, &keyspace)) {
-                Ok(repaired) => json_reply(200, &json!({"repaired": repaired})),
-                Err(e @ RingError::RepairNeighborDown { .. }) => {
-                    json_reply(200, &json!({"failed": e.to_string()}))
+            let options: BTreeMap<String, String> = if body.is_empty() {
+                BTreeMap::new()
+            } else {
+                match parse(body) {
+                    Ok(o) => o,
+                    Err(r) => return *r,
                 }
+            };
+            match service.with_host(host_id, |r| r.start_repair(host_id, &keyspace, &options)) {
+                Ok(RepairStart::Nothing) => json_reply(200, &json!({"repaired": false})),
+                Ok(RepairStart::Started(op)) => {
+                    json_reply(200, &json!({"repaired": true, "op": op}))
+                }
+                Err(e) => refused(500, &e),
+            }
+        }
+        ("GET", ["nodes", host_id, "ops", op]) => {
+            let Ok(op) = op.parse::<u64>() else {
+                return bad_request(format!("no operation {op}"));
+            };
+            let state = service
+                .with_host(host_id, |r| Ok(r.op_state(op)))
+                .unwrap_or(OpState::Unknown);
+            json_reply(200, &op_state_json(&state))
+        }
+        ("POST", ["nodes", host_id, "terminate-repairs"]) => {
+            match service.with_host(host_id, |r| r.terminate_repairs(host_id)) {
+                Ok(n) => json_reply(200, &json!({"terminated": n})),
                 Err(e) => refused(500, &e),
             }
         }
@@ -850,6 +901,58 @@ pub async fn handle(
             404,
             &json!({"message": format!("no ring route {method} /sim/ring/{}", rest.join("/"))}),
         ),
+    }
+}
+
+/// An operation's state as `GET nodes/{host}/ops/{op}` answers it.
+fn op_state_json(state: &OpState) -> Value {
+    match state {
+        OpState::Queued => json!({"state": "queued"}),
+        OpState::Running => json!({"state": "running"}),
+        OpState::Ended(OpEnd::Completed) => json!({"state": "completed"}),
+        OpState::Ended(OpEnd::Failed(m)) => json!({"state": "failed", "message": m}),
+        OpState::Ended(OpEnd::Abandoned) => json!({"state": "abandoned"}),
+        OpState::Unknown => json!({"state": "unknown"}),
+    }
+}
+
+/// A blocking operation that did not complete: its process died (the
+/// caller is gone with it), or it failed.
+fn op_refused(host_id: &str, end: OpEnd) -> Reply {
+    match end {
+        OpEnd::Failed(message) => json_reply(
+            500,
+            &serde_json::to_value(Refusal {
+                error_type: "java.lang.RuntimeException".into(),
+                message,
+            })
+            .unwrap_or_default(),
+        ),
+        _ => refused(
+            500,
+            &RingError::NotRunning {
+                host_id: host_id.to_string(),
+            },
+        ),
+    }
+}
+
+/// Waits until maintenance operation `op` ends (the clock completes it).
+async fn wait_op(service: &Arc<RingService>, host_id: &str, op: u64) -> OpEnd {
+    loop {
+        // Polled: the clock's ticks complete it.
+        let state = {
+            let mut st = service.lock();
+            st.sync();
+            st.ring_of_host(host_id)
+                .map_or(OpState::Unknown, |r| r.op_state(op))
+        };
+        match state {
+            OpState::Queued | OpState::Running => {}
+            OpState::Ended(end) => return end,
+            OpState::Unknown => return OpEnd::Abandoned,
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

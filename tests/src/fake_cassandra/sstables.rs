@@ -220,6 +220,27 @@ impl Sstables {
         Ok(written)
     }
 
+    /// How many sstables [`Sstables::upgrade`] would rewrite.
+    pub fn to_upgrade(&self, keyspace: &str, exclude_current_version: bool) -> usize {
+        let keyspaces: Vec<String> = if keyspace.is_empty() {
+            std::fs::read_dir(&self.data_dir)
+                .map(|d| {
+                    d.filter_map(Result::ok)
+                        .filter(|e| e.path().is_dir())
+                        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default()
+        } else {
+            vec![keyspace.to_string()]
+        };
+        keyspaces
+            .iter()
+            .flat_map(|ks| data_files(&table_dir(&self.data_dir, ks)))
+            .filter(|f| !(exclude_current_version && self.format.is_latest(&f.version, &f.format)))
+            .count()
+    }
+
     /// `upgradesstables` of `keyspace` (every keyspace when empty): each
     /// sstable not at its format's latest version (all of them unless
     /// `exclude_current_version`) is rewritten into the version the node

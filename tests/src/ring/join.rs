@@ -543,6 +543,7 @@ impl Ring {
     /// due by then, in order of due time.
     pub fn advance(&mut self, ms: u64) -> Vec<Completion> {
         self.now_ms += ms;
+        self.complete_ops();
         let mut due: Vec<(u64, HostId, Operation)> = self
             .nodes
             .values()

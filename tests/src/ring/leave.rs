@@ -221,7 +221,10 @@ impl Ring {
                 node.down_since_ms = Some(now);
             }
         }
-        if node.state == RingState::Left {
+        let left = node.state == RingState::Left;
+        // Its cleanups, upgrades and repairs die with the process.
+        self.abandon_ops(host_id);
+        if left {
             // Gossip forgets a departed member once its process is gone.
             self.nodes.remove(host_id);
         }
@@ -373,6 +376,16 @@ impl Ring {
     /// not NORMAL; else the copies of keys it no longer replicates go, and
     /// the status is 0 (SUCCESSFUL).
     pub fn cleanup_keyspace(&mut self, host_id: &str, keyspace: &str) -> Result<i32, RingError> {
+        let status = self.cleanup_checks(host_id, keyspace)?;
+        if status == 0 {
+            self.drop_unowned(host_id, Some(keyspace));
+        }
+        Ok(status)
+    }
+
+    /// The checks of [`Ring::cleanup_keyspace`]: the refusals, else the
+    /// status it would answer (1: not NORMAL, nothing done; 0: it runs).
+    pub(super) fn cleanup_checks(&self, host_id: &str, keyspace: &str) -> Result<i32, RingError> {
         if matches!(
             keyspace,
             "system" | "system_schema" | "system_views" | "system_virtual_schema"
@@ -395,11 +408,7 @@ impl Ring {
         if gains {
             return Err(RingError::CleanupPendingRanges);
         }
-        if mode != OperationMode::Normal {
-            return Ok(1);
-        }
-        self.drop_unowned(host_id, Some(keyspace));
-        Ok(0)
+        Ok(if mode == OperationMode::Normal { 0 } else { 1 })
     }
 
     /// `nodetool cleanup`: drops the copies of keys `host_id` no longer
@@ -421,7 +430,7 @@ impl Ring {
 
     /// Drops the copies (of one keyspace, or all) that `host_id` holds but
     /// no longer replicates.
-    fn drop_unowned(&mut self, host_id: &str, only: Option<&str>) {
+    pub(super) fn drop_unowned(&mut self, host_id: &str, only: Option<&str>) {
         let map = self.natural_map();
         let dir = self.nodes[host_id].data_dir.clone();
         let mut drop: Vec<(String, String)> = Vec::new();

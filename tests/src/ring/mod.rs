@@ -43,6 +43,7 @@
 mod gossip;
 mod join;
 mod leave;
+mod maintenance;
 mod murmur3;
 mod placement;
 mod types;
@@ -53,6 +54,8 @@ mod tests;
 #[cfg(test)]
 mod tests_gossip;
 #[cfg(test)]
+mod tests_maintenance;
+#[cfg(test)]
 mod tests_rules;
 #[cfg(test)]
 mod tests_token_allocation;
@@ -62,6 +65,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 pub use gossip::{
     GossipEndpoint, GossipView, HEARTBEAT_SHUTDOWN, INITIAL_STATUS_VERSION, STARTUP_VERSIONS,
+};
+pub use maintenance::{
+    CleanupStart, Maintenance, OpEnd, OpState, RepairStart, RunningOp, TokenRange, parse_ranges,
+    range_contains, range_contains_range, range_text, ranges_intersect,
 };
 pub use murmur3::{Rng, Token, hash3_x64_128, token_of};
 pub use placement::{Endpoint, Replication, TokenMap};
@@ -92,6 +99,13 @@ pub struct Ring {
     /// observer hears of the subject through others, but its echo to it
     /// never returns, so its failure detector never marks it UP.
     gossip_cuts: BTreeSet<(HostId, HostId)>,
+    /// The maintenance operations running, by id ([`maintenance`]).
+    maintenance: BTreeMap<u64, RunningOp>,
+    /// How the ended ones ended.
+    maintenance_ended: BTreeMap<u64, OpEnd>,
+    /// Every one started, in order.
+    maintenance_log: Vec<RunningOp>,
+    next_op: u64,
 }
 
 /// One copy to add: (data directory, keyspace, key).
@@ -109,6 +123,10 @@ impl Ring {
             data_dirs: BTreeMap::new(),
             keyspaces: BTreeMap::new(),
             hints: BTreeMap::new(),
+            maintenance: BTreeMap::new(),
+            maintenance_ended: BTreeMap::new(),
+            maintenance_log: Vec::new(),
+            next_op: 0,
         };
         if ring.options.system_keyspaces {
             for (name, rf) in SYSTEM_KEYSPACES {

@@ -514,6 +514,16 @@ pub struct Timing {
     /// this and this, its own per (observer, peer, generation). Going down
     /// is seen at once.
     pub gossip_lag_ms: u64,
+    /// How long a `cleanup` of one keyspace runs (issue 33).
+    pub cleanup_ms: u64,
+    /// How long an `upgradesstables` of one keyspace with old-format files
+    /// runs.
+    pub upgrade_ms: u64,
+    /// How long a repair command runs per range it repairs.
+    pub repair_ms: u64,
+    /// How long a repair command waits in the repair executor's queue
+    /// before it runs (its status is null meanwhile).
+    pub repair_queue_ms: u64,
 }
 
 impl Default for Timing {
@@ -524,6 +534,10 @@ impl Default for Timing {
             decommission_ms: 2_000,
             max_hint_window_ms: 3 * 3600 * 1000,
             gossip_lag_ms: 1_000,
+            cleanup_ms: 300,
+            upgrade_ms: 300,
+            repair_ms: 100,
+            repair_queue_ms: 200,
         }
     }
 }
@@ -712,6 +726,10 @@ pub enum RingError {
     CleanupPendingRanges,
     #[error("Cannot proceed on repair because a neighbor ({address}) is dead: session failed")]
     RepairNeighborDown { address: String },
+    /// `RepairOption.parse`'s refusal of the options (an
+    /// `IllegalArgumentException` at the call).
+    #[error("{message}")]
+    RepairOption { message: String },
     #[error("node {host_id} is not running")]
     NotRunning { host_id: HostId },
     #[error("local node is not a member of the token ring yet")]
