@@ -22,6 +22,7 @@ mod rbac;
 mod real;
 mod real_cleanup;
 mod real_data;
+mod real_maintenance;
 mod real_overrides;
 mod real_thesis;
 mod real_upgrade;

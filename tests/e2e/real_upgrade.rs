@@ -1,8 +1,8 @@
 //! Real Apache Cassandra 5.0 members, and the operator's rolls on real
 //! members (issue 28): a rolling restart through the `restartedAt`
 //! annotation, a patch upgrade 4.1.7 → 4.1.8 and a major upgrade 4.1.8 →
-//! 5.0.3 (then `storage_compatibility_mode: UPGRADING` and
-//! `upgradesstables`), each timed, with an application's
+//! 5.0.3 (then `storage_compatibility_mode: UPGRADING` and the
+//! upgradesstables the operator runs by itself), each timed, with an application's
 //! writes at QUORUM running throughout (`testworld::cql`'s writer, from a
 //! Pod of its own) and checked at ALL afterwards.
 //!
@@ -402,6 +402,80 @@ async fn until_gauges(s: &Scenario, what: &str, old_version: Option<&str>) {
     }
 }
 
+/// Waits until the operator's upgradesstables is complete: every member's
+/// sidecar recorded 0 old-format sstables, its last maintenance record is
+/// an upgradesstables `done`, no request stands, and the Cluster's status
+/// says `sstablesUpgraded`. Sampled at each poll: never two requests at
+/// once. The members in the order they were asked, and the old-format
+/// counts each recorded along the way.
+async fn until_sstables_upgraded(s: &Scenario) -> (Vec<String>, BTreeMap<String, Vec<u64>>) {
+    use crds::contract::maintenance::{
+        OLD_FORMAT_SSTABLES, Operation, RECORD, REQUEST, Record, State, old_format_sstables,
+    };
+    use k8s_openapi::api::core::v1::Service;
+    let services: Api<Service> = s.api();
+    let order: std::cell::RefCell<Vec<String>> = Default::default();
+    let counts: std::cell::RefCell<BTreeMap<String, Vec<u64>>> = Default::default();
+    let most = std::cell::Cell::new(0usize);
+    s.until(
+        "upgradesstables on every member, 0 old-format sstables",
+        secs(600),
+        || async {
+            let mut pending = Vec::new();
+            let mut requests = 0;
+            for name in members() {
+                let svc = services.get(&name).await.map_err(|e| e.to_string())?;
+                let a = svc.metadata.annotations.unwrap_or_default();
+                if a.contains_key(REQUEST) {
+                    requests += 1;
+                    let mut order = order.borrow_mut();
+                    if !order.contains(&name) {
+                        order.push(name.clone());
+                    }
+                }
+                let count = old_format_sstables(a.get(OLD_FORMAT_SSTABLES).map(String::as_str));
+                if let Some(n) = count {
+                    let mut counts = counts.borrow_mut();
+                    let seen = counts.entry(name.clone()).or_default();
+                    if seen.last() != Some(&n) {
+                        seen.push(n);
+                    }
+                }
+                let record = a.get(RECORD).and_then(|v| Record::from_annotation(v));
+                let done = record.as_ref().is_some_and(|r| {
+                    r.operation == Operation::Upgradesstables && r.state == State::Done
+                });
+                if count != Some(0) || !done || a.contains_key(REQUEST) {
+                    pending.push(format!("{name}: count {count:?}, {record:?}"));
+                }
+            }
+            most.set(most.get().max(requests));
+            let status = s
+                .clusters()
+                .get("c")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .and_then(|st| st.maintenance);
+            if status.as_ref().and_then(|m| m.sstables_upgraded) != Some(true) {
+                pending.push(format!("status {status:?}"));
+            }
+            if pending.is_empty() {
+                Ok(())
+            } else {
+                Err(pending.join("; "))
+            }
+        },
+    )
+    .await;
+    assert!(
+        most.get() <= 1,
+        "{} members held a request at once",
+        most.get()
+    );
+    (order.into_inner(), counts.into_inner())
+}
+
 /// A major upgrade 4.1.8 → 5.0.3 of three real members as Cassandra's
 /// upgrade notes have it, with data written on 4.1 and the application
 /// writing at QUORUM throughout, each step timed:
@@ -413,8 +487,12 @@ async fn until_gauges(s: &Scenario, what: &str, old_version: Option<&str>) {
 /// 2. `storage_compatibility_mode: UPGRADING` in the overrides ConfigMap:
 ///    a roll; 5.0 now writes `oa`, and each sidecar counts the `nb`
 ///    sstables 4.1 left (the application's table among them).
-/// 3. Cassandra's own `nodetool upgradesstables` on each member (over JMX)
-///    rewrites them: every gauge goes to 0 and no `nb` file is left.
+/// 3. The operator runs upgradesstables by itself (issue 33): each member
+///    records its count of old-format sstables on its Service, and the
+///    controller asks those above 0 to rewrite them, one member at a time,
+///    through their sidecars' Jolokia; every count and gauge goes to 0, no
+///    `nb` file is left, and the Cluster's status says
+///    `sstablesUpgraded`.
 ///
 /// After each step both nodetools agree on three `UN` members at 5.0.3;
 /// no application request failed and no acknowledged write is lost.
@@ -478,28 +556,27 @@ async fn real_major_upgrade_4_1_to_5_0_then_upgradesstables_leaves_no_old_sstabl
         .await
         .unwrap();
     until_rolled(&s, what, &before, "5.0.3").await;
-    writer.phase(&format!("after {what}"));
-    until_ring_agrees(&s, what, "5.0.3").await;
-    until_gauges(&s, what, Some("nb")).await;
-    let mut old = BTreeMap::new();
-    for name in members() {
-        let files = data_files(&s, &name, "nb").await;
-        assert!(files > 0, "{name}: no nb sstables left to count");
-        old.insert(name, files);
-    }
-    eprintln!("old-format (nb) sstables under UPGRADING, as the gauges count them: {old:?}");
+    let rolled = Instant::now();
 
-    let what = "upgradesstables";
+    // From here the operator runs upgradesstables by itself: each member
+    // now counts 4.1's `nb` files as old, records the count on its
+    // Service, and the controller asks the members above 0, one at a
+    // time. (No count is asserted before it: the first request may come
+    // before this test reads a disk.)
+    let what = "the operator's upgradesstables";
     writer.phase(what);
-    let began = Instant::now();
+    let (order, counts) = until_sstables_upgraded(&s).await;
+    eprintln!(
+        "{what}: every member at 0 old-format sstables {:.1} s after the roll; asked in order {order:?}; old-format counts recorded on the way: {counts:?}",
+        rolled.elapsed().as_secs_f64()
+    );
     for name in members() {
-        let one = Instant::now();
-        real_nodetool(&s, &name, &["upgradesstables"])
-            .await
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        eprintln!(
-            "{name}: Cassandra's nodetool upgradesstables in {:.1} s",
-            one.elapsed().as_secs_f64()
+        // Each member had 4.1's files to rewrite (system tables at least),
+        // recorded a count above 0, and was asked.
+        assert!(order.contains(&name), "{name} was never asked");
+        assert!(
+            counts.get(&name).is_some_and(|c| c.iter().any(|n| *n > 0)),
+            "{name} never recorded an old-format sstable: {counts:?}"
         );
     }
     until_gauges(&s, what, None).await;
@@ -510,10 +587,6 @@ async fn real_major_upgrade_4_1_to_5_0_then_upgradesstables_leaves_no_old_sstabl
             "{name}: 5.0 wrote no oa sstables"
         );
     }
-    eprintln!(
-        "{what} on {MEMBERS} members, every gauge at 0: {:.1} s",
-        began.elapsed().as_secs_f64()
-    );
     writer.phase(&format!("after {what}"));
     until_ring_agrees(&s, what, "5.0.3").await;
     stop_and_check(writer, &table, &written).await;

@@ -11,6 +11,9 @@
 //!   a few keys changed. Pure.
 //! - [`node`]: one node as a process, its Jolokia agent, and its stop.
 //!   Process and HTTP I/O.
+//! - [`ownership`]: the partition keys a node holds on its disk (the
+//!   release's `sstabledump`) and the replicas of a key on a ring.
+//!   Process and file I/O; the ring arithmetic is pure.
 //! - [`nodetool`]: Cassandra's own nodetool from the release's jars,
 //!   against a node's local JMX port (in a Pod's network namespace too).
 //!   Process I/O; its output's parsers are pure.
@@ -22,6 +25,7 @@ pub mod config;
 pub mod image;
 pub mod node;
 pub mod nodetool;
+pub mod ownership;
 pub mod release;
 
 use std::path::PathBuf;
