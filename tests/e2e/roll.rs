@@ -713,6 +713,22 @@ async fn every_trigger_rolls_one_member_at_a_time_and_refusals_change_nothing() 
         "the sidecar's record"
     );
 
+    // The cleanups the bring-up asks for (each member gave ranges to the
+    // next) are over, and the status no longer reports one: a cluster
+    // whose member cleans up is not unchanged (its status follows the
+    // cleanup keyspace by keyspace).
+    crate::maintenance::until_idle(&s, &(0..MEMBERS).map(member).collect::<Vec<_>>()).await;
+    s.until(
+        "the status to report no maintenance running",
+        secs(20),
+        || async {
+            let c = s.clusters().get("c").await.ok()?;
+            let maintenance = c.status?.maintenance.unwrap_or_default();
+            (maintenance.cleanup.is_none() && maintenance.upgradesstables.is_none()).then_some(())
+        },
+    )
+    .await;
+
     // An unchanged cluster: zero writes in a reconcile, which a touch of
     // its overrides ConfigMap (an annotation, not its content) makes run
     // (a Pod status heartbeat from the kubelet is not the controller's).
