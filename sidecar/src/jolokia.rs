@@ -894,6 +894,9 @@ pub const UPGRADE_SSTABLES_BEFORE_4_1: &str =
     "upgradeSSTables(java.lang.String,boolean,int,[Ljava.lang.String;)";
 /// `StorageService.forceTerminateAllRepairSessions()` (3.11 to 5.0).
 pub const TERMINATE_REPAIRS: &str = "forceTerminateAllRepairSessions";
+/// `StorageService.forceKeyspaceFlush(String keyspace, String... tables)`
+/// (3.11 to 5.0, one overload): what `nodetool flush KEYSPACE` calls.
+pub const FLUSH: &str = "forceKeyspaceFlush";
 
 /// The `exec` of [`CLEANUP`] for a keyspace, all its tables, `jobs`
 /// sstables at once (0: as many as compaction allows).
@@ -1207,6 +1210,16 @@ impl StorageService {
     pub async fn ring_tokens(&self) -> Result<Vec<String>, Error> {
         let map: BTreeMap<String, Value> = self.read("TokenToEndpointMap").await?;
         Ok(map.into_keys().collect())
+    }
+
+    /// `forceKeyspaceFlush(keyspace)` of all its tables, as `nodetool
+    /// flush KEYSPACE` calls it; blocks until the memtables are written
+    /// (long timeout).
+    pub async fn flush(&self, keyspace: &str) -> Result<(), Error> {
+        self.jolokia
+            .exec_long(STORAGE_SERVICE, FLUSH, vec![json!(keyspace), json!([])])
+            .await?;
+        Ok(())
     }
 
     /// `forceTerminateAllRepairSessions()` (3.11 to 5.0): every repair

@@ -104,6 +104,8 @@ pub const ALLOWED: &[Allowed] = &[
             crate::jolokia::UPGRADE_SSTABLES,
             crate::jolokia::UPGRADE_SSTABLES_BEFORE_4_1,
             crate::jolokia::TERMINATE_REPAIRS,
+            // the flush before a cleanup (member::maintenance).
+            crate::jolokia::FLUSH,
         ],
     },
     Allowed {

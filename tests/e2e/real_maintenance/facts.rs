@@ -125,6 +125,7 @@ async fn facts_of(version: &str) {
         .await
         .unwrap();
     for op in [
+        "forceKeyspaceFlush",
         "forceKeyspaceCleanup",
         "upgradeSSTables",
         "repairAsync",

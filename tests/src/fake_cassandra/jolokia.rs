@@ -749,6 +749,10 @@ fn operations(id: &Identity, mbean: &str) -> Vec<(&'static str, Vec<&'static str
         ("repairAsync", vec![STRING, "java.util.Map"]),
         // `void forceTerminateAllRepairSessions()` (3.11, 4.x, 5.0).
         ("forceTerminateAllRepairSessions", vec![]),
+        // `void forceKeyspaceFlush(String keyspace, String... tables)`
+        // (3.11, 4.x, 5.0): the fake has no memtables (a write is on its
+        // disk at once), so it flushes nothing.
+        ("forceKeyspaceFlush", vec![STRING, STRINGS]),
         // StorageServiceMBean.upgradeSSTables: the deprecated overload
         // (CASSANDRA-11179) and the one with `jobs` on every line; 4.1
         // added one with `long maxSSTableTimestamp` before `jobs`
@@ -945,6 +949,7 @@ fn exec(id: &Identity, view: &NodeView, request: &Value) -> Result<Exec, JavaErr
         })),
         (_, "forceRemoveCompletion") => Ok(Exec::Call(RingCall::ForceRemoveCompletion)),
         (_, "forceTerminateAllRepairSessions") => Ok(Exec::Call(RingCall::TerminateRepairs)),
+        (_, "forceKeyspaceFlush") => Ok(Exec::Value(Value::Null)),
         // StorageService.forceKeyspaceCleanup(int jobs, String keyspaceName,
         // String... tables): the keyspace is the argument before the tables.
         (_, "forceKeyspaceCleanup") => Ok(Exec::Call(RingCall::Cleanup {

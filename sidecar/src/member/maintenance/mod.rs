@@ -334,6 +334,12 @@ impl Maintained for StorageService {
     }
 
     async fn cleanup_keyspace(&self, keyspace: &str) -> Result<i64, jolokia::Error> {
+        // Cleanup rewrites sstables only: what the memtables hold of the
+        // ranges given away would be flushed after it and stay. Seen on
+        // real 4.1.8 (CI): keys written just before a scale-up, cleaned
+        // in 0.3 s, all still on the disk afterwards. nodetool's advice
+        // too: flush, then cleanup.
+        self.flush(keyspace).await?;
         self.cleanup_with_jobs(keyspace, JOBS).await
     }
 
