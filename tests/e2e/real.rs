@@ -588,3 +588,29 @@ pub(crate) async fn until_repaired_after_replace(
         })
         .await
 }
+
+/// SIGKILLs the controller and `member`'s container (the kubelet restarts
+/// it) in a random order, up to a second apart, and starts the controller
+/// again 3 s later. Says in which order.
+pub(crate) async fn kill_controller_and_member(
+    s: &mut Scenario,
+    member: &str,
+    random: &mut crate::lifecycle::Lcg,
+) -> String {
+    let controller_first = random.below(2) == 0;
+    if controller_first {
+        s.stop_controller();
+    }
+    let pid = s.kill_container(member).await;
+    if !controller_first {
+        tokio::time::sleep(std::time::Duration::from_millis(random.below(1000))).await;
+        s.stop_controller();
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    s.start_controller();
+    if controller_first {
+        format!("the controller, then {member} (pid {pid})")
+    } else {
+        format!("{member} (pid {pid}), then the controller")
+    }
+}

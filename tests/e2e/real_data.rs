@@ -7,6 +7,7 @@
 //!
 //! Needs `scripts/fetch-cassandra 4.1.8` (scripts/test runs it).
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::json;
-use testworld::cql::{Client, Consistency, Netns, Table, WRITES_PER_SECOND, WriterReport};
+use testworld::cql::{Client, Consistency, Netns, Table, WRITES_PER_SECOND, Writer, WriterReport};
 
 use crate::real::{cluster_ips, member, real_cluster, real_world};
 use crate::scenario::{Scenario, container_pid, secs};
@@ -109,6 +110,34 @@ pub(crate) async fn check_acknowledged(table: &Table, writer: &WriterReport, aft
     );
     assert!(!acknowledged.is_empty(), "the writer wrote");
     assert!(report.clean(), "after {after}: {report}");
+}
+
+/// Stops the writer, asserts that each phase wrote and that no request
+/// failed in any, and checks at ALL every key written before and every
+/// write it had acknowledged.
+pub(crate) async fn stop_and_check(
+    writer: Writer,
+    table: &Table,
+    before: &BTreeMap<String, String>,
+) {
+    let report = writer.stop().await;
+    eprintln!("the application's requests, by phase:\n{report}");
+    // One member down at a time leaves a quorum of every replica set of
+    // 3: a roll that drains each member first, or a member killed, fails
+    // no request (the driver's retries take an idempotent one to another
+    // coordinator), and no read misses the value just written.
+    for phase in &report.phases {
+        assert!(phase.writes_ok > 0, "no writes went through: {phase}");
+        assert_eq!(phase.failed(), 0, "requests failed at QUORUM: {phase}");
+    }
+    let mut expected = before.clone();
+    expected.extend(report.acknowledged());
+    let check = table
+        .check(&expected, Consistency::All)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(check.clean(), "data lost: {check}");
+    eprintln!("data check: {check}");
 }
 
 const SCALE_UP: &str = "scale-up 3 -> 4";

@@ -3,11 +3,13 @@
 //! time, through the sidecars' Jolokia calls.
 //!
 //! - In CI: the cleanup after a scale-up 3 → 4, judged on each member's
-//!   disk (every old member holds exactly the keys it still replicates).
+//!   disk (every old member holds exactly the keys it still replicates);
+//!   a repair cycle bringing back a member that missed writes beyond the
+//!   hint window, through SIGKILLs of the controller and of the member
+//!   repairing.
 //! - Soak (`scripts/soak`): a scheduled repair withdrawn for the
-//!   decommission of the member repairing; a repair cycle bringing back a
-//!   member that missed writes beyond the hint window; the cleanups resumed
-//!   after SIGKILLs of the controller and of the member cleaning up.
+//!   decommission of the member repairing; the cleanups resumed after
+//!   SIGKILLs of the controller and of the member cleaning up.
 //!
 //! (`real_cleanup.rs` runs a long cleanup of the operator's while the
 //! member's probes, gossip record and a held decommission are checked;
@@ -366,20 +368,7 @@ async fn real_cleanup_after_a_scale_up_leaves_each_old_member_exactly_its_own_da
         }
     }
 
-    let report = writer.stop().await;
-    eprintln!("the application's requests, by phase:\n{report}");
-    for phase in &report.phases {
-        assert!(phase.writes_ok > 0, "no writes went through: {phase}");
-        assert_eq!(phase.failed(), 0, "requests failed at QUORUM: {phase}");
-    }
-    let mut expected = before.clone();
-    expected.extend(report.acknowledged());
-    let check = table
-        .check(&expected, Consistency::All)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(check.clean(), "data lost: {check}");
-    eprintln!("data check: {check}");
+    crate::real_data::stop_and_check(writer, &table, &before).await;
 }
 
 /// `/readyz` of the sidecar at `pod_ip`, every half second until `stop`:
@@ -644,29 +633,50 @@ async fn real_repair_of_a_member_is_withdrawn_for_its_decommission() {
     eprintln!("data check: {check}");
 }
 
-/// A scheduled repair cycle brings back a member that missed writes: with
+/// A scheduled repair cycle brings back a member that missed writes, with
+/// the controller and the member repairing SIGKILLed along the way: with
 /// the hint window cut to 5 s (`nodetool setmaxhintwindow`, the test's
 /// stand-in for a member stopped longer than the default 3 h), the third
 /// member leaves gossip and the client port (`disablegossip`,
 /// `disablebinary`: its process runs, but the others count it down) while
 /// 300 keys are written at QUORUM, then comes back; its disk lacks those
 /// keys (read with `sstabledump`: no hint brought them), the others have
-/// them. Repairs are then turned on: the operator repairs each member's
-/// primary ranges, one member at a time, each records the cycle repaired,
-/// and the third member's disk holds every key afterwards (read from its
-/// disk alone, the strictest form of reading at ONE from it: no
-/// coordinator can answer for it, no read repair can mend it on the way).
+/// them. Repairs are then turned on, the application writing at QUORUM;
+/// once the first member's repair has recorded some of its subranges,
+/// after a random delay (seed printed, `LIFECYCLE_SEED` replays it) the
+/// controller and that member are SIGKILLed in a random order and come
+/// back. The killed member resumes its cycle from its marker (its
+/// recorded progress never falls below what it had recorded when killed:
+/// it does not start over), the cycle completes one member at a time, no
+/// request of the application fails, and the third member holds every
+/// key: on its disk (the proof), and read at ONE through a session that
+/// knows that member alone (it coordinates, and mostly answers from its
+/// own data).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "soak (about 4 minutes): run by scripts/soak"]
-async fn real_repair_cycle_brings_back_a_member_that_missed_writes() {
+async fn real_repair_cycle_survives_kills_and_brings_back_a_member_that_missed_writes() {
     use crds::contract::maintenance::{REPAIRED, Repaired};
     use testworld::real_cassandra::nodetool::parse_status;
     let _real = crate::common::ONE_REAL_WORLD.lock().await;
-    let s = crate::real::real_world_of(
-        crate::real::real_image().with_env("MAINTENANCE_REPAIR_SUBRANGES", "4"),
+    let seed = crate::lifecycle_crash::seed();
+    let mut random = crate::lifecycle::Lcg(seed);
+    // A repair command covers at most one primary range, and takes about
+    // 2 s here: with 4.1's 16 tokens a member's cycle is 64 commands (4
+    // keyspaces), 6 minutes for 3 members. With 4 tokens (overrides) and
+    // no further cut (one subrange a keyspace wanted), about 20 commands.
+    let mut s = crate::real::real_world_of(
+        crate::real::real_image().with_env("MAINTENANCE_REPAIR_SUBRANGES", "1"),
     )
     .await;
-    s.create(&real_cluster(3)).await;
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> = s.api();
+    configmaps
+        .create(
+            &Default::default(),
+            &crate::scenario::overrides("c-overrides", "num_tokens: 4\n"),
+        )
+        .await
+        .unwrap();
+    s.create(&real_cluster(3).with_rack(json!({"configMapName": "c-overrides"})))
+        .await;
     s.until_ready("c", 3, secs(600)).await;
     let ips = member_ips(&s, 3).await;
     let netns = app_netns(&s).await;
@@ -674,7 +684,7 @@ async fn real_repair_cycle_brings_back_a_member_that_missed_writes() {
         .iter()
         .map(|ip| SocketAddr::new(ip.parse().unwrap(), CQL_PORT))
         .collect();
-    let client = Client::connect(netns, &contact)
+    let client = Client::connect(netns.clone(), &contact)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let table = client
@@ -753,7 +763,25 @@ async fn real_repair_cycle_brings_back_a_member_that_missed_writes() {
         );
     }
 
-    // Repairs on: one cycle, member by member.
+    // Read at ONE through the lagging member alone: it mostly answers
+    // from its own data (logged: the disk above is the premise's proof).
+    let alone = Client::connect_only(netns, contact[2])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let alone = alone
+        .keyspace("app", &[("dc", RF as u32)])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let at_one = alone
+        .check(&missed, Consistency::One)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("read at ONE through {lagging} alone, before the repair: {at_one}");
+
+    // Repairs on: one cycle, member by member, the application writing.
+    let writer = table
+        .writer("repairs and kills")
+        .unwrap_or_else(|e| panic!("{e}"));
     let began = Instant::now();
     s.patch_cluster(
         "c",
@@ -761,7 +789,38 @@ async fn real_repair_cycle_brings_back_a_member_that_missed_writes() {
     )
     .await;
     let services: Api<Service> = s.api();
+    let victim = s
+        .until(
+            "a repair with some subranges recorded",
+            secs(600),
+            || async {
+                for i in 0..3 {
+                    let svc = services.get(&member(i)).await.map_err(|e| e.to_string())?;
+                    if record(&svc).is_some_and(|r| {
+                        r.operation == Operation::Repair
+                            && r.state == State::Running
+                            && r.ranges_done.is_some_and(|d| d >= 1)
+                    }) {
+                        return Ok(member(i));
+                    }
+                }
+                Err("none yet".to_string())
+            },
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(random.below(1500))).await;
+    let at_kill =
+        record(&services.get(&victim).await.unwrap()).expect("the victim's record when killed");
+    assert!(
+        at_kill.operation == Operation::Repair && at_kill.state == State::Running,
+        "seed {seed}: {victim}'s repair was over before the kill: {at_kill:?}"
+    );
+    let done_at_kill = at_kill.ranges_done.unwrap_or(0);
+    let order = crate::real::kill_controller_and_member(&mut s, &victim, &mut random).await;
+    eprintln!("seed {seed}: killed {order} in its repair, its record then {at_kill:?}");
+
     let most = std::cell::Cell::new(0usize);
+    let fell = std::cell::RefCell::new(Vec::new());
     s.until("every member's repair of the cycle", secs(900), || async {
         let mut requests = 0;
         let mut pending = Vec::new();
@@ -771,12 +830,22 @@ async fn real_repair_cycle_brings_back_a_member_that_missed_writes() {
             if a.contains_key(REQUEST) {
                 requests += 1;
             }
+            let rec = record(&svc);
+            if member(i) == victim
+                && let Some(r) = rec.as_ref().filter(|r| {
+                    r.operation == Operation::Repair
+                        && r.state == State::Running
+                        && r.ranges_done.is_some_and(|d| d < done_at_kill)
+                })
+            {
+                fell.borrow_mut().push(r.clone());
+            }
             let repaired = a.get(REPAIRED).and_then(|v| Repaired::from_annotation(v));
             if !repaired
                 .as_ref()
                 .is_some_and(|r| r.keyspaces.contains_key("app"))
             {
-                pending.push(format!("{}: {:?}", member(i), record(&svc)));
+                pending.push(format!("{}: {rec:?}", member(i)));
             }
         }
         most.set(most.get().max(requests));
@@ -788,8 +857,13 @@ async fn real_repair_cycle_brings_back_a_member_that_missed_writes() {
     })
     .await;
     assert!(most.get() <= 1, "{} requests at once", most.get());
+    assert!(
+        fell.borrow().is_empty(),
+        "seed {seed}: {victim} started its repair over after the kill ({done_at_kill} subranges recorded then): {:?}",
+        fell.borrow()
+    );
     eprintln!(
-        "repair cycle of 3 members: {:.1} s",
+        "repair cycle of 3 members, through the kills: {:.1} s",
         began.elapsed().as_secs_f64()
     );
     let keys = keys_on_disk(&s, &lagging, "repaired").await;
@@ -802,7 +876,18 @@ async fn real_repair_cycle_brings_back_a_member_that_missed_writes() {
         still.is_empty(),
         "{lagging} still lacks {still:?}… after the repair"
     );
-    eprintln!("{lagging} holds every key after the repair");
+    let at_one = alone
+        .check(&missed, Consistency::One)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        at_one.clean(),
+        "read at ONE through {lagging} alone, after the repair: {at_one}"
+    );
+    eprintln!("{lagging} holds every key after the repair, on its disk and read at ONE from it");
+    let mut expected = before.clone();
+    expected.extend(missed.clone());
+    crate::real_data::stop_and_check(writer, &table, &expected).await;
     s.until("the cycle repaired in the status", secs(120), || async {
         let status = s
             .clusters()
@@ -1009,20 +1094,7 @@ async fn real_cleanups_resume_after_the_controller_and_the_member_are_killed() {
         );
         assert!(lost.is_empty(), "{name} lost keys it replicates: {lost:?}…");
     }
-    let report = writer.stop().await;
-    eprintln!("the application's requests, by phase:\n{report}");
-    for phase in &report.phases {
-        assert!(phase.writes_ok > 0, "no writes went through: {phase}");
-        assert_eq!(phase.writes_failed, 0, "{phase}");
-        assert_eq!(phase.reads_stale, 0, "{phase}");
-    }
-    let mut expected = before.clone();
-    expected.extend(report.acknowledged());
-    let check = table
-        .check(&expected, Consistency::All)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(check.clean(), "data lost: {check}");
+    crate::real_data::stop_and_check(writer, &table, &before).await;
     let check = bulk
         .check(&bulk_written, Consistency::One)
         .await

@@ -31,14 +31,14 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, PostParams};
 use serde_json::json;
-use testworld::cql::{Client, Consistency, Table, Writer};
+use testworld::cql::{Client, Consistency, Table};
 use testworld::real_cassandra::nodetool::{StatusRow, parse_status, parse_version};
 
 use crate::real::{
     MEMORY_LIMIT_MIB, jvm_rss_mib, member, member_ips, nodetool, real_cluster_of as real_cluster,
     real_image, real_nodetool, real_world_of, release_of,
 };
-use crate::real_data::{CQL_PORT, app_netns};
+use crate::real_data::{CQL_PORT, app_netns, stop_and_check};
 use crate::scenario::{Scenario, container_pid, overrides, pod_ready, secs};
 
 /// The sidecar's scan period for old-format sstables, in the image's
@@ -264,29 +264,6 @@ async fn application_data(s: &Scenario) -> (Table, BTreeMap<String, String>) {
     (table, written)
 }
 
-/// Stops the writer, asserts that each phase wrote and that no request
-/// failed in any, and checks at ALL every key written before and every
-/// write it had acknowledged.
-async fn stop_and_check(writer: Writer, table: &Table, before: &BTreeMap<String, String>) {
-    let report = writer.stop().await;
-    eprintln!("the application's requests, by operation:\n{report}");
-    // One member down at a time leaves a quorum of every replica set of
-    // 3: a roll that drains each member first fails no request (the
-    // driver's retries take an idempotent one to another coordinator).
-    for phase in &report.phases {
-        assert!(phase.writes_ok > 0, "no writes went through: {phase}");
-        assert_eq!(phase.failed(), 0, "requests failed at QUORUM: {phase}");
-    }
-    let mut expected = before.clone();
-    expected.extend(report.acknowledged());
-    let check = table
-        .check(&expected, Consistency::All)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(check.clean(), "data lost: {check}");
-    eprintln!("data check: {check}");
-}
-
 /// Three real 5.0.3 members come up Ready: the sidecar renders a 5.0
 /// configuration that the release's `bin/cassandra` accepts (on Java 17),
 /// the members gossip at their ClusterIPs, both nodetools agree, the
@@ -476,6 +453,43 @@ async fn until_sstables_upgraded(s: &Scenario) -> (Vec<String>, BTreeMap<String,
     (order.into_inner(), counts.into_inner())
 }
 
+/// Once the first upgradesstables request stands, after a random delay
+/// (seed printed, `LIFECYCLE_SEED` replays it): SIGKILLs the controller and
+/// the member asked ([`crate::real::kill_controller_and_member`]). The
+/// member, its request and the seed.
+async fn kill_during_the_first_request(s: &mut Scenario) -> (String, String, u64) {
+    use crds::contract::maintenance::REQUEST;
+    use k8s_openapi::api::core::v1::Service;
+    let seed = crate::lifecycle_crash::seed();
+    let mut random = crate::lifecycle::Lcg(seed);
+    let services: Api<Service> = s.api();
+    let (victim, _) = s
+        .until("an upgradesstables request", secs(300), || async {
+            for name in members() {
+                let svc = services.get(&name).await.map_err(|e| e.to_string())?;
+                if let Some(r) = svc.metadata.annotations.unwrap_or_default().get(REQUEST) {
+                    return Ok((name, r.clone()));
+                }
+            }
+            Err("none yet".to_string())
+        })
+        .await;
+    tokio::time::sleep(Duration::from_millis(random.below(2000))).await;
+    let asked = services
+        .get(&victim)
+        .await
+        .unwrap()
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .get(REQUEST)
+        .cloned()
+        .unwrap_or_else(|| panic!("seed {seed}: {victim}'s request was over before the kill"));
+    let order = crate::real::kill_controller_and_member(s, &victim, &mut random).await;
+    eprintln!("seed {seed}: killed {order}, {victim} holding {asked}");
+    (victim, asked, seed)
+}
+
 /// A major upgrade 4.1.8 → 5.0.3 of three real members as Cassandra's
 /// upgrade notes have it, with data written on 4.1 and the application
 /// writing at QUORUM throughout, each step timed:
@@ -490,16 +504,17 @@ async fn until_sstables_upgraded(s: &Scenario) -> (Vec<String>, BTreeMap<String,
 /// 3. The operator runs upgradesstables by itself (issue 33): each member
 ///    records its count of old-format sstables on its Service, and the
 ///    controller asks those above 0 to rewrite them, one member at a time,
-///    through their sidecars' Jolokia; every count and gauge goes to 0, no
-///    `nb` file is left, and the Cluster's status says
-///    `sstablesUpgraded`.
+///    through their sidecars' Jolokia; the controller and the first
+///    member asked are SIGKILLed while its request stands and come back;
+///    the request outlives both, every count and gauge goes to 0, no `nb`
+///    file is left, and the Cluster's status says `sstablesUpgraded`.
 ///
 /// After each step both nodetools agree on three `UN` members at 5.0.3;
 /// no application request failed and no acknowledged write is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_major_upgrade_4_1_to_5_0_then_upgradesstables_leaves_no_old_sstables() {
     let _real = crate::common::ONE_REAL_WORLD.lock().await;
-    let s = real_world().await;
+    let mut s = real_world().await;
     let configmaps: Api<ConfigMap> = s.api();
     // The overrides ConfigMap exists from the start (a setting both majors
     // know, at its default: 4.1 refuses to start on a key it does not
@@ -565,7 +580,26 @@ async fn real_major_upgrade_4_1_to_5_0_then_upgradesstables_leaves_no_old_sstabl
     // before this test reads a disk.)
     let what = "the operator's upgradesstables";
     writer.phase(what);
+    let (victim, asked, seed) = kill_during_the_first_request(&mut s).await;
     let (order, counts) = until_sstables_upgraded(&s).await;
+    let finished = {
+        use crds::contract::maintenance::{RECORD, Record};
+        let services: Api<k8s_openapi::api::core::v1::Service> = s.api();
+        let svc = services.get(&victim).await.unwrap();
+        svc.metadata
+            .annotations
+            .unwrap_or_default()
+            .get(RECORD)
+            .and_then(|v| Record::from_annotation(v))
+            .expect("the killed member's record")
+    };
+    // The request outlived both kills: the restarted sidecar ran it again
+    // (upgradesstables rewrites what is still old), and the restarted
+    // controller finished it rather than ask anew.
+    assert!(
+        asked.contains(&finished.request),
+        "seed {seed}: {victim} finished {finished:?}, was asked {asked}"
+    );
     eprintln!(
         "{what}: every member at 0 old-format sstables {:.1} s after the roll; asked in order {order:?}; old-format counts recorded on the way: {counts:?}",
         rolled.elapsed().as_secs_f64()
