@@ -981,10 +981,9 @@ async fn real_cleanups_resume_after_the_controller_and_the_member_are_killed() {
             .unwrap();
     }
     let writer = table
-        .writer("steady with 3")
+        .writer("scale-up, cleanups and crashes")
         .unwrap_or_else(|e| panic!("{e}"));
 
-    writer.phase("scale-up, cleanups and crashes");
     s.patch_cluster("c", real_cluster(4).racks_patch()).await;
     let services: Api<Service> = s.api();
     let cleaning = s
