@@ -214,12 +214,20 @@ impl Client {
         netns: Arc<Netns>,
         contact_points: &[SocketAddr],
     ) -> Result<Client, Error> {
+        let builder = SessionBuilder::new().known_nodes_addr(contact_points.iter().copied());
+        Client::build(netns, builder, contact_points).await
+    }
+
+    /// Builds the session of `builder` with [`REQUEST_TIMEOUT`], in `netns`.
+    async fn build(
+        netns: Arc<Netns>,
+        builder: SessionBuilder,
+        contact_points: &[SocketAddr],
+    ) -> Result<Client, Error> {
         let profile = ExecutionProfile::builder()
             .request_timeout(Some(REQUEST_TIMEOUT))
             .build();
-        let builder = SessionBuilder::new()
-            .known_nodes_addr(contact_points.iter().copied())
-            .default_execution_profile_handle(profile.into_handle());
+        let builder = builder.default_execution_profile_handle(profile.into_handle());
         let session = netns
             .run(async move { builder.build().await })
             .await?
@@ -240,25 +248,11 @@ impl Client {
     /// dynamic snitch may prefer another replica (on real 4.1.8, 127 of
     /// 146 keys a member lacked on its disk read as missing this way).
     pub async fn connect_only(netns: Arc<Netns>, node: SocketAddr) -> Result<Client, Error> {
-        let profile = ExecutionProfile::builder()
-            .request_timeout(Some(REQUEST_TIMEOUT))
-            .build();
         let only = AllowListHostFilter::new([node]).expect("a socket address resolves to itself");
         let builder = SessionBuilder::new()
             .known_node_addr(node)
-            .host_filter(Arc::new(only))
-            .default_execution_profile_handle(profile.into_handle());
-        let session = netns
-            .run(async move { builder.build().await })
-            .await?
-            .map_err(|source| Error::Connect {
-                contact_points: vec![node],
-                source: Box::new(source),
-            })?;
-        Ok(Client {
-            session: Arc::new(session),
-            netns,
-        })
+            .host_filter(Arc::new(only));
+        Client::build(netns, builder, &[node]).await
     }
 
     /// The ring as the driver sees it: each node's CQL address and
