@@ -19,7 +19,11 @@
 //!   the PodDisruptionBudget and the one-at-a-time roll exist to prevent.
 //!   Deletions the test makes itself ([`SafetyWatch::excuse`]) and those of
 //!   a StatefulSet's garbage collection (the Cluster deleted) are the
-//!   test's, not the operator's.
+//!   test's, not the operator's; the Pod of a Node that was deleted is gone
+//!   with it (the replace of a lost disk deletes its object, which takes
+//!   down nothing that still ran). The other nodes down are those of the
+//!   ring's members: a node that left may linger, unreachable, in a
+//!   member's gossip.
 //!
 //! A member's node is in the ring while its address (its member Service's
 //! ClusterIP, the node's broadcast address) is one of the ring's members
@@ -77,6 +81,8 @@ struct Known {
     gone_sets: BTreeSet<String>,
     /// Pods whose deletion the test makes itself.
     excused: Arc<Mutex<BTreeSet<String>>>,
+    /// Nodes deleted (lost, with what ran on them).
+    lost_nodes: BTreeSet<String>,
 }
 
 /// The rings at one moment: each ring's members (see [`ring_members`]),
@@ -132,10 +138,10 @@ impl RingNow {
     /// Whether the node at `address` is up, and the other nodes of its
     /// ring that are down; `None` when no ring has it.
     fn peers_down(&self, address: &str) -> Option<(bool, Vec<String>)> {
-        let (_, up) = self.rings.iter().find(|(_, up)| up.contains_key(address))?;
+        let (members, up) = self.rings.iter().find(|(_, up)| up.contains_key(address))?;
         let down = up
             .iter()
-            .filter(|(a, up)| a.as_str() != address && !**up)
+            .filter(|(a, up)| a.as_str() != address && !**up && members.contains(a.as_str()))
             .map(|(a, _)| a.clone())
             .collect();
         Some((up[address], down))
@@ -414,7 +420,14 @@ impl Known {
             "pods" => {
                 let pod = name(object);
                 let garbage = owner_set(object).is_some_and(|s| self.gone_sets.contains(s));
-                if began_deleting(event) && !garbage && !self.excused.lock().unwrap().contains(pod)
+                let node_lost = object
+                    .pointer("/spec/nodeName")
+                    .and_then(Value::as_str)
+                    .is_some_and(|n| self.lost_nodes.contains(n));
+                if began_deleting(event)
+                    && !garbage
+                    && !node_lost
+                    && !self.excused.lock().unwrap().contains(pod)
                 {
                     removals.push((pod.to_string(), Removal::Pod));
                 }
@@ -506,6 +519,9 @@ impl SafetyWatch {
             loop {
                 match events.recv().await {
                     Ok(event) => {
+                        if event.plural == "nodes" && began_deleting(&event) {
+                            known.lost_nodes.insert(name(&event.object).to_string());
+                        }
                         if event.namespace() == namespace {
                             let breaches = if real {
                                 // Read before judging, for a change that
@@ -1031,5 +1047,41 @@ mod tests {
             ),
             Vec::<String>::new()
         );
+        // A node that left lingers, unreachable, in s-0's gossip: it is no
+        // replica, and s-2's Pod may go.
+        let mut lingering = view(0, &[0, 1, 2], &[]);
+        lingering.live.insert(address(7), false);
+        assert_eq!(
+            known.apply(
+                &pod_deleting(2),
+                merged(vec![lingering, view(2, &[0, 1, 2], &[])]),
+            ),
+            Vec::<String>::new()
+        );
+    }
+
+    /// The Pod of a Node that was deleted is gone with it: deleting its
+    /// object (the replace of a lost disk) takes nothing down, even while
+    /// the other views still find its node up; the Pod of a Node that
+    /// still exists is judged as before.
+    #[test]
+    fn the_pod_of_a_deleted_node_takes_nothing_down() {
+        let mut known = known();
+        let on = |ordinal: usize, node: &str| {
+            let mut before = pod(ordinal, "s", false);
+            before["spec"] = json!({"nodeName": node});
+            let mut after = before.clone();
+            after["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+            event(EventType::Modified, "pods", after, Some(before))
+        };
+        let views = || {
+            let mut now = RingNow::default();
+            now.add_views(&[view(0, &[0, 1, 2], &[1]), view(2, &[0, 1, 2], &[])]);
+            now
+        };
+        assert_eq!(known.apply(&on(2, "n-2"), views).len(), 1);
+        known.lost_nodes.insert("n-2".into());
+        assert_eq!(known.apply(&on(2, "n-2"), views), Vec::<String>::new());
+        assert_eq!(known.apply(&on(0, "n-0"), views).len(), 1);
     }
 }
