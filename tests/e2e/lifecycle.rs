@@ -9,7 +9,7 @@
 //!
 //! By default one Cassandra version runs (the thesis's, 3.11); the same
 //! scale-down and Node loss on 4.1 and 5.0 is an ignored soak test that
-//! `scripts/soak` runs, with `LIFECYCLE_CRASH_RUNS=<n>` (default 3 here, 20
+//! `scripts/soak` runs, with `LIFECYCLE_CRASH_RUNS=<n>` (default 2 here, 20
 //! there) crash runs.
 
 use std::cell::{Cell, RefCell};
@@ -620,7 +620,7 @@ impl Lcg {
 /// while the removal was under way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scale_down_survives_the_controller_killed_at_random_moments() {
-    let (runs, seed) = runs_and_seed(3);
+    let (runs, seed) = runs_and_seed(2);
     let mut random = Lcg(seed);
     let _one = ONE_WORLD.lock().await;
     let mut s = setup().namespace(NS).start().await;

@@ -236,6 +236,7 @@ pub(crate) fn jvm_rss_mib(sidecar: i32) -> Option<u64> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "soak (about 2 minutes; CI's real_thesis scenario makes the same checks of its first 3 members): run by scripts/soak"]
 async fn three_real_cassandra_members_come_up_ready_and_see_each_other_at_their_cluster_ips() {
     let _real = crate::common::ONE_REAL_WORLD.lock().await;
     let scenario = real_world().await;
@@ -450,6 +451,7 @@ pub(crate) async fn lose_node_until_replaced(scenario: &Scenario, lost: &str, ad
 /// (CASSANDRA-19580; it then failed 2 to 4 runs in 9 with "Unable to
 /// contact any seeds"; with the fix it passed 6 runs of 6).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "soak (about 3 minutes; CI's real_thesis scenario replaces a member, a seed, after its Node's loss, under traffic): run by scripts/soak"]
 async fn a_real_member_whose_node_is_lost_is_replaced_at_its_cluster_ip() {
     replace_after_node_loss(2).await;
 }
