@@ -718,8 +718,22 @@ impl Report for Reporter<'_> {
     }
 }
 
-/// Waits until the node is NORMAL and owes no repair after a replace;
-/// false when the request `id` is withdrawn meanwhile.
+/// Whether the repair after a replace can run on this node's release
+/// (one that reports a repair's status); when the agent does not answer,
+/// it is taken to (the node is not NORMAL then either).
+async fn replace_repair_runs(node: &impl Maintained) -> bool {
+    node.release()
+        .await
+        .map_or(true, |v| v.has_parent_repair_status())
+}
+
+/// Waits until the node is NORMAL and owes no repair after a replace
+/// that can run on it; false when the request `id` is withdrawn
+/// meanwhile. A release that cannot report a repair's status (3.11) never
+/// runs that repair (`member::repair` records it `unsupported` and leaves
+/// its marker for the administrator's `nodetool repair -full`): waiting
+/// for it held every maintenance request, and with it every roll and
+/// topology change, forever.
 async fn ready(
     node: &impl Maintained,
     data_dir: &Path,
@@ -733,7 +747,7 @@ async fn ready(
         if !stands(&service.borrow(), id) {
             return false;
         }
-        let owed = replace_repair.exists();
+        let owed = replace_repair.exists() && replace_repair_runs(node).await;
         if !owed && node.normal().await {
             return true;
         }
@@ -1314,6 +1328,8 @@ mod tests {
         calls: Mutex<Vec<String>>,
         /// The node's tokens and the ring's.
         ring: (Vec<i64>, Vec<i64>),
+        /// The release it reports (4.1.8 when `None`).
+        release: Option<&'static str>,
     }
 
     impl Statuses for Script {
@@ -1339,7 +1355,7 @@ mod tests {
             Ok(self.keyspaces.clone())
         }
         async fn release(&self) -> Result<CassandraVersion, jolokia::Error> {
-            Ok(CassandraVersion::parse("4.1.8").unwrap())
+            Ok(CassandraVersion::parse(self.release.unwrap_or("4.1.8")).unwrap())
         }
         async fn cleanup_keyspace(&self, keyspace: &str) -> Result<i64, jolokia::Error> {
             self.calls
@@ -1407,6 +1423,43 @@ mod tests {
 
     fn strings(items: &[&str]) -> Vec<String> {
         items.iter().map(|i| i.to_string()).collect()
+    }
+
+    /// A request waits for the repair owed after a replace where that
+    /// repair runs (4.1), and not where it never will (3.11, which cannot
+    /// report a repair's status: the demo's roll waited behind a cleanup
+    /// held so, forever).
+    #[tokio::test]
+    async fn a_request_waits_for_the_replace_repair_only_where_it_can_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = markers::repair_marker(dir.path());
+        std::fs::create_dir_all(marker.parent().unwrap()).unwrap();
+        std::fs::write(&marker, "owed").unwrap();
+        let cleanup = request("r1", Operation::Cleanup);
+        let (_tx, rx) = watch::channel(service_with(Some(&cleanup)));
+        let old = Script {
+            release: Some("3.11.6"),
+            ..Script::default()
+        };
+        let mut service = rx.clone();
+        let poll = Duration::from_millis(10);
+        let at_once = tokio::time::timeout(
+            Duration::from_secs(2),
+            ready(&old, dir.path(), &mut service, "r1", poll),
+        )
+        .await;
+        assert_eq!(at_once, Ok(true), "3.11 never runs it: no wait");
+        let new = Script::default();
+        let mut service = rx.clone();
+        let waited = tokio::time::timeout(
+            Duration::from_millis(200),
+            ready(&new, dir.path(), &mut service, "r1", poll),
+        )
+        .await;
+        assert!(waited.is_err(), "4.1 runs the repair: the request waits");
+        std::fs::remove_file(&marker).unwrap();
+        let mut service = rx.clone();
+        assert!(ready(&new, dir.path(), &mut service, "r1", poll).await);
     }
 
     /// A cleanup goes keyspace by keyspace, recording each as it starts
