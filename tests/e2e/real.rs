@@ -235,8 +235,35 @@ pub(crate) fn jvm_rss_mib(sidecar: i32) -> Option<u64> {
     best.map(|k| k / 1024)
 }
 
+/// What real members brought up are: the release itself, started through
+/// its bin/cassandra by the sidecar with the real agent at the path the
+/// init container gave it; in each member's `nodetool status` (the
+/// operator's, over Jolokia) every member of `ips` at its ClusterIP, Up
+/// and Normal; each JVM within the memory limit a real kubelet would
+/// enforce (kubesim does not: this is where it is checked).
+pub(crate) async fn brought_up(scenario: &Scenario, names: &[String], ips: &[String]) {
+    let logs = scenario.pod_logs(&names[0]);
+    assert!(
+        logs.contains(&format!("Cassandra version: {VERSION}")),
+        "the member runs the release:\n{}",
+        &logs[logs.len().saturating_sub(4000)..]
+    );
+    for name in names {
+        let text = until_status_un(scenario, name, ips).await;
+        if name == &names[0] {
+            eprintln!("nodetool status on {name}:\n{text}");
+        }
+    }
+    for name in names {
+        let pid = container_pid(&scenario.pod(name).await).unwrap();
+        let rss = jvm_rss_mib(pid).expect("the member's JVM runs");
+        eprintln!("RSS {name}: {rss} MiB (limit {MEMORY_LIMIT_MIB} MiB)");
+        assert!(rss < MEMORY_LIMIT_MIB, "{name}: {rss} MiB");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "soak (about 2 minutes; CI's real_thesis scenario makes the same checks of its first 3 members): run by scripts/soak"]
+#[ignore = "soak: CI's real_thesis scenario makes the same checks of its first 3 members (brought_up); run by scripts/soak"]
 async fn three_real_cassandra_members_come_up_ready_and_see_each_other_at_their_cluster_ips() {
     let _real = crate::common::ONE_REAL_WORLD.lock().await;
     let scenario = real_world().await;
@@ -279,35 +306,8 @@ async fn three_real_cassandra_members_come_up_ready_and_see_each_other_at_their_
         );
     }
 
-    // Real Cassandra, started through the release's bin/cassandra by the
-    // sidecar, with the real agent at the path the init container gave it.
-    let logs = scenario.pod_logs(&member(0));
-    assert!(
-        logs.contains(&format!("Cassandra version: {VERSION}")),
-        "the member runs the release:\n{}",
-        &logs[logs.len().saturating_sub(4000)..]
-    );
-
-    // Each member's `nodetool status` (the operator's, over Jolokia) shows
-    // the three at their ClusterIPs, Up and Normal.
-    let ips = member_ips(&scenario, 3).await;
-    for i in 0..3 {
-        let text = until_status_un(&scenario, &member(i), &ips).await;
-        if i == 0 {
-            eprintln!("nodetool status on {}:\n{text}", member(0));
-        }
-    }
-    // Within the memory limit a real kubelet would enforce (kubesim does
-    // not: this is where it is checked).
-    for i in 0..3 {
-        let pid = container_pid(&scenario.pod(&member(i)).await).unwrap();
-        let rss = jvm_rss_mib(pid).expect("the member's JVM runs");
-        eprintln!(
-            "RSS {}: {rss} MiB (limit {MEMORY_LIMIT_MIB} MiB)",
-            member(i)
-        );
-        assert!(rss < MEMORY_LIMIT_MIB, "{}: {rss} MiB", member(i));
-    }
+    let names: Vec<String> = (0..3).map(member).collect();
+    brought_up(&scenario, &names, &member_ips(&scenario, 3).await).await;
 }
 
 /// Scale the rack to 4 (a real bootstrap) and back to 3: the operator's
@@ -451,7 +451,7 @@ pub(crate) async fn lose_node_until_replaced(scenario: &Scenario, lost: &str, ad
 /// (CASSANDRA-19580; it then failed 2 to 4 runs in 9 with "Unable to
 /// contact any seeds"; with the fix it passed 6 runs of 6).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "soak (about 3 minutes; CI's real_thesis scenario replaces a member, a seed, after its Node's loss, under traffic): run by scripts/soak"]
+#[ignore = "soak (78-93 s a run; CI's real_thesis scenario replaces a member, a seed, after its Node's loss, under traffic): run by scripts/soak"]
 async fn a_real_member_whose_node_is_lost_is_replaced_at_its_cluster_ip() {
     replace_after_node_loss(2).await;
 }

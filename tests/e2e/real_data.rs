@@ -158,7 +158,7 @@ const DECOMMISSION: &str = "decommission 4 -> 3";
 /// asks 2). Those are counted and shown, not asserted away: no other
 /// phase may fail a read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "soak (about 3 minutes; CI's real_thesis scenario adds a rack and decommissions a member under the same QUORUM traffic, with the same checks): run by scripts/soak"]
+#[ignore = "soak (CI's real_thesis scenario adds a rack and decommissions a member under the same QUORUM traffic, with the same checks): run by scripts/soak"]
 async fn real_quorum_writes_never_fail_nor_lose_a_key_through_a_scale_up_and_a_decommission() {
     let _real = crate::common::ONE_REAL_WORLD.lock().await;
     let scenario = real_world().await;

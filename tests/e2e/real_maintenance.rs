@@ -196,7 +196,7 @@ fn replicated_by(
 /// is; the new member holds exactly its share. No application request
 /// failed, and every acknowledged write reads back at ALL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "soak (about 6 minutes; CI runs real_cleanup's cleanups after a scale-up on real 4.1, and the fake cleanup scenarios, crashes included): run by scripts/soak"]
+#[ignore = "soak (CI runs real_cleanup's cleanups after a scale-up on real 4.1, and the fake cleanup scenarios, crashes included): run by scripts/soak"]
 async fn real_cleanup_after_a_scale_up_leaves_each_old_member_exactly_its_own_data() {
     let _real = crate::common::ONE_REAL_WORLD.lock().await;
     let s = real_world().await;
@@ -654,7 +654,7 @@ async fn real_repair_of_a_member_is_withdrawn_for_its_decommission() {
 /// knows that member alone (it coordinates, and mostly answers from its
 /// own data).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "soak (about 7 minutes; CI runs the fake repair scenarios, SIGKILLs included, and the major upgrade's SIGKILLs on real 4.1 and 5.0): run by scripts/soak"]
+#[ignore = "soak (317 s alone here; CI runs the fake repair scenarios, SIGKILLs included, and the major upgrade's SIGKILLs on real 4.1 and 5.0): run by scripts/soak"]
 async fn real_repair_cycle_survives_kills_and_brings_back_a_member_that_missed_writes() {
     use crds::contract::maintenance::{REPAIRED, Repaired};
     use testworld::real_cassandra::nodetool::parse_status;

@@ -35,11 +35,10 @@ use testworld::cql::{Client, WRITES_PER_SECOND};
 use testworld::kubesim::sim::RealCassandra;
 
 use crate::real::{
-    MEMORY_LIMIT_MIB, TEST_RING_TIMINGS, VERSION, cluster_ips, jvm_rss_mib,
-    lose_node_until_replaced, until_status_un,
+    MEMORY_LIMIT_MIB, TEST_RING_TIMINGS, VERSION, brought_up, cluster_ips, lose_node_until_replaced,
 };
 use crate::real_data::{CQL_PORT, app_netns, check_acknowledged, until_driver_sees};
-use crate::scenario::{Scenario, cluster, container_pid, overrides, secs, setup};
+use crate::scenario::{cluster, overrides, secs, setup};
 
 const ZONES: [&str; 2] = ["zone-a", "zone-b"];
 
@@ -93,34 +92,6 @@ fn only_timeouts(phase: &testworld::cql::PhaseReport) -> bool {
         .all(|e| e.contains("exceeded a client timeout") || e.contains("Operation timed out"))
 }
 
-/// What real members brought up are: the release itself, started through
-/// its bin/cassandra by the sidecar with the real agent at the path the
-/// init container gave it; in each member's `nodetool status` (the
-/// operator's, over Jolokia) every member at its ClusterIP, Up and Normal;
-/// each JVM within the memory limit a real kubelet would enforce (kubesim
-/// does not: this is where it is checked).
-async fn brought_up(scenario: &Scenario, names: &[String], ips: &[std::net::IpAddr]) {
-    let logs = scenario.pod_logs(&names[0]);
-    assert!(
-        logs.contains(&format!("Cassandra version: {VERSION}")),
-        "the member runs the release:\n{}",
-        &logs[logs.len().saturating_sub(4000)..]
-    );
-    let ips: Vec<String> = ips.iter().map(ToString::to_string).collect();
-    for name in names {
-        let text = until_status_un(scenario, name, &ips).await;
-        if name == &names[0] {
-            eprintln!("nodetool status on {name}:\n{text}");
-        }
-    }
-    for name in names {
-        let pid = container_pid(&scenario.pod(name).await).unwrap();
-        let rss = jvm_rss_mib(pid).expect("the member's JVM runs");
-        eprintln!("RSS {name}: {rss} MiB (limit {MEMORY_LIMIT_MIB} MiB)");
-        assert!(rss < MEMORY_LIMIT_MIB, "{name}: {rss} MiB");
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_thesis_scenario_on_4_1_with_quorum_traffic_throughout() {
     let _real = crate::common::ONE_REAL_WORLD.lock().await;
@@ -155,7 +126,8 @@ async fn real_thesis_scenario_on_4_1_with_quorum_traffic_throughout() {
     scenario.until_ready("c", 3, secs(600)).await;
     timings.push(("bring-up of 3", began.elapsed()));
     let three = cluster_ips(&scenario, &members(3, 0)).await;
-    brought_up(&scenario, &members(3, 0), &three).await;
+    let three_text: Vec<String> = three.iter().map(ToString::to_string).collect();
+    brought_up(&scenario, &members(3, 0), &three_text).await;
 
     let netns = app_netns(&scenario).await;
     let contact: Vec<_> = three
