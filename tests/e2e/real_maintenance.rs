@@ -201,6 +201,7 @@ async fn real_cleanup_after_a_scale_up_leaves_each_old_member_exactly_its_own_da
     let _real = crate::common::ONE_REAL_WORLD.lock().await;
     let s = real_world().await;
     let began = Instant::now();
+    let watch = crate::maintenance::MaintenanceWatch::start(s.sim(), &s.namespace);
     s.create(&real_cluster(3)).await;
     s.until_ready("c", 3, secs(600)).await;
     eprintln!("3 members Ready in {:.1} s", began.elapsed().as_secs_f64());
@@ -239,10 +240,9 @@ async fn real_cleanup_after_a_scale_up_leaves_each_old_member_exactly_its_own_da
     s.patch_cluster("c", real_cluster(4).racks_patch()).await;
     let services: Api<Service> = s.api();
     // Until every old member recorded its cleanup done and the controller
-    // removed its request and mark: sampled at each poll, never two
-    // requests at once, none on the new member, and each old member marked
-    // at some point.
-    let most_requests = std::cell::Cell::new(0usize);
+    // removed its request and mark: none on the new member and each old
+    // member marked at some point (sampled at each poll), never two
+    // requests at once (the watch judges every committed change).
     let marked: std::cell::RefCell<BTreeSet<String>> = Default::default();
     let order: std::cell::RefCell<Vec<String>> = Default::default();
     let done = s
@@ -250,7 +250,6 @@ async fn real_cleanup_after_a_scale_up_leaves_each_old_member_exactly_its_own_da
             "every old member's cleanup done, requests and marks gone",
             secs(600),
             || async {
-                let mut requests = Vec::new();
                 let mut records = BTreeMap::new();
                 let mut pending = Vec::new();
                 for i in 0..4 {
@@ -262,7 +261,6 @@ async fn real_cleanup_after_a_scale_up_leaves_each_old_member_exactly_its_own_da
                     };
                     let a = annotations(&svc);
                     if a.contains_key(REQUEST) {
-                        requests.push(name.clone());
                         let mut order = order.borrow_mut();
                         if order.last() != Some(&name) {
                             order.push(name.clone());
@@ -287,7 +285,6 @@ async fn real_cleanup_after_a_scale_up_leaves_each_old_member_exactly_its_own_da
                     }
                     records.insert(name, rec);
                 }
-                most_requests.set(most_requests.get().max(requests.len()));
                 if pending.is_empty() {
                     Ok(records)
                 } else {
@@ -297,11 +294,7 @@ async fn real_cleanup_after_a_scale_up_leaves_each_old_member_exactly_its_own_da
         )
         .await;
     let took = began.elapsed();
-    assert!(
-        most_requests.get() <= 1,
-        "{} members held a request at once",
-        most_requests.get()
-    );
+    watch.assert_one_at_a_time("the cleanups after the scale-up");
     eprintln!(
         "scale-up and 3 cleanups: {:.1} s; asked in order {:?}; marks seen on {:?}",
         took.as_secs_f64(),
@@ -455,6 +448,7 @@ async fn real_repair_of_a_member_is_withdrawn_for_its_decommission() {
     .await;
     let repairs = json!({"maintenance": {"repair": {"schedule": "60m"}}});
     let began = Instant::now();
+    let watch = crate::maintenance::MaintenanceWatch::start(s.sim(), &s.namespace);
     s.create(&real_cluster(4).with_spec(repairs.clone())).await;
     s.until_ready("c", 4, secs(600)).await;
     eprintln!("4 members Ready in {:.1} s", began.elapsed().as_secs_f64());
@@ -478,16 +472,13 @@ async fn real_repair_of_a_member_is_withdrawn_for_its_decommission() {
 
     // Until the fourth member repairs; one request at a time meanwhile.
     let services: Api<Service> = s.api();
-    let most = std::cell::Cell::new(0usize);
     let order: std::cell::RefCell<Vec<String>> = Default::default();
     let fourth = member(3);
     s.until("the fourth member repairing", secs(900), || async {
-        let mut requests = 0;
         let mut fourth_running = false;
         for i in 0..4 {
             let svc = services.get(&member(i)).await.map_err(|e| e.to_string())?;
             if annotations(&svc).contains_key(REQUEST) {
-                requests += 1;
                 let mut order = order.borrow_mut();
                 if order.last() != Some(&member(i)) {
                     order.push(member(i));
@@ -500,13 +491,12 @@ async fn real_repair_of_a_member_is_withdrawn_for_its_decommission() {
                     });
             }
         }
-        most.set(most.get().max(requests));
         fourth_running
             .then_some(())
             .ok_or(format!("asked so far: {:?}", order.borrow()))
     })
     .await;
-    assert!(most.get() <= 1, "{} requests at once", most.get());
+    watch.assert_one_at_a_time("the repairs of four members");
     eprintln!(
         "the fourth member repairs {:.1} s after creation; asked in order {:?}",
         began.elapsed().as_secs_f64(),
@@ -677,6 +667,7 @@ async fn real_repair_cycle_survives_kills_and_brings_back_a_member_that_missed_w
         )
         .await
         .unwrap();
+    let watch = crate::maintenance::MaintenanceWatch::start(s.sim(), &s.namespace);
     s.create(&real_cluster(3).with_rack(json!({"configMapName": "c-overrides"})))
         .await;
     s.until_ready("c", 3, secs(600)).await;
@@ -821,17 +812,12 @@ async fn real_repair_cycle_survives_kills_and_brings_back_a_member_that_missed_w
     let order = crate::real::kill_controller_and_member(&mut s, &victim, &mut random).await;
     eprintln!("seed {seed}: killed {order} in its repair, its record then {at_kill:?}");
 
-    let most = std::cell::Cell::new(0usize);
     let fell = std::cell::RefCell::new(Vec::new());
     s.until("every member's repair of the cycle", secs(900), || async {
-        let mut requests = 0;
         let mut pending = Vec::new();
         for i in 0..3 {
             let svc = services.get(&member(i)).await.map_err(|e| e.to_string())?;
             let a = annotations(&svc);
-            if a.contains_key(REQUEST) {
-                requests += 1;
-            }
             let rec = record(&svc);
             if member(i) == victim
                 && let Some(r) = rec.as_ref().filter(|r| {
@@ -850,7 +836,6 @@ async fn real_repair_cycle_survives_kills_and_brings_back_a_member_that_missed_w
                 pending.push(format!("{}: {rec:?}", member(i)));
             }
         }
-        most.set(most.get().max(requests));
         if pending.is_empty() {
             Ok(())
         } else {
@@ -858,7 +843,7 @@ async fn real_repair_cycle_survives_kills_and_brings_back_a_member_that_missed_w
         }
     })
     .await;
-    assert!(most.get() <= 1, "{} requests at once", most.get());
+    watch.assert_one_at_a_time("the repair cycle through the kills");
     assert!(
         fell.borrow().is_empty(),
         "seed {seed}: {victim} started its repair over after the kill ({done_at_kill} subranges recorded then): {:?}",
@@ -932,6 +917,7 @@ async fn real_repair_cycle_survives_kills_and_brings_back_a_member_that_missed_w
 async fn real_cleanups_resume_after_the_controller_and_the_member_are_killed() {
     let _real = crate::common::ONE_REAL_WORLD.lock().await;
     let mut s = real_world().await;
+    let watch = crate::maintenance::MaintenanceWatch::start(s.sim(), &s.namespace);
     s.create(&real_cluster(3)).await;
     s.until_ready("c", 3, secs(600)).await;
     let netns = app_netns(&s).await;
@@ -1016,10 +1002,8 @@ async fn real_cleanups_resume_after_the_controller_and_the_member_are_killed() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     s.start_controller();
 
-    let most = std::cell::Cell::new(0usize);
     let done = s
         .until("every old member's cleanup done", secs(900), || async {
-            let mut requests = 0;
             let mut pending = Vec::new();
             let mut records = BTreeMap::new();
             for i in 0..4 {
@@ -1031,9 +1015,6 @@ async fn real_cleanups_resume_after_the_controller_and_the_member_are_killed() {
                     continue;
                 };
                 let a = annotations(&svc);
-                if a.contains_key(REQUEST) {
-                    requests += 1;
-                }
                 if i == 3 {
                     continue;
                 }
@@ -1048,7 +1029,6 @@ async fn real_cleanups_resume_after_the_controller_and_the_member_are_killed() {
                 }
                 records.insert(member(i), rec);
             }
-            most.set(most.get().max(requests));
             if pending.is_empty() {
                 Ok(records)
             } else {
@@ -1056,7 +1036,7 @@ async fn real_cleanups_resume_after_the_controller_and_the_member_are_killed() {
             }
         })
         .await;
-    assert!(most.get() <= 1, "{} requests at once", most.get());
+    watch.assert_one_at_a_time("the cleanups through the kills");
     // The killed member ran the request it held when killed to its end
     // (the same request: the controller made no new one for it).
     let killed = done[&cleaning].as_ref().unwrap();

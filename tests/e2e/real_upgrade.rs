@@ -382,34 +382,28 @@ async fn until_gauges(s: &Scenario, what: &str, old_version: Option<&str>) {
 /// Waits until the operator's upgradesstables is complete: every member's
 /// sidecar recorded 0 old-format sstables, its last maintenance record is
 /// an upgradesstables `done`, no request stands, and the Cluster's status
-/// says `sstablesUpgraded`. Sampled at each poll: never two requests at
-/// once. The members in the order they were asked, and the old-format
-/// counts each recorded along the way.
-async fn until_sstables_upgraded(s: &Scenario) -> (Vec<String>, BTreeMap<String, Vec<u64>>) {
+/// says `sstablesUpgraded`; then `watch` vouches that no two requests
+/// ever stood at once (judged at every committed change, not sampled). The
+/// members in the order they were asked, and the old-format counts each
+/// recorded along the way.
+async fn until_sstables_upgraded(
+    s: &Scenario,
+    watch: &crate::maintenance::MaintenanceWatch,
+) -> (Vec<String>, BTreeMap<String, Vec<u64>>) {
     use crds::contract::maintenance::{
         OLD_FORMAT_SSTABLES, Operation, RECORD, REQUEST, Record, State, old_format_sstables,
     };
     use k8s_openapi::api::core::v1::Service;
     let services: Api<Service> = s.api();
-    let order: std::cell::RefCell<Vec<String>> = Default::default();
     let counts: std::cell::RefCell<BTreeMap<String, Vec<u64>>> = Default::default();
-    let most = std::cell::Cell::new(0usize);
     s.until(
         "upgradesstables on every member, 0 old-format sstables",
         secs(600),
         || async {
             let mut pending = Vec::new();
-            let mut requests = 0;
             for name in members() {
                 let svc = services.get(&name).await.map_err(|e| e.to_string())?;
                 let a = svc.metadata.annotations.unwrap_or_default();
-                if a.contains_key(REQUEST) {
-                    requests += 1;
-                    let mut order = order.borrow_mut();
-                    if !order.contains(&name) {
-                        order.push(name.clone());
-                    }
-                }
                 let count = old_format_sstables(a.get(OLD_FORMAT_SSTABLES).map(String::as_str));
                 if let Some(n) = count {
                     let mut counts = counts.borrow_mut();
@@ -426,7 +420,6 @@ async fn until_sstables_upgraded(s: &Scenario) -> (Vec<String>, BTreeMap<String,
                     pending.push(format!("{name}: count {count:?}, {record:?}"));
                 }
             }
-            most.set(most.get().max(requests));
             let status = s
                 .clusters()
                 .get("c")
@@ -445,12 +438,14 @@ async fn until_sstables_upgraded(s: &Scenario) -> (Vec<String>, BTreeMap<String,
         },
     )
     .await;
-    assert!(
-        most.get() <= 1,
-        "{} members held a request at once",
-        most.get()
-    );
-    (order.into_inner(), counts.into_inner())
+    watch.assert_one_at_a_time("the operator's upgradesstables");
+    let mut order: Vec<String> = Vec::new();
+    for asked in watch.asked() {
+        if asked.request.operation == Operation::Upgradesstables && !order.contains(&asked.member) {
+            order.push(asked.member);
+        }
+    }
+    (order, counts.into_inner())
 }
 
 /// Once the first upgradesstables request stands, after a random delay
@@ -524,6 +519,8 @@ async fn real_major_upgrade_4_1_to_5_0_then_upgradesstables_leaves_no_old_sstabl
         .create(&PostParams::default(), &overrides("c-overrides", TUNING))
         .await
         .unwrap();
+    // Every maintenance request from the start, at each committed change.
+    let watch = crate::maintenance::MaintenanceWatch::start(s.sim(), &s.namespace);
     let c = real_cluster("4.1.8", MEMBERS).with_rack(json!({"configMapName": "c-overrides"}));
     s.create(&c).await;
     s.until_ready("c", MEMBERS, secs(600)).await;
@@ -581,7 +578,7 @@ async fn real_major_upgrade_4_1_to_5_0_then_upgradesstables_leaves_no_old_sstabl
     let what = "the operator's upgradesstables";
     writer.phase(what);
     let (victim, asked, seed) = kill_during_the_first_request(&mut s).await;
-    let (order, counts) = until_sstables_upgraded(&s).await;
+    let (order, counts) = until_sstables_upgraded(&s, &watch).await;
     let finished = {
         use crds::contract::maintenance::{RECORD, Record};
         let services: Api<k8s_openapi::api::core::v1::Service> = s.api();
