@@ -33,6 +33,7 @@ use nix::sched::{CloneFlags, setns};
 use scylla::client::execution_profile::ExecutionProfile;
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
+use scylla::observability::history::HistoryCollector;
 use scylla::policies::host_filter::AllowListHostFilter;
 use scylla::statement::prepared::PreparedStatement;
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
@@ -86,10 +87,14 @@ pub enum Error {
         statement: String,
         source: Box<scylla::errors::PrepareError>,
     },
-    #[error("{statement}: {source}")]
+    #[error("{statement}: {source}{attempts}")]
     Execute {
         statement: String,
         source: Box<scylla::errors::ExecutionError>,
+        /// What each attempt that reached a node met, when the request
+        /// was retried ([`attempts`]): the driver's error names the last
+        /// one only.
+        attempts: String,
     },
     #[error("{statement}: reading the rows: {detail}")]
     Rows { statement: String, detail: String },
@@ -294,6 +299,7 @@ impl Client {
                 .map_err(|source| Error::Execute {
                     statement,
                     source: Box::new(source),
+                    attempts: String::new(),
                 })?;
         }
         let insert = self
@@ -397,6 +403,8 @@ impl Statements {
         let (session, mut insert) = (self.session.clone(), self.insert.clone());
         let (key, value) = (key.to_string(), value.to_string());
         insert.set_consistency(consistency);
+        let history = Arc::new(HistoryCollector::new());
+        insert.set_history_listener(history.clone());
         async move {
             session
                 .execute_unpaged(&insert, (&key, &value))
@@ -405,6 +413,7 @@ impl Statements {
                 .map_err(|source| Error::Execute {
                     statement: format!("INSERT {key} at {consistency}"),
                     source: Box::new(source),
+                    attempts: attempts(&history),
                 })
         }
     }
@@ -417,6 +426,8 @@ impl Statements {
         let (session, mut select) = (self.session.clone(), self.select.clone());
         let key = key.to_string();
         select.set_consistency(consistency);
+        let history = Arc::new(HistoryCollector::new());
+        select.set_history_listener(history.clone());
         async move {
             let statement = format!("SELECT {key} at {consistency}");
             let result = session
@@ -425,6 +436,7 @@ impl Statements {
                 .map_err(|source| Error::Execute {
                     statement: statement.clone(),
                     source: Box::new(source),
+                    attempts: attempts(&history),
                 })?;
             let unreadable = |detail: String| Error::Rows {
                 statement: statement.clone(),
@@ -827,11 +839,42 @@ async fn write_until_stopped(
 }
 
 /// The driver's error without the statement (which names the key, so that
-/// the same error counts once).
+/// the same error counts once), with its attempts.
 fn cause(error: &Error) -> String {
     match error {
-        Error::Execute { source, .. } => source.to_string(),
+        Error::Execute {
+            source, attempts, ..
+        } => format!("{source}{attempts}"),
         other => other.to_string(),
+    }
+}
+
+/// The attempts of a failed request that reached a node, with what each
+/// met and what the retry policy made of it (" (attempts: ...)"); nothing
+/// when one did (the driver's error is its). A node whose pool had no
+/// connection is passed over without an attempt: a request that failed
+/// with "no connections in the pool" lists here what the other nodes of
+/// its plan answered, or that none was tried.
+fn attempts(history: &HistoryCollector) -> String {
+    use scylla::observability::history::AttemptResult;
+    let mut seen = Vec::new();
+    for request in history.clone_structured_history().requests {
+        let fibers = std::iter::once(&request.non_speculative_fiber)
+            .chain(request.speculative_fibers.iter());
+        for attempt in fibers.flat_map(|f| f.attempts.iter()) {
+            let met = match &attempt.result {
+                Some(AttemptResult::Success(_)) => "ok".to_string(),
+                Some(AttemptResult::Error(_, error, decision)) => format!("{error} → {decision:?}"),
+                None => "no answer".to_string(),
+            };
+            seen.push(format!("{}: {met}", attempt.node_addr));
+        }
+    }
+    match seen.len() {
+        0 => " (no attempt reached a node)".to_string(),
+        // The driver's error is that attempt's.
+        1 => String::new(),
+        _ => format!(" (attempts: {})", seen.join("; ")),
     }
 }
 
