@@ -7,6 +7,7 @@ pub mod cql;
 pub mod fake_cassandra;
 pub mod fake_scylla;
 pub mod harness;
+pub mod hollow_nodes;
 pub mod jolokia_contract;
 pub mod jolokia_real;
 pub mod kubesim;

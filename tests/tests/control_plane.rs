@@ -371,3 +371,215 @@ async fn real_control_plane_runs_the_crd_rules_and_the_controllers() {
 
     println!("RSS at the end: {}", plane.rss_summary());
 }
+
+/// `kubectl` (the machine's) against the control plane as its admin;
+/// panics with its output when it fails.
+fn kubectl(plane: &ControlPlane, args: &[&str]) -> String {
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(plane.kubeconfig())
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    );
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {stdout}{stderr}"
+    );
+    stdout
+}
+
+/// What a node's Pods and claims look like once a member runs: (Pod's
+/// node, its claim's volume, the node the volume is on).
+async fn member_placement(client: &Client, pod: &str) -> Option<(String, String, String)> {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    let pod = Api::<Pod>::namespaced(client.clone(), "db").get_opt(pod).await.ok()??;
+    let node = pod.spec?.node_name?;
+    let claim_name = format!("data-{}", pod.metadata.name?);
+    let claim = Api::<PersistentVolumeClaim>::namespaced(client.clone(), "db")
+        .get_opt(&claim_name)
+        .await
+        .ok()??;
+    (claim.status?.phase.as_deref() == Some("Bound")).then_some(())?;
+    let volume_name = claim.spec?.volume_name?;
+    let volume = Api::<PersistentVolume>::all(client.clone())
+        .get_opt(&volume_name)
+        .await
+        .ok()??;
+    let on = volume.spec?.node_affinity?.required?.node_selector_terms[0]
+        .match_expressions
+        .as_ref()?[0]
+        .values
+        .as_ref()?[0]
+        .clone();
+    Some((node, volume_name, on))
+}
+
+/// The operator installed with the README's `kubectl apply -k manifests/`
+/// on the real control plane and hollow nodes
+/// ([`testworld::hollow_nodes`]: registered, Ready and leased through the
+/// real API with kubelet credentials, Pods reported running, a local
+/// volume provisioner):
+/// - the operator's Deployment is Available through the real Deployment
+///   and ReplicaSet controllers, the scheduler and a hollow node;
+/// - `kubectl create role` works (kubesim refuses RBAC kinds' protobuf);
+/// - the controller (the real binary, a host process, authenticated as the
+///   operator's ServiceAccount and so authorized by the installed
+///   ClusterRole alone, through the real RBAC authorizer with its
+///   escalation checks) brings a 3-member Cluster in a `restricted`
+///   namespace to 3 Ready members: its StatefulSet's Pods are made by the
+///   real StatefulSet controller, pass the real PodSecurity admission,
+///   are placed by the real scheduler, and their claims are bound by the
+///   real PV binder to volumes on the nodes the Pods run on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_installed_by_kustomize_brings_up_a_cluster_on_hollow_nodes() {
+    use testworld::hollow_nodes::{self, HollowNodes, NodeSpec};
+    let plane = ControlPlane::start()
+        .await
+        .unwrap_or_else(|e| panic!("starting the control plane: {e}"));
+    let client = plane.client().await.expect("the admin client");
+    let zones = ["europe-west1-b", "europe-west1-c", "europe-west1-d"];
+    let specs: Vec<NodeSpec> = zones
+        .iter()
+        .flat_map(|z| (0..2).map(move |i| NodeSpec::in_zone(&format!("gke-{z}-{i}"), z)))
+        .collect();
+    let hollow = HollowNodes::start(&plane, &specs)
+        .await
+        .unwrap_or_else(|e| panic!("starting the hollow nodes: {e}"));
+    // The node-lifecycle controller lifts the not-ready taint
+    // TaintNodesByCondition put on each new Node, once it is Ready.
+    let nodes: Api<Node> = Api::all(client.clone());
+    eventually("6 Nodes Ready and untainted", || async {
+        let list = nodes.list(&ListParams::default()).await.ok()?.items;
+        let schedulable = list
+            .iter()
+            .filter(|n| {
+                n.spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_none_or(|t| t.is_empty())
+            })
+            .count();
+        (schedulable == specs.len()).then_some(())
+    })
+    .await;
+    Api::<k8s_openapi::api::storage::v1::StorageClass>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &hollow_nodes::storage_class("hollow-local"),
+        )
+        .await
+        .expect("the StorageClass");
+
+    let manifests = concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests");
+    kubectl(&plane, &["apply", "-k", manifests]);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "cassandra-operator");
+    eventually("the operator's Deployment Available", || async {
+        let d = deployments.get_opt("cassandra-operator").await.ok()??;
+        (d.status?.available_replicas? >= 1).then_some(())
+    })
+    .await;
+
+    create_namespace(&client, "db", "restricted").await;
+    let role = kubectl(
+        &plane,
+        &["create", "role", "reader", "--verb=get,list", "--resource=pods", "-n", "db"],
+    );
+    assert!(role.contains("role.rbac.authorization.k8s.io/reader created"), "{role}");
+
+    // The controller as the operator's ServiceAccount: RBAC matches a
+    // ServiceAccount subject by its user name, so a client certificate
+    // naming it is authorized exactly as the Pod's token would be.
+    let kubeconfig = plane
+        .write_client_kubeconfig(
+            "system:serviceaccount:cassandra-operator:cassandra-operator",
+            &["system:serviceaccounts", "system:serviceaccounts:cassandra-operator"],
+        )
+        .expect("the operator's kubeconfig");
+    let exe = std::env::current_exe().expect("the test binary");
+    // target/debug/deps/<test> → target/debug/cassandra-operator
+    let operator = testworld::harness::beside(exe.parent().unwrap(), "cassandra-operator")
+        .expect("target/debug/cassandra-operator (cargo test --workspace builds it)");
+    let log = plane.dir().join("controller.log");
+    let metrics = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let _controller = testworld::harness::Process(
+        std::process::Command::new(&operator)
+            .arg("controller")
+            .env("KUBECONFIG", &kubeconfig)
+            .env("METRICS_ADDR", &metrics)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("the controller starts"),
+    );
+
+    let mut spec = support::valid_cluster();
+    spec["metadata"] = json!({"name": "c", "namespace": "db"});
+    spec["spec"]["version"] = json!("4.1.8");
+    spec["spec"]["datacenter"] = json!({"name": "dc", "racks": [{
+        "name": "r", "members": 3,
+        "storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},
+            "spec": {"storageClassName": "hollow-local",
+                "resources": {"requests": {"storage": "1Gi"}}}}]},
+        "resources": {"limits": {"cpu": "1", "memory": "1Gi"}},
+    }]});
+    let gvk = GroupVersionKind::gvk("cassandra.rook.io", "v1alpha1", "Cluster");
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "db", &ApiResource::from_gvk(&gvk));
+    clusters
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(spec).expect("a Cluster"),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("creating the Cluster: {e}"));
+    let began = Instant::now();
+    let waited = tokio::time::timeout(Duration::from_secs(180), async {
+        loop {
+            let ready = clusters
+                .get_opt("c")
+                .await
+                .ok()
+                .flatten()
+                .and_then(|c| c.data.pointer("/status/readyMembers")?.as_i64());
+            if ready == Some(3) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await;
+    assert!(
+        waited.is_ok(),
+        "3 Ready members not within 180 s; refused on the nodes: {:?}; the controller's log:\n{}",
+        hollow.seen(|s| s.refused.clone()),
+        testworld::harness::tail(&log)
+    );
+    println!(
+        "3 members Ready in {:.1} s through the real controllers",
+        began.elapsed().as_secs_f64()
+    );
+    for i in 0..3 {
+        let pod = format!("c-dc-r-{i}");
+        let (node, volume, on) = member_placement(&client, &pod)
+            .await
+            .unwrap_or_else(|| panic!("{pod}: no Pod on a node with its claim Bound"));
+        assert_eq!(node, on, "{pod}'s volume {volume} is on another node");
+        assert!(
+            hollow.seen(|s| s.provisioned.values().any(|(v, _)| *v == volume)),
+            "{volume} was not made by the hollow provisioner"
+        );
+    }
+    assert!(
+        hollow.seen(|s| s.refused.is_empty()),
+        "requests of the hollow nodes refused: {:?}",
+        hollow.seen(|s| s.refused.clone())
+    );
+    println!("RSS at the end: {}", plane.rss_summary());
+}
