@@ -373,6 +373,7 @@ pub struct ControlPlane {
     ca_pem: String,
     ca_issuer: Issuer<'static, KeyPair>,
     startup: Option<Startup>,
+    timings: NodeTimings,
     dir: tempfile::TempDir,
 }
 
@@ -412,12 +413,44 @@ fn arg_path(p: &Path) -> String {
     p.display().to_string()
 }
 
+/// The control plane's node timings, as a test shortens them (the
+/// analogue of kubesim's `--node-time-scale`): `None` keeps upstream's.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NodeTimings {
+    /// kube-controller-manager's `--node-monitor-grace-period` (50 s):
+    /// how long a Node may go without renewing its Lease before the
+    /// node-lifecycle controller marks it `Unknown` and taints it
+    /// unreachable. Its `--node-monitor-period` becomes a fifth of it (at
+    /// most upstream's 5 s).
+    pub monitor_grace: Option<Duration>,
+    /// kube-apiserver's `--default-not-ready-toleration-seconds` and
+    /// `--default-unreachable-toleration-seconds` (300): how long a Pod
+    /// without tolerations of its own stays bound to such a Node before the
+    /// taint-eviction controller deletes it.
+    pub eviction_toleration: Option<Duration>,
+}
+
+impl NodeTimings {
+    /// How often a node agent should renew its Lease: a quarter of the
+    /// grace period, as the kubelet's 10 s are of the 40 s of its Lease
+    /// (10 s when the grace period is upstream's).
+    pub fn lease_renew(&self) -> Duration {
+        self.monitor_grace
+            .map_or(Duration::from_secs(10), |g| (g / 4).min(Duration::from_secs(10)))
+    }
+}
+
 impl ControlPlane {
     /// Starts etcd and kube-apiserver, then kube-controller-manager and
     /// kube-scheduler, and returns once all are ready (see [`Startup`]).
     /// Fails with [`ControlPlaneError::NotBuilt`] when
     /// `scripts/build-control-plane` has not run.
     pub async fn start() -> Result<ControlPlane, ControlPlaneError> {
+        ControlPlane::start_with(NodeTimings::default()).await
+    }
+
+    /// [`ControlPlane::start`] with shorter node timings.
+    pub async fn start_with(timings: NodeTimings) -> Result<ControlPlane, ControlPlaneError> {
         let started = Instant::now();
         let bin = binaries()?;
         let dir = tempfile::Builder::new()
@@ -597,6 +630,7 @@ impl ControlPlane {
             ca_pem: pki.ca_pem.clone(),
             ca_issuer: pki.ca_issuer,
             startup: None,
+            timings,
             dir,
         };
 
@@ -626,6 +660,11 @@ impl ControlPlane {
         )?;
 
         let admission = ADMISSION_PLUGINS.join(",");
+        let mut api_timings = Vec::new();
+        if let Some(t) = timings.eviction_toleration {
+            api_timings.push(format!("--default-not-ready-toleration-seconds={}", t.as_secs()));
+            api_timings.push(format!("--default-unreachable-toleration-seconds={}", t.as_secs()));
+        }
         plane.spawn(
             &bin,
             &layout,
@@ -661,7 +700,10 @@ impl ControlPlane {
                 "--allow-privileged=true".into(),
                 "--profiling=false".into(),
                 "--v=1".into(),
-            ],
+            ]
+            .into_iter()
+            .chain(api_timings)
+            .collect::<Vec<String>>(),
         )?;
         let client = plane.client().await?;
         plane.wait_api_server(&client, started).await?;
@@ -695,6 +737,11 @@ impl ControlPlane {
             "--profiling=false".into(),
             "--v=1".into(),
         ]);
+        if let Some(grace) = timings.monitor_grace {
+            kcm_args.push(format!("--node-monitor-grace-period={}ms", grace.as_millis()));
+            let period = (grace / 5).min(Duration::from_secs(5));
+            kcm_args.push(format!("--node-monitor-period={}ms", period.as_millis()));
+        }
         plane.spawn(&bin, &layout, Component::ControllerManager, &kcm_args)?;
 
         let mut scheduler_args: Vec<String> = delegated(&scheduler_kubeconfig).into();
@@ -933,6 +980,11 @@ impl ControlPlane {
         std::fs::write(&path, kubeconfig(&self.server, &self.ca_pem, user, &pair))
             .map_err(io_error(format!("writing {}", path.display())))?;
         Ok(path)
+    }
+
+    /// The node timings it runs with.
+    pub fn timings(&self) -> NodeTimings {
+        self.timings
     }
 
     /// The cluster CA certificate (PEM).

@@ -3,8 +3,10 @@
 //! hollow kubelets are. Each node registers its Node through the real API
 //! with a kubelet's own credential (`system:node:<name>`, so the Node
 //! authorizer and NodeRestriction confine it as they confine a kubelet),
-//! reports it Ready, renews its Lease in `kube-node-lease` every
-//! [`LEASE_RENEW`], watches the Pods bound to it and reports each one
+//! reports it Ready, renews its Lease in `kube-node-lease` as often as
+//! the control plane's timings ask
+//! ([`control_plane::NodeTimings::lease_renew`]: every 10 s by default,
+//! as the kubelet, whose Lease lasts 40 s), watches the Pods bound to it and reports each one
 //! running and Ready (an IP of the node's range, every container started,
 //! init containers completed), and finishes the deletion of a Pod once it
 //! is marked for deletion (at once: no process to stop). A node
@@ -41,12 +43,6 @@ use tokio::task::JoinHandle;
 
 use crate::control_plane::{self, ControlPlane, ControlPlaneError};
 
-/// How often a node renews its Lease (the kubelet's default: a quarter of
-/// its 40 s duration).
-pub const LEASE_RENEW: Duration = Duration::from_secs(10);
-
-/// The Lease's duration (the kubelet's `nodeLeaseDurationSeconds`).
-pub const LEASE_SECONDS: i32 = 40;
 
 /// The provisioner name a StorageClass names to get hollow local volumes.
 pub const PROVISIONER: &str = "hollow.testworld.io/local";
@@ -152,6 +148,7 @@ impl HollowNodes {
             reporting.insert(spec.name.clone(), on.clone());
             let agent = Agent {
                 client,
+                renew: plane.timings().lease_renew(),
                 node: spec.name.clone(),
                 address,
                 pod_range: index as u32,
@@ -177,6 +174,14 @@ impl HollowNodes {
     pub fn stop_reporting(&self, node: &str) {
         if let Some(on) = self.reporting.get(node) {
             on.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// Resumes `node`'s Lease renewals and answers (its network is back):
+    /// it answers at once for the Pods bound to it meanwhile.
+    pub fn resume_reporting(&self, node: &str) {
+        if let Some(on) = self.reporting.get(node) {
+            on.store(true, Ordering::SeqCst);
         }
     }
 
@@ -241,6 +246,8 @@ async fn register(client: &Client, spec: &NodeSpec, address: &str) -> Result<(),
 #[derive(Clone)]
 struct Agent {
     client: Client,
+    /// How often it renews its Lease (a quarter of the Lease's duration).
+    renew: Duration,
     node: String,
     address: String,
     /// The node's Pod range: 10.(64 + range / 256).(range % 256).0/24.
@@ -255,12 +262,35 @@ impl Agent {
         self.seen.lock().unwrap_or_else(|e| e.into_inner()).refused.push(what);
     }
 
-    /// Creates the node's Lease, then renews it every [`LEASE_RENEW`]
-    /// while the node reports.
+    /// Creates the node's Lease, then renews it every `renew` while the
+    /// node reports; and reports the Node Ready again when the
+    /// node-lifecycle controller marked it otherwise meanwhile (as the
+    /// kubelet's status sync does: it posts what it knows when the API
+    /// server's copy differs).
     async fn renew_lease(self) {
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), "kube-node-lease");
+        let nodes: Api<Node> = Api::all(self.client.clone());
         loop {
             if self.reporting.load(Ordering::SeqCst) {
+                if let Ok(node) = nodes.get(&self.node).await
+                    && !node
+                        .status
+                        .and_then(|s| s.conditions)
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                {
+                    let now = Time(Timestamp::now());
+                    let ready = json!({"status": {"conditions": [{"type": "Ready",
+                        "status": "True", "reason": "KubeletReady",
+                        "message": "kubelet is posting ready status",
+                        "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
+                    // A strategic merge: the conditions merge by type.
+                    if let Err(e) = nodes
+                        .patch_status(&self.node, &PatchParams::default(), &Patch::Strategic(&ready))
+                        .await
+                    {
+                        self.refused(format!("{}: reporting itself Ready: {e}", self.node));
+                    }
+                }
                 let now = MicroTime(Timestamp::now());
                 let renewed = match leases.get_opt(&self.node).await {
                     Ok(Some(_)) => leases
@@ -275,7 +305,8 @@ impl Agent {
                         let lease: Lease = serde_json::from_value(json!({
                             "metadata": {"name": self.node, "namespace": "kube-node-lease"},
                             "spec": {"holderIdentity": self.node,
-                                "leaseDurationSeconds": LEASE_SECONDS, "renewTime": now},
+                                "leaseDurationSeconds": (self.renew * 4).as_secs().max(1),
+                                "renewTime": now},
                         }))
                         .expect("a Lease");
                         leases.create(&PostParams::default(), &lease).await.map(|_| ())
@@ -286,25 +317,46 @@ impl Agent {
                     self.refused(format!("{}: renewing its Lease: {e}", self.node));
                 }
             }
-            tokio::time::sleep(LEASE_RENEW).await;
+            tokio::time::sleep(self.renew).await;
         }
     }
 
     /// Watches the Pods bound to the node (the field selector the Node
-    /// authorizer allows a kubelet) and answers for each.
+    /// authorizer allows a kubelet) and answers for each as it changes,
+    /// and, every `renew`, again for those still to answer (what changed
+    /// while the node did not report, say).
     async fn run_pods(self) {
         let pods: Api<Pod> = Api::all(self.client.clone());
         let config = watcher::Config::default().fields(&format!("spec.nodeName={}", self.node));
         let mut events = watcher(pods, config).boxed();
-        while let Some(event) = events.next().await {
-            let pod = match event {
-                Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => pod,
-                Ok(_) => continue,
-                // The watcher retries by itself.
-                Err(_) => continue,
+        let mut known: BTreeMap<String, Pod> = BTreeMap::new();
+        let mut tick = tokio::time::interval(self.renew);
+        loop {
+            let changed = tokio::select! {
+                event = events.next() => match event {
+                    Some(Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod))) => {
+                        let key = pod.metadata.uid.clone().unwrap_or_default();
+                        known.insert(key, pod.clone());
+                        vec![pod]
+                    }
+                    Some(Ok(watcher::Event::Delete(pod))) => {
+                        known.remove(pod.metadata.uid.as_deref().unwrap_or_default());
+                        continue;
+                    }
+                    // The watcher retries by itself.
+                    Some(_) => continue,
+                    None => return,
+                },
+                _ = tick.tick() => known
+                    .values()
+                    .filter(|p| p.metadata.deletion_timestamp.is_some() || !ready(p))
+                    .cloned()
+                    .collect(),
             };
             if self.reporting.load(Ordering::SeqCst) {
-                self.answer(&pod).await;
+                for pod in changed {
+                    self.answer(&pod).await;
+                }
             }
         }
     }
@@ -342,13 +394,10 @@ impl Agent {
             }
             return;
         }
-        let status = pod.status.as_ref();
-        let ready = status
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-        if ready {
+        if ready(pod) {
             return;
         }
+        let status = pod.status.as_ref();
         let ip = status.and_then(|s| s.pod_ip.clone()).unwrap_or_else(|| {
             let n = self.next_ip.fetch_add(1, Ordering::SeqCst);
             format!(
@@ -411,6 +460,14 @@ impl Agent {
             Err(e) => self.refused(format!("{}: reporting {key} running: {e}", self.node)),
         }
     }
+}
+
+/// Whether a Pod's status says Ready.
+fn ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// The provisioner: a local volume on the chosen node for each claim the

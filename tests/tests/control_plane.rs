@@ -437,9 +437,14 @@ async fn member_placement(client: &Client, pod: &str) -> Option<(String, String,
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_installed_by_kustomize_brings_up_a_cluster_on_hollow_nodes() {
     use testworld::hollow_nodes::{self, HollowNodes, NodeSpec};
-    let plane = ControlPlane::start()
-        .await
-        .unwrap_or_else(|e| panic!("starting the control plane: {e}"));
+    // Node timings shortened as kubesim's `--node-time-scale` does: 8 s
+    // of grace (50 s upstream) and 10 s of toleration (300 s).
+    let plane = ControlPlane::start_with(control_plane::NodeTimings {
+        monitor_grace: Some(Duration::from_secs(8)),
+        eviction_toleration: Some(Duration::from_secs(10)),
+    })
+    .await
+    .unwrap_or_else(|e| panic!("starting the control plane: {e}"));
     let client = plane.client().await.expect("the admin client");
     let zones = ["europe-west1-b", "europe-west1-c", "europe-west1-d"];
     let specs: Vec<NodeSpec> = zones
@@ -576,10 +581,90 @@ async fn the_operator_installed_by_kustomize_brings_up_a_cluster_on_hollow_nodes
             "{volume} was not made by the hollow provisioner"
         );
     }
+    unreachable_node_keeps_its_member(&client, &hollow, &clusters).await;
     assert!(
         hollow.seen(|s| s.refused.is_empty()),
         "requests of the hollow nodes refused: {:?}",
         hollow.seen(|s| s.refused.clone())
     );
     println!("RSS at the end: {}", plane.rss_summary());
+}
+
+/// A Node that stops reporting: the real node-lifecycle controller marks
+/// it `Unknown` and taints it unreachable once its Lease is older than
+/// the grace period, the taint-eviction controller deletes its member's
+/// Pod once the toleration the DefaultTolerationSeconds admission gave it
+/// has passed, and the Pod stays Terminating (no kubelet confirms). The
+/// operator waits: the member's claim is kept. Once the Node reports
+/// again, the Pod's deletion ends, the real StatefulSet controller
+/// makes it again, the scheduler puts it back on its Node (its local
+/// volume's), and the Cluster has 3 Ready members again.
+async fn unreachable_node_keeps_its_member(
+    client: &Client,
+    hollow: &testworld::hollow_nodes::HollowNodes,
+    clusters: &Api<DynamicObject>,
+) {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    let victim = "c-dc-r-1";
+    let (node, _, _) = member_placement(client, victim)
+        .await
+        .expect("the member placed");
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "db");
+    let claim = format!("data-{victim}");
+    let claim_uid = claims.get(&claim).await.unwrap().metadata.uid.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "db");
+    let pod_uid = pods.get(victim).await.unwrap().metadata.uid.unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let ready_members = || async {
+        clusters
+            .get_opt("c")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|c| c.data.pointer("/status/readyMembers")?.as_i64())
+    };
+
+    let cut = Instant::now();
+    hollow.stop_reporting(&node);
+    eventually("the Node Unknown and tainted unreachable", || async {
+        let n = nodes.get(&node).await.ok()?;
+        let unknown = n.status?.conditions?.iter().any(|c| c.type_ == "Ready" && c.status == "Unknown");
+        let tainted = n.spec?.taints?.iter().any(|t| {
+            t.key == "node.kubernetes.io/unreachable" && t.effect == "NoExecute"
+        });
+        (unknown && tainted).then_some(())
+    })
+    .await;
+    println!("{node} unreachable after {:.1} s", cut.elapsed().as_secs_f64());
+    eventually("the member's Pod evicted, Terminating", || async {
+        let p = pods.get_opt(victim).await.ok()??;
+        (p.metadata.uid.as_deref() == Some(&pod_uid) && p.metadata.deletion_timestamp.is_some())
+            .then_some(())
+    })
+    .await;
+    println!("{victim} evicted after {:.1} s", cut.elapsed().as_secs_f64());
+    // The operator waits while the Node may come back.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let kept = claims.get(&claim).await.unwrap();
+    assert_eq!(kept.metadata.uid.as_deref(), Some(claim_uid.as_str()));
+    assert!(kept.metadata.deletion_timestamp.is_none(), "the claim is being deleted");
+    let waiting = pods.get(victim).await.unwrap();
+    assert_eq!(waiting.metadata.uid.as_deref(), Some(pod_uid.as_str()));
+    assert_eq!(ready_members().await, Some(2));
+
+    let back = Instant::now();
+    hollow.resume_reporting(&node);
+    eventually("the member back and Ready on its Node with its claim", || async {
+        let p = pods.get_opt(victim).await.ok()??;
+        let new = p.metadata.uid.as_deref() != Some(pod_uid.as_str());
+        let placed = member_placement(client, victim).await?;
+        let claim_now = claims.get(&claim).await.ok()?.metadata.uid?;
+        (new && placed.0 == node && claim_now == claim_uid && ready_members().await == Some(3))
+            .then_some(())
+    })
+    .await;
+    println!(
+        "{victim} Ready again on {node} {:.1} s after the Node reported again",
+        back.elapsed().as_secs_f64()
+    );
 }
