@@ -435,8 +435,9 @@ impl NodeTimings {
     /// grace period, as the kubelet's 10 s are of the 40 s of its Lease
     /// (10 s when the grace period is upstream's).
     pub fn lease_renew(&self) -> Duration {
-        self.monitor_grace
-            .map_or(Duration::from_secs(10), |g| (g / 4).min(Duration::from_secs(10)))
+        self.monitor_grace.map_or(Duration::from_secs(10), |g| {
+            (g / 4).min(Duration::from_secs(10))
+        })
     }
 }
 
@@ -662,8 +663,14 @@ impl ControlPlane {
         let admission = ADMISSION_PLUGINS.join(",");
         let mut api_timings = Vec::new();
         if let Some(t) = timings.eviction_toleration {
-            api_timings.push(format!("--default-not-ready-toleration-seconds={}", t.as_secs()));
-            api_timings.push(format!("--default-unreachable-toleration-seconds={}", t.as_secs()));
+            api_timings.push(format!(
+                "--default-not-ready-toleration-seconds={}",
+                t.as_secs()
+            ));
+            api_timings.push(format!(
+                "--default-unreachable-toleration-seconds={}",
+                t.as_secs()
+            ));
         }
         plane.spawn(
             &bin,
@@ -738,7 +745,10 @@ impl ControlPlane {
             "--v=1".into(),
         ]);
         if let Some(grace) = timings.monitor_grace {
-            kcm_args.push(format!("--node-monitor-grace-period={}ms", grace.as_millis()));
+            kcm_args.push(format!(
+                "--node-monitor-grace-period={}ms",
+                grace.as_millis()
+            ));
             let period = (grace / 5).min(Duration::from_secs(5));
             kcm_args.push(format!("--node-monitor-period={}ms", period.as_millis()));
         }

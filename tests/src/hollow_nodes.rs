@@ -43,7 +43,6 @@ use tokio::task::JoinHandle;
 
 use crate::control_plane::{self, ControlPlane, ControlPlaneError};
 
-
 /// The provisioner name a StorageClass names to get hollow local volumes.
 pub const PROVISIONER: &str = "hollow.testworld.io/local";
 
@@ -134,7 +133,10 @@ impl HollowNodes {
     /// Registers `nodes` on `plane`, each through its own kubelet
     /// credential, waits until the API server holds each Node Ready, and
     /// starts their agents and the provisioner.
-    pub async fn start(plane: &ControlPlane, nodes: &[NodeSpec]) -> Result<HollowNodes, HollowError> {
+    pub async fn start(
+        plane: &ControlPlane,
+        nodes: &[NodeSpec],
+    ) -> Result<HollowNodes, HollowError> {
         let seen: Arc<Mutex<Seen>> = Arc::default();
         let mut tasks = Vec::new();
         let mut reporting = BTreeMap::new();
@@ -259,7 +261,11 @@ struct Agent {
 
 impl Agent {
     fn refused(&self, what: String) {
-        self.seen.lock().unwrap_or_else(|e| e.into_inner()).refused.push(what);
+        self.seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .refused
+            .push(what);
     }
 
     /// Creates the node's Lease, then renews it every `renew` while the
@@ -285,7 +291,11 @@ impl Agent {
                         "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
                     // A strategic merge: the conditions merge by type.
                     if let Err(e) = nodes
-                        .patch_status(&self.node, &PatchParams::default(), &Patch::Strategic(&ready))
+                        .patch_status(
+                            &self.node,
+                            &PatchParams::default(),
+                            &Patch::Strategic(&ready),
+                        )
                         .await
                     {
                         self.refused(format!("{}: reporting itself Ready: {e}", self.node));
@@ -309,7 +319,10 @@ impl Agent {
                                 "renewTime": now},
                         }))
                         .expect("a Lease");
-                        leases.create(&PostParams::default(), &lease).await.map(|_| ())
+                        leases
+                            .create(&PostParams::default(), &lease)
+                            .await
+                            .map(|_| ())
                     }
                     Err(e) => Err(e),
                 };

@@ -385,10 +385,7 @@ fn kubectl(plane: &ControlPlane, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stdout).to_string(),
         String::from_utf8_lossy(&out.stderr).to_string(),
     );
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {stdout}{stderr}"
-    );
+    assert!(out.status.success(), "kubectl {args:?}: {stdout}{stderr}");
     stdout
 }
 
@@ -396,7 +393,10 @@ fn kubectl(plane: &ControlPlane, args: &[&str]) -> String {
 /// node, its claim's volume, the node the volume is on).
 async fn member_placement(client: &Client, pod: &str) -> Option<(String, String, String)> {
     use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-    let pod = Api::<Pod>::namespaced(client.clone(), "db").get_opt(pod).await.ok()??;
+    let pod = Api::<Pod>::namespaced(client.clone(), "db")
+        .get_opt(pod)
+        .await
+        .ok()??;
     let node = pod.spec?.node_name?;
     let claim_name = format!("data-{}", pod.metadata.name?);
     let claim = Api::<PersistentVolumeClaim>::namespaced(client.clone(), "db")
@@ -491,9 +491,20 @@ async fn the_operator_installed_by_kustomize_brings_up_a_cluster_on_hollow_nodes
     create_namespace(&client, "db", "restricted").await;
     let role = kubectl(
         &plane,
-        &["create", "role", "reader", "--verb=get,list", "--resource=pods", "-n", "db"],
+        &[
+            "create",
+            "role",
+            "reader",
+            "--verb=get,list",
+            "--resource=pods",
+            "-n",
+            "db",
+        ],
     );
-    assert!(role.contains("role.rbac.authorization.k8s.io/reader created"), "{role}");
+    assert!(
+        role.contains("role.rbac.authorization.k8s.io/reader created"),
+        "{role}"
+    );
 
     // The controller as the operator's ServiceAccount: RBAC matches a
     // ServiceAccount subject by its user name, so a client certificate
@@ -501,7 +512,10 @@ async fn the_operator_installed_by_kustomize_brings_up_a_cluster_on_hollow_nodes
     let kubeconfig = plane
         .write_client_kubeconfig(
             "system:serviceaccount:cassandra-operator:cassandra-operator",
-            &["system:serviceaccounts", "system:serviceaccounts:cassandra-operator"],
+            &[
+                "system:serviceaccounts",
+                "system:serviceaccounts:cassandra-operator",
+            ],
         )
         .expect("the operator's kubeconfig");
     let exe = std::env::current_exe().expect("the test binary");
@@ -582,12 +596,76 @@ async fn the_operator_installed_by_kustomize_brings_up_a_cluster_on_hollow_nodes
         );
     }
     unreachable_node_keeps_its_member(&client, &hollow, &clusters).await;
+    deleted_node_has_its_member_replaced(&client, &hollow, &clusters, &log).await;
     assert!(
         hollow.seen(|s| s.refused.is_empty()),
         "requests of the hollow nodes refused: {:?}",
         hollow.seen(|s| s.refused.clone())
     );
     println!("RSS at the end: {}", plane.rss_summary());
+}
+
+/// A Node deleted with its local disk, as GKE deletes the Node of a VM it
+/// re-creates (node auto-repair, an upgrade): the member's volume names a
+/// Node that is gone, so the operator replaces the member: a new claim,
+/// bound to a new volume on another Node, and the member Ready there.
+async fn deleted_node_has_its_member_replaced(
+    client: &Client,
+    hollow: &testworld::hollow_nodes::HollowNodes,
+    clusters: &Api<DynamicObject>,
+    log: &std::path::Path,
+) {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    let victim = "c-dc-r-2";
+    let (node, volume, _) = member_placement(client, victim)
+        .await
+        .expect("the member placed");
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "db");
+    let claim = format!("data-{victim}");
+    let claim_uid = claims.get(&claim).await.unwrap().metadata.uid.unwrap();
+    let lost = Instant::now();
+    hollow.stop_reporting(&node);
+    Api::<Node>::all(client.clone())
+        .delete(&node, &Default::default())
+        .await
+        .expect("deleting the Node");
+    let waited = tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            let placed = member_placement(client, victim).await;
+            let claim_now = claims
+                .get_opt(&claim)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|c| c.metadata.uid);
+            let ready = clusters
+                .get_opt("c")
+                .await
+                .ok()
+                .flatten()
+                .and_then(|c| c.data.pointer("/status/readyMembers")?.as_i64());
+            if let Some((on, new_volume, _)) = placed
+                && on != node
+                && new_volume != volume
+                && claim_now.is_some_and(|u| u != claim_uid)
+                && ready == Some(3)
+            {
+                return on;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await;
+    let on = waited.unwrap_or_else(|_| {
+        panic!(
+            "{victim} not replaced within 120 s of its Node's deletion; the controller's log:\n{}",
+            testworld::harness::tail(log)
+        )
+    });
+    println!(
+        "{victim} replaced on {on} with a new claim {:.1} s after {node} was deleted",
+        lost.elapsed().as_secs_f64()
+    );
 }
 
 /// A Node that stops reporting: the real node-lifecycle controller marks
@@ -628,40 +706,58 @@ async fn unreachable_node_keeps_its_member(
     hollow.stop_reporting(&node);
     eventually("the Node Unknown and tainted unreachable", || async {
         let n = nodes.get(&node).await.ok()?;
-        let unknown = n.status?.conditions?.iter().any(|c| c.type_ == "Ready" && c.status == "Unknown");
-        let tainted = n.spec?.taints?.iter().any(|t| {
-            t.key == "node.kubernetes.io/unreachable" && t.effect == "NoExecute"
-        });
+        let unknown = n
+            .status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "Unknown");
+        let tainted = n
+            .spec?
+            .taints?
+            .iter()
+            .any(|t| t.key == "node.kubernetes.io/unreachable" && t.effect == "NoExecute");
         (unknown && tainted).then_some(())
     })
     .await;
-    println!("{node} unreachable after {:.1} s", cut.elapsed().as_secs_f64());
+    println!(
+        "{node} unreachable after {:.1} s",
+        cut.elapsed().as_secs_f64()
+    );
     eventually("the member's Pod evicted, Terminating", || async {
         let p = pods.get_opt(victim).await.ok()??;
         (p.metadata.uid.as_deref() == Some(&pod_uid) && p.metadata.deletion_timestamp.is_some())
             .then_some(())
     })
     .await;
-    println!("{victim} evicted after {:.1} s", cut.elapsed().as_secs_f64());
+    println!(
+        "{victim} evicted after {:.1} s",
+        cut.elapsed().as_secs_f64()
+    );
     // The operator waits while the Node may come back.
     tokio::time::sleep(Duration::from_secs(10)).await;
     let kept = claims.get(&claim).await.unwrap();
     assert_eq!(kept.metadata.uid.as_deref(), Some(claim_uid.as_str()));
-    assert!(kept.metadata.deletion_timestamp.is_none(), "the claim is being deleted");
+    assert!(
+        kept.metadata.deletion_timestamp.is_none(),
+        "the claim is being deleted"
+    );
     let waiting = pods.get(victim).await.unwrap();
     assert_eq!(waiting.metadata.uid.as_deref(), Some(pod_uid.as_str()));
     assert_eq!(ready_members().await, Some(2));
 
     let back = Instant::now();
     hollow.resume_reporting(&node);
-    eventually("the member back and Ready on its Node with its claim", || async {
-        let p = pods.get_opt(victim).await.ok()??;
-        let new = p.metadata.uid.as_deref() != Some(pod_uid.as_str());
-        let placed = member_placement(client, victim).await?;
-        let claim_now = claims.get(&claim).await.ok()?.metadata.uid?;
-        (new && placed.0 == node && claim_now == claim_uid && ready_members().await == Some(3))
-            .then_some(())
-    })
+    eventually(
+        "the member back and Ready on its Node with its claim",
+        || async {
+            let p = pods.get_opt(victim).await.ok()??;
+            let new = p.metadata.uid.as_deref() != Some(pod_uid.as_str());
+            let placed = member_placement(client, victim).await?;
+            let claim_now = claims.get(&claim).await.ok()?.metadata.uid?;
+            (new && placed.0 == node && claim_now == claim_uid && ready_members().await == Some(3))
+                .then_some(())
+        },
+    )
     .await;
     println!(
         "{victim} Ready again on {node} {:.1} s after the Node reported again",
