@@ -5,7 +5,7 @@
 //! `testworld::control_plane` with TLS, RBAC and Node authorization and
 //! GKE's admission plugins.
 //!
-//! One test proves, against upstream's code rather than a copy of it:
+//! The first test proves, against upstream's code rather than a copy of it:
 //! - the operator's CRD is accepted by the real API server (structural
 //!   schema, CEL rules within the real cost budget) and becomes Established;
 //! - a Cluster its CEL rules refuse is refused by the real API server with
@@ -28,6 +28,10 @@
 //!   read Secrets.
 //!
 //! It prints the start-up time of each component and their resident memory.
+//!
+//! The second runs the operator on hollow nodes
+//! ([`testworld::hollow_nodes`]) of this control plane: see its doc
+//! comment.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
