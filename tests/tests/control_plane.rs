@@ -438,6 +438,9 @@ async fn member_placement(client: &Client, pod: &str) -> Option<(String, String,
 ///   real StatefulSet controller, pass the real PodSecurity admission,
 ///   are placed by the real scheduler, and their claims are bound by the
 ///   real PV binder to volumes on the nodes the Pods run on.
+/// - then a member's Node stops reporting
+///   ([`unreachable_node_keeps_its_member`]), and another member's Node
+///   is deleted with its disk ([`deleted_node_has_its_member_replaced`]).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_installed_by_kustomize_brings_up_a_cluster_on_hollow_nodes() {
     use testworld::hollow_nodes::{self, HollowNodes, NodeSpec};
