@@ -439,8 +439,10 @@ async fn member_placement(client: &Client, pod: &str) -> Option<(String, String,
 ///   are placed by the real scheduler, and their claims are bound by the
 ///   real PV binder to volumes on the nodes the Pods run on.
 /// - then a member's Node stops reporting
-///   ([`unreachable_node_keeps_its_member`]), and another member's Node
-///   is deleted with its disk ([`deleted_node_has_its_member_replaced`]).
+///   ([`unreachable_node_keeps_its_member`]), another member's Node is
+///   deleted with its disk ([`deleted_node_has_its_member_replaced`]), and
+///   two Nodes are drained with `kubectl drain`
+///   ([`drains_respect_the_budget`]).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_installed_by_kustomize_brings_up_a_cluster_on_hollow_nodes() {
     use testworld::hollow_nodes::{self, HollowNodes, NodeSpec};
@@ -604,12 +606,129 @@ async fn the_operator_installed_by_kustomize_brings_up_a_cluster_on_hollow_nodes
     }
     unreachable_node_keeps_its_member(&client, &hollow, &clusters).await;
     deleted_node_has_its_member_replaced(&client, &hollow, &clusters, &log).await;
+    drains_respect_the_budget(&plane, &client, &clusters).await;
     assert!(
         hollow.seen(|s| s.refused.is_empty()),
         "requests of the hollow nodes refused: {:?}",
         hollow.seen(|s| s.refused.clone())
     );
     println!("RSS at the end: {}", plane.rss_summary());
+}
+
+/// `kubectl` as [`kubectl`], returning whether it succeeded and its
+/// output.
+fn try_kubectl(plane: &ControlPlane, args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(plane.kubeconfig())
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// `kubectl drain` of two members' Nodes, through the eviction API and the
+/// operator's PodDisruptionBudget as the real disruption controller keeps
+/// it: the first drain evicts its member, whose Pod, made again by the
+/// StatefulSet controller, stays Pending (its local volume is on the
+/// cordoned Node); the second drain is refused by the budget while that
+/// member is down and evicts nothing; once the first Node is uncordoned
+/// the member is back, and the second drain then evicts its member.
+async fn drains_respect_the_budget(
+    plane: &ControlPlane,
+    client: &Client,
+    clusters: &Api<DynamicObject>,
+) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "db");
+    let ready_members = || async {
+        clusters
+            .get_opt("c")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|c| c.data.pointer("/status/readyMembers")?.as_i64())
+    };
+    let (first, _, _) = member_placement(client, "c-dc-r-0").await.expect("placed");
+    let (second, _, _) = member_placement(client, "c-dc-r-1").await.expect("placed");
+    assert_ne!(first, second, "two members on one Node");
+    let uid = |name: &'static str| {
+        let pods = pods.clone();
+        async move {
+            pods.get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|p| p.metadata.uid)
+        }
+    };
+    let first_uid = uid("c-dc-r-0").await;
+    let second_uid = uid("c-dc-r-1").await;
+
+    let drain = |node: &str, timeout: &str| {
+        try_kubectl(
+            plane,
+            &[
+                "drain",
+                node,
+                "--ignore-daemonsets",
+                "--delete-emptydir-data",
+                &format!("--timeout={timeout}"),
+            ],
+        )
+    };
+    let (ok, out) = drain(&first, "60s");
+    assert!(ok, "draining {first}: {out}");
+    eventually(
+        "c-dc-r-0 made again, Pending on the cordoned Node's volume",
+        || async {
+            let p = pods.get_opt("c-dc-r-0").await.ok()??;
+            let phase = p.status.as_ref()?.phase.clone();
+            (p.metadata.uid != first_uid
+                && phase.as_deref() == Some("Pending")
+                && ready_members().await == Some(2))
+            .then_some(())
+        },
+    )
+    .await;
+
+    let (ok, out) = drain(&second, "15s");
+    assert!(
+        !ok,
+        "draining {second} while a member is down succeeded: {out}"
+    );
+    assert!(
+        out.contains("disruption budget"),
+        "{second}'s drain failed for another reason: {out}"
+    );
+    assert_eq!(uid("c-dc-r-1").await, second_uid, "c-dc-r-1 was evicted");
+    println!("the budget refused {second}'s drain while c-dc-r-0 was down");
+
+    try_kubectl(plane, &["uncordon", &first]);
+    eventually("c-dc-r-0 back on its Node, 3 members Ready", || async {
+        let (node, _, _) = member_placement(client, "c-dc-r-0").await?;
+        (node == first && ready_members().await == Some(3)).then_some(())
+    })
+    .await;
+    let (ok, out) = drain(&second, "60s");
+    assert!(ok, "draining {second} once every member is back: {out}");
+    assert_ne!(
+        uid("c-dc-r-1").await,
+        second_uid,
+        "c-dc-r-1 was not evicted"
+    );
+    try_kubectl(plane, &["uncordon", &second]);
+    eventually("c-dc-r-1 back on its Node, 3 members Ready", || async {
+        let (node, _, _) = member_placement(client, "c-dc-r-1").await?;
+        (node == second && ready_members().await == Some(3)).then_some(())
+    })
+    .await;
 }
 
 /// A Node deleted with its local disk, as GKE deletes the Node of a VM it
@@ -636,7 +755,7 @@ async fn deleted_node_has_its_member_replaced(
         .delete(&node, &Default::default())
         .await
         .expect("deleting the Node");
-    let waited = tokio::time::timeout(Duration::from_secs(120), async {
+    let waited = tokio::time::timeout(Duration::from_secs(180), async {
         loop {
             let placed = member_placement(client, victim).await;
             let claim_now = claims
@@ -665,7 +784,7 @@ async fn deleted_node_has_its_member_replaced(
     .await;
     let on = waited.unwrap_or_else(|_| {
         panic!(
-            "{victim} not replaced within 120 s of its Node's deletion; the controller's log:\n{}",
+            "{victim} not replaced within 180 s of its Node's deletion; the controller's log:\n{}",
             testworld::harness::tail(log)
         )
     });
