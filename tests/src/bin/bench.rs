@@ -5,7 +5,7 @@
 //! cargo build --release && target/release/bench [--quick] [--json FILE]
 //! ```
 //!
-//! Three worlds, one after the other:
+//! Four worlds, one after the other:
 //!
 //! 1. real members (sidecar and fake Cassandra processes): a 3-rack,
 //!    12-member cluster brought up (the operator's requests, the overhead
@@ -16,7 +16,12 @@
 //! 2. hollow kubelets (Pods Ready at once, no processes): 1 cluster, then
 //!    100 (the controller's VmRSS, scale-up reaction times);
 //! 3. hollow kubelets: 1,000 clusters created at once (first steps, all
-//!    Ready, the controller's CPU time and VmRSS).
+//!    Ready, the controller's CPU time and VmRSS);
+//! 4. the hollow phases again on the real control plane (issue 29):
+//!    upstream's API server, controller-manager and scheduler with hollow
+//!    nodes ([`testworld::hollow_nodes`]); printed beside kubesim's, not
+//!    in the JSON (whose keys are issue 17's). `BENCH_SKIP_CONTROL_PLANE=1`
+//!    skips it.
 //!
 //! Times come from kubesim's request log and store events (both stamped
 //! in µs), memory from /proc. `--quick` shortens the steady period (60 s
@@ -692,6 +697,7 @@ async fn hundred(paths: &Paths, f: &mut Figures, scale_ups: &mut Vec<f64>) -> Re
     })
     .await?;
     f.controller_1_mib = mean_rss(pid, 10).await;
+    let began = Instant::now();
     for i in 1..100 {
         create(
             &clusters,
@@ -703,6 +709,7 @@ async fn hundred(paths: &Paths, f: &mut Figures, scale_ups: &mut Vec<f64>) -> Re
         clusters_ready(&store, 3) == 100
     })
     .await?;
+    f.hundred_ready_s = began.elapsed().as_secs_f64();
     f.controller_100_mib = mean_rss(pid, 10).await;
     let r = rec.lock().unwrap_or_else(|e| e.into_inner());
     let requests = world.sim.requests();
@@ -826,6 +833,306 @@ async fn thousand(paths: &Paths, quick: bool, f: &mut Figures) -> Result<(), Err
     Ok(())
 }
 
+/// The hollow phases' figures measured on the real control plane
+/// (issue 29), printed beside kubesim's.
+#[derive(Debug, Clone, Copy)]
+struct RealPlane {
+    controller_1_mib: f64,
+    controller_100_mib: f64,
+    hundred_ready_s: f64,
+    controller_1000_mib: f64,
+    first_steps_s: f64,
+    all_ready_s: f64,
+    controller_cpu_s: f64,
+}
+
+impl Default for RealPlane {
+    fn default() -> RealPlane {
+        let nan = f64::NAN;
+        RealPlane {
+            controller_1_mib: nan,
+            controller_100_mib: nan,
+            hundred_ready_s: nan,
+            controller_1000_mib: nan,
+            first_steps_s: nan,
+            all_ready_s: nan,
+            controller_cpu_s: nan,
+        }
+    }
+}
+
+/// The Clusters in [`NS`] whose status counts `members` Ready of
+/// `members`, and the names of those that have a StatefulSet, as the API
+/// server lists them.
+async fn listed(client: &kube::Client, members: i64) -> Result<(usize, BTreeSet<String>), Error> {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), NS);
+    let ready = clusters
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .filter(|c| {
+            c.status.as_ref().is_some_and(|s| {
+                i64::from(s.ready_members) == members && i64::from(s.members) == members
+            })
+        })
+        .count();
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), NS);
+    let with_sets = sets
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .filter_map(|s| {
+            s.metadata
+                .labels
+                .as_ref()?
+                .get(crds::labels::CLUSTER)
+                .cloned()
+        })
+        .collect();
+    Ok((ready, with_sets))
+}
+
+/// Lists until `done` says so, every `every`.
+async fn until_listed(
+    what: &str,
+    (secs, every): (u64, Duration),
+    log: &Path,
+    client: &kube::Client,
+    mut done: impl FnMut(usize, &BTreeSet<String>) -> bool,
+) -> Result<(), Error> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let (ready, sets) = listed(client, 3).await?;
+        if done(ready, &sets) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "timed out after {secs} s waiting for {what} ({ready} Ready)\ncontroller log:\n{}",
+                harness::tail(log)
+            )
+            .into());
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// World 4: the hollow phases on the real control plane (issue 29):
+/// etcd, kube-apiserver, kube-controller-manager and kube-scheduler of
+/// `scripts/build-control-plane`, with upstream's settings, and 42
+/// hollow nodes ([`testworld::hollow_nodes`]) of 8 CPUs in 3 zones. The
+/// controller runs as the operator's ServiceAccount. 1 cluster, then 100
+/// (the controller's VmRSS, the time until the 100 are Ready), then,
+/// unless `quick`, 1,000 created at once (first steps, all Ready, CPU,
+/// VmRSS). Times by listing (kubesim's phases read store events): every
+/// 250 ms up to 100 clusters, every second for the 1,000 (a list of
+/// 1,100 Clusters is megabytes the API server would serve four times a
+/// second while it is measured); each time is that much late at most.
+async fn real_plane(paths: &Paths, quick: bool, r: &mut RealPlane) -> Result<(), Error> {
+    use testworld::control_plane::ControlPlane;
+    use testworld::hollow_nodes::{self, HollowNodes, NodeSpec};
+    let plane = ControlPlane::start().await?;
+    let client = plane.client().await?;
+    let specs: Vec<NodeSpec> = ["a", "b", "c"]
+        .iter()
+        .flat_map(|z| {
+            (0..14).map(move |i| NodeSpec::in_zone(&format!("node-{z}-{i}"), &format!("zone-{z}")))
+        })
+        .collect();
+    let _hollow = HollowNodes::start(&plane, &specs).await?;
+    Api::<k8s_openapi::api::storage::v1::StorageClass>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &hollow_nodes::storage_class("standard"),
+        )
+        .await?;
+    let crds_api: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    crds_api
+        .create(&PostParams::default(), &crds::crd::definition())
+        .await?;
+    let ns: k8s_openapi::api::core::v1::Namespace = serde_json::from_value(json!({"metadata": {
+        "name": NS, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}))?;
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    // The operator's RBAC as the install has it (the objects of
+    // manifests/operator.yaml but its Deployment).
+    for object in harness::manifest_objects(harness::OPERATOR_MANIFEST)? {
+        let kind = object["kind"].as_str().unwrap_or_default();
+        if kind == "Deployment" || kind == "CustomResourceDefinition" {
+            continue;
+        }
+        let (group, version) = match object["apiVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .split_once('/')
+        {
+            Some((g, v)) => (g.to_string(), v.to_string()),
+            None => (
+                String::new(),
+                object["apiVersion"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            ),
+        };
+        let gvk = kube::api::GroupVersionKind::gvk(&group, &version, kind);
+        let (resource, caps) = kube::discovery::pinned_kind(&client, &gvk).await?;
+        let api: Api<kube::api::DynamicObject> = match object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+        {
+            Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
+                Api::namespaced_with(client.clone(), ns, &resource)
+            }
+            _ => Api::all_with(client.clone(), &resource),
+        };
+        api.create(&PostParams::default(), &serde_json::from_value(object)?)
+            .await?;
+    }
+    let (account_ns, account) = harness::OPERATOR_ACCOUNT;
+    let kubeconfig = plane.write_client_kubeconfig(
+        &format!("system:serviceaccount:{account_ns}:{account}"),
+        &[
+            "system:serviceaccounts",
+            &format!("system:serviceaccounts:{account_ns}"),
+        ],
+    )?;
+    let log = plane.dir().join("controller.log");
+    let controller = Process(
+        std::process::Command::new(&paths.operator)
+            .arg("controller")
+            .env("KUBECONFIG", &kubeconfig)
+            .env("METRICS_ADDR", free_addr()?)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()?,
+    );
+    let pid = controller.0.id();
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), NS);
+    create(&clusters, &cluster("c0", &["r"], 3, "100m", "256Mi")?).await?;
+    let fast = Duration::from_millis(250);
+    until_listed(
+        "one cluster Ready",
+        (300, fast),
+        &log,
+        &client,
+        |ready, _| ready == 1,
+    )
+    .await?;
+    r.controller_1_mib = mean_rss(pid, 10).await;
+    let began = Instant::now();
+    for i in 1..100 {
+        create(
+            &clusters,
+            &cluster(&format!("c{i}"), &["r"], 3, "100m", "256Mi")?,
+        )
+        .await?;
+    }
+    until_listed(
+        "100 clusters Ready",
+        (900, fast),
+        &log,
+        &client,
+        |ready, _| ready == 100,
+    )
+    .await?;
+    r.hundred_ready_s = began.elapsed().as_secs_f64();
+    r.controller_100_mib = mean_rss(pid, 10).await;
+    eprintln!(
+        "bench: real control plane, 100 clusters Ready in {:.1} s",
+        r.hundred_ready_s
+    );
+    if quick {
+        return Ok(());
+    }
+    let cpu0 = cpu_seconds(pid);
+    let began = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..1000 {
+        let clusters = clusters.clone();
+        let c = cluster(&format!("k{i}"), &["r"], 3, "100m", "256Mi")?;
+        tasks.push(tokio::spawn(async move {
+            create(&clusters, &c).await.map_err(|e| e.to_string())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let firsts = |sets: &BTreeSet<String>| sets.iter().filter(|c| c.starts_with('k')).count();
+    let slow = Duration::from_secs(1);
+    until_listed(
+        "every cluster's first rack",
+        (1800, slow),
+        &log,
+        &client,
+        |_, sets| firsts(sets) >= 1000,
+    )
+    .await?;
+    r.first_steps_s = began.elapsed().as_secs_f64();
+    until_listed(
+        "1100 clusters Ready",
+        (3600, slow),
+        &log,
+        &client,
+        |ready, _| ready >= 1100,
+    )
+    .await?;
+    r.all_ready_s = began.elapsed().as_secs_f64();
+    r.controller_cpu_s = cpu_seconds(pid) - cpu0;
+    r.controller_1000_mib = mean_rss(pid, 10).await;
+    Ok(())
+}
+
+/// kubesim's hollow figures beside the real control plane's.
+fn side_by_side(f: &Figures, r: &RealPlane) -> String {
+    let rows = [
+        (
+            "controller RSS, 1 cluster (MiB)",
+            f.controller_1_mib,
+            r.controller_1_mib,
+        ),
+        (
+            "controller RSS, 100 clusters (MiB)",
+            f.controller_100_mib,
+            r.controller_100_mib,
+        ),
+        (
+            "controller RSS, 1000 clusters (MiB)",
+            f.controller_1000_mib,
+            r.controller_1000_mib,
+        ),
+        (
+            "1000 clusters, all first steps (s)",
+            f.first_steps_s,
+            r.first_steps_s,
+        ),
+        ("1000 clusters, all Ready (s)", f.all_ready_s, r.all_ready_s),
+        (
+            "1000 clusters, controller CPU (s)",
+            f.controller_cpu_s,
+            r.controller_cpu_s,
+        ),
+        (
+            "100 clusters, all Ready (s)",
+            f.hundred_ready_s,
+            r.hundred_ready_s,
+        ),
+    ];
+    let mut out = format!(
+        "{:38}  {:>10}  {:>18}\n",
+        "hollow phases", "kubesim", "real control plane"
+    );
+    for (name, kubesim, real) in rows {
+        out.push_str(&format!("{name:38}  {kubesim:>10.1}  {real:>18.1}\n"));
+    }
+    out
+}
+
 /// What the real-members phase measures, unknown when it fails part way.
 fn failed_real(f: &mut Figures) {
     let nan = f64::NAN;
@@ -930,7 +1237,11 @@ async fn run() -> Result<(), Error> {
     );
     if let Err(e) = hundred(&paths, &mut f, &mut scale_ups).await {
         eprintln!("bench: the 100-cluster phase failed: {e}");
-        for v in [&mut f.controller_1_mib, &mut f.controller_100_mib] {
+        for v in [
+            &mut f.controller_1_mib,
+            &mut f.controller_100_mib,
+            &mut f.hundred_ready_s,
+        ] {
             if *v == 0.0 {
                 *v = f64::NAN;
             }
@@ -957,6 +1268,14 @@ async fn run() -> Result<(), Error> {
         }
     }
     f.scale_up_ms = Percentiles::of(&scale_ups);
+    // BENCH_SKIP_CONTROL_PLANE=1: not on the real control plane (or when
+    // scripts/build-control-plane has not built it: the phase says so).
+    let mut plane = RealPlane::default();
+    if std::env::var("BENCH_SKIP_CONTROL_PLANE").is_ok_and(|v| v == "1") {
+        eprintln!("bench: the real control plane phase skipped (BENCH_SKIP_CONTROL_PLANE=1)");
+    } else if let Err(e) = real_plane(&paths, quick, &mut plane).await {
+        eprintln!("bench: the real control plane phase failed: {e}");
+    }
     println!(
         "cassandra-operator benchmark ({}, {:.0} s, {})",
         if quick { "--quick" } else { "full" },
@@ -964,6 +1283,8 @@ async fn run() -> Result<(), Error> {
         paths.operator.display()
     );
     print!("{}", f.table());
+    println!("\nthe hollow phases, kubesim and the real control plane (issue 29):");
+    print!("{}", side_by_side(&f, &plane));
     if let Some(file) = json_file {
         std::fs::write(&file, serde_json::to_string_pretty(&f.to_json())? + "\n")?;
     }
