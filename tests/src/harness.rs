@@ -318,6 +318,16 @@ pub fn manifest_objects(text: &str) -> Result<Vec<serde_json::Value>, String> {
     Ok(out)
 }
 
+/// A manifest object's `apiVersion` as (group, version); the core group
+/// is "".
+pub fn group_version(object: &serde_json::Value) -> (String, String) {
+    let api_version = object["apiVersion"].as_str().unwrap_or_default();
+    match api_version.split_once('/') {
+        Some((g, v)) => (g.to_string(), v.to_string()),
+        None => (String::new(), api_version.to_string()),
+    }
+}
+
 /// Installs what manifests/operator.yaml installs but the Deployment (the
 /// tests run the controller as a host process beside kubesim): its
 /// Namespace, ServiceAccount, ClusterRole and ClusterRoleBinding, as an
@@ -327,17 +337,7 @@ pub fn manifest_objects(text: &str) -> Result<Vec<serde_json::Value>, String> {
 pub fn install_operator_rbac(sim: &KubeSim, dir: &Path) -> Result<PathBuf, HarnessError> {
     let failed = |e: String| HarnessError::OperatorRbac(e);
     for obj in manifest_objects(OPERATOR_MANIFEST).map_err(failed)? {
-        let (group, version) = match obj["apiVersion"]
-            .as_str()
-            .unwrap_or_default()
-            .split_once('/')
-        {
-            Some((g, v)) => (g.to_string(), v.to_string()),
-            None => (
-                String::new(),
-                obj["apiVersion"].as_str().unwrap_or_default().to_string(),
-            ),
-        };
+        let (group, version) = group_version(&obj);
         let plural = match obj["kind"].as_str().unwrap_or_default() {
             "Namespace" => "namespaces",
             "ServiceAccount" => "serviceaccounts",

@@ -379,18 +379,47 @@ async fn real_control_plane_runs_the_crd_rules_and_the_controllers() {
 /// `kubectl` (the machine's) against the control plane as its admin;
 /// panics with its output when it fails.
 fn kubectl(plane: &ControlPlane, args: &[&str]) -> String {
-    let out = std::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(plane.kubeconfig())
-        .args(args)
-        .output()
-        .expect("kubectl runs");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    );
-    assert!(out.status.success(), "kubectl {args:?}: {stdout}{stderr}");
-    stdout
+    let (ok, out) = try_kubectl(plane, args);
+    assert!(ok, "kubectl {args:?}: {out}");
+    out
+}
+
+/// A member a phase takes down: its Node, its volume and its claim.
+struct Victim {
+    node: String,
+    volume: String,
+    claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
+    claim: String,
+    claim_uid: String,
+}
+
+impl Victim {
+    async fn of(client: &Client, member: &str) -> Victim {
+        let (node, volume, _) = member_placement(client, member)
+            .await
+            .expect("the member placed");
+        let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+            Api::namespaced(client.clone(), "db");
+        let claim = format!("data-{member}");
+        let claim_uid = claims.get(&claim).await.unwrap().metadata.uid.unwrap();
+        Victim {
+            node,
+            volume,
+            claims,
+            claim,
+            claim_uid,
+        }
+    }
+}
+
+/// Cluster `c`'s Ready members, as its status counts them.
+async fn ready_members(clusters: &Api<DynamicObject>) -> Option<i64> {
+    clusters
+        .get_opt("c")
+        .await
+        .ok()
+        .flatten()
+        .and_then(|c| c.data.pointer("/status/readyMembers")?.as_i64())
 }
 
 /// What a node's Pods and claims look like once a member runs: (Pod's
@@ -570,12 +599,7 @@ async fn the_operator_installed_by_kustomize_brings_up_a_cluster_on_hollow_nodes
     let began = Instant::now();
     let waited = tokio::time::timeout(Duration::from_secs(180), async {
         loop {
-            let ready = clusters
-                .get_opt("c")
-                .await
-                .ok()
-                .flatten()
-                .and_then(|c| c.data.pointer("/status/readyMembers")?.as_i64());
+            let ready = ready_members(&clusters).await;
             if ready == Some(3) {
                 return;
             }
@@ -647,14 +671,6 @@ async fn drains_respect_the_budget(
     clusters: &Api<DynamicObject>,
 ) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "db");
-    let ready_members = || async {
-        clusters
-            .get_opt("c")
-            .await
-            .ok()
-            .flatten()
-            .and_then(|c| c.data.pointer("/status/readyMembers")?.as_i64())
-    };
     let (first, _, _) = member_placement(client, "c-dc-r-0").await.expect("placed");
     let (second, _, _) = member_placement(client, "c-dc-r-1").await.expect("placed");
     assert_ne!(first, second, "two members on one Node");
@@ -692,7 +708,7 @@ async fn drains_respect_the_budget(
             let phase = p.status.as_ref()?.phase.clone();
             (p.metadata.uid != first_uid
                 && phase.as_deref() == Some("Pending")
-                && ready_members().await == Some(2))
+                && ready_members(clusters).await == Some(2))
             .then_some(())
         },
     )
@@ -713,7 +729,7 @@ async fn drains_respect_the_budget(
     try_kubectl(plane, &["uncordon", &first]);
     eventually("c-dc-r-0 back on its Node, 3 members Ready", || async {
         let (node, _, _) = member_placement(client, "c-dc-r-0").await?;
-        (node == first && ready_members().await == Some(3)).then_some(())
+        (node == first && ready_members(clusters).await == Some(3)).then_some(())
     })
     .await;
     let (ok, out) = drain(&second, "60s");
@@ -726,7 +742,7 @@ async fn drains_respect_the_budget(
     try_kubectl(plane, &["uncordon", &second]);
     eventually("c-dc-r-1 back on its Node, 3 members Ready", || async {
         let (node, _, _) = member_placement(client, "c-dc-r-1").await?;
-        (node == second && ready_members().await == Some(3)).then_some(())
+        (node == second && ready_members(clusters).await == Some(3)).then_some(())
     })
     .await;
 }
@@ -741,14 +757,14 @@ async fn deleted_node_has_its_member_replaced(
     clusters: &Api<DynamicObject>,
     log: &std::path::Path,
 ) {
-    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
     let victim = "c-dc-r-2";
-    let (node, volume, _) = member_placement(client, victim)
-        .await
-        .expect("the member placed");
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "db");
-    let claim = format!("data-{victim}");
-    let claim_uid = claims.get(&claim).await.unwrap().metadata.uid.unwrap();
+    let Victim {
+        node,
+        volume,
+        claims,
+        claim,
+        claim_uid,
+    } = Victim::of(client, victim).await;
     let lost = Instant::now();
     hollow.stop_reporting(&node);
     Api::<Node>::all(client.clone())
@@ -764,12 +780,7 @@ async fn deleted_node_has_its_member_replaced(
                 .ok()
                 .flatten()
                 .and_then(|c| c.metadata.uid);
-            let ready = clusters
-                .get_opt("c")
-                .await
-                .ok()
-                .flatten()
-                .and_then(|c| c.data.pointer("/status/readyMembers")?.as_i64());
+            let ready = ready_members(clusters).await;
             if let Some((on, new_volume, _)) = placed
                 && on != node
                 && new_volume != volume
@@ -808,25 +819,17 @@ async fn unreachable_node_keeps_its_member(
     hollow: &testworld::hollow_nodes::HollowNodes,
     clusters: &Api<DynamicObject>,
 ) {
-    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
     let victim = "c-dc-r-1";
-    let (node, _, _) = member_placement(client, victim)
-        .await
-        .expect("the member placed");
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "db");
-    let claim = format!("data-{victim}");
-    let claim_uid = claims.get(&claim).await.unwrap().metadata.uid.unwrap();
+    let Victim {
+        node,
+        claims,
+        claim,
+        claim_uid,
+        ..
+    } = Victim::of(client, victim).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "db");
     let pod_uid = pods.get(victim).await.unwrap().metadata.uid.unwrap();
     let nodes: Api<Node> = Api::all(client.clone());
-    let ready_members = || async {
-        clusters
-            .get_opt("c")
-            .await
-            .ok()
-            .flatten()
-            .and_then(|c| c.data.pointer("/status/readyMembers")?.as_i64())
-    };
 
     let cut = Instant::now();
     hollow.stop_reporting(&node);
@@ -869,7 +872,7 @@ async fn unreachable_node_keeps_its_member(
     );
     let waiting = pods.get(victim).await.unwrap();
     assert_eq!(waiting.metadata.uid.as_deref(), Some(pod_uid.as_str()));
-    assert_eq!(ready_members().await, Some(2));
+    assert_eq!(ready_members(clusters).await, Some(2));
 
     let back = Instant::now();
     hollow.resume_reporting(&node);
@@ -880,8 +883,10 @@ async fn unreachable_node_keeps_its_member(
             let new = p.metadata.uid.as_deref() != Some(pod_uid.as_str());
             let placed = member_placement(client, victim).await?;
             let claim_now = claims.get(&claim).await.ok()?.metadata.uid?;
-            (new && placed.0 == node && claim_now == claim_uid && ready_members().await == Some(3))
-                .then_some(())
+            (new && placed.0 == node
+                && claim_now == claim_uid
+                && ready_members(clusters).await == Some(3))
+            .then_some(())
         },
     )
     .await;

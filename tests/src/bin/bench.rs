@@ -364,6 +364,34 @@ async fn mean_rss(pid: u32, secs: u64) -> f64 {
     samples.iter().sum::<u64>() as f64 / samples.len().max(1) as f64 / MIB
 }
 
+/// Creates the clusters `c1` to `c99` of 3 members, one after the other.
+async fn create_c1_to_c99(clusters: &Api<Cluster>) -> Result<(), Error> {
+    for i in 1..100 {
+        create(
+            clusters,
+            &cluster(&format!("c{i}"), &["r"], 3, "100m", "256Mi")?,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Creates the clusters `k0` to `k999` of 3 members, at once.
+async fn create_thousand(clusters: &Api<Cluster>) -> Result<(), Error> {
+    let mut tasks = Vec::new();
+    for i in 0..1000 {
+        let clusters = clusters.clone();
+        let c = cluster(&format!("k{i}"), &["r"], 3, "100m", "256Mi")?;
+        tasks.push(tokio::spawn(async move {
+            create(&clusters, &c).await.map_err(|e| e.to_string())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(())
+}
+
 /// Sets every rack's members (a merge patch replaces the list).
 async fn scale(clusters: &Api<Cluster>, name: &str, members: i32) -> Result<(), Error> {
     let mut racks = clusters.get(name).await?.spec.datacenter.racks;
@@ -698,13 +726,7 @@ async fn hundred(paths: &Paths, f: &mut Figures, scale_ups: &mut Vec<f64>) -> Re
     .await?;
     f.controller_1_mib = mean_rss(pid, 10).await;
     let began = Instant::now();
-    for i in 1..100 {
-        create(
-            &clusters,
-            &cluster(&format!("c{i}"), &["r"], 3, "100m", "256Mi")?,
-        )
-        .await?;
-    }
+    create_c1_to_c99(&clusters).await?;
     until("100 clusters Ready", 600, &log, || {
         clusters_ready(&store, 3) == 100
     })
@@ -778,17 +800,7 @@ async fn thousand(paths: &Paths, quick: bool, f: &mut Figures) -> Result<(), Err
     let cpu0 = cpu_seconds(pid);
     let t0 = now_us();
     let began = Instant::now();
-    let mut tasks = Vec::new();
-    for i in 0..1000 {
-        let clusters = clusters.clone();
-        let c = cluster(&format!("k{i}"), &["r"], 3, "100m", "256Mi")?;
-        tasks.push(tokio::spawn(async move {
-            create(&clusters, &c).await.map_err(|e| e.to_string())
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
+    create_thousand(&clusters).await?;
     eprintln!(
         "bench: 1000 clusters created in {:.1} s",
         began.elapsed().as_secs_f64()
@@ -966,20 +978,7 @@ async fn real_plane(paths: &Paths, quick: bool, r: &mut RealPlane) -> Result<(),
         if kind == "Deployment" || kind == "CustomResourceDefinition" {
             continue;
         }
-        let (group, version) = match object["apiVersion"]
-            .as_str()
-            .unwrap_or_default()
-            .split_once('/')
-        {
-            Some((g, v)) => (g.to_string(), v.to_string()),
-            None => (
-                String::new(),
-                object["apiVersion"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-            ),
-        };
+        let (group, version) = harness::group_version(&object);
         let gvk = kube::api::GroupVersionKind::gvk(&group, &version, kind);
         let (resource, caps) = kube::discovery::pinned_kind(&client, &gvk).await?;
         let api: Api<kube::api::DynamicObject> = match object
@@ -1026,13 +1025,7 @@ async fn real_plane(paths: &Paths, quick: bool, r: &mut RealPlane) -> Result<(),
     .await?;
     r.controller_1_mib = mean_rss(pid, 10).await;
     let began = Instant::now();
-    for i in 1..100 {
-        create(
-            &clusters,
-            &cluster(&format!("c{i}"), &["r"], 3, "100m", "256Mi")?,
-        )
-        .await?;
-    }
+    create_c1_to_c99(&clusters).await?;
     until_listed(
         "100 clusters Ready",
         (900, fast),
@@ -1052,17 +1045,7 @@ async fn real_plane(paths: &Paths, quick: bool, r: &mut RealPlane) -> Result<(),
     }
     let cpu0 = cpu_seconds(pid);
     let began = Instant::now();
-    let mut tasks = Vec::new();
-    for i in 0..1000 {
-        let clusters = clusters.clone();
-        let c = cluster(&format!("k{i}"), &["r"], 3, "100m", "256Mi")?;
-        tasks.push(tokio::spawn(async move {
-            create(&clusters, &c).await.map_err(|e| e.to_string())
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
+    create_thousand(&clusters).await?;
     let firsts = |sets: &BTreeSet<String>| sets.iter().filter(|c| c.starts_with('k')).count();
     let slow = Duration::from_secs(1);
     until_listed(
