@@ -302,16 +302,17 @@ impl Agent {
                     }
                 }
                 let now = MicroTime(Timestamp::now());
-                let renewed = match leases.get_opt(&self.node).await {
-                    Ok(Some(_)) => leases
-                        .patch(
-                            &self.node,
-                            &PatchParams::default(),
-                            &Patch::Merge(json!({"spec": {"renewTime": now}})),
-                        )
-                        .await
-                        .map(|_| ()),
-                    Ok(None) => {
+                // A patch, and a create only when there is no Lease yet:
+                // one request a renewal, as the kubelet's.
+                let renewed = match leases
+                    .patch(
+                        &self.node,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"spec": {"renewTime": now}})),
+                    )
+                    .await
+                {
+                    Err(kube::Error::Api(e)) if e.code == 404 => {
                         let lease: Lease = serde_json::from_value(json!({
                             "metadata": {"name": self.node, "namespace": "kube-node-lease"},
                             "spec": {"holderIdentity": self.node,
@@ -324,7 +325,7 @@ impl Agent {
                             .await
                             .map(|_| ())
                     }
-                    Err(e) => Err(e),
+                    other => other.map(|_| ()),
                 };
                 if let Err(e) = renewed {
                     self.refused(format!("{}: renewing its Lease: {e}", self.node));

@@ -874,9 +874,14 @@ impl Default for RealPlane {
 }
 
 /// The Clusters in [`NS`] whose status counts `members` Ready of
-/// `members`, and the names of those that have a StatefulSet, as the API
-/// server lists them.
-async fn listed(client: &kube::Client, members: i64) -> Result<(usize, BTreeSet<String>), Error> {
+/// `members`, and, when `with_sets`, the names of those that have a
+/// StatefulSet (otherwise empty: a list of 1,100 sets is not made for
+/// nothing), as the API server lists them.
+async fn listed(
+    client: &kube::Client,
+    members: i64,
+    with_sets: bool,
+) -> Result<(usize, BTreeSet<String>), Error> {
     use k8s_openapi::api::apps::v1::StatefulSet;
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), NS);
     let ready = clusters
@@ -890,6 +895,9 @@ async fn listed(client: &kube::Client, members: i64) -> Result<(usize, BTreeSet<
             })
         })
         .count();
+    if !with_sets {
+        return Ok((ready, BTreeSet::new()));
+    }
     let sets: Api<StatefulSet> = Api::namespaced(client.clone(), NS);
     let with_sets = sets
         .list(&Default::default())
@@ -907,17 +915,18 @@ async fn listed(client: &kube::Client, members: i64) -> Result<(usize, BTreeSet<
     Ok((ready, with_sets))
 }
 
-/// Lists until `done` says so, every `every`.
+/// Lists until `done` says so, every `every` (the StatefulSets only
+/// `with_sets`).
 async fn until_listed(
     what: &str,
     (secs, every): (u64, Duration),
     log: &Path,
-    client: &kube::Client,
+    (client, with_sets): (&kube::Client, bool),
     mut done: impl FnMut(usize, &BTreeSet<String>) -> bool,
 ) -> Result<(), Error> {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
-        let (ready, sets) = listed(client, 3).await?;
+        let (ready, sets) = listed(client, 3, with_sets).await?;
         if done(ready, &sets) {
             return Ok(());
         }
@@ -1019,7 +1028,7 @@ async fn real_plane(paths: &Paths, quick: bool, r: &mut RealPlane) -> Result<(),
         "one cluster Ready",
         (300, fast),
         &log,
-        &client,
+        (&client, false),
         |ready, _| ready == 1,
     )
     .await?;
@@ -1030,7 +1039,7 @@ async fn real_plane(paths: &Paths, quick: bool, r: &mut RealPlane) -> Result<(),
         "100 clusters Ready",
         (900, fast),
         &log,
-        &client,
+        (&client, false),
         |ready, _| ready == 100,
     )
     .await?;
@@ -1052,7 +1061,7 @@ async fn real_plane(paths: &Paths, quick: bool, r: &mut RealPlane) -> Result<(),
         "every cluster's first rack",
         (1800, slow),
         &log,
-        &client,
+        (&client, true),
         |_, sets| firsts(sets) >= 1000,
     )
     .await?;
@@ -1061,7 +1070,7 @@ async fn real_plane(paths: &Paths, quick: bool, r: &mut RealPlane) -> Result<(),
         "1100 clusters Ready",
         (3600, slow),
         &log,
-        &client,
+        (&client, false),
         |ready, _| ready >= 1100,
     )
     .await?;
