@@ -17,6 +17,7 @@ use crate::v1alpha1::ClusterMode;
 
 pub mod maintenance;
 pub mod pod;
+pub mod tls;
 
 // ---------------------------------------------------------------------------
 // Records of intent on a member Service

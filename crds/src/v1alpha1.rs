@@ -92,6 +92,21 @@ pub const QUALIFIED_NAME: &str = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-
     validation = Rule::new("self.spec.mode != 'cassandra' || oldSelf.spec.mode != 'cassandra' || !self.spec.version.matches('^[0-9]+[.][0-9]+') || !oldSelf.spec.version.matches('^[0-9]+[.][0-9]+') || int(self.spec.version.find('^[0-9]+')) - int(oldSelf.spec.version.find('^[0-9]+')) <= 1")
         .message("an upgrade may not skip a major version (e.g. 3.11 goes to 4.0 or 4.1 before 5.0)")
         .field_path(".spec.version"),
+    // Members read their key and certificates as PEM files, which
+    // Cassandra reads from 4.1 on (PEMBasedSslContextFactory).
+    validation = Rule::new("self.spec.mode != 'cassandra' || !has(self.spec.security) || !has(self.spec.security.tls) || ((!has(self.spec.security.tls.internode) || self.spec.security.tls.internode == 'none') && (!has(self.spec.security.tls.client) || self.spec.security.tls.client == 'none')) || !self.spec.version.matches('^[0-9]+[.][0-9]+') || int(self.spec.version.find('^[0-9]+')) * 1000 + int(self.spec.version.find('^[0-9]+[.][0-9]+').split('.')[1]) >= 4001")
+        .message("TLS needs Cassandra 4.1 or later: members read their key and certificates as PEM files, which Cassandra reads from 4.1 on (PEMBasedSslContextFactory); upgrade first, then create a cluster with TLS")
+        .field_path(".spec.security.tls"),
+    // At the root, so that adding spec.security to a cluster that had none
+    // is judged too (a rule on the field runs only when both have it).
+    validation = Rule::new("(has(self.spec.security) && has(self.spec.security.tls) && has(self.spec.security.tls.internode) ? self.spec.security.tls.internode : 'none') == (has(oldSelf.spec.security) && has(oldSelf.spec.security.tls) && has(oldSelf.spec.security.tls.internode) ? oldSelf.spec.security.tls.internode : 'none')")
+        .message("spec.security.tls.internode cannot be changed on an existing cluster yet: moving a running cluster between clear text and TLS needs an optional step, one member at a time, which the operator does not do yet; create a new cluster with the setting")
+        .field_path(".spec.security.tls.internode"),
+    // At the root, so that adding spec.security to a cluster that had none
+    // is judged too (a rule on the field runs only when both have it).
+    validation = Rule::new("(has(self.spec.security) && has(self.spec.security.tls) && has(self.spec.security.tls.client) ? self.spec.security.tls.client : 'none') == (has(oldSelf.spec.security) && has(oldSelf.spec.security.tls) && has(oldSelf.spec.security.tls.client) ? oldSelf.spec.security.tls.client : 'none')")
+        .message("spec.security.tls.client cannot be changed on an existing cluster yet: moving a running cluster between clear text and TLS needs an optional step, one member at a time, which the operator does not do yet; create a new cluster with the setting")
+        .field_path(".spec.security.tls.client"),
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterSpec {
@@ -134,6 +149,104 @@ pub struct ClusterSpec {
     /// in scylla mode nothing is run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance: Option<MaintenanceSpec>,
+
+    /// Encryption of the traffic between members and from clients, with
+    /// certificates the operator issues to each member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security: Option<SecuritySpec>,
+}
+
+/// Security of a cluster.
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SecuritySpec {
+    /// TLS between members and for clients. Each member makes its own
+    /// private key, which never leaves its Pod, and gets its certificate
+    /// from the operator's certificate authority for this cluster through
+    /// a Kubernetes CertificateSigningRequest (signer
+    /// `cassandra.rook.io/member`); clients find that authority's
+    /// certificate in the ConfigMap `<cluster>-ca`.
+    /// Cannot be changed after creation yet.
+    #[serde(default)]
+    pub tls: TlsSpec,
+}
+
+/// TLS settings.
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsSpec {
+    /// Which traffic between members is encrypted: `all`, `dc` (between
+    /// datacenters), `rack` (between racks) or `none` (the default until
+    /// the operator can move a running cluster to TLS). When not `none`,
+    /// every member must present a certificate of the cluster's authority:
+    /// a node without one cannot join the ring.
+    #[serde(default)]
+    pub internode: InternodeEncryption,
+
+    /// Encryption of client (CQL) connections: `required` (TLS only),
+    /// `optional` (TLS and clear text on the same port, so that drivers
+    /// can move to TLS one application at a time) or `none` (the default).
+    #[serde(default)]
+    pub client: ClientEncryption,
+}
+
+impl TlsSpec {
+    /// Whether members need certificates at all.
+    pub fn enabled(&self) -> bool {
+        self.internode != InternodeEncryption::None || self.client != ClientEncryption::None
+    }
+}
+
+/// Which traffic between members is encrypted (Cassandra's
+/// `internode_encryption`).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum InternodeEncryption {
+    /// Every connection between members.
+    All,
+    /// Connections between datacenters.
+    Dc,
+    /// Connections between racks.
+    Rack,
+    /// No connection.
+    #[default]
+    None,
+}
+
+impl InternodeEncryption {
+    /// The value of `internode_encryption` in cassandra.yaml and scylla.yaml.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InternodeEncryption::All => "all",
+            InternodeEncryption::Dc => "dc",
+            InternodeEncryption::Rack => "rack",
+            InternodeEncryption::None => "none",
+        }
+    }
+}
+
+/// Encryption of client connections.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientEncryption {
+    /// TLS only.
+    Required,
+    /// TLS and clear text on the same port.
+    Optional,
+    /// Clear text only.
+    #[default]
+    None,
+}
+
+impl ClientEncryption {
+    /// The API's name of the value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientEncryption::Required => "required",
+            ClientEncryption::Optional => "optional",
+            ClientEncryption::None => "none",
+        }
+    }
 }
 
 /// Maintenance the operator runs on the members: never two members at

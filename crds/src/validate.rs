@@ -13,7 +13,7 @@ use crate::names;
 use crate::quantity::Quantity;
 use crate::v1alpha1::{
     Cluster, ClusterMode, ClusterSpec, ImageSpec, MAX_RACKS, MAX_STATEFULSET_NAME, RackSpec,
-    RepairSpec,
+    RepairSpec, TlsSpec,
 };
 use crate::versions::{Version, cassandra_upgrade};
 
@@ -107,6 +107,17 @@ fn validate_spec(cluster: &str, spec: &ClusterSpec, errors: &mut Errors) {
     }
     if let Some(repair) = spec.maintenance.as_ref().and_then(|m| m.repair.as_ref()) {
         check_repair("spec.maintenance.repair", repair, errors);
+    }
+    if let Some(security) = &spec.security
+        && security.tls.enabled()
+        && spec.mode == ClusterMode::Cassandra
+        && let Some(version) = Version::of_tag(&spec.version)
+        && version < (Version { major: 4, minor: 1 })
+    {
+        errors.add(
+            "spec.security.tls",
+            format!("TLS needs Cassandra 4.1 or later (version {:?}): members read their key and certificates as PEM files, which Cassandra reads from 4.1 on (PEMBasedSslContextFactory); upgrade first, then create a cluster with TLS", spec.version),
+        );
     }
 
     let dc = &spec.datacenter.name;
@@ -306,6 +317,26 @@ pub fn validate_update(old: &Cluster, new: &Cluster) -> Result<(), ValidationErr
         && let Err(why) = cassandra_upgrade(from, to)
     {
         errors.add("spec.version", why.to_string());
+    }
+    let tls = |c: &Cluster| {
+        c.spec
+            .security
+            .as_ref()
+            .map(|s| s.tls.clone())
+            .unwrap_or_default()
+    };
+    let (old_tls, new_tls): (TlsSpec, TlsSpec) = (tls(old), tls(new));
+    if old_tls.internode != new_tls.internode {
+        errors.add(
+            "spec.security.tls.internode",
+            format!("spec.security.tls.internode cannot be changed on an existing cluster yet (was {}, now {}): moving a running cluster between clear text and TLS needs an optional step, one member at a time, which the operator does not do yet; create a new cluster with the setting", old_tls.internode.as_str(), new_tls.internode.as_str()),
+        );
+    }
+    if old_tls.client != new_tls.client {
+        errors.add(
+            "spec.security.tls.client",
+            format!("spec.security.tls.client cannot be changed on an existing cluster yet (was {}, now {}): moving a running cluster between clear text and TLS needs an optional step, one member at a time, which the operator does not do yet; create a new cluster with the setting", old_tls.client.as_str(), new_tls.client.as_str()),
+        );
     }
     for rack in &old.spec.datacenter.racks {
         if rack.members != 0

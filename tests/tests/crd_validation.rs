@@ -608,3 +608,103 @@ fn version_changes_follow_cassandras_upgrade_rules() {
     assert!(errors.is_empty(), "{errors:?}");
     rust.unwrap();
 }
+
+/// The names `spec.security.tls` takes, its defaults, and the rules on it:
+/// PEM files need Cassandra 4.1 (ScyllaDB reads them in every release), and
+/// no change in place (the optional step is not built yet), including
+/// adding `spec.security` to a cluster that had none.
+#[test]
+fn tls_is_accepted_from_cassandra_4_1_and_cannot_change_in_place() {
+    for (mode, version) in [
+        ("cassandra", "4.1.8"),
+        ("cassandra", "5.0.3"),
+        ("scylla", "6.2.3"),
+    ] {
+        let mut object = valid_cluster();
+        object["spec"]["mode"] = json!(mode);
+        object["spec"]["version"] = json!(version);
+        object["spec"]["security"] = json!({"tls": {"internode": "all"}});
+        let (admitted, schema_errors, errors) = api_server_errors(&object, None);
+        assert!(
+            schema_errors.is_empty() && errors.is_empty(),
+            "{version}: {schema_errors:?} {errors:?}"
+        );
+        let cluster: Cluster = serde_json::from_value(admitted).unwrap();
+        let tls = &cluster.spec.security.as_ref().unwrap().tls;
+        assert_eq!(tls.internode.as_str(), "all");
+        assert_eq!(tls.client.as_str(), "none", "client defaults to none");
+        crds::validate(&cluster).unwrap_or_else(|e| panic!("{version}: {e}"));
+    }
+
+    for (tls, version) in [
+        (json!({"internode": "all"}), "4.0.13"),
+        (json!({"client": "optional"}), "3.11.6"),
+    ] {
+        let mut object = valid_cluster();
+        object["spec"]["version"] = json!(version);
+        object["spec"]["security"] = json!({"tls": tls});
+        let (_, _, errors) = api_server_errors(&object, None);
+        assert!(
+            errors
+                .iter()
+                .any(|e| names(e, "spec.security.tls") && e.contains("Cassandra 4.1 or later")),
+            "{version}: {errors:#?}"
+        );
+        let cluster: Cluster = serde_json::from_value(object).unwrap();
+        let err = crds::validate(&cluster).unwrap_err();
+        assert_eq!(err.fields(), vec!["spec.security.tls"], "{err}");
+    }
+    // none on 3.11 is no TLS at all: accepted
+    let mut object = valid_cluster();
+    object["spec"]["version"] = json!("3.11.6");
+    object["spec"]["security"] = json!({"tls": {"internode": "none", "client": "none"}});
+    let (_, _, errors) = api_server_errors(&object, None);
+    assert!(errors.is_empty(), "{errors:?}");
+
+    let bad = {
+        let mut o = valid_cluster();
+        o["spec"]["security"] = json!({"tls": {"internode": "everything"}});
+        o
+    };
+    let (_, schema_errors, errors) = api_server_errors(&bad, None);
+    assert!(
+        errors
+            .iter()
+            .any(|e| names(e, "spec.security.tls.internode")),
+        "{schema_errors:?} {errors:?}"
+    );
+
+    let plain = valid_cluster();
+    let mut with_tls = valid_cluster();
+    with_tls["spec"]["security"] = json!({"tls": {"internode": "dc", "client": "required"}});
+    let mut other = with_tls.clone();
+    other["spec"]["security"]["tls"]["client"] = json!("optional");
+    for (old, new, field) in [
+        (&plain, &with_tls, "spec.security.tls.internode"),
+        (&with_tls, &plain, "spec.security.tls.internode"),
+        (&with_tls, &other, "spec.security.tls.client"),
+    ] {
+        let (_, _, errors) = api_server_errors(new, Some(old));
+        assert!(
+            errors
+                .iter()
+                .any(|e| names(e, field) && e.contains("optional step")),
+            "{field}: {errors:#?}"
+        );
+        let old: Cluster = serde_json::from_value(old.clone()).unwrap();
+        let new: Cluster = serde_json::from_value(new.clone()).unwrap();
+        let err = crds::validate_update(&old, &new).unwrap_err();
+        assert!(err.fields().contains(&field), "{field}: {err}");
+    }
+    // the same settings written out: no change
+    let mut explicit = valid_cluster();
+    explicit["spec"]["security"] = json!({"tls": {"internode": "none", "client": "none"}});
+    let (_, _, errors) = api_server_errors(&explicit, Some(&plain));
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+/// Whether an API server error names the field (with or without the
+/// leading dot a rule's fieldPath gives).
+fn names(error: &str, field: &str) -> bool {
+    error.starts_with(&format!("{field}:")) || error.starts_with(&format!(".{field}:"))
+}

@@ -35,6 +35,7 @@ fn spec(racks: &[(&str, i32)]) -> ClusterSpec {
         },
         sidecar_image: None,
         maintenance: None,
+        security: None,
     }
 }
 
