@@ -1066,6 +1066,16 @@ impl StorageService {
         decode("exec reloadSeeds", value)
     }
 
+    /// `StorageService.reloadSslCertificates()` (4.0+, what `nodetool
+    /// reloadssl` calls): the node reads its keystore and truststore files
+    /// again, for new connections; open ones keep their session.
+    pub async fn reload_ssl_certificates(&self) -> Result<(), Error> {
+        self.jolokia
+            .exec(STORAGE_SERVICE, "reloadSslCertificates", vec![])
+            .await?;
+        Ok(())
+    }
+
     /// Unreachable nodes.
     pub async fn unreachable_nodes(&self) -> Result<Vec<String>, Error> {
         self.read(self.attributes().await?.unreachable).await

@@ -106,6 +106,9 @@ pub const ALLOWED: &[Allowed] = &[
             crate::jolokia::TERMINATE_REPAIRS,
             // the flush before a cleanup (member::maintenance).
             crate::jolokia::FLUSH,
+            // a renewed member certificate or CA bundle read again
+            // (member::tls), without a restart.
+            "reloadSslCertificates",
         ],
     },
     Allowed {

@@ -126,6 +126,7 @@ impl World {
             // Where the sidecar would write the access policy beside it.
             jolokia_agent_jar: dir.join("jolokia-jvm-agent.jar").display().to_string(),
             release: None,
+            tls: None,
         };
         std::fs::write(
             sidecar::jolokia_access::policy_path(&member.jolokia_agent_jar),

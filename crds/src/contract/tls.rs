@@ -105,6 +105,11 @@ pub const KEY_FILE: &str = "member.key";
 pub const CERT_FILE: &str = "member.crt";
 /// The CA certificates the member trusts (PEM), for peers and clients.
 pub const CA_FILE: &str = "ca.crt";
+/// The key and the chain in one PEM file, as Cassandra's
+/// `PEMBasedSslContextFactory` reads a keystore (ScyllaDB reads
+/// [`KEY_FILE`] and [`CERT_FILE`]). Replaced in one rename, so that a
+/// reload never sees a key with another key's certificate.
+pub const KEYSTORE_FILE: &str = "member.pem";
 
 /// How long a member certificate lives unless the controller is told
 /// otherwise (`--member-certificate-lifetime`).

@@ -47,6 +47,7 @@ mod identity;
 pub mod maintenance;
 pub mod repair;
 mod seeds;
+pub mod tls;
 
 pub use aio::START_REFUSED;
 pub use database::{ensure_io_properties, io_properties_file};
@@ -116,6 +117,10 @@ pub struct SidecarArgs {
     /// entrypoint), split on white space.
     #[arg(long, env = "DATABASE_COMMAND")]
     pub database_command: Option<String>,
+    /// Where the member's key, certificate chain and CA bundle are kept
+    /// (the memory-backed TLS volume), when the Cluster asks for TLS.
+    #[arg(long, env = "TLS_DIR", default_value = crds::contract::tls::TLS_DIR)]
+    pub tls_dir: PathBuf,
     /// The Jolokia JVM agent jar.
     #[arg(long, env = "JOLOKIA_AGENT_JAR", default_value = render::DEFAULT_JOLOKIA_AGENT_JAR)]
     pub jolokia_agent_jar: String,
@@ -258,6 +263,7 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
         )?,
         jolokia_agent_jar: args.jolokia_agent_jar.clone(),
         release: args.cassandra_version.clone(),
+        tls: render::tls::TlsSettings::of(member.cluster.spec.security.as_ref(), &args.tls_dir),
     };
     let defaults_dir = args
         .config_defaults_dir
@@ -395,6 +401,26 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
             service_rx.clone(),
             name.clone(),
         ));
+    }
+
+    // The member's certificate, before the database reads it: the Pod
+    // stays not ready, its probes answering, until the controller signs.
+    if config.tls.is_some() {
+        let links = tls::Links::new(
+            &client,
+            &args.pod_namespace,
+            &name,
+            &member.cluster_name,
+            &args.tls_dir,
+        );
+        let validity = tokio::select! {
+            validity = tls::obtain_until_written(&links) => validity,
+            signal = &mut shutdown => {
+                info!(%signal, "stopping before the database started");
+                return Ok(0);
+            }
+        };
+        tokio::spawn(tls::keep_current(links, node.clone(), validity));
     }
 
     if mode == ClusterMode::Scylla {
@@ -612,6 +638,7 @@ mod tests {
             aio_check_seconds: 1,
             config_defaults_dir: None,
             config_dir: "/c".into(),
+            tls_dir: "/t".into(),
             data_dir: None,
             overrides_dir: "/o".into(),
             database_command: None,

@@ -58,6 +58,7 @@ pub(super) fn render_cassandra(
         config.overrides.as_ref(),
         crds::overrides::RENAMED_SETTINGS,
         &crds::overrides::unread_in(config.release.as_deref()),
+        config.tls.as_ref().map(super::tls::cassandra_options),
     )?;
 
     let mut env = Vec::new();

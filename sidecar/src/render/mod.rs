@@ -53,6 +53,7 @@ pub mod rackdc;
 pub mod scylla;
 #[cfg(test)]
 mod tests;
+pub mod tls;
 pub mod yaml;
 
 use std::fmt::Write as _;
@@ -166,6 +167,9 @@ pub struct MemberConfig {
     /// does not read ([`crds::overrides::unread_in`]). None: no such check
     /// (Cassandra's own refuses at start-up).
     pub release: Option<String>,
+    /// TLS between members and for clients (`spec.security.tls`); none:
+    /// the encryption settings are left as the defaults and overrides say.
+    pub tls: Option<tls::TlsSettings>,
 }
 
 /// A fragment of the main file, merged over the rendered file.
@@ -432,6 +436,7 @@ pub fn member_config_from_args(args: &RenderArgs) -> Result<MemberConfig, Render
         overrides,
         jolokia_agent_jar: DEFAULT_JOLOKIA_AGENT_JAR.to_string(),
         release: args.cassandra_version.clone(),
+        tls: None,
     })
 }
 

@@ -119,6 +119,7 @@ pub(super) fn render_scylla(
         config.overrides.as_ref(),
         &[],
         &[],
+        config.tls.as_ref().map(super::tls::scylla_options),
     )?;
 
     // The image's own (`SCYLLA_ARGS` in /etc/default/scylla-server, as

@@ -37,6 +37,7 @@ fn member(mode: ClusterMode) -> MemberConfig {
         overrides: None,
         jolokia_agent_jar: DEFAULT_JOLOKIA_AGENT_JAR.to_string(),
         release: None,
+        tls: None,
     }
 }
 
@@ -1125,4 +1126,130 @@ fn scylla_keeps_both_names_it_was_given() {
     let out = main_file(&render(&config, &defaults).unwrap(), ClusterMode::Scylla);
     assert_eq!(out["read_request_timeout_in_ms"], Value::from(5000));
     assert_eq!(out["read_request_timeout"], Value::from("10s"));
+}
+
+/// `spec.security.tls` renders the encryption settings over the defaults
+/// and over an override that tries to turn them off, with key names each
+/// release's own default file documents.
+#[test]
+fn tls_settings_replace_the_encryption_options_of_defaults_and_overrides() {
+    use crds::v1alpha1::{ClientEncryption, InternodeEncryption};
+    let tls = tls::TlsSettings {
+        internode: InternodeEncryption::All,
+        client: ClientEncryption::Optional,
+        dir: PathBuf::from("/mnt/tls"),
+    };
+    let cases = [
+        (
+            "cassandra 4.1",
+            ClusterMode::Cassandra,
+            fixtures::read("cassandra/4.1/cassandra.yaml"),
+        ),
+        (
+            "cassandra 5.0",
+            ClusterMode::Cassandra,
+            fixtures::read("cassandra/5.0/cassandra.yaml"),
+        ),
+        (
+            "scylla",
+            ClusterMode::Scylla,
+            fixtures::read("scylla/scylla.yaml"),
+        ),
+    ];
+    for (label, mode, defaults) in cases {
+        let mut config = member(mode);
+        config.tls = Some(tls.clone());
+        config.overrides = configmap(
+            "server_encryption_options:\n  internode_encryption: none\n  optional: true\n",
+        );
+        let doc = main_file(&render(&config, &defaults).unwrap(), mode);
+        let server = doc["server_encryption_options"].as_mapping().unwrap();
+        let client = doc["client_encryption_options"].as_mapping().unwrap();
+        assert_eq!(
+            server["internode_encryption"],
+            Value::from("all"),
+            "{label}"
+        );
+        assert_eq!(server["require_client_auth"], Value::from(true), "{label}");
+        assert_eq!(client["enabled"], Value::from(true), "{label}");
+        assert_eq!(client["require_client_auth"], Value::from(false), "{label}");
+        // every key written is one the release's default file documents
+        for key in server.keys().chain(client.keys()) {
+            let key = key.as_str().unwrap();
+            assert!(
+                defaults.contains(key),
+                "{label}: {key} is not in the default file"
+            );
+        }
+        match mode {
+            ClusterMode::Cassandra => {
+                assert_eq!(
+                    server["optional"],
+                    Value::from(false),
+                    "{label}: the override lost"
+                );
+                assert_eq!(client["optional"], Value::from(true), "{label}");
+                assert_eq!(
+                    server["keystore"],
+                    Value::from("/mnt/tls/member.pem"),
+                    "{label}"
+                );
+                assert_eq!(
+                    server["truststore"],
+                    Value::from("/mnt/tls/ca.crt"),
+                    "{label}"
+                );
+                assert_eq!(
+                    server["require_endpoint_verification"],
+                    Value::from(true),
+                    "{label}"
+                );
+                assert_eq!(
+                    server["ssl_context_factory"]["class_name"],
+                    Value::from(tls::PEM_FACTORY),
+                    "{label}"
+                );
+                assert!(
+                    defaults.contains("org.apache.cassandra.security.PEMBasedSslContextFactory")
+                );
+            }
+            ClusterMode::Scylla => {
+                assert_eq!(
+                    server["certificate"],
+                    Value::from("/mnt/tls/member.crt"),
+                    "{label}"
+                );
+                assert_eq!(
+                    server["keyfile"],
+                    Value::from("/mnt/tls/member.key"),
+                    "{label}"
+                );
+                assert_eq!(
+                    server["truststore"],
+                    Value::from("/mnt/tls/ca.crt"),
+                    "{label}"
+                );
+            }
+        }
+    }
+
+    // no TLS asked for: the defaults' and overrides' own settings stay
+    let mut config = member(ClusterMode::Cassandra);
+    config.overrides = configmap("client_encryption_options:\n  enabled: true\n");
+    let doc = main_file(
+        &render(&config, &fixtures::read("cassandra/4.1/cassandra.yaml")).unwrap(),
+        ClusterMode::Cassandra,
+    );
+    assert_eq!(
+        doc["client_encryption_options"]["enabled"],
+        Value::from(true)
+    );
+    assert_eq!(
+        doc["client_encryption_options"]["keystore"],
+        Value::from("conf/.keystore")
+    );
+    assert_eq!(
+        doc["server_encryption_options"]["internode_encryption"],
+        Value::from("none")
+    );
 }

@@ -40,6 +40,8 @@ pub struct Identity<'a> {
 /// (Cassandra: [`crds::overrides::RENAMED_SETTINGS`]; ScyllaDB: none).
 /// `removed`: the settings the release no longer reads, refused like the
 /// operator's own refused keys (Cassandra: [`crds::overrides::unread_in`]).
+/// `managed`: top-level keys the operator sets whole, over the defaults
+/// and the overrides (the encryption settings: [`super::tls`]).
 /// Every check runs before anything is returned, so an error leaves nothing
 /// half-rendered.
 pub fn render_main_file(
@@ -49,6 +51,7 @@ pub fn render_main_file(
     overrides: Option<&Overrides>,
     renamed: &[RenamedSetting],
     removed: &[&'static RefusedKey],
+    managed: Option<Mapping>,
 ) -> Result<String, RenderError> {
     let mut doc = parse_defaults(file_name, defaults)?;
     let fragment = match overrides {
@@ -59,6 +62,11 @@ pub fn render_main_file(
     if let Some(fragment) = fragment {
         drop_other_names(&mut doc, &fragment, renamed);
         deep_merge(&mut doc, fragment);
+    }
+    // The operator's own settings (TLS) replace whole keys, last: neither
+    // the image's defaults nor an override can weaken them.
+    for (key, value) in managed.into_iter().flatten() {
+        doc.insert(key, value);
     }
     emit_main_file(file_name, &doc)
 }

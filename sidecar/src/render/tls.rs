@@ -1,0 +1,127 @@
+//! The encryption settings of the main file (`spec.security.tls`): the
+//! member's key, certificate chain and trusted CAs are files the sidecar
+//! keeps in the Pod's memory-backed TLS volume
+//! ([`crds::contract::tls::TLS_DIR`]), and the database reads them from
+//! there, again when they change. Pure.
+//!
+//! They are the operator's: the settings replace whatever the image's
+//! defaults or the rack's overrides hold under the same keys
+//! (`server_encryption_options`, `client_encryption_options`), so that an
+//! override cannot turn off what the Cluster asks for.
+
+use std::path::{Path, PathBuf};
+
+use crds::contract::tls::{CA_FILE, CERT_FILE, KEY_FILE, KEYSTORE_FILE};
+use crds::v1alpha1::{ClientEncryption, InternodeEncryption};
+use serde_norway::{Mapping, Value};
+
+/// Cassandra's class that reads PEM keys and certificates (4.1 and later).
+pub const PEM_FACTORY: &str = "org.apache.cassandra.security.PEMBasedSslContextFactory";
+
+/// What a member's configuration says about TLS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// Which traffic between members is encrypted.
+    pub internode: InternodeEncryption,
+    /// Client connections.
+    pub client: ClientEncryption,
+    /// Where the key, chain and CA bundle are.
+    pub dir: PathBuf,
+}
+
+impl TlsSettings {
+    /// The settings of a Cluster's spec, or none when it asks for no TLS.
+    pub fn of(spec: Option<&crds::v1alpha1::SecuritySpec>, dir: &Path) -> Option<TlsSettings> {
+        let tls = &spec?.tls;
+        tls.enabled().then(|| TlsSettings {
+            internode: tls.internode,
+            client: tls.client,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    fn path(&self, file: &str) -> Value {
+        Value::String(self.dir.join(file).display().to_string())
+    }
+}
+
+fn mapping(entries: Vec<(&str, Value)>) -> Mapping {
+    entries
+        .into_iter()
+        .map(|(k, v)| (Value::String(k.to_string()), v))
+        .collect()
+}
+
+fn factory() -> Value {
+    Value::Mapping(mapping(vec![(
+        "class_name",
+        Value::String(PEM_FACTORY.to_string()),
+    )]))
+}
+
+/// cassandra.yaml's encryption settings (4.1 and 5.0): the PEM factory
+/// reading the key and chain from one file and the trusted CAs from
+/// another. Between members, each side must present a certificate of the
+/// cluster's CA (`require_client_auth`), and the one dialled must hold the
+/// address dialled, its member Service's ClusterIP
+/// (`require_endpoint_verification`): a member's certificate cannot stand
+/// for another member. `optional: false`: no clear text where TLS is
+/// asked for.
+pub fn cassandra_options(tls: &TlsSettings) -> Mapping {
+    let internode = tls.internode != InternodeEncryption::None;
+    let server = mapping(vec![
+        (
+            "internode_encryption",
+            Value::String(tls.internode.as_str().to_string()),
+        ),
+        ("optional", Value::Bool(false)),
+        ("ssl_context_factory", factory()),
+        ("keystore", tls.path(KEYSTORE_FILE)),
+        ("truststore", tls.path(CA_FILE)),
+        ("require_client_auth", Value::Bool(internode)),
+        ("require_endpoint_verification", Value::Bool(internode)),
+    ]);
+    let client_enabled = tls.client != ClientEncryption::None;
+    let client = mapping(vec![
+        ("enabled", Value::Bool(client_enabled)),
+        (
+            "optional",
+            Value::Bool(tls.client == ClientEncryption::Optional),
+        ),
+        ("ssl_context_factory", factory()),
+        ("keystore", tls.path(KEYSTORE_FILE)),
+        ("truststore", tls.path(CA_FILE)),
+        ("require_client_auth", Value::Bool(false)),
+    ]);
+    let mut out = Mapping::new();
+    out.insert("server_encryption_options".into(), Value::Mapping(server));
+    out.insert("client_encryption_options".into(), Value::Mapping(client));
+    out
+}
+
+/// scylla.yaml's encryption settings: ScyllaDB reads the key and the
+/// certificate from their own files, and the trusted CAs from a third.
+pub fn scylla_options(tls: &TlsSettings) -> Mapping {
+    let internode = tls.internode != InternodeEncryption::None;
+    let server = mapping(vec![
+        (
+            "internode_encryption",
+            Value::String(tls.internode.as_str().to_string()),
+        ),
+        ("certificate", tls.path(CERT_FILE)),
+        ("keyfile", tls.path(KEY_FILE)),
+        ("truststore", tls.path(CA_FILE)),
+        ("require_client_auth", Value::Bool(internode)),
+    ]);
+    let client = mapping(vec![
+        ("enabled", Value::Bool(tls.client != ClientEncryption::None)),
+        ("certificate", tls.path(CERT_FILE)),
+        ("keyfile", tls.path(KEY_FILE)),
+        ("truststore", tls.path(CA_FILE)),
+        ("require_client_auth", Value::Bool(false)),
+    ]);
+    let mut out = Mapping::new();
+    out.insert("server_encryption_options".into(), Value::Mapping(server));
+    out.insert("client_encryption_options".into(), Value::Mapping(client));
+    out
+}
