@@ -97,6 +97,9 @@ pub const QUALIFIED_NAME: &str = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-
     validation = Rule::new("self.spec.mode != 'cassandra' || !has(self.spec.security) || !has(self.spec.security.tls) || ((!has(self.spec.security.tls.internode) || self.spec.security.tls.internode == 'none') && (!has(self.spec.security.tls.client) || self.spec.security.tls.client == 'none')) || !self.spec.version.matches('^[0-9]+[.][0-9]+') || int(self.spec.version.find('^[0-9]+')) * 1000 + int(self.spec.version.find('^[0-9]+[.][0-9]+').split('.')[1]) >= 4001")
         .message("TLS needs Cassandra 4.1 or later: members read their key and certificates as PEM files, which Cassandra reads from 4.1 on (PEMBasedSslContextFactory); upgrade first, then create a cluster with TLS")
         .field_path(".spec.security.tls"),
+    validation = Rule::new("self.spec.mode != 'scylla' || !has(self.spec.security) || !has(self.spec.security.tls) || !has(self.spec.security.tls.client) || self.spec.security.tls.client != 'optional'")
+        .message("ScyllaDB has no optional client encryption on one port (client_encryption_options has no optional): use required or none")
+        .field_path(".spec.security.tls.client"),
     // At the root, so that adding spec.security to a cluster that had none
     // is judged too (a rule on the field runs only when both have it).
     validation = Rule::new("(has(self.spec.security) && has(self.spec.security.tls) && has(self.spec.security.tls.internode) ? self.spec.security.tls.internode : 'none') == (has(oldSelf.spec.security) && has(oldSelf.spec.security.tls) && has(oldSelf.spec.security.tls.internode) ? oldSelf.spec.security.tls.internode : 'none')")

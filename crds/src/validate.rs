@@ -109,6 +109,15 @@ fn validate_spec(cluster: &str, spec: &ClusterSpec, errors: &mut Errors) {
         check_repair("spec.maintenance.repair", repair, errors);
     }
     if let Some(security) = &spec.security
+        && spec.mode == ClusterMode::Scylla
+        && security.tls.client == crate::v1alpha1::ClientEncryption::Optional
+    {
+        errors.add(
+            "spec.security.tls.client",
+            "ScyllaDB has no optional client encryption on one port (client_encryption_options has no optional): use required or none",
+        );
+    }
+    if let Some(security) = &spec.security
         && security.tls.enabled()
         && spec.mode == ClusterMode::Cassandra
         && let Some(version) = Version::of_tag(&spec.version)

@@ -44,6 +44,8 @@ pub const ENDPOINT_SNITCH_INFO: &str = "org.apache.cassandra.db:type=EndpointSni
 pub const FAILURE_DETECTOR: &str = "org.apache.cassandra.net:type=FailureDetector";
 /// ObjectName of Cassandra's Gossiper MBean.
 pub const GOSSIPER: &str = "org.apache.cassandra.net:type=Gossiper";
+/// ObjectName of Cassandra's MessagingService MBean.
+pub const MESSAGING_SERVICE: &str = "org.apache.cassandra.net:type=MessagingService";
 
 /// Errors of the Jolokia client and of the StorageService facade.
 #[derive(Debug, thiserror::Error)]
@@ -1066,12 +1068,15 @@ impl StorageService {
         decode("exec reloadSeeds", value)
     }
 
-    /// `StorageService.reloadSslCertificates()` (4.0+, what `nodetool
-    /// reloadssl` calls): the node reads its keystore and truststore files
-    /// again, for new connections; open ones keep their session.
+    /// `MessagingService.reloadSslCertificates()` (4.0+, what `nodetool
+    /// reloadssl` calls; StorageService has no such operation): the node
+    /// reads its keystore and truststore files again, for new connections;
+    /// open ones keep their session. A file it cannot read is logged
+    /// ("Failed to hot reload") and the old context kept: the call still
+    /// succeeds.
     pub async fn reload_ssl_certificates(&self) -> Result<(), Error> {
         self.jolokia
-            .exec(STORAGE_SERVICE, "reloadSslCertificates", vec![])
+            .exec(MESSAGING_SERVICE, "reloadSslCertificates", vec![])
             .await?;
         Ok(())
     }

@@ -15,7 +15,9 @@
 
 use std::fmt::Write as _;
 
-use crate::jolokia::{ENDPOINT_SNITCH_INFO, FAILURE_DETECTOR, GOSSIPER, STORAGE_SERVICE};
+use crate::jolokia::{
+    ENDPOINT_SNITCH_INFO, FAILURE_DETECTOR, GOSSIPER, MESSAGING_SERVICE, STORAGE_SERVICE,
+};
 
 /// The file name of the policy, beside the agent jar.
 pub const FILE_NAME: &str = "jolokia-access.xml";
@@ -106,9 +108,6 @@ pub const ALLOWED: &[Allowed] = &[
             crate::jolokia::TERMINATE_REPAIRS,
             // the flush before a cleanup (member::maintenance).
             crate::jolokia::FLUSH,
-            // a renewed member certificate or CA bundle read again
-            // (member::tls), without a restart.
-            "reloadSslCertificates",
         ],
     },
     Allowed {
@@ -124,6 +123,13 @@ pub const ALLOWED: &[Allowed] = &[
         // the seeds of a running member (member::seeds): a member being
         // replaced is a seed while it is, so that the others gossip to it.
         operations: &["reloadSeeds"],
+    },
+    Allowed {
+        mbean: MESSAGING_SERVICE,
+        attributes: &[],
+        // a renewed member certificate or CA bundle read again
+        // (member::tls), without a restart: what `nodetool reloadssl` calls.
+        operations: &["reloadSslCertificates"],
     },
     Allowed {
         mbean: ENDPOINT_SNITCH_INFO,

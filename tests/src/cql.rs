@@ -13,7 +13,9 @@
 //! - [`Client`]: a driver session; [`Client::keyspace`] creates a keyspace
 //!   of NetworkTopologyStrategy and its table of key → value: a [`Table`],
 //!   which writes and reads one key, and checks many ([`Table::check`],
-//!   [`DataReport`]).
+//!   [`DataReport`]). [`ConnectOptions`] add TLS, trusting a cluster's
+//!   [`CaBundle`], and a role's credentials to what a session is built
+//!   with; by default it has neither.
 //! - [`Writer`]: writes and reads back keys at QUORUM at a fixed rate for
 //!   the whole of an operation, as an application would, and records each
 //!   failed request with the driver's error under the phase (operation)
@@ -30,8 +32,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use nix::sched::{CloneFlags, setns};
+use openssl::ssl::{SslConnector, SslConnectorBuilder, SslMethod};
+use openssl::x509::X509;
+use openssl::x509::store::X509StoreBuilder;
 use scylla::client::execution_profile::ExecutionProfile;
-use scylla::client::session::Session;
+use scylla::client::session::{OpenSsl010Config, Session};
 use scylla::client::session_builder::SessionBuilder;
 use scylla::observability::history::HistoryCollector;
 use scylla::policies::host_filter::AllowListHostFilter;
@@ -77,6 +82,10 @@ pub enum Error {
     },
     #[error("the network namespace's thread has ended")]
     NetnsGone,
+    #[error("reading the CA bundle: {0}")]
+    ReadCaBundle(String),
+    #[error("building the TLS context: {0}")]
+    BuildTls(openssl::error::ErrorStack),
     #[error("connecting to {contact_points:?}: {source}")]
     Connect {
         contact_points: Vec<SocketAddr>,
@@ -98,6 +107,58 @@ pub enum Error {
     },
     #[error("{statement}: reading the rows: {detail}")]
     Rows { statement: String, detail: String },
+}
+
+/// Certificate authorities to trust, as PEM (one or more `CERTIFICATE`
+/// blocks): the bundle a cluster's member certificates chain to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaBundle(pub Vec<u8>);
+
+/// How a [`Client`]'s session talks to the members, beyond where it
+/// connects. The default, clear text and no credentials, is what the
+/// tests have always used.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectOptions {
+    /// TLS to every member, trusting these authorities alone (not the
+    /// system's). Each member's certificate must name, as an IP SAN, the
+    /// address the driver connects to: the address the member advertises
+    /// (its ClusterIP), which the driver checks on every connection.
+    pub tls: Option<CaBundle>,
+    /// A role's name and password, for Cassandra's `PasswordAuthenticator`.
+    pub credentials: Option<(String, String)>,
+}
+
+impl ConnectOptions {
+    /// `builder` with these options.
+    fn apply(&self, mut builder: SessionBuilder) -> Result<SessionBuilder, Error> {
+        if let Some(ca) = &self.tls {
+            builder = builder.tls_context(Some(OpenSsl010Config::new(tls_connector(ca)?)));
+        }
+        if let Some((name, password)) = &self.credentials {
+            builder = builder.user(name, password);
+        }
+        Ok(builder)
+    }
+}
+
+/// An OpenSSL client context that verifies the peer's certificate against
+/// `ca` alone. The driver adds, per connection, that the certificate must
+/// name the node's IP address (`X509_VERIFY_PARAM_set1_ip`).
+fn tls_connector(ca: &CaBundle) -> Result<SslConnectorBuilder, Error> {
+    let certificates =
+        X509::stack_from_pem(&ca.0).map_err(|e| Error::ReadCaBundle(e.to_string()))?;
+    if certificates.is_empty() {
+        return Err(Error::ReadCaBundle("it holds no certificate".into()));
+    }
+    let mut trusted = X509StoreBuilder::new().map_err(Error::BuildTls)?;
+    for certificate in certificates {
+        trusted.add_cert(certificate).map_err(Error::BuildTls)?;
+    }
+    // The connector verifies the peer (SSL_VERIFY_PEER); replacing its
+    // store drops the system's authorities it was given.
+    let mut builder = SslConnector::builder(SslMethod::tls_client()).map_err(Error::BuildTls)?;
+    builder.set_cert_store(trusted.build());
+    Ok(builder)
 }
 
 type Job = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -219,20 +280,33 @@ impl Client {
         netns: Arc<Netns>,
         contact_points: &[SocketAddr],
     ) -> Result<Client, Error> {
-        let builder = SessionBuilder::new().known_nodes_addr(contact_points.iter().copied());
-        Client::build(netns, builder, contact_points).await
+        Client::connect_with(netns, contact_points, &ConnectOptions::default()).await
     }
 
-    /// Builds the session of `builder` with [`REQUEST_TIMEOUT`], in `netns`.
+    /// [`Client::connect`] with `options` (TLS, credentials).
+    pub async fn connect_with(
+        netns: Arc<Netns>,
+        contact_points: &[SocketAddr],
+        options: &ConnectOptions,
+    ) -> Result<Client, Error> {
+        let builder = SessionBuilder::new().known_nodes_addr(contact_points.iter().copied());
+        Client::build(netns, builder, contact_points, options).await
+    }
+
+    /// Builds the session of `builder` with `options` and
+    /// [`REQUEST_TIMEOUT`], in `netns`.
     async fn build(
         netns: Arc<Netns>,
         builder: SessionBuilder,
         contact_points: &[SocketAddr],
+        options: &ConnectOptions,
     ) -> Result<Client, Error> {
         let profile = ExecutionProfile::builder()
             .request_timeout(Some(REQUEST_TIMEOUT))
             .build();
-        let builder = builder.default_execution_profile_handle(profile.into_handle());
+        let builder = options
+            .apply(builder)?
+            .default_execution_profile_handle(profile.into_handle());
         let session = netns
             .run(async move { builder.build().await })
             .await?
@@ -253,11 +327,20 @@ impl Client {
     /// dynamic snitch may prefer another replica (on real 4.1.8, 127 of
     /// 146 keys a member lacked on its disk read as missing this way).
     pub async fn connect_only(netns: Arc<Netns>, node: SocketAddr) -> Result<Client, Error> {
+        Client::connect_only_with(netns, node, &ConnectOptions::default()).await
+    }
+
+    /// [`Client::connect_only`] with `options` (TLS, credentials).
+    pub async fn connect_only_with(
+        netns: Arc<Netns>,
+        node: SocketAddr,
+        options: &ConnectOptions,
+    ) -> Result<Client, Error> {
         let only = AllowListHostFilter::new([node]).expect("a socket address resolves to itself");
         let builder = SessionBuilder::new()
             .known_node_addr(node)
             .host_filter(Arc::new(only));
-        Client::build(netns, builder, &[node]).await
+        Client::build(netns, builder, &[node], options).await
     }
 
     /// The ring as the driver sees it: each node's CQL address and
@@ -963,6 +1046,111 @@ mod tests {
         assert_eq!(
             std::fs::read_link("/proc/thread-self/ns/net").unwrap(),
             std::fs::read_link("/proc/self/ns/net").unwrap()
+        );
+    }
+
+    /// A certificate authority made with rcgen, and its PEM.
+    struct Authority {
+        issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+        pem: String,
+    }
+
+    impl Authority {
+        fn new(name: &str) -> Authority {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let mut params = rcgen::CertificateParams::default();
+            params.distinguished_name = rcgen::DistinguishedName::new();
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, name);
+            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            params.key_usages = vec![
+                rcgen::KeyUsagePurpose::KeyCertSign,
+                rcgen::KeyUsagePurpose::DigitalSignature,
+            ];
+            let pem = params.self_signed(&key).unwrap().pem();
+            Authority {
+                issuer: rcgen::Issuer::new(params, key),
+                pem,
+            }
+        }
+
+        /// A member's serving certificate naming `address` (an IP SAN),
+        /// and its PKCS#8 key.
+        fn member(&self, address: &str) -> (Vec<u8>, Vec<u8>) {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let mut params = rcgen::CertificateParams::new(vec![address.to_string()]).unwrap();
+            params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+            let cert = params.signed_by(&key, &self.issuer).unwrap();
+            (cert.der().to_vec(), key.serialize_der())
+        }
+    }
+
+    /// Serves one TLS handshake on 127.0.0.1 with `cert` and its key
+    /// (rustls on ring: any TLS server would do) and returns its port.
+    fn serve_one_handshake((cert, key): (Vec<u8>, Vec<u8>)) -> u16 {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.into()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(key.into()),
+            )
+            .unwrap();
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let (mut tcp, _) = listener.accept().unwrap();
+            let mut tls = rustls::ServerConnection::new(Arc::new(config)).unwrap();
+            // The client's verdict is what the test reads; a refused
+            // handshake ends here with an alert.
+            while tls.is_handshaking() && tls.complete_io(&mut tcp).is_ok() {}
+        });
+        port
+    }
+
+    /// A TLS handshake to the server on `port` of 127.0.0.1, with the
+    /// context built from `ca` and the address checked as the driver
+    /// checks a node's (OpenSSL's `connect` sets the IP to verify for an
+    /// address, as the driver's backend does).
+    fn handshake(ca: &CaBundle, port: u16) -> Result<(), String> {
+        let connector = tls_connector(ca).map_err(|e| e.to_string())?.build();
+        let tcp = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
+        connector
+            .connect("127.0.0.1", tcp)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn tls_trusts_the_bundles_authorities_for_the_address_their_certificates_name() {
+        let ours = Authority::new("cluster CA");
+        let other = Authority::new("another CA");
+        let bundle = CaBundle(format!("{}{}", Authority::new("old CA").pem, ours.pem).into());
+
+        let port = serve_one_handshake(ours.member("127.0.0.1"));
+        assert_eq!(handshake(&bundle, port), Ok(()));
+
+        let port = serve_one_handshake(ours.member("10.96.0.7"));
+        let refused = handshake(&bundle, port).unwrap_err();
+        assert!(refused.contains("IP address mismatch"), "{refused}");
+
+        let port = serve_one_handshake(other.member("127.0.0.1"));
+        let refused = handshake(&bundle, port).unwrap_err();
+        assert!(
+            refused.contains("unable to get local issuer certificate"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn a_ca_bundle_without_a_certificate_is_refused() {
+        let refused = tls_connector(&CaBundle(b"not a certificate\n".to_vec())).err();
+        assert!(
+            matches!(&refused, Some(Error::ReadCaBundle(detail)) if detail == "it holds no certificate"),
+            "{refused:?}"
         );
     }
 

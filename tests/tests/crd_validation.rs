@@ -654,6 +654,20 @@ fn tls_is_accepted_from_cassandra_4_1_and_cannot_change_in_place() {
         let err = crds::validate(&cluster).unwrap_err();
         assert_eq!(err.fields(), vec!["spec.security.tls"], "{err}");
     }
+    let mut object = valid_cluster();
+    object["spec"]["mode"] = json!("scylla");
+    object["spec"]["version"] = json!("6.2.3");
+    object["spec"]["security"] = json!({"tls": {"internode": "all", "client": "optional"}});
+    let (_, _, errors) = api_server_errors(&object, None);
+    assert!(
+        errors
+            .iter()
+            .any(|e| names(e, "spec.security.tls.client") && e.contains("ScyllaDB")),
+        "{errors:#?}"
+    );
+    let cluster: Cluster = serde_json::from_value(object).unwrap();
+    let err = crds::validate(&cluster).unwrap_err();
+    assert_eq!(err.fields(), vec!["spec.security.tls.client"], "{err}");
     // none on 3.11 is no TLS at all: accepted
     let mut object = valid_cluster();
     object["spec"]["version"] = json!("3.11.6");

@@ -60,13 +60,17 @@ fn factory() -> Value {
 }
 
 /// cassandra.yaml's encryption settings (4.1 and 5.0): the PEM factory
-/// reading the key and chain from one file and the trusted CAs from
-/// another. Between members, each side must present a certificate of the
-/// cluster's CA (`require_client_auth`), and the one dialled must hold the
-/// address dialled, its member Service's ClusterIP
-/// (`require_endpoint_verification`): a member's certificate cannot stand
-/// for another member. `optional: false`: no clear text where TLS is
-/// asked for.
+/// reading the unencrypted PKCS#8 key and the chain from one file (no
+/// password: one set beside an unencrypted key breaks it) and the trusted
+/// CAs from another. Between members, each side must present a
+/// certificate of the cluster's CA (`require_client_auth`). Not
+/// `require_endpoint_verification`: Cassandra checks it on the receiving
+/// side too, against the connection's source address, which is the
+/// peer's Pod IP, not the ClusterIP its certificate names (4.1.8 refused
+/// a peer with "No subject alternative names matching IP address"). So a
+/// member's certificate proves membership of the cluster, not which
+/// member (README, Security). `optional: false` written out: unset, a
+/// node with a keystore also accepts clear text.
 pub fn cassandra_options(tls: &TlsSettings) -> Mapping {
     let internode = tls.internode != InternodeEncryption::None;
     let server = mapping(vec![
@@ -79,7 +83,7 @@ pub fn cassandra_options(tls: &TlsSettings) -> Mapping {
         ("keystore", tls.path(KEYSTORE_FILE)),
         ("truststore", tls.path(CA_FILE)),
         ("require_client_auth", Value::Bool(internode)),
-        ("require_endpoint_verification", Value::Bool(internode)),
+        ("require_endpoint_verification", Value::Bool(false)),
     ]);
     let client_enabled = tls.client != ClientEncryption::None;
     let client = mapping(vec![
