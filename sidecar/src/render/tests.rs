@@ -1199,9 +1199,10 @@ fn tls_settings_replace_the_encryption_options_of_defaults_and_overrides() {
                     Value::from("/mnt/tls/ca.crt"),
                     "{label}"
                 );
+                // checked inbound against the Pod IP (README, Security)
                 assert_eq!(
                     server["require_endpoint_verification"],
-                    Value::from(true),
+                    Value::from(false),
                     "{label}"
                 );
                 assert_eq!(
