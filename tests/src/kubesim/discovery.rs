@@ -99,6 +99,13 @@ impl ResourceType {
         &self.versions[0]
     }
 
+    /// Has an `/approval` subresource (CertificateSigningRequests).
+    pub fn approval_subresource(&self) -> bool {
+        !self.custom
+            && self.group == "certificates.k8s.io"
+            && self.plural == "certificatesigningrequests"
+    }
+
     /// Whether a field selector on this field is supported.
     pub fn supports_field(&self, field: &str) -> bool {
         field == "metadata.name"
@@ -367,9 +374,22 @@ pub fn builtin_types() -> Vec<ResourceType> {
     );
     vapb.generation = true;
     vapb.categories = strings(&["api-extensions"]);
+    // Members' TLS certificates (crate::kubesim::store::certificates):
+    // `/status` for the signer, `/approval` for the approver.
+    let mut csr = b(
+        "certificates.k8s.io",
+        "v1",
+        "certificatesigningrequests",
+        "CertificateSigningRequest",
+        false,
+        &["csr"],
+    );
+    csr.status_subresource = true;
+    csr.initial_status = Some(json!({}));
+    csr.field_labels = strings(&["spec.signerName"]);
     vec![
         ns, node, pod, svc, ep, pv, pvc, cm, secret, sa, ev, ev2, sts, cr, deploy, rs, ds, role,
-        rb, crole, crb, pdb, lease, crd, sc, vap, vapb,
+        rb, crole, crb, pdb, lease, crd, sc, vap, vapb, csr,
     ]
 }
 
@@ -602,6 +622,15 @@ pub fn resource_list(group: &str, version: &str, types: &[&ResourceType]) -> Val
             r["categories"] = json!(t.categories);
         }
         resources.push(r);
+        if t.approval_subresource() {
+            resources.push(json!({
+                "name": format!("{}/approval", t.plural),
+                "singularName": "",
+                "namespaced": t.namespaced,
+                "kind": t.kind,
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
         if t.status_subresource {
             resources.push(json!({
                 "name": format!("{}/status", t.plural),

@@ -35,9 +35,12 @@
 //! OwnerReferencesPermissionEnforcement (changing ownerReferences needs
 //! `delete` on the object, a new `blockOwnerDeletion` `update` on the
 //! owner's `finalizers`; these checks are in the request log as calls of
-//! the user with method `ADMISSION`) and ValidatingAdmissionPolicy with
-//! its bindings ([`admission_policy`]: 422 or the policy's reason, Warning
-//! headers). The in-process controllers' writes pass none.
+//! the user with method `ADMISSION`), the certificates plugins
+//! (CertificateApproval and CertificateSigning: `approve` or `sign` on the
+//! request's signer, CertificateSubjectRestriction; [`store::certificates`])
+//! and ValidatingAdmissionPolicy with its bindings ([`admission_policy`]:
+//! 422 or the policy's reason, Warning headers). The in-process
+//! controllers' writes pass none.
 //!
 //! As a process: `kubesim serve --dir DIR [--zones a,b] [--nodes-per-zone N]
 //! [--port P] [--watch-window N] [--bookmark-interval-ms MS] [--conflict-rate
@@ -81,7 +84,9 @@
 //! types with managedFields (Apply and Update managers, apply conflicts and
 //! force), finalizers, owner-reference garbage collection, defaulting of
 //! built-in kinds, ClusterIP allocation, server-side Table printing,
-//! events.k8s.io Events stored as core Events, graceful Pod deletion
+//! events.k8s.io Events stored as core Events, CertificateSigningRequests
+//! with their `/approval` and `/status` ([`store::certificates`], the
+//! request's PKCS#10 checked by [`x509`]), graceful Pod deletion
 //! (`gracePeriodSeconds` only ever shortened; see
 //! [`store::pod_grace`]), and the `pods/log` subresource ([`logs`]).
 
@@ -101,6 +106,7 @@ pub mod server;
 pub mod sim;
 pub mod store;
 pub mod table;
+pub mod x509;
 
 pub use server::{KubeSim, Options};
 

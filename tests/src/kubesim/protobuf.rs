@@ -1,6 +1,7 @@
 //! Decoding of the Kubernetes protobuf envelope for the kinds kubectl's
 //! generators send as protobuf (`kubectl create namespace|configmap|secret|
-//! serviceaccount|service|token`, `kubectl auth can-i`): `k8s\0` +
+//! serviceaccount|service|token`, `kubectl auth can-i`, `kubectl
+//! certificate approve|deny`): `k8s\0` +
 //! `runtime.Unknown` wrapping the object's message, turned into the JSON
 //! the store takes. Pure: no I/O.
 
@@ -346,6 +347,109 @@ fn self_subject_access_review(raw: &[u8]) -> Result<Value, String> {
     Ok(out)
 }
 
+/// A `metav1.Time` (seconds since the epoch) as JSON has it; None for
+/// the zero time, which Go writes as an empty message.
+fn time(b: &[u8]) -> Result<Option<Value>, String> {
+    let mut seconds = 0i64;
+    for (n, f) in fields(b)? {
+        if let (1, Field::Varint(v)) = (n, f) {
+            seconds = v as i64;
+        }
+    }
+    Ok((seconds > 0).then(|| json!(crate::kubesim::rfc3339(seconds as u64))))
+}
+
+/// certificates.k8s.io/v1 CertificateSigningRequest (`kubectl
+/// certificate approve|deny` replace `/approval` with the whole object).
+fn certificate_signing_request(raw: &[u8]) -> Result<Value, String> {
+    let mut out = json!({"apiVersion": "certificates.k8s.io/v1",
+        "kind": "CertificateSigningRequest", "spec": {}, "status": {}});
+    for (n, f) in fields(raw)? {
+        match (n, f) {
+            (1, Field::Bytes(x)) => out["metadata"] = object_meta(x)?,
+            (2, Field::Bytes(x)) => {
+                let mut spec = Map::new();
+                for (sn, sf) in fields(x)? {
+                    match (sn, sf) {
+                        (1, Field::Bytes(y)) => {
+                            spec.insert("request".into(), json!(base64(y)));
+                        }
+                        (2, Field::Bytes(y)) => {
+                            spec.insert("username".into(), json!(string(y)?));
+                        }
+                        (3, Field::Bytes(y)) => {
+                            spec.insert("uid".into(), json!(string(y)?));
+                        }
+                        (4, Field::Bytes(y)) => push(&mut spec, "groups", json!(string(y)?)),
+                        (5, Field::Bytes(y)) => push(&mut spec, "usages", json!(string(y)?)),
+                        (6, Field::Bytes(y)) => {
+                            // map<string, ExtraValue>: ExtraValue's items are field 1.
+                            let (mut key, mut items) = (String::new(), Vec::new());
+                            for (en, ef) in fields(y)? {
+                                match (en, ef) {
+                                    (1, Field::Bytes(k)) => key = string(k)?,
+                                    (2, Field::Bytes(v)) => {
+                                        for (vn, vf) in fields(v)? {
+                                            if let (1, Field::Bytes(i)) = (vn, vf) {
+                                                items.push(json!(string(i)?));
+                                            }
+                                        }
+                                    }
+                                    _ => {}
+                                }
+                            }
+                            let extra = spec.entry("extra").or_insert_with(|| json!({}));
+                            extra[key] = Value::Array(items);
+                        }
+                        (7, Field::Bytes(y)) => {
+                            spec.insert("signerName".into(), json!(string(y)?));
+                        }
+                        (8, Field::Varint(v)) => {
+                            spec.insert("expirationSeconds".into(), json!(v as i32));
+                        }
+                        _ => {}
+                    }
+                }
+                out["spec"] = Value::Object(spec);
+            }
+            (3, Field::Bytes(x)) => {
+                let mut status = Map::new();
+                for (sn, sf) in fields(x)? {
+                    match (sn, sf) {
+                        (1, Field::Bytes(c)) => {
+                            let mut condition = flat_message(
+                                c,
+                                &[(1, "type"), (2, "reason"), (3, "message"), (6, "status")],
+                                &[],
+                            )?;
+                            for (cn, cf) in fields(c)? {
+                                let field = match cn {
+                                    4 => "lastUpdateTime",
+                                    5 => "lastTransitionTime",
+                                    _ => continue,
+                                };
+                                if let Field::Bytes(t) = cf
+                                    && let Some(at) = time(t)?
+                                {
+                                    condition[field] = at;
+                                }
+                            }
+                            push(&mut status, "conditions", condition);
+                        }
+                        (2, Field::Bytes(y)) => {
+                            status.insert("certificate".into(), json!(base64(y)));
+                        }
+                        _ => {}
+                    }
+                }
+                out["status"] = Value::Object(status);
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
 /// The JSON of one object message of a supported kind.
 fn object(api_version: &str, kind: &str, raw: &[u8]) -> Result<Value, String> {
     let mut m = Map::new();
@@ -419,6 +523,7 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
         ("authentication.k8s.io/v1", "TokenRequest") => token_request(raw),
         ("v1", "Service") => service(raw),
         ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => self_subject_access_review(raw),
+        ("certificates.k8s.io/v1", "CertificateSigningRequest") => certificate_signing_request(raw),
         _ => Err(format!(
             "protobuf bodies of {api_version} {kind} are not supported"
         )),
@@ -512,6 +617,56 @@ mod tests {
         let v = decode(&envelope("Namespace", &raw)).unwrap();
         assert_eq!(v["metadata"]["name"], "team");
         assert_eq!(v["spec"]["finalizers"], json!(["kubernetes"]));
+    }
+
+    #[test]
+    fn certificate_signing_request_as_kubectl_approves_it() {
+        let tm = [
+            bytes(1, b"certificates.k8s.io/v1"),
+            bytes(2, b"CertificateSigningRequest"),
+        ]
+        .concat();
+        let extra = [
+            bytes(1, b"authentication.kubernetes.io/pod-name"),
+            bytes(2, &bytes(1, b"c-0")),
+        ]
+        .concat();
+        let spec = [
+            bytes(1, b"pem"),
+            bytes(2, b"system:serviceaccount:db:member"),
+            bytes(4, b"system:serviceaccounts"),
+            bytes(5, b"server auth"),
+            bytes(6, &extra),
+            bytes(7, b"cassandra.rook.io/member"),
+            [tag(8, 0), enc_varint(3600)].concat(),
+        ]
+        .concat();
+        let approved = [
+            bytes(1, b"Approved"),
+            bytes(2, b"KubectlApprove"),
+            bytes(4, &[tag(1, 0), enc_varint(1_700_000_000)].concat()),
+            bytes(5, b""),
+            bytes(6, b"True"),
+        ]
+        .concat();
+        let raw = [
+            bytes(1, &bytes(1, b"c-0")),
+            bytes(2, &spec),
+            bytes(3, &bytes(1, &approved)),
+        ]
+        .concat();
+        let body = [b"k8s\0".to_vec(), bytes(1, &tm), bytes(2, &raw)].concat();
+        assert_eq!(
+            decode(&body).unwrap(),
+            json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+                "metadata": {"name": "c-0"},
+                "spec": {"request": "cGVt", "username": "system:serviceaccount:db:member",
+                    "groups": ["system:serviceaccounts"], "usages": ["server auth"],
+                    "extra": {"authentication.kubernetes.io/pod-name": ["c-0"]},
+                    "signerName": "cassandra.rook.io/member", "expirationSeconds": 3600},
+                "status": {"conditions": [{"type": "Approved", "reason": "KubectlApprove",
+                    "status": "True", "lastUpdateTime": "2023-11-14T22:13:20Z"}]}})
+        );
     }
 
     #[test]

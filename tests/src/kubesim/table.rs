@@ -318,8 +318,66 @@ fn columns(rt: &ResourceType, version: &str) -> Vec<Value> {
             column("Status", "string", "The status of the namespace", 0),
             age,
         ],
+        ("certificates.k8s.io", "certificatesigningrequests") => vec![
+            name,
+            age,
+            column(
+                "SignerName",
+                "string",
+                "signerName indicates the requested signer, and is a qualified name.",
+                0,
+            ),
+            column(
+                "Requestor",
+                "string",
+                "Name of the user who requested the CSR.",
+                0,
+            ),
+            column(
+                "RequestedDuration",
+                "string",
+                "expirationSeconds is the requested duration of validity of the issued certificate.",
+                0,
+            ),
+            column(
+                "Condition",
+                "string",
+                "conditions applied to the request. Known conditions are \"Approved\", \"Denied\", and \"Failed\".",
+                0,
+            ),
+        ],
         _ => vec![name, age],
     }
+}
+
+/// A request's CONDITION (`extractCSRStatus`): Denied before Approved
+/// before Pending, then Failed and Issued.
+fn csr_condition(o: &Value) -> String {
+    let has = |kind: &str| {
+        o.pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .any(|c| c.get("type").and_then(Value::as_str) == Some(kind))
+    };
+    let mut status = if has("Denied") {
+        "Denied"
+    } else if has("Approved") {
+        "Approved"
+    } else {
+        "Pending"
+    }
+    .to_string();
+    if has("Failed") {
+        status.push_str(",Failed");
+    }
+    if o.pointer("/status/certificate")
+        .and_then(Value::as_str)
+        .is_some_and(|c| !c.is_empty())
+    {
+        status.push_str(",Issued");
+    }
+    status
 }
 
 fn cells(rt: &ResourceType, version: &str, o: &Value, now: i64) -> Vec<Value> {
@@ -447,6 +505,24 @@ fn cells(rt: &ResourceType, version: &str, o: &Value, now: i64) -> Vec<Value> {
             ),
             age(o, now),
         ],
+        ("certificates.k8s.io", "certificatesigningrequests") => {
+            let text = |p: &str| o.pointer(p).and_then(Value::as_str).unwrap_or_default();
+            let signer = Some(text("/spec/signerName"))
+                .filter(|s| !s.is_empty())
+                .unwrap_or("<none>");
+            let duration = o
+                .pointer("/spec/expirationSeconds")
+                .and_then(Value::as_i64)
+                .map_or_else(|| "<none>".to_string(), human_duration);
+            vec![
+                name,
+                age(o, now),
+                json!(signer),
+                json!(text("/spec/username")),
+                json!(duration),
+                json!(csr_condition(o)),
+            ]
+        }
         _ => vec![name, age(o, now)],
     }
 }

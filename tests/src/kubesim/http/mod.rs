@@ -763,9 +763,16 @@ async fn resource(
     let subresource = match sub.as_deref() {
         None => Subresource::Main,
         Some("status") if rt.status_subresource => Subresource::Status,
+        Some("approval") if rt.approval_subresource() => Subresource::Approval,
         Some("scale") if rt.scale.is_some() => Subresource::Main,
         Some(_) => return error_response(&ApiError::no_route()),
     };
+    if sub.is_some() && !matches!(verb, "get" | "update" | "patch") {
+        // These subresources are read, replaced and patched only.
+        return error_response(&ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        ));
+    }
     if let Some(d) = shared.faults.delay(verb, &rt.plural) {
         tokio::time::sleep(d).await;
     }
@@ -883,18 +890,18 @@ async fn resource(
 }
 
 /// The authorization checks admission plugins made for a request, in the
-/// request log as calls of its user (method `ADMISSION`): what the user
-/// must be allowed besides the request itself.
+/// request log as calls of its user (method `ADMISSION`, the plugin as
+/// the path): what the user must be allowed besides the request itself.
 fn record_admission_checks(
     shared: &Arc<Shared>,
     adm: &super::store::Admission,
     rec: &RequestRecord,
 ) {
-    for (a, ok) in adm.checks.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+    for (plugin, a, ok) in adm.checks.lock().unwrap_or_else(|e| e.into_inner()).iter() {
         shared.log.push(RequestRecord {
             seq: 0,
             method: "ADMISSION".into(),
-            path: "OwnerReferencesPermissionEnforcement".into(),
+            path: (*plugin).into(),
             query: String::new(),
             verb: a.verb.clone(),
             group: a.api_group.clone(),

@@ -318,6 +318,10 @@ impl State {
         opts: &WriteOptions,
     ) -> Result<Value, ApiError> {
         self.prepare(rt, t, &mut obj)?;
+        let csr = certificates::is_csr(rt);
+        if csr {
+            certificates::check_encoding(&obj)?;
+        }
         let ns = self.namespace_of(rt, t)?;
         let m = meta_mut(&mut obj);
         let mut name = m
@@ -347,7 +351,9 @@ impl State {
         }
         let name_ok = if rt.plural == "namespaces" || rt.plural == "services" {
             dns_label(&name)
-        } else if rt.plural.ends_with("roles") || rt.plural.ends_with("rolebindings") {
+        } else if rt.plural.ends_with("roles") || rt.plural.ends_with("rolebindings") || csr {
+            // Any name that is a path segment (a CSR's validation accepts
+            // every name: kubelets' requests have upper case in theirs).
             !name.is_empty() && !name.contains('/') && name != "." && name != ".."
         } else {
             dns_subdomain(&name)
@@ -401,9 +407,16 @@ impl State {
         if rt.custom {
             self.admit_custom(rt, &t.version, &mut obj, None, opts)?;
         }
+        if csr {
+            certificates::prepare_for_create(&mut obj, opts.admission.as_ref().map(|a| &a.user));
+        }
         self.on_create_special(rt, &mut obj)?;
         if !rt.custom {
-            let causes = validation::on_create(&rt.group, &rt.plural, &obj);
+            let causes = if csr {
+                certificates::validate_create(&obj)
+            } else {
+                validation::on_create(&rt.group, &rt.plural, &obj)
+            };
             if !causes.is_empty() {
                 return Err(ApiError::invalid(rt, &name, &causes));
             }
@@ -567,6 +580,10 @@ impl State {
         opts: &WriteOptions,
     ) -> Result<Value, ApiError> {
         self.prepare(rt, t, &mut obj)?;
+        let csr = certificates::is_csr(rt);
+        if csr {
+            certificates::check_encoding(&obj)?;
+        }
         let ns = self.namespace_of(rt, t)?;
         match meta_str(&obj, "name") {
             Some(n) if n == name => {}
@@ -630,7 +647,10 @@ impl State {
                 ),
             ));
         }
-        let mut next = if sub == Subresource::Status {
+        let mut next = if csr {
+            certificates::prepare_for_update(sub, &mut obj, &old, &now_rfc3339());
+            obj
+        } else if sub == Subresource::Status {
             // A status write changes the status only.
             let mut n = (*old).clone();
             match obj.get("status") {
@@ -713,6 +733,11 @@ impl State {
         }
         if rt.custom {
             self.admit_custom(rt, &t.version, &mut next, Some(&old), opts)?;
+        } else if csr {
+            let causes = certificates::validate_update(sub, &old, &next);
+            if !causes.is_empty() {
+                return Err(ApiError::invalid(rt, name, &causes));
+            }
         } else if sub == Subresource::Main {
             let causes = validation::on_update(&rt.group, &rt.plural, &old, &next);
             if !causes.is_empty() {
@@ -744,7 +769,7 @@ impl State {
             next["status"] = crd_status(&next, &ct);
         }
         if let Some(m) = opts.update_manager.as_deref().filter(|m| !m.is_empty()) {
-            let subname = (sub == Subresource::Status).then_some("status");
+            let subname = sub.name();
             record_update(
                 &mut next,
                 Some(&old),
@@ -999,8 +1024,12 @@ pub(super) fn crd_status(crd: &Value, ct: &ResourceType) -> Value {
     })
 }
 
+/// The name OwnerReferencesPermissionEnforcement's checks go by.
+const OWNER_REFERENCES: &str = "OwnerReferencesPermissionEnforcement";
+
 /// The admission plugins kubesim runs on a write by a client: OpenShift's
-/// OwnerReferencesPermissionEnforcement, then ValidatingAdmissionPolicy.
+/// OwnerReferencesPermissionEnforcement, the certificates plugins
+/// ([`super::certificates`]), then ValidatingAdmissionPolicy.
 pub(super) struct Write<'a> {
     pub operation: &'static str,
     pub version: &'a str,
@@ -1064,14 +1093,14 @@ impl State {
         let Some(adm) = admission else {
             return Ok(());
         };
-        let sub = match w.subresource {
-            Subresource::Main => "",
-            Subresource::Status => "status",
-        };
+        let sub = w.subresource.name().unwrap_or_default();
         if w.operation != "DELETE"
             && !(rt.group.is_empty() && rt.plural == "pods" && sub == "status")
         {
             self.owner_references_permission(rt, w, sub, adm)?;
+        }
+        if certificates::is_csr(rt) {
+            certificates::admit(w, sub, adm)?;
         }
         let req = crate::kubesim::admission_policy::Request {
             operation: w.operation,
@@ -1159,7 +1188,7 @@ impl State {
         .named(w.name);
         delete.subresource = sub.to_string();
         delete.api_version = w.version.to_string();
-        if !adm.check(delete) {
+        if !adm.check(OWNER_REFERENCES, delete) {
             return Err(forbidden(
                 "cannot set an ownerRef on a resource you can't delete: , <nil>".into(),
             ));
@@ -1195,7 +1224,7 @@ impl State {
             .named(r["name"].as_str().unwrap_or_default());
             update.subresource = "finalizers".into();
             update.api_version = version.to_string();
-            if !adm.check(update) {
+            if !adm.check(OWNER_REFERENCES, update) {
                 return Err(forbidden(
                     "cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers on: , <nil>".into(),
                 ));

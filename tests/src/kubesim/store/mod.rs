@@ -7,7 +7,8 @@
 //! The vocabulary (errors, events, options) is in [`types`], the
 //! bookkeeping of versions, managed fields and continue tokens in
 //! [`bookkeeping`], the tables and what happens around a write in
-//! [`admission`].
+//! [`admission`], what CertificateSigningRequests add to it in
+//! [`certificates`].
 
 use super::convert;
 use super::defaults;
@@ -22,6 +23,7 @@ use tokio::sync::broadcast;
 
 mod admission;
 mod bookkeeping;
+pub mod certificates;
 pub mod pod_security;
 mod types;
 pub mod validation;
@@ -598,7 +600,7 @@ impl Store {
             }
             PatchType::Apply => {
                 let m = manager.as_deref().unwrap_or_default();
-                let subname = (sub == Subresource::Status).then_some("status");
+                let subname = sub.name();
                 let new_fields = patch::field_set(body, !rt.custom);
                 let mut entries = managed_fields(&next);
                 // Fields another manager owns with another value conflict,

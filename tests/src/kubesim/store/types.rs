@@ -261,6 +261,20 @@ pub enum Subresource {
     Main,
     /// `/status`
     Status,
+    /// `/approval` (CertificateSigningRequests: their conditions only)
+    Approval,
+}
+
+impl Subresource {
+    /// The subresource's name in a URL and in `managedFields` (None: the
+    /// object itself).
+    pub fn name(self) -> Option<&'static str> {
+        match self {
+            Subresource::Main => None,
+            Subresource::Status => Some("status"),
+            Subresource::Approval => Some("approval"),
+        }
+    }
 }
 
 /// Options of create, update and patch.
@@ -294,8 +308,9 @@ pub struct Admission {
     pub authorize: Box<dyn Fn(&crate::kubesim::auth::rbac::Attributes) -> bool + Send + Sync>,
     /// `Warning` headers for the response.
     pub warnings: Mutex<Vec<String>>,
-    /// Authorization checks made by admission plugins, with their answers.
-    pub checks: Mutex<Vec<(crate::kubesim::auth::rbac::Attributes, bool)>>,
+    /// Authorization checks made by admission plugins: the plugin, the
+    /// question and the answer.
+    pub checks: Mutex<Vec<(&'static str, crate::kubesim::auth::rbac::Attributes, bool)>>,
 }
 
 impl std::fmt::Debug for Admission {
@@ -320,13 +335,13 @@ impl Admission {
         }
     }
 
-    /// Asks the authorizer, remembering the question.
-    pub fn check(&self, a: crate::kubesim::auth::rbac::Attributes) -> bool {
+    /// Asks the authorizer for `plugin`, remembering the question.
+    pub fn check(&self, plugin: &'static str, a: crate::kubesim::auth::rbac::Attributes) -> bool {
         let ok = (self.authorize)(&a);
         self.checks
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((a, ok));
+            .push((plugin, a, ok));
         ok
     }
 
