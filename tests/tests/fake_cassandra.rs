@@ -9,15 +9,22 @@
 //! disk lost is replaced with `replace_address_first_boot` and replication
 //! is full again; a node started as its own seed in the populated ring is
 //! flagged by the data check; a node of another cluster is refused.
+//!
+//! TLS (issue 32), with the sidecar's rendering of `spec.security.tls`
+//! and files made with rcgen as the sidecar writes them: a member serves
+//! its certificate (mutual TLS between members) and reloads it through
+//! MessagingService; the files real 4.1 refuses to start with; the
+//! hot-reload task.
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crds::quantity::Quantity;
-use crds::v1alpha1::ClusterMode;
+use crds::v1alpha1::{ClientEncryption, ClusterMode, InternodeEncryption};
 use serde_json::{Value, json};
 use sidecar::jolokia::{Jolokia, OperationMode, StorageService};
+use sidecar::render::tls::TlsSettings;
 use sidecar::render::{MemberConfig, render};
 use testworld::kubesim::KubeSim;
 
@@ -74,6 +81,15 @@ struct World {
     overrides: Option<String>,
     /// Command-line arguments after `-f` of the next node started.
     args: Vec<String>,
+    /// The Cluster's `spec.security.tls` of the next node started: the
+    /// sidecar renders it with the node's own TLS directory (`<dir>/tls`),
+    /// where the test writes the files.
+    tls: Option<(InternodeEncryption, ClientEncryption)>,
+    /// An edit of the rendered cassandra.yaml of the next node started
+    /// (what the operator does not write, to see it refused).
+    edit: Option<fn(&mut serde_norway::Value)>,
+    /// Environment of the next node started, beyond the rendered one.
+    env: Vec<(&'static str, String)>,
 }
 
 impl World {
@@ -86,6 +102,9 @@ impl World {
             release: RELEASE.to_string(),
             overrides: None,
             args: Vec::new(),
+            tls: None,
+            edit: None,
+            env: Vec::new(),
         }
     }
 
@@ -126,14 +145,37 @@ impl World {
             // Where the sidecar would write the access policy beside it.
             jolokia_agent_jar: dir.join("jolokia-jvm-agent.jar").display().to_string(),
             release: None,
-            tls: None,
+            tls: self.tls.map(|(internode, client)| TlsSettings {
+                internode,
+                client,
+                dir: dir.join("tls"),
+            }),
         };
         std::fs::write(
             sidecar::jolokia_access::policy_path(&member.jolokia_agent_jar),
             &self.policy,
         )
         .expect("the access policy");
-        let rendered = render(&member, &defaults_of(&self.release)).expect("renders");
+        let mut rendered = render(&member, &defaults_of(&self.release)).expect("renders");
+        for f in rendered
+            .files
+            .iter_mut()
+            .filter(|f| f.name == "cassandra.yaml")
+        {
+            if self.tls.is_none() && self.edit.is_none() {
+                continue;
+            }
+            let mut doc: serde_norway::Value = serde_norway::from_str(&f.content).expect("YAML");
+            if self.tls.is_some() {
+                // The image's `rpc_address: localhost` is the Pod's own
+                // address in a Pod; here the nodes share the host.
+                doc["rpc_address"] = address.clone().into();
+            }
+            if let Some(edit) = self.edit {
+                edit(&mut doc);
+            }
+            f.content = serde_norway::to_string(&doc).expect("YAML");
+        }
         for f in &rendered.files {
             std::fs::write(conf.join(&f.name), &f.content).expect("write a rendered file");
         }
@@ -152,6 +194,7 @@ impl World {
                 };
                 (k.clone(), v)
             }))
+            .envs(self.env.iter().map(|(k, v)| (*k, v.as_str())))
             .env("CASSANDRA_CONF", &conf)
             .env("CASSANDRA_VERSION", &self.release)
             .env("KUBESIM_URL", self.sim.sim_url());
@@ -1115,4 +1158,452 @@ async fn a_second_member_of_a_second_rack_is_refused_its_tokens() {
         world.joined(&factor_2, &five).await;
         drop((running, factor_2));
     }
+}
+
+// ---- TLS (issue 32) ----
+
+/// A cluster's certificate authority, as the controller keeps one (EC
+/// P-256), issuing member certificates.
+struct Authority {
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    cert: rcgen::Certificate,
+}
+
+/// A member's key and the certificate the authority issued for it.
+struct Issued {
+    key: rcgen::KeyPair,
+    cert: rcgen::Certificate,
+}
+
+impl Authority {
+    fn new(name: &str) -> Authority {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("a key");
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let cert = params.self_signed(&key).expect("a CA");
+        Authority {
+            issuer: rcgen::Issuer::new(params, key),
+            cert,
+        }
+    }
+
+    /// A certificate naming `ips` (IP SANs), serial `serial`, for a key of
+    /// its own (or `key`).
+    fn issue(&self, ips: &[&str], serial: u64, key: Option<rcgen::KeyPair>) -> Issued {
+        let key = key.unwrap_or_else(|| {
+            rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("a key")
+        });
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.subject_alt_names = ips
+            .iter()
+            .map(|ip| rcgen::SanType::IpAddress(ip.parse().expect("an IP")))
+            .collect();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, ips[0]);
+        params.serial_number = Some(rcgen::SerialNumber::from(serial));
+        params.extended_key_usages = vec![
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let cert = params.signed_by(&key, &self.issuer).expect("issued");
+        Issued { key, cert }
+    }
+}
+
+impl Issued {
+    /// The chain and the key as a TLS client presents them.
+    fn client(&self, ca: &Authority) -> Option<(Vec<Vec<u8>>, Vec<u8>)> {
+        Some((
+            vec![self.cert.der().to_vec(), ca.cert.der().to_vec()],
+            self.key.serialize_der(),
+        ))
+    }
+
+    fn fingerprint(&self) -> String {
+        testworld::fake_cassandra::tls_wire::fingerprint(self.cert.der())
+    }
+}
+
+/// Writes `path` through a temporary name and a rename, as the sidecar
+/// writes its TLS files.
+fn write_atomically(path: &std::path::Path, content: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, content).expect("a TLS file");
+    std::fs::rename(&tmp, path).expect("renamed");
+}
+
+/// The TLS files of the node in `dir` as the sidecar writes them: the
+/// key and chain (`member.pem`, and `member.key`/`member.crt`), the CA
+/// bundle (`ca.crt`).
+fn write_tls(dir: &std::path::Path, member: &Issued, ca: &Authority) {
+    let tls = dir.join("tls");
+    std::fs::create_dir_all(&tls).expect("the TLS dir");
+    let chain = format!("{}{}", member.cert.pem(), ca.cert.pem());
+    write_atomically(&tls.join("ca.crt"), &ca.cert.pem());
+    write_atomically(&tls.join("member.key"), &member.key.serialize_pem());
+    write_atomically(&tls.join("member.crt"), &chain);
+    write_atomically(
+        &tls.join("member.pem"),
+        &format!("{}{chain}", member.key.serialize_pem()),
+    );
+}
+
+/// The certificate node `n` serves on `port`, its handshake made from
+/// `from` with `client`'s certificate.
+async fn served(
+    n: u8,
+    port: u16,
+    client: Option<(Vec<Vec<u8>>, Vec<u8>)>,
+    from: &str,
+) -> Result<testworld::fake_cassandra::tls_wire::ServedCertificate, String> {
+    let address = format!("{}:{port}", ip(n)).parse().expect("an address");
+    testworld::fake_cassandra::tls_wire::served_certificate(
+        address,
+        client,
+        Some(from.parse().expect("an IP")),
+    )
+    .await
+}
+
+/// One Jolokia request to a node: the whole answer.
+async fn jolokia(world: &World, node: &Node, request: Value) -> Value {
+    world
+        .http
+        .post(format!("http://{}:8778/jolokia/", node.ip))
+        .body(request.to_string())
+        .send()
+        .await
+        .expect("jolokia answers")
+        .json()
+        .await
+        .expect("JSON")
+}
+
+const MESSAGING_SERVICE: &str = "org.apache.cassandra.net:type=MessagingService";
+
+/// A 4.1 member with the operator's TLS settings (internode `all`,
+/// clients `required`) serves its certificate on the storage port to
+/// members (a client certificate of the cluster's authority) and on the
+/// native port to anyone; the sidecar's `reloadSslCertificates` (on
+/// MessagingService, as `nodetool reloadssl` calls it) serves a new
+/// certificate, and a broken file is logged while the old one goes on
+/// being served, the operation answering success all the same, as real
+/// 4.1.8 does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_serves_its_certificate_and_reloads_it_through_messaging_service() {
+    let mut world = World::new().await;
+    world.tls = Some((InternodeEncryption::All, ClientEncryption::Required));
+    let ca = Authority::new("ring-test-ca");
+    let first = ca.issue(&[&ip(61)], 1, None);
+    let dir = world.root.path().join("s1");
+    write_tls(&dir, &first, &ca);
+    let node = world.start("s1", 61, &[61], "r1", None, CLUSTER);
+    world.joined(&node, &[(61, "UN")]).await;
+    let log = node.log();
+    assert!(
+        log.contains(&format!(
+            "Listening on address: (/{}:7000), encryption: encrypted(openssl)",
+            ip(61)
+        )),
+        "{log}"
+    );
+
+    // A member of the cluster, connecting from its own address.
+    let peer = ca.issue(&["127.0.47.99"], 99, None);
+    let from_peer = "127.0.47.99";
+    let got = served(61, 7000, peer.client(&ca), from_peer)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", node.log()));
+    assert_eq!(got.fingerprint, first.fingerprint());
+    assert_eq!(got.serial, "1");
+    assert_eq!(got.chain.len(), 2, "the chain, the CA's certificate last");
+    // Mutual TLS: no certificate, another authority's: refused. One of the
+    // cluster's naming another address is a member's (no endpoint
+    // verification: the source is a Pod IP the certificate does not name).
+    assert!(served(61, 7000, None, from_peer).await.is_err());
+    let rogue = Authority::new("rogue");
+    let stranger = rogue.issue(&["127.0.47.99"], 7, None);
+    assert!(
+        served(61, 7000, stranger.client(&rogue), from_peer)
+            .await
+            .is_err()
+    );
+    let elsewhere = ca.issue(&["10.9.9.9"], 8, None);
+    assert!(
+        served(61, 7000, elsewhere.client(&ca), from_peer)
+            .await
+            .is_ok()
+    );
+    // Clients: TLS without a client certificate.
+    let client_side = served(61, 9042, None, from_peer)
+        .await
+        .expect("TLS to clients");
+    assert_eq!(client_side.fingerprint, first.fingerprint());
+
+    // Renewed: the new certificate is served once reloaded.
+    let second = ca.issue(&[&ip(61)], 2, None);
+    write_tls(&dir, &second, &ca);
+    let before = served(61, 7000, peer.client(&ca), from_peer)
+        .await
+        .expect("served");
+    assert_eq!(
+        before.fingerprint,
+        first.fingerprint(),
+        "not before a reload"
+    );
+    node.jolokia()
+        .reload_ssl_certificates()
+        .await
+        .unwrap_or_else(|e| panic!("the sidecar's reload: {e}\n{}", node.log()));
+    let after = served(61, 7000, peer.client(&ca), from_peer)
+        .await
+        .expect("served");
+    assert_eq!(after.fingerprint, second.fingerprint());
+    assert_eq!(after.serial, "2");
+    let client_side = served(61, 9042, None, from_peer)
+        .await
+        .expect("TLS to clients");
+    assert_eq!(client_side.fingerprint, second.fingerprint());
+    let log = node.log();
+    for side in ["server_encryption_options", "client_encryption_options"] {
+        assert_eq!(
+            log.matches(&format!(
+                "SSL certificates have been updated for {side}. Resetting the ssl contexts for new connections."
+            ))
+            .count(),
+            1,
+            "{log}"
+        );
+    }
+
+    // A broken keystore (the key alone): logged, the old one served, and
+    // the operation still answers success.
+    write_atomically(
+        &dir.join("tls/member.pem"),
+        &ca.issue(&[&ip(61)], 3, None).key.serialize_pem(),
+    );
+    let answer = jolokia(
+        &world,
+        &node,
+        json!({"type": "exec", "mbean": MESSAGING_SERVICE, "operation": "reloadSslCertificates"}),
+    )
+    .await;
+    assert_eq!(answer["status"], 200, "{answer}");
+    assert_eq!(answer["value"], Value::Null);
+    let log = node.log();
+    assert!(
+        log.contains(
+            "Failed to hot reload the SSL Certificates! Please check the certificate files for server_encryption_options."
+        ) && log.contains("Caused by: java.security.GeneralSecurityException: Invalid certificate format"),
+        "{log}"
+    );
+    let still = served(61, 7000, peer.client(&ca), from_peer)
+        .await
+        .expect("served");
+    assert_eq!(still.fingerprint, second.fingerprint());
+    drop(node);
+}
+
+/// What a 4.1 member refuses to start with, as real 4.1 does
+/// (`ConfigurationException: Failed to initialize SSL` from
+/// `applySslContext`, exit 3, never in the ring): no keystore, an empty
+/// truststore, a `keystore_password` with the unencrypted key (read as an
+/// encrypted one), an unknown factory class. A key that does not match
+/// its certificate is not among them: Cassandra does not compare them, the
+/// node starts and every handshake fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_refuses_tls_files_it_cannot_use() {
+    let mut world = World::new().await;
+    world.tls = Some((InternodeEncryption::All, ClientEncryption::Required));
+    let ca = Authority::new("ring-test-ca");
+    let refused = |world: &World, name: &str| {
+        let mut node = world.start(name, 62, &[62], "r1", None, CLUSTER);
+        let (code, log) = node.exit(20);
+        assert_eq!(code, 3, "{name}: {log}");
+        assert!(
+            log.contains("Exception encountered during startup"),
+            "{name}: {log}"
+        );
+        log
+    };
+    let internode =
+        "Caused by: java.io.IOException: Failed to create SSL context using Internode messaging";
+
+    // No files at all.
+    let log = refused(&world, "k0");
+    assert!(
+        log.contains(
+            "Exception (org.apache.cassandra.exceptions.ConfigurationException) encountered during startup: Failed to initialize SSL"
+        ) && log.contains(internode)
+            && log.contains("Caused by: javax.net.ssl.SSLException: Failed to build key manager store for secure connections")
+            && log.contains("Caused by: javax.net.ssl.SSLException: Must provide keystore or private_key in configuration for PEMBasedSSlContextFactory"),
+        "{log}"
+    );
+
+    // An empty CA bundle.
+    let member = ca.issue(&[&ip(62)], 1, None);
+    let dir = world.root.path().join("k1");
+    write_tls(&dir, &member, &ca);
+    write_atomically(&dir.join("tls/ca.crt"), "");
+    let log = refused(&world, "k1");
+    assert!(
+        log.contains(internode)
+            && log.contains("Caused by: javax.net.ssl.SSLException: Failed to build trust manager store for secure connections")
+            && log.contains("Caused by: java.security.GeneralSecurityException: Invalid certificate format"),
+        "{log}"
+    );
+
+    // A keystore_password: the unencrypted key is read as encrypted.
+    write_tls(&world.root.path().join("k2"), &member, &ca);
+    world.edit = Some(|doc| {
+        doc["server_encryption_options"]["keystore_password"] = "cassandra".into();
+    });
+    let log = refused(&world, "k2");
+    assert!(
+        log.contains("Caused by: java.io.IOException: overrun, bytes = "),
+        "{log}"
+    );
+
+    // A factory Cassandra does not have.
+    write_tls(&world.root.path().join("k3"), &member, &ca);
+    world.edit = Some(|doc| {
+        doc["server_encryption_options"]["ssl_context_factory"]["class_name"] =
+            "com.example.NoSuchFactory".into();
+    });
+    let log = refused(&world, "k3");
+    assert!(
+        log.contains(
+            "Exception (org.apache.cassandra.exceptions.ConfigurationException) encountered during startup: Unable to create instance of ISslContextFactory for com.example.NoSuchFactory"
+        ) && log.contains("Caused by: java.lang.ClassNotFoundException: com.example.NoSuchFactory"),
+        "{log}"
+    );
+    assert!(world.statuses().await.is_empty());
+
+    // The key of another certificate: the node starts, no handshake
+    // succeeds.
+    world.edit = None;
+    let other = ca.issue(&[&ip(62)], 2, None);
+    let dir = world.root.path().join("k4");
+    write_tls(&dir, &member, &ca);
+    write_atomically(
+        &dir.join("tls/member.pem"),
+        &format!(
+            "{}{}{}",
+            other.key.serialize_pem(),
+            member.cert.pem(),
+            ca.cert.pem()
+        ),
+    );
+    let node = world.start("k4", 62, &[62], "r1", None, CLUSTER);
+    world.joined(&node, &[(62, "UN")]).await;
+    let peer = ca.issue(&["127.0.47.98"], 98, None);
+    let handshake = served(62, 7000, peer.client(&ca), "127.0.47.98").await;
+    handshake.expect_err("a key that is not the certificate's serves no handshake");
+    poll(
+        5,
+        Duration::from_millis(50),
+        async || {
+            let log = node.log();
+            log.contains("Failed to properly handshake with peer /127.0.47.98:")
+                .then_some(())
+                .ok_or(log)
+        },
+        async |log| format!("the failed handshake was not logged\n{log}"),
+    )
+    .await;
+    drop(node);
+}
+
+/// The hot-reload task (`SSLFactory.checkCertFilesForHotReloading`,
+/// every 600 s in Cassandra, shortened here): renewed files are served
+/// without a call. Settings the operator does not write: `optional` unset
+/// with the keystore present makes the storage port optionally encrypted
+/// (facts a3); `require_endpoint_verification` refuses a member whose
+/// certificate does not name the address it connects from (facts a5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hot_reload_task_serves_renewed_files_without_a_call() {
+    let mut world = World::new().await;
+    // 5.0 builds its contexts as 4.1 does (facts a, c).
+    world.release = "5.0.3".into();
+    world.tls = Some((InternodeEncryption::All, ClientEncryption::None));
+    world.env = vec![("FAKE_CASSANDRA_SSL_RELOAD_MS", "300".into())];
+    world.edit = Some(|doc| {
+        let options = &mut doc["server_encryption_options"];
+        options["require_endpoint_verification"] = true.into();
+        if let Some(options) = options.as_mapping_mut() {
+            options.remove("optional");
+        }
+    });
+    let ca = Authority::new("ring-test-ca");
+    let first = ca.issue(&[&ip(63)], 1, None);
+    let dir = world.root.path().join("h1");
+    write_tls(&dir, &first, &ca);
+    let node = world.start("h1", 63, &[63], "r1", None, CLUSTER);
+    world.joined(&node, &[(63, "UN")]).await;
+    assert!(
+        node.log()
+            .contains("encryption: optionally encrypted(openssl)"),
+        "{}",
+        node.log()
+    );
+    // No client encryption: nothing on the native port.
+    assert!(served(63, 9042, None, "127.0.47.97").await.is_err());
+
+    let peer = ca.issue(&["127.0.47.97"], 97, None);
+    assert!(
+        served(63, 7000, peer.client(&ca), "127.0.47.97")
+            .await
+            .is_ok()
+    );
+    let elsewhere = ca.issue(&["10.9.9.9"], 8, None);
+    assert!(
+        served(63, 7000, elsewhere.client(&ca), "127.0.47.97")
+            .await
+            .is_err()
+    );
+    // The node logs its refusal as the client reads the alert.
+    poll(
+        5,
+        Duration::from_millis(50),
+        async || {
+            let log = node.log();
+            log.contains("No subject alternative names matching IP address 127.0.47.97 found")
+                .then_some(())
+                .ok_or(log)
+        },
+        async |log| format!("the refusal was not logged\n{log}"),
+    )
+    .await;
+    let second = ca.issue(&[&ip(63)], 2, None);
+    write_tls(&dir, &second, &ca);
+    poll(
+        10,
+        Duration::from_millis(100),
+        async || {
+            let got = served(63, 7000, peer.client(&ca), "127.0.47.97").await;
+            match got {
+                Ok(c) if c.fingerprint == second.fingerprint() => Ok(()),
+                other => Err(other),
+            }
+        },
+        async |got| {
+            format!(
+                "never served the renewed certificate: {got:?}\n{}",
+                node.log()
+            )
+        },
+    )
+    .await;
+    assert!(
+        node.log().contains(
+            "SSL certificates have been updated for server_encryption_options. Resetting the ssl contexts for new connections."
+        ),
+        "{}",
+        node.log()
+    );
+    drop(node);
 }

@@ -171,6 +171,7 @@ async fn peer(
         repairs: Default::default(),
         sstables: None,
         seeds: None,
+        tls: None,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

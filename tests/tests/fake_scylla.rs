@@ -14,13 +14,19 @@
 //! - `scylla_command_line`: unknown and malformed options refused as the
 //!   binary refuses them, `--version`, the yaml and the rackdc file read
 //!   from `SCYLLA_CONF` with the command line winning.
+//! - TLS (issue 32), with the sidecar's rendering of `spec.security.tls`:
+//!   `scylla_serves_its_certificate_and_reloads_changed_files`,
+//!   `scylla_refuses_tls_files_it_cannot_use`.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crds::v1alpha1::{ClientEncryption, InternodeEncryption};
 use serde_json::{Value, json};
+use sidecar::render::tls::TlsSettings;
+use testworld::fake_cassandra::tls_wire;
 use testworld::kubesim::KubeSim;
 
 #[allow(dead_code)]
@@ -67,6 +73,10 @@ struct World {
     sim: KubeSim,
     root: tempfile::TempDir,
     http: reqwest::Client,
+    /// The Cluster's `spec.security.tls` of the next node started, as the
+    /// sidecar renders it into scylla.yaml with the node's own TLS
+    /// directory (`<dir>/tls`).
+    tls: Option<(InternodeEncryption, ClientEncryption)>,
 }
 
 fn scylla_command(dir: &Path, args: &[String], release: &str) -> Command {
@@ -102,6 +112,7 @@ impl World {
             sim: ring_sim(STREAM_MS).await,
             root: tempfile::tempdir().expect("a temp dir"),
             http: http(),
+            tls: None,
         }
     }
 
@@ -128,6 +139,19 @@ impl World {
         let ip = |n| self.ip(n);
         let dir = self.root.path().join(name);
         write_conf(&dir, dc, "B1");
+        if let Some((internode, client)) = self.tls {
+            let options = sidecar::render::tls::scylla_options(&TlsSettings {
+                internode,
+                client,
+                dir: dir.join("tls"),
+            });
+            let yaml = dir.join("conf/scylla.yaml");
+            let mut text = std::fs::read_to_string(&yaml).expect("scylla.yaml");
+            text.push_str(
+                &serde_norway::to_string(&serde_norway::Value::Mapping(options)).expect("YAML"),
+            );
+            std::fs::write(&yaml, text).expect("scylla.yaml");
+        }
         let seeds: Vec<String> = seeds.iter().map(|s| ip(*s)).collect();
         let mut args: Vec<String> = [
             "--listen-address",
@@ -923,4 +947,279 @@ async fn scylla_in_its_image() {
         .and_then(|u| u.split_whitespace().next())
         .expect("a uid");
     assert_eq!(uid, "999");
+}
+
+// ---- TLS (issue 32) ----
+
+/// A cluster's certificate authority (EC P-256), issuing member
+/// certificates.
+struct Authority {
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    cert: rcgen::Certificate,
+}
+
+/// A member's key and the certificate the authority issued for it.
+struct Issued {
+    key: rcgen::KeyPair,
+    cert: rcgen::Certificate,
+}
+
+impl Authority {
+    fn new(name: &str) -> Authority {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("a key");
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let cert = params.self_signed(&key).expect("a CA");
+        Authority {
+            issuer: rcgen::Issuer::new(params, key),
+            cert,
+        }
+    }
+
+    /// A certificate for `ip`, serial `serial`.
+    fn issue(&self, ip: &str, serial: u64) -> Issued {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("a key");
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.subject_alt_names = vec![rcgen::SanType::IpAddress(ip.parse().expect("an IP"))];
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, ip);
+        params.serial_number = Some(rcgen::SerialNumber::from(serial));
+        let cert = params.signed_by(&key, &self.issuer).expect("issued");
+        Issued { key, cert }
+    }
+}
+
+impl Issued {
+    fn client(&self, ca: &Authority) -> Option<(Vec<Vec<u8>>, Vec<u8>)> {
+        Some((
+            vec![self.cert.der().to_vec(), ca.cert.der().to_vec()],
+            self.key.serialize_der(),
+        ))
+    }
+
+    fn fingerprint(&self) -> String {
+        tls_wire::fingerprint(self.cert.der())
+    }
+}
+
+fn write_atomically(path: &Path, content: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, content).expect("a TLS file");
+    std::fs::rename(&tmp, path).expect("renamed");
+}
+
+/// The TLS files of the node in `dir` as the sidecar writes them.
+fn write_tls(dir: &Path, member: &Issued, ca: &Authority) {
+    let tls = dir.join("tls");
+    std::fs::create_dir_all(&tls).expect("the TLS dir");
+    let chain = format!("{}{}", member.cert.pem(), ca.cert.pem());
+    write_atomically(&tls.join("ca.crt"), &ca.cert.pem());
+    write_atomically(&tls.join("member.key"), &member.key.serialize_pem());
+    write_atomically(&tls.join("member.crt"), &chain);
+    write_atomically(
+        &tls.join("member.pem"),
+        &format!("{}{chain}", member.key.serialize_pem()),
+    );
+}
+
+/// The certificate `address` serves to a client at `from` presenting
+/// `client`.
+async fn served(
+    address: &str,
+    client: Option<(Vec<Vec<u8>>, Vec<u8>)>,
+    from: &str,
+) -> Result<tls_wire::ServedCertificate, String> {
+    tls_wire::served_certificate(
+        address.parse().expect("an address"),
+        client,
+        Some(from.parse().expect("an IP")),
+    )
+    .await
+}
+
+/// A ScyllaDB member with the operator's TLS settings (internode `all`,
+/// clients `required`) serves its certificate on the SSL storage port
+/// (7001) to members of the cluster's authority only, and on the CQL port
+/// to anyone; it watches its files and serves renewed ones by itself
+/// ("Reloaded {...}"); a pair that does not match is "Exception loading"
+/// and the old credentials stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scylla_serves_its_certificate_and_reloads_changed_files() {
+    let mut world = World::new(52).await;
+    world.tls = Some((InternodeEncryption::All, ClientEncryption::Required));
+    let ca = Authority::new("scylla-ca");
+    let first = ca.issue(&world.ip(1), 1);
+    let dir = world.root.path().join("t1");
+    write_tls(&dir, &first, &ca);
+    let node = world.start("t1", 1, "tls", &[1], &[]);
+    world.wait_mode(&node, "NORMAL").await;
+    let internode = format!("{}:7001", world.ip(1));
+    let cql = format!("{}:9042", world.ip(1));
+    let from = world.ip(99);
+    let peer = ca.issue(&from, 99);
+
+    let got = served(&internode, peer.client(&ca), &from)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", node.log()));
+    assert_eq!(got.fingerprint, first.fingerprint());
+    assert_eq!(got.serial, "1");
+    assert!(served(&internode, None, &from).await.is_err());
+    let rogue = Authority::new("rogue");
+    assert!(
+        served(&internode, rogue.issue(&from, 5).client(&rogue), &from)
+            .await
+            .is_err()
+    );
+    let got = served(&cql, None, &from).await.expect("TLS to clients");
+    assert_eq!(got.fingerprint, first.fingerprint());
+    assert!(
+        node.log().contains(&format!(
+            "cql_server_controller - Starting listening for CQL clients on {cql} (encrypted, non-shard-aware)"
+        )),
+        "{}",
+        node.log()
+    );
+
+    // Renewed files: served without a call.
+    let second = ca.issue(&world.ip(1), 2);
+    write_tls(&dir, &second, &ca);
+    for address in [&internode, &cql] {
+        poll(
+            10,
+            Duration::from_millis(100),
+            async || match served(address, peer.client(&ca), &from).await {
+                Ok(c) if c.fingerprint == second.fingerprint() => Ok(()),
+                other => Err(other),
+            },
+            async |got| {
+                format!(
+                    "{address} never served the renewal: {got:?}\n{}",
+                    node.log()
+                )
+            },
+        )
+        .await;
+    }
+    poll(
+        5,
+        Duration::from_millis(50),
+        async || {
+            let log = node.log();
+            (log.contains("messaging_service - Reloaded {")
+                && log.contains("cql_server_controller - Reloaded {"))
+            .then_some(())
+            .ok_or(log)
+        },
+        async |log| format!("the reloads were not logged\n{log}"),
+    )
+    .await;
+
+    // A certificate of another key: refused, the old pair served.
+    let stray = ca.issue(&world.ip(1), 3);
+    write_atomically(
+        &dir.join("tls/member.crt"),
+        &format!("{}{}", stray.cert.pem(), ca.cert.pem()),
+    );
+    poll(
+        10,
+        Duration::from_millis(100),
+        async || {
+            let log = node.log();
+            log.contains("The certificate and the given key do not match.")
+                .then_some(())
+                .ok_or(log)
+        },
+        async |log| format!("the mismatch was never refused\n{log}"),
+    )
+    .await;
+    assert!(
+        node.log()
+            .contains("messaging_service - Exception loading {"),
+        "{}",
+        node.log()
+    );
+    let got = served(&internode, peer.client(&ca), &from)
+        .await
+        .expect("still served");
+    assert_eq!(got.fingerprint, second.fingerprint());
+    drop(node);
+}
+
+/// What a ScyllaDB member refuses to start with, in its words: a
+/// certificate file it cannot read, a key that is not the certificate's
+/// (GnuTLS checks them); internode ones before it joins, client ones once
+/// it joined (the native transport starts last). A CA bundle without a
+/// certificate is not refused (GnuTLS loads none) but trusts no member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scylla_refuses_tls_files_it_cannot_use() {
+    let mut world = World::new(53).await;
+    world.tls = Some((InternodeEncryption::All, ClientEncryption::Required));
+    let ca = Authority::new("scylla-ca");
+    let member = ca.issue(&world.ip(1), 1);
+
+    // No files.
+    let (code, log) = world.start("r0", 1, "tls", &[1], &[]).exit(20);
+    assert_eq!(code, 1, "{log}");
+    let crt = world.root.path().join("r0/tls/member.crt");
+    assert!(
+        log.contains(&format!(
+            "init - Startup failed: std::_Nested_exception<std::runtime_error> (Could not read certificate file {}): std::system_error (error system:2, No such file or directory)",
+            crt.display()
+        )),
+        "{log}"
+    );
+
+    // The key of another certificate.
+    let dir = world.root.path().join("r1");
+    write_tls(&dir, &member, &ca);
+    write_atomically(
+        &dir.join("tls/member.key"),
+        &ca.issue(&world.ip(1), 2).key.serialize_pem(),
+    );
+    let (code, log) = world.start("r1", 1, "tls", &[1], &[]).exit(20);
+    assert_eq!(code, 1, "{log}");
+    assert!(
+        log.contains(
+            "init - Startup failed: std::system_error (error GnuTLS:-60, The certificate and the given key do not match.)"
+        ),
+        "{log}"
+    );
+    let ring = |cluster: &'static str| {
+        let url = world.sim.sim_url();
+        async move {
+            testworld::fake_scylla::node::ring_snapshot(&url, cluster)
+                .await
+                .expect("kubesim answers")
+        }
+    };
+    assert!(ring("tls").await.is_none(), "refused before it joined");
+
+    // Client TLS only, its files missing: refused after it joined.
+    world.tls = Some((InternodeEncryption::None, ClientEncryption::Required));
+    let (code, log) = world.start("r2", 1, "tls", &[1], &[]).exit(20);
+    assert_eq!(code, 1, "{log}");
+    assert!(
+        !log.contains("initialization completed")
+            && log.contains("Could not read certificate file"),
+        "{log}"
+    );
+    let joined = ring("tls").await.expect("it joined");
+    assert_eq!(joined["nodes"][0]["up"], false, "{joined}");
+
+    // An empty CA bundle: starts, and no member is trusted.
+    world.tls = Some((InternodeEncryption::All, ClientEncryption::None));
+    let dir = world.root.path().join("r3");
+    write_tls(&dir, &member, &ca);
+    write_atomically(&dir.join("tls/ca.crt"), "");
+    let node = world.start("r3", 2, "tls-2", &[2], &[]);
+    world.wait_mode(&node, "NORMAL").await;
+    let from = world.ip(99);
+    let peer = ca.issue(&from, 99);
+    let refused = served(&format!("{}:7001", world.ip(2)), peer.client(&ca), &from).await;
+    assert!(refused.is_err(), "{refused:?}");
+    drop(node);
 }

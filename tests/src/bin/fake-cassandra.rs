@@ -28,6 +28,16 @@
 //!   directory X" or "Insufficient permissions on directory X", exit 3
 //!   (`StartupException.ERR_WRONG_DISK_STATE`).
 //!
+//! - encryption (4.1 and 5.0, [`testworld::fake_cassandra::tls`]):
+//!   `DatabaseDescriptor.applySslContext` before the StartupChecks: an
+//!   unknown `ssl_context_factory`, or a keystore or truststore the
+//!   factory cannot build from, is `ConfigurationException` on stdout and
+//!   in the log with its causes, exit 3. An encrypting node serves TLS
+//!   handshakes on `listen_address:storage_port` and
+//!   `rpc_address:native_transport_port` with the material it holds
+//!   (`MessagingService.reloadSslCertificates` and the hot-reload task,
+//!   every 600 s or `FAKE_CASSANDRA_SSL_RELOAD_MS`, read the files again).
+//!
 //! The first data directory's identity in the ring is
 //! `<path>@<dev>:<inode>`; a marker file (`.fake-cassandra-host-id`) tells
 //! a used directory from an empty one (empty: the ring forgets what it
@@ -56,6 +66,8 @@ use testworld::fake_cassandra::node::{
 use testworld::fake_cassandra::process::{Stop, data_dir_identity, wait_for_signal, watch_ring};
 use testworld::fake_cassandra::ring_service::StartRequest;
 use testworld::fake_cassandra::sstables::{self, Sstables};
+use testworld::fake_cassandra::tls::{Policy, Side, SslState, hot_reload_period};
+use testworld::fake_cassandra::tls_wire;
 
 fn log(level: &str, message: &str) {
     println!("{level:<5} [main] {message}");
@@ -216,6 +228,33 @@ async fn main() -> ExitCode {
     {
         return ExitCode::from(1);
     }
+    // DatabaseDescriptor.daemonInitialization (applyConfig of the
+    // encryption options, applySslContext) comes before CassandraDaemon's
+    // StartupChecks.
+    let ssl = match &config.tls {
+        Some(tls) => match SslState::start(tls) {
+            Ok(state) => Some(Arc::new(state)),
+            Err(e) => {
+                // CassandraDaemon.activate's catch: stdout, the log with the
+                // exception's trace, exit 3.
+                let message = if e.message.is_empty() {
+                    "null"
+                } else {
+                    &e.message
+                };
+                println!(
+                    "Exception ({}) encountered during startup: {message}",
+                    e.class
+                );
+                eprintln!(
+                    "ERROR [main] Exception encountered during startup\n{}",
+                    e.trace()
+                );
+                return ExitCode::from(3);
+            }
+        },
+        None => None,
+    };
     if let Err(e) = check_directories(&config.directories.all()) {
         eprintln!("ERROR [main] {e}");
         return ExitCode::from(3);
@@ -296,6 +335,7 @@ async fn main() -> ExitCode {
                 &config.node.address,
             )
         }),
+        tls: ssl.clone(),
     });
     let server = match &config.jolokia {
         Some((host, port)) => match tokio::net::TcpListener::bind((host.as_str(), *port)).await {
@@ -344,6 +384,11 @@ async fn main() -> ExitCode {
         None => None,
     };
 
+    let fronts = match &ssl {
+        Some(ssl) => tls_fronts(ssl, &config).await,
+        None => Vec::new(),
+    };
+
     let code = tokio::select! {
         stop = wait_for_signal() => match stop {
             // The JVM's exit codes: 128 + the signal.
@@ -376,7 +421,7 @@ async fn main() -> ExitCode {
             }
         }) => {
             eprintln!("ERROR [main] {reason}: exiting");
-            for s in [server, jmx].into_iter().flatten() {
+            for s in [server, jmx].into_iter().flatten().chain(fronts) {
                 s.abort();
             }
             return ExitCode::from(1);
@@ -388,10 +433,89 @@ async fn main() -> ExitCode {
     if let Err(e) = ring.stop(&host_id).await {
         eprintln!("WARN  [StorageServiceShutdownHook] {e}");
     }
-    for s in [server, jmx].into_iter().flatten() {
+    for s in [server, jmx].into_iter().flatten().chain(fronts) {
         s.abort();
     }
     ExitCode::from(code)
+}
+
+/// The TLS fronts of an encrypting node (internode on
+/// `listen_address:storage_port`, clients on
+/// `rpc_address:native_transport_port`), serving what its contexts hold at
+/// each connection, and the hot-reload task (`SSLFactory.initHotReloading`).
+/// A port that cannot be bound is a warning: the fake does not bind them
+/// without encryption either.
+async fn tls_fronts(ssl: &Arc<SslState>, config: &FakeConfig) -> Vec<tokio::task::JoinHandle<()>> {
+    let Some(tls) = &config.tls else {
+        return Vec::new();
+    };
+    let mut tasks = Vec::new();
+    for (side, address) in [
+        (
+            Side::Server,
+            format!("{}:{}", config.listen_address, config.storage_port),
+        ),
+        (
+            Side::Client,
+            format!("{}:{}", tls.rpc_address, tls.native_transport_port),
+        ),
+    ] {
+        let policy = ssl.policy(side);
+        if policy == Policy::Unencrypted {
+            continue;
+        }
+        let listener = match tls_wire::bind(&address).await {
+            Ok(l) => l,
+            Err(e) => {
+                println!("WARN  [main] {e}: this node serves no TLS there");
+                continue;
+            }
+        };
+        let shown = listener
+            .local_addr()
+            .map_or(address.clone(), |a| a.to_string());
+        match side {
+            // InboundConnectionInitiator's line (less its nic).
+            Side::Server => log(
+                "INFO",
+                &format!(
+                    "Listening on address: (/{shown}), encryption: {}(openssl)",
+                    policy.description()
+                ),
+            ),
+            Side::Client => log(
+                "INFO",
+                &format!(
+                    "Starting listening for CQL clients on /{shown} ({})...",
+                    policy.description()
+                ),
+            ),
+        }
+        let state = ssl.clone();
+        let current: Arc<dyn Fn() -> Option<tls_wire::Served> + Send + Sync> =
+            Arc::new(move || state.served(side));
+        let refused: Arc<dyn Fn(std::net::SocketAddr, String) + Send + Sync> = Arc::new(
+            move |peer, e| match side {
+                Side::Server => eprintln!(
+                    "ERROR [Messaging-EventLoop-3-1] Failed to properly handshake with peer /{peer}. Closing the channel.\njavax.net.ssl.SSLHandshakeException: {e}"
+                ),
+                Side::Client => eprintln!(
+                    "WARN  [epollEventLoopGroup-5-1] TLS handshake with /{peer} failed: {e}"
+                ),
+            },
+        );
+        tasks.push(tokio::spawn(tls_wire::serve(listener, current, refused)));
+    }
+    let state = ssl.clone();
+    tasks.push(tokio::spawn(async move {
+        let period = hot_reload_period();
+        loop {
+            tokio::time::sleep(period).await;
+            let state = state.clone();
+            let _ = tokio::task::spawn_blocking(move || state.periodic_check()).await;
+        }
+    }));
+    tasks
 }
 
 /// Writes the sstables of what the node's data directory gained.

@@ -170,6 +170,8 @@ pub struct FakeConfig {
     /// `uuid_sstable_identifiers_enabled` (4.1+, false in the shipped
     /// files): new sstables get a time-UUID generation instead of a number.
     pub uuid_sstable_identifiers: bool,
+    /// The encryption settings (4.1 and later; before, not checked).
+    pub tls: Option<super::tls::TlsConfig>,
 }
 
 /// The environment the process got, as name -> value lookups.
@@ -347,11 +349,25 @@ pub fn parse(
     // setting. 5.0's settings: older lines do not know them and refuse to
     // start.
     let v5 = version >= Version::V5_0;
-    let unknown: Vec<String> = SINCE_5_0
+    let mut unknown: Vec<String> = SINCE_5_0
         .iter()
         .filter(|key| !v5 && doc.get(**key).is_some())
         .map(|key| key.to_string())
         .collect();
+    // 4.1's pluggable SSL contexts (CEP-9): earlier lines have no such
+    // property in their EncryptionOptions (SnakeYAML's checker names a
+    // nested property by its own name).
+    if version < Version::V4_1
+        && ["server_encryption_options", "client_encryption_options"]
+            .iter()
+            .any(|side| {
+                doc.get(*side)
+                    .and_then(|o| o.get("ssl_context_factory"))
+                    .is_some()
+            })
+    {
+        unknown.push("ssl_context_factory".to_string());
+    }
     if !unknown.is_empty() {
         return Err(ConfigError::UnknownProperties(unknown));
     }
@@ -432,6 +448,11 @@ pub fn parse(
         allocate_tokens_for_local_replication_factor,
         data_dir: directories.data[0].clone(),
     };
+    let tls = if version >= Version::V4_1 {
+        Some(super::tls::TlsConfig::parse(&doc, &listen_address)?)
+    } else {
+        None
+    };
     Ok(FakeConfig {
         node,
         release,
@@ -452,6 +473,7 @@ pub fn parse(
         sstable_format: if bti { "bti" } else { "big" },
         uuid_sstable_identifiers: version >= Version::V4_1
             && yaml_str(&doc, "uuid_sstable_identifiers_enabled").is_some_and(|v| v == "true"),
+        tls,
     })
 }
 
@@ -571,6 +593,41 @@ mod tests {
         )
         .expect("5.0 reads both");
         assert_eq!(v50.sstable_version, "oa");
+    }
+
+    /// `ssl_context_factory` (pluggable SSL contexts) came with 4.1: an
+    /// older node refuses a file that sets it, in either options; 4.1 and
+    /// 5.0 read both sides (with `rpc_address` defaulting to
+    /// `listen_address`).
+    #[test]
+    fn ssl_context_factories_are_read_from_4_1_on() {
+        let factory = "server_encryption_options:\n  internode_encryption: all\n  ssl_context_factory:\n    class_name: org.apache.cassandra.security.PEMBasedSslContextFactory\n";
+        for release in ["4.0.13", "3.11.19"] {
+            assert_eq!(
+                parse_on(release, factory),
+                Err(ConfigError::UnknownProperties(vec![
+                    "ssl_context_factory".to_string()
+                ])),
+                "{release}"
+            );
+            assert_eq!(parse_on(release, "").expect(release).tls, None);
+        }
+        for release in ["4.1.8", "5.0.3"] {
+            let tls = parse_on(release, factory)
+                .expect(release)
+                .tls
+                .expect("read");
+            assert_eq!(
+                tls.server.internode_encryption,
+                super::super::tls::Internode::All
+            );
+            assert_eq!(tls.server.class_name, super::super::tls::PEM_FACTORY);
+            assert_eq!(tls.client.keystore.as_deref(), Some("conf/.keystore"));
+            assert_eq!(
+                (tls.rpc_address.as_str(), tls.native_transport_port),
+                ("127.0.3.1", 9042)
+            );
+        }
     }
 
     /// `allocate_tokens_for_local_replication_factor` (4.0+) goes to the

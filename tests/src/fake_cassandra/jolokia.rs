@@ -15,12 +15,16 @@ pub const STORAGE_SERVICE: &str = "org.apache.cassandra.db:type=StorageService";
 pub const ENDPOINT_SNITCH_INFO: &str = "org.apache.cassandra.db:type=EndpointSnitchInfo";
 pub const FAILURE_DETECTOR: &str = "org.apache.cassandra.net:type=FailureDetector";
 pub const GOSSIPER: &str = "org.apache.cassandra.net:type=Gossiper";
+/// `MessagingServiceMBean`: what `nodetool reloadssl` calls
+/// (`NodeProbe.reloadSslCerts`, facts c).
+pub const MESSAGING_SERVICE: &str = "org.apache.cassandra.net:type=MessagingService";
 /// The MBeans the fake registers.
-const MBEANS: [&str; 4] = [
+const MBEANS: [&str; 5] = [
     STORAGE_SERVICE,
     ENDPOINT_SNITCH_INFO,
     FAILURE_DETECTOR,
     GOSSIPER,
+    MESSAGING_SERVICE,
 ];
 pub const AGENT_VERSION: &str = "1.7.1";
 pub const PROTOCOL_VERSION: &str = "7.2";
@@ -158,6 +162,11 @@ pub enum RingCall {
     /// again (the node's own configuration, no ring change); answers the
     /// seeds it has then.
     ReloadSeeds,
+    /// `MessagingService.reloadSslCertificates` (4.0+,
+    /// `SSLFactory.forceCheckCertFiles`): the node reads its keystores and
+    /// truststores again (its own files, no ring change); answers null,
+    /// a failed reload too (it is logged).
+    ReloadSslCertificates,
 }
 
 /// What a request needs.
@@ -642,8 +651,9 @@ fn attribute_names(id: &Identity, mbean: &str) -> Vec<&'static str> {
     match mbean {
         STORAGE_SERVICE => storage_attributes(id),
         FAILURE_DETECTOR => detector_attributes(id),
-        // Its attributes (Seeds, ReleaseVersionsWithPort) are not read.
-        GOSSIPER => Vec::new(),
+        // Its attributes (Seeds, ReleaseVersionsWithPort) are not read;
+        // nor MessagingService's (message counts, timeouts).
+        GOSSIPER | MESSAGING_SERVICE => Vec::new(),
         _ => SNITCH_ATTRIBUTES.to_vec(),
     }
 }
@@ -720,6 +730,16 @@ fn operations(id: &Identity, mbean: &str) -> Vec<(&'static str, Vec<&'static str
     }
     if mbean == FAILURE_DETECTOR {
         return vec![("getEndpointState", vec![STRING])];
+    }
+    if mbean == MESSAGING_SERVICE {
+        // `void reloadSslCertificates() throws IOException` came with 4.0
+        // (CASSANDRA-14222, `nodetool reloadssl`); 3.11's MBean has only
+        // the message counts. StorageService has no such operation.
+        return id
+            .v4()
+            .then(|| ("reloadSslCertificates", vec![]))
+            .into_iter()
+            .collect();
     }
     if mbean == GOSSIPER {
         // GossiperMBean.reloadSeeds came with 4.0 (CASSANDRA-14190); the
@@ -929,6 +949,9 @@ fn exec(id: &Identity, view: &NodeView, request: &Value) -> Result<Exec, JavaErr
             }
         }
         (GOSSIPER, "reloadSeeds") => Ok(Exec::Call(RingCall::ReloadSeeds)),
+        (MESSAGING_SERVICE, "reloadSslCertificates") => {
+            Ok(Exec::Call(RingCall::ReloadSslCertificates))
+        }
         (_, "getTokens") => {
             let ip = endpoint_arg(id, &string_arg(&args[0]))?;
             Ok(Exec::Value(json!(
@@ -1354,7 +1377,7 @@ mod tests {
         assert_eq!(r["status"], json!(404));
         assert_eq!(
             search("org.apache.cassandra.net:*"),
-            json!([FAILURE_DETECTOR, GOSSIPER])
+            json!([FAILURE_DETECTOR, GOSSIPER, MESSAGING_SERVICE])
         );
     }
 
@@ -1380,6 +1403,42 @@ mod tests {
             r["error"],
             json!(format!(
                 "java.lang.IllegalArgumentException : No operation reloadSeeds found on MBean {GOSSIPER}"
+            ))
+        );
+    }
+
+    /// `nodetool reloadssl`'s operation is MessagingService's, from 4.0
+    /// (CASSANDRA-14222) on; StorageService has none on any line, and a
+    /// caller that asks it gets Jolokia's "No operation" (400).
+    #[test]
+    fn ssl_certificates_reload_on_messaging_service_from_4_0_on() {
+        let on = |mbean: &str| json!({"type": "exec", "mbean": mbean, "operation": "reloadSslCertificates"});
+        for release in ["4.0.13", "4.1.8", "5.0.3"] {
+            assert!(
+                matches!(
+                    step(&v(release), &view(), &on(MESSAGING_SERVICE)),
+                    Step::Call {
+                        call: RingCall::ReloadSslCertificates,
+                        ..
+                    }
+                ),
+                "{release}"
+            );
+            let r = answer(&v(release), on(STORAGE_SERVICE));
+            assert_eq!(r["status"], json!(400), "{release}");
+            assert_eq!(
+                r["error"],
+                json!(format!(
+                    "java.lang.IllegalArgumentException : No operation reloadSslCertificates found on MBean {STORAGE_SERVICE}"
+                ))
+            );
+        }
+        let r = answer(&v("3.11.19"), on(MESSAGING_SERVICE));
+        assert_eq!(r["status"], json!(400));
+        assert_eq!(
+            r["error"],
+            json!(format!(
+                "java.lang.IllegalArgumentException : No operation reloadSslCertificates found on MBean {MESSAGING_SERVICE}"
             ))
         );
     }

@@ -4,6 +4,11 @@
 //! (`/sim/ring`, [`ring_service`]) and answers Jolokia like
 //! jolokia-core 1.7.1 in front of the Cassandra version it runs as
 //! ([`jolokia`], over the node's gossip [`view`]); [`node`] does the I/O.
+//! With encryption on, it builds its SSL contexts as Cassandra 4.1 and 5.0
+//! do, refusing to start on files they refuse and reloading them through
+//! `reloadSslCertificates` and the hot-reload task ([`tls`]), and serves
+//! TLS handshakes with what it holds on its storage and native ports
+//! ([`tls_wire`], which also asks a node which certificate it serves).
 
 pub mod config;
 pub mod gossipinfo;
@@ -13,6 +18,8 @@ pub mod policy;
 pub mod process;
 pub mod ring_service;
 pub mod sstables;
+pub mod tls;
+pub mod tls_wire;
 pub mod view;
 pub mod writer;
 

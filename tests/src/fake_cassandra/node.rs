@@ -184,7 +184,8 @@ impl RingClient {
             RingCall::Repair { .. }
             | RingCall::RepairStatus { .. }
             | RingCall::UpgradeSstables { .. }
-            | RingCall::ReloadSeeds => {
+            | RingCall::ReloadSeeds
+            | RingCall::ReloadSslCertificates => {
                 return Ok(Value::Null);
             }
         };
@@ -285,6 +286,9 @@ pub struct FakeNode {
     /// Its seeds (none: it cannot read them again, `reloadSeeds` answers
     /// null as on an error).
     pub seeds: Option<Seeds>,
+    /// Its SSL contexts (none: no context to reload, as a node before 4.1
+    /// here, or one without encryption).
+    pub tls: Option<Arc<super::tls::SslState>>,
 }
 
 /// The seeds of a node as its Gossiper keeps them (`Gossiper.seeds`): read
@@ -386,6 +390,16 @@ impl FakeNode {
             } => {
                 let outcome = self.repair_status(cmd).await;
                 jolokia::answer_call(&echo, outcome)
+            }
+            Step::Call {
+                call: RingCall::ReloadSslCertificates,
+                echo,
+            } => {
+                // Reads files and logs: off the event loop.
+                if let Some(tls) = self.tls.clone() {
+                    let _ = tokio::task::spawn_blocking(move || tls.force_reload()).await;
+                }
+                jolokia::answer_call(&echo, Ok(Value::Null))
             }
             Step::Call {
                 call: RingCall::ReloadSeeds,
@@ -693,6 +707,7 @@ mod starting_tests {
             repairs: Repairs::default(),
             sstables: None,
             seeds: None,
+            tls: None,
         };
         let read = json!({"type": "read", "mbean": STORAGE_SERVICE, "attribute": "OperationMode"});
         let answer = node.answer(&read).await;

@@ -112,6 +112,7 @@ const YAML_OPTIONS: &[&str] = &[
     "max_hint_window_in_ms",
     "native_shard_aware_transport_port",
     "native_transport_port",
+    "native_transport_port_ssl",
     "num_tokens",
     "override_decommission",
     "partitioner",
@@ -294,6 +295,11 @@ pub struct ScyllaConfig {
     pub memory: Option<String>,
     pub developer_mode: bool,
     pub directories: Directories,
+    /// `rpc_address` (the CQL port's address; `listen_address` when unset).
+    pub rpc_address: String,
+    /// The encryption settings (`conf_dir` is `/etc/scylla` here: the
+    /// process sets its `SCYLLA_CONF`).
+    pub tls: super::tls::TlsConfig,
 }
 
 fn yaml_str(doc: &Value, key: &str) -> Option<String> {
@@ -438,6 +444,18 @@ pub fn parse(
         (None, None)
     };
     let replace_node_first_boot = opt("replace_node_first_boot");
+    let port = |key: &'static str| -> Result<Option<u16>, ConfigError> {
+        opt(key)
+            .map(|v| {
+                v.parse().map_err(|_| ConfigError::Invalid {
+                    what: key,
+                    value: v,
+                })
+            })
+            .transpose()
+    };
+    let tls = super::tls::TlsConfig::parse(&doc, std::path::Path::new("/etc/scylla"), &port)?;
+    let rpc_address = opt("rpc_address").unwrap_or_else(|| listen_address.clone());
     let version = Version::parse(CASSANDRA_COMPAT).expect("a version");
     let node = NodeConfig {
         cluster_name: opt("cluster_name").unwrap_or_else(|| "Test Cluster".into()),
@@ -472,6 +490,8 @@ pub fn parse(
         memory: cli.get("memory").map(str::to_string),
         developer_mode: opt("developer_mode").is_some_and(|v| truthy(&v)),
         directories,
+        rpc_address,
+        tls,
     })
 }
 

@@ -30,7 +30,15 @@
 //! - ScyllaDB 6.0 and later (Raft topology) word some refusals their own
 //!   way: the last node's decommission, the replace of a live node
 //!   ([`super::rest::Topology`]).
-//! - no JMX and no Jolokia: nothing else listens.
+//! - TLS ([`super::tls`]): with `internode_encryption` not `none`, the
+//!   credentials of `server_encryption_options` are loaded at "starting
+//!   messaging service", before the node joins (a file it cannot read, a
+//!   key that is not the certificate's: "Startup failed: ...", exit 1), and
+//!   handshakes are served on `ssl_storage_port`; with
+//!   `client_encryption_options.enabled`, those of the clients once it
+//!   joined (refused: it leaves the ring down), served on the CQL port.
+//!   Changed files are loaded again by themselves ("Reloaded {...}").
+//! - no JMX and no Jolokia: nothing else listens but the TLS ports.
 //! - SIGTERM or SIGINT: the node stops (down in the ring, data kept) and
 //!   the process exits 0, as Scylla's clean shutdown does; the ring having
 //!   it down behind its back: exit 1.
@@ -43,10 +51,12 @@ use std::time::Duration;
 use super::config::{self, CASSANDRA_COMPAT, ScyllaConfig};
 use super::node::{ScyllaNode, ring_snapshot, serve_rest};
 use super::rest::{Identity, Topology, scylla_words};
+use super::tls::Watched;
 use crate::fake_cassandra::MARKER;
 use crate::fake_cassandra::node::{NodeError, RingClient};
 use crate::fake_cassandra::process::{data_dir_identity, wait_for_signal, watch_ring};
 use crate::fake_cassandra::ring_service::StartRequest;
+use crate::fake_cassandra::tls_wire;
 
 const USAGE: &str = "Scylla version options:\n  --version   print the version\n  --options-file arg   configuration file (default $SCYLLA_CONF/scylla.yaml)\n  --<scylla.yaml option> arg   any scylla.yaml option, dashed\n  --smp arg, --memory arg, --overprovisioned, --developer-mode arg: Seastar's\n";
 
@@ -55,8 +65,77 @@ fn log(level: &str, message: &str) {
 }
 
 fn startup_failed(message: &str) -> ExitCode {
-    eprintln!("ERROR [shard 0:main] init - Startup failed: std::runtime_error ({message})");
+    startup_failed_with(&format!("std::runtime_error ({message})"))
+}
+
+/// main.cc's catch: the exception as seastar prints it.
+fn startup_failed_with(exception: &str) -> ExitCode {
+    eprintln!("ERROR [shard 0:main] init - Startup failed: {exception}");
     ExitCode::from(1)
+}
+
+fn log_as(level: &str, logger: &str, message: &str) {
+    println!("{level:<5} [shard 0:main] {logger} - {message}");
+}
+
+/// Serves `watched`'s credentials on `address` (a port that cannot be
+/// bound is a warning: the fake binds nothing there without TLS either).
+async fn tls_front(
+    watched: &Arc<Watched>,
+    address: String,
+    line: impl FnOnce(&str) -> String,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let listener = match tls_wire::bind(&address).await {
+        Ok(l) => l,
+        Err(e) => {
+            log_as("WARN", watched.logger, &format!("{e}: no TLS there"));
+            return None;
+        }
+    };
+    let shown = listener.local_addr().map_or(address, |a| a.to_string());
+    log_as("INFO", watched.logger, &line(&shown));
+    let state = watched.clone();
+    let logger = watched.logger;
+    Some(tokio::spawn(tls_wire::serve(
+        listener,
+        Arc::new(move || Some(state.served())),
+        Arc::new(move |peer, e| {
+            log_as(
+                "WARN",
+                logger,
+                &format!("TLS handshake with {peer} failed: {e}"),
+            )
+        }),
+    )))
+}
+
+/// seastar's reloadable credentials: each side's files watched, the
+/// credentials rebuilt a moment after one changed.
+fn watch_files(sides: Vec<Arc<Watched>>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            for side in &sides {
+                let mut changed = side.changed();
+                if changed.is_empty() {
+                    continue;
+                }
+                // The tolerance: a change in several files reloads once.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                for more in side.changed() {
+                    if !changed.contains(&more) {
+                        changed.push(more);
+                    }
+                }
+                let (side, logger) = (side.clone(), side.logger);
+                if let Ok((level, line)) =
+                    tokio::task::spawn_blocking(move || side.reload(&changed)).await
+                {
+                    log_as(level, logger, &line);
+                }
+            }
+        }
+    })
 }
 
 /// main.cc `verify_adequate_memory_per_shard`: below 1 GiB per shard
@@ -176,7 +255,10 @@ fn read_config(cli: &config::CommandLine) -> Result<ScyllaConfig, String> {
     })?;
     let rackdc = std::fs::read_to_string(conf.join("cassandra-rackdc.properties")).ok();
     let release = config::release_of_tag(std::env::var("CASSANDRA_VERSION").ok().as_deref());
-    config::parse(cli, &yaml, rackdc.as_deref(), &release).map_err(|e| e.to_string())
+    let mut config =
+        config::parse(cli, &yaml, rackdc.as_deref(), &release).map_err(|e| e.to_string())?;
+    config.tls.conf_dir = conf;
+    Ok(config)
 }
 
 /// Runs the fake node with the arguments after the program name.
@@ -276,6 +358,30 @@ pub async fn main(args: Vec<String>) -> ExitCode {
             ));
         }
     };
+    // "starting messaging service": its TLS credentials, before the node
+    // gossips.
+    let mut fronts = Vec::new();
+    let mut watched = Vec::new();
+    if config.tls.internode_encrypted() {
+        for w in config.tls.warnings() {
+            log("WARN", &w);
+        }
+        let internode = match Watched::load(&config.tls, true) {
+            Ok(w) => Arc::new(w),
+            Err(e) => {
+                server.abort();
+                return startup_failed_with(&e);
+            }
+        };
+        let (ip, port) = (config.listen_address.clone(), config.tls.ssl_storage_port);
+        fronts.extend(
+            tls_front(&internode, format!("{ip}:{port}"), |_| {
+                format!("Starting Encrypted Messaging Service on SSL address {ip} port {port}")
+            })
+            .await,
+        );
+        watched.push(internode);
+    }
     let starting = std::env::var("FAKE_SCYLLA_STARTING_MS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -356,6 +462,38 @@ pub async fn main(args: Vec<String>) -> ExitCode {
         );
     }
     let _ = node.host_id.set(host_id.clone());
+    // "starting native transport": the CQL server's credentials, once the
+    // node joined.
+    if config.tls.client_encrypted() {
+        match Watched::load(&config.tls, false) {
+            Ok(w) => {
+                let client = Arc::new(w);
+                log_as(
+                    "INFO",
+                    client.logger,
+                    "Enabling encrypted CQL connections between client and server",
+                );
+                let address = format!("{}:{}", config.rpc_address, config.tls.client_port());
+                fronts.extend(
+                    tls_front(&client, address, |shown| {
+                        format!(
+                            "Starting listening for CQL clients on {shown} (encrypted, non-shard-aware)"
+                        )
+                    })
+                    .await,
+                );
+                watched.push(client);
+            }
+            Err(e) => {
+                let _ = ring.stop(&host_id).await;
+                server.abort();
+                return startup_failed_with(&e);
+            }
+        }
+    }
+    if !watched.is_empty() {
+        fronts.push(watch_files(watched));
+    }
     log(
         "INFO",
         &format!(
@@ -379,6 +517,9 @@ pub async fn main(args: Vec<String>) -> ExitCode {
         eprintln!("WARN  [shard 0:main] init - {e}");
     }
     server.abort();
+    for f in fronts {
+        f.abort();
+    }
     log("INFO", "Scylla shutdown complete.");
     ExitCode::SUCCESS
 }
