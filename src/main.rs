@@ -36,7 +36,8 @@ enum Command {
     /// start and supervise Cassandra (or Scylla), serve probes, act on the
     /// controller's records of intent.
     #[command(name = subcommand::SIDECAR)]
-    Sidecar(sidecar::SidecarArgs),
+    // Boxed: the largest arguments by far, parsed once.
+    Sidecar(Box<sidecar::SidecarArgs>),
     /// Init container: copy this binary (and plugins such as the Jolokia
     /// agent) into the volume shared with the database container.
     #[command(name = subcommand::INSTALL)]
@@ -95,7 +96,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            let code = runtime.block_on(sidecar::member::run(args))?;
+            let code = runtime.block_on(sidecar::member::run(*args))?;
             Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
         }
         Command::Nodetool(args) => Ok(sidecar::nodetool::main(&args)),

@@ -118,15 +118,20 @@ pub struct CachedVolumeSpec {
 /// Not even the labels and annotations are allocated: `kubectl apply`
 /// leaves the whole object in
 /// `kubectl.kubernetes.io/last-applied-configuration`, so the metadata of
-/// applied ConfigMaps carries their content again.
+/// applied ConfigMaps carries their content again. Of the ConfigMaps the
+/// controller writes itself (a TLS cluster's CA bundle), the owner
+/// references and the applied hash (`crate::resources::APPLIED_HASH`) are
+/// kept too: whether it is the Cluster's, and whether it differs from what
+/// the controller would write, without reading it.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 pub struct CachedConfigMap {
     #[serde(default, deserialize_with = "names_and_version")]
     pub metadata: ObjectMeta,
 }
 
-/// The namespace, name and resourceVersion of an object's metadata; serde
-/// skips the rest without allocating it.
+/// The namespace, name and resourceVersion of an object's metadata, its
+/// owner references and its applied hash; serde skips the rest without
+/// allocating it.
 fn names_and_version<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
 ) -> Result<ObjectMeta, D::Error> {
@@ -136,14 +141,70 @@ fn names_and_version<'de, D: serde::Deserializer<'de>>(
         name: Option<String>,
         namespace: Option<String>,
         resource_version: Option<String>,
+        owner_references:
+            Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>,
+        #[serde(default, deserialize_with = "applied_hash_only")]
+        annotations: Option<std::collections::BTreeMap<String, String>>,
     }
     let kept = Kept::deserialize(deserializer)?;
     Ok(ObjectMeta {
         name: kept.name,
         namespace: kept.namespace,
         resource_version: kept.resource_version,
+        owner_references: kept.owner_references,
+        annotations: kept.annotations,
         ..ObjectMeta::default()
     })
+}
+
+/// Of an object's annotations, the applied hash only (None without it):
+/// the other values are skipped unallocated.
+fn applied_hash_only<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<std::collections::BTreeMap<String, String>>, D::Error> {
+    struct Visitor;
+    impl<'de> serde::de::Visitor<'de> for Visitor {
+        type Value = Option<std::collections::BTreeMap<String, String>>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("annotations")
+        }
+
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: serde::Deserializer<'de>>(
+            self,
+            deserializer: D,
+        ) -> Result<Self::Value, D::Error> {
+            deserializer.deserialize_map(self)
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut kept = None;
+            while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                if key == crate::resources::APPLIED_HASH {
+                    let value: String = map.next_value()?;
+                    kept = Some(std::collections::BTreeMap::from([(
+                        key.into_owned(),
+                        value,
+                    )]));
+                } else {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+            Ok(kept)
+        }
+    }
+    deserializer.deserialize_option(Visitor)
 }
 
 /// A ConfigMap for kube, asked for as metadata only
@@ -390,7 +451,6 @@ mod tests {
                 "labels": {"app": "x"},
                 "annotations": {"kubectl.kubernetes.io/last-applied-configuration": applied},
                 "managedFields": [{"manager": "kubectl", "operation": "Update"}],
-                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "o"}]
             }
         }))
         .unwrap();
@@ -405,6 +465,32 @@ mod tests {
         assert!(
             CachedConfigMap::metadata_api(),
             "asked for as metadata only"
+        );
+    }
+
+    /// Of a ConfigMap the controller writes (a TLS cluster's CA bundle):
+    /// its owner references and its applied hash too, and still none of
+    /// the other annotations.
+    #[test]
+    fn a_config_map_keeps_its_owner_and_applied_hash() {
+        let owner = serde_json::json!({"apiVersion": "cassandra.rook.io/v1alpha1",
+            "kind": "Cluster", "name": "c", "uid": "uid-c", "controller": true});
+        let kept: CachedConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "namespace": "db", "name": "c-ca", "resourceVersion": "8",
+                "annotations": {
+                    "kubectl.kubernetes.io/last-applied-configuration": "x".repeat(1000),
+                    crate::resources::APPLIED_HASH: "0123456789abcdef",
+                },
+                "ownerReferences": [owner],
+            }
+        }))
+        .unwrap();
+        assert_eq!(
+            serde_json::to_value(&kept.metadata).unwrap(),
+            serde_json::json!({"namespace": "db", "name": "c-ca", "resourceVersion": "8",
+                "annotations": {crate::resources::APPLIED_HASH: "0123456789abcdef"},
+                "ownerReferences": [owner]})
         );
     }
 

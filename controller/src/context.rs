@@ -15,9 +15,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crds::v1alpha1::Cluster;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Node, PersistentVolumeClaim, Secret, Service, ServiceAccount,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, Role, RoleBinding};
 use kube::api::ListParams;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -53,6 +55,13 @@ pub struct Context {
     pub(crate) config_maps: Store<CachedConfigMap>,
     /// The content of the ConfigMaps the Clusters name, as last read.
     pub(crate) config_map_contents: ConfigMapContents,
+    /// The clusters' CA Secrets, in the operator's namespace (labelled
+    /// with their Cluster's namespace).
+    pub(crate) secrets: Store<Secret>,
+    /// The members' ClusterRoleBindings of the clusters with TLS.
+    pub(crate) cluster_role_bindings: Store<ClusterRoleBinding>,
+    /// Where the CAs are kept and what the certificates say.
+    pub(crate) tls: TlsSettings,
     /// The names in the caches a reconcile reads by cluster.
     pub(crate) names: CacheNames,
     pub(crate) recorder: Recorder,
@@ -62,6 +71,28 @@ pub struct Context {
     pub(crate) restart_timeout_seconds: i64,
     /// Every cache holds its first full list.
     pub(crate) synced: Arc<AtomicBool>,
+}
+
+/// The certificate authorities' settings ([`crate::ControllerArgs`]).
+#[derive(Debug, Clone)]
+pub struct TlsSettings {
+    /// The operator's own namespace, where the CA Secrets are kept.
+    pub operator_namespace: String,
+    /// The cluster's DNS domain, in the members' certificates' names.
+    pub cluster_domain: String,
+    /// How long a member certificate lives, in seconds.
+    pub member_certificate_lifetime_secs: u64,
+}
+
+impl Default for TlsSettings {
+    fn default() -> Self {
+        TlsSettings {
+            operator_namespace: "cassandra-operator".to_string(),
+            cluster_domain: "cluster.local".to_string(),
+            member_certificate_lifetime_secs:
+                crds::contract::tls::DEFAULT_MEMBER_CERTIFICATE_LIFETIME_SECS,
+        }
+    }
 }
 
 /// The names of the objects of the caches that a reconcile reads for one
@@ -226,6 +257,9 @@ impl Context {
             nodes: reflector::store().0,
             config_maps: reflector::store().0,
             config_map_contents: ConfigMapContents::default(),
+            secrets: reflector::store().0,
+            cluster_role_bindings: reflector::store().0,
+            tls: TlsSettings::default(),
             names: CacheNames::default(),
             metrics: Arc::new(Metrics::new()),
             build: BuildContext::default(),

@@ -59,6 +59,10 @@ pub enum Error {
     /// namespaced controller).
     #[error("cluster {0} has no namespace")]
     NoNamespace(String),
+    /// Making a cluster's certificate authority failed (the random number
+    /// generator, or rcgen).
+    #[error("making a certificate authority: {0}")]
+    MakeAuthority(String),
     /// Connecting to the API server failed.
     #[error("connecting to the Kubernetes API: {0}")]
     Connect(#[source] kube::Error),
@@ -79,6 +83,7 @@ impl Error {
             Error::PatchMemberService { .. } => "PatchMemberService",
             Error::DeleteObject { .. } => "DeleteObject",
             Error::NoNamespace(_) => "NoNamespace",
+            Error::MakeAuthority(_) => "MakeAuthority",
             Error::Connect(_) => "Connect",
         }
     }

@@ -433,6 +433,37 @@ impl Context {
         self.pdbs = cache(None, objects);
         self
     }
+
+    /// The CA Secrets of the operator's namespace.
+    pub fn with_secrets(
+        mut self,
+        objects: impl IntoIterator<Item = k8s_openapi::api::core::v1::Secret>,
+    ) -> Self {
+        self.secrets = cache(None, objects);
+        self
+    }
+
+    /// ConfigMaps as the metadata watch brings them.
+    pub fn with_config_maps(
+        mut self,
+        objects: impl IntoIterator<Item = k8s_openapi::api::core::v1::ConfigMap>,
+    ) -> Self {
+        self.config_maps = cache(
+            None,
+            objects
+                .into_iter()
+                .map(|c| crate::cached::cached::<crate::cached::CachedConfigMap>(&c)),
+        );
+        self
+    }
+
+    pub fn with_cluster_role_bindings(
+        mut self,
+        objects: impl IntoIterator<Item = k8s_openapi::api::rbac::v1::ClusterRoleBinding>,
+    ) -> Self {
+        self.cluster_role_bindings = cache(None, objects);
+        self
+    }
 }
 
 /// An object's JSON, for an exact body.

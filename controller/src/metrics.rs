@@ -103,6 +103,17 @@ pub struct RepairGauges {
     pub last_full_repair: Vec<(String, i64)>,
 }
 
+/// Labels of the counter of refused member certificate requests.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusalLabels {
+    /// Namespace of the Cluster.
+    pub namespace: String,
+    /// Name of the Cluster.
+    pub cluster: String,
+    /// The refusal's reason (`NotAMemberPod`, `UnexpectedUsages`, ...).
+    pub reason: String,
+}
+
 /// Labels of the error counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
@@ -144,6 +155,12 @@ pub struct Metrics {
     /// Per keyspace: when it was last fully repaired (Unix time; the
     /// Cluster's creation when never).
     pub keyspace_last_full_repair: Family<KeyspaceLabels, Gauge>,
+    /// Member certificates signed, per cluster (a debug log names each:
+    /// an Event per renewal would be noise).
+    pub member_certificates_signed: Family<ClusterLabels, Counter>,
+    /// Certificate requests of a cluster's members denied (or failed), by
+    /// reason.
+    pub member_certificate_requests_refused: Family<RefusalLabels, Counter>,
     keyspaces: Mutex<HashMap<ClusterLabels, Vec<KeyspaceLabels>>>,
     current: Mutex<HashMap<ClusterLabels, String>>,
     in_progress: Mutex<HashMap<ClusterLabels, Vec<MemberOperationLabels>>>,
@@ -230,7 +247,21 @@ impl Metrics {
             "When every member last completed the repair of its primary ranges of a keyspace (Unix time; the Cluster's creation when never)",
             keyspace_last_full_repair.clone(),
         );
+        let member_certificates_signed = Family::<ClusterLabels, Counter>::default();
+        registry.register(
+            "member_certificates_signed",
+            "Member certificates signed by a cluster's certificate authority",
+            member_certificates_signed.clone(),
+        );
+        let member_certificate_requests_refused = Family::<RefusalLabels, Counter>::default();
+        registry.register(
+            "member_certificate_requests_refused",
+            "Certificate requests made by a cluster's members and denied (or failed after approval), by reason",
+            member_certificate_requests_refused.clone(),
+        );
         Metrics {
+            member_certificates_signed,
+            member_certificate_requests_refused,
             maintenance_running,
             repair_cycle_repaired_ratio,
             repair_gc_grace_seconds,

@@ -204,13 +204,20 @@ mod tests {
             #[command(flatten)]
             args: crate::ControllerArgs,
         }
-        let given = Cli::try_parse_from(["c", "--operator-image", "me/op@sha256:ab"]).unwrap();
+        let given = Cli::try_parse_from([
+            "c",
+            "--operator-namespace",
+            "ops",
+            "--operator-image",
+            "me/op@sha256:ab",
+        ])
+        .unwrap();
         assert_eq!(
             given.args.operator_image.as_deref(),
             Some("me/op@sha256:ab")
         );
         if std::env::var_os("OPERATOR_IMAGE").is_none() {
-            let absent = Cli::try_parse_from(["c"]).unwrap();
+            let absent = Cli::try_parse_from(["c", "--operator-namespace", "ops"]).unwrap();
             assert_eq!(absent.args.operator_image, None);
         }
     }

@@ -1,8 +1,10 @@
-//! One reconcile of one Cluster, as its pipeline: read → observe → decide → recheck → act → report.
+//! One reconcile of one Cluster, as its pipeline: read → observe → decide → apply → authority → recheck → act → report.
 //!
 //! Each step sits in its own module: `context` (the read), `validated` and
 //! `resources` (pure), `observe` (pure, but for a read of the supporting
-//! objects' names), `decide` (pure), `apply` (the supporting objects), `recheck` (fresh reads before a write that destroys or
+//! objects' names), `decide` (pure), `apply` (the supporting objects),
+//! `authority` (a TLS cluster's certificate authority, before any member
+//! runs), `recheck` (fresh reads before a write that destroys or
 //! shrinks), `act` (the one write the decision asks for), `status` (pure)
 //! and `report` (the status patch, Events and metrics). A cluster with
 //! nothing to do costs zero writes.
@@ -20,8 +22,9 @@ use tracing::info;
 
 use crate::act::{Acted, Conflict, act};
 use crate::apply::apply_supporting_objects;
+use crate::authority::ensure_authority;
 use crate::context::Context;
-use crate::decide::{Action, after_member_service_created, decide};
+use crate::decide::{Action, Refusal, after_member_service_created, decide};
 use crate::error::Error;
 use crate::observe::{observe_cached, observe_supporting};
 use crate::observed::Observed;
@@ -87,6 +90,11 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Requeue, Er
         .map(|s| Duration::from_secs(s + 1));
     let resync = |period: Duration| next_cycle.map_or(period, |cycle| cycle.min(period));
     Ok(match outcome {
+        // An API error the operator could not outwait (its RBAC, its
+        // namespace): soon again, nothing else brings a change.
+        Outcome::Decided(Action::Refuse(Refusal::CertificateAuthorityUnavailable { .. })) => {
+            Requeue::requeue(Duration::from_secs(30))
+        }
         Outcome::Decided(Action::Converged)
         | Outcome::Invalid(_)
         | Outcome::Decided(Action::Refuse(_)) => Requeue::requeue(resync(Duration::from_secs(300))),
@@ -130,6 +138,11 @@ async fn next_step(
         return Ok(action);
     }
     apply_supporting_objects(cluster, namespace, ctx, observed).await?;
+    // Before any member runs: a member of a cluster with TLS starts only
+    // with a certificate of its cluster's authority.
+    if let Some(refusal) = ensure_authority(cluster, namespace, ctx).await? {
+        return Ok(Action::Refuse(refusal));
+    }
     let acted = carry_out(cluster, namespace, &action, build, ctx).await?;
     if let (Acted::ServiceCreated, Action::CreateMemberService { rack, member, .. }) =
         (&acted, &action)

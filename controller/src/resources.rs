@@ -13,20 +13,23 @@ use crds::v1alpha1::{Cluster, ClusterMode, RackSpec};
 pub use crate::validated::ValidCluster;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
-    Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
-    ExecAction, HTTPGetAction, Lifecycle, LifecycleHandler, ObjectFieldSelector,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceFieldSelector,
-    ResourceRequirements, SeccompProfile, SecurityContext, Service, ServiceAccount, ServicePort,
-    ServiceSpec, Volume, VolumeMount,
+    Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort,
+    EmptyDirVolumeSource, EnvVar, EnvVarSource, ExecAction, HTTPGetAction, Lifecycle,
+    LifecycleHandler, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    ResourceFieldSelector, ResourceRequirements, SeccompProfile, Secret, SecurityContext, Service,
+    ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 
 use crds::contract::pod::{self, env, subcommand};
+use crds::contract::tls;
 use crds::contract::{
     self, INTERNODE_PORTS, JMX_EXPORTER_DIR, OVERRIDES_DIR, SHARED_DIR, SIDECAR_PORT, data_dir,
     member_ports,
@@ -41,6 +44,13 @@ pub const TERMINATION_GRACE_SECONDS: i64 = 1800;
 /// Pod runs as it from the start.
 pub const CASSANDRA_UID: i64 = 999;
 pub use crds::v1alpha1::DEFAULT_OPERATOR_IMAGE;
+
+/// The database container's memory-backed volume at
+/// [`crds::contract::tls::TLS_DIR`] (clusters with TLS only).
+pub const TLS_VOLUME: &str = "tls";
+/// Its size limit: a key, a certificate chain and a CA bundle or two take a
+/// few KiB; a memory-backed volume counts against the container's memory.
+pub const TLS_VOLUME_SIZE: &str = "1Mi";
 
 /// The CPU of the `install` init container, its request and its limit.
 pub const INSTALL_CPU: &str = "100m";
@@ -325,6 +335,25 @@ fn pod_template(
         mounts.push(VolumeMount {
             name: volume.to_string(),
             mount_path: dir.to_string(),
+            ..VolumeMount::default()
+        });
+    }
+    // The member's key, certificate chain and CA bundle: in memory only
+    // (the key never touches a disk), written by the sidecar. Only for
+    // clusters with TLS, so that other clusters' Pod templates, and so
+    // their members, stay as they were.
+    if tls_enabled(cluster) {
+        volumes.push(Volume {
+            name: TLS_VOLUME.to_string(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".to_string()),
+                size_limit: Some(Quantity(TLS_VOLUME_SIZE.to_string())),
+            }),
+            ..Volume::default()
+        });
+        mounts.push(VolumeMount {
+            name: TLS_VOLUME.to_string(),
+            mount_path: tls::TLS_DIR.to_string(),
             ..VolumeMount::default()
         });
     }
@@ -698,13 +727,25 @@ pub fn member_role(cluster: &ValidCluster<'_>) -> Role {
             names::member_service_account_name(name),
             labels::cluster_labels(name),
         ),
-        rules: Some(vec![
-            rule("", "services", &["get", "list", "watch", "patch"]),
-            PolicyRule {
-                resource_names: Some(vec![name.to_string()]),
-                ..rule(crds::v1alpha1::GROUP, "clusters", &["get"])
-            },
-        ]),
+        rules: Some({
+            let mut rules = vec![
+                rule("", "services", &["get", "list", "watch", "patch"]),
+                PolicyRule {
+                    resource_names: Some(vec![name.to_string()]),
+                    ..rule(crds::v1alpha1::GROUP, "clusters", &["get"])
+                },
+            ];
+            // The CA bundle the sidecar trusts, and follows while a CA is
+            // replaced: that one ConfigMap (a list or watch narrowed to its
+            // name), no other.
+            if tls_enabled(cluster) {
+                rules.push(PolicyRule {
+                    resource_names: Some(vec![tls::ca_config_map_name(name)]),
+                    ..rule("", "configmaps", &["get", "list", "watch"])
+                });
+            }
+            rules
+        }),
     }
 }
 
@@ -800,6 +841,106 @@ pub fn member_role_binding(cluster: &ValidCluster<'_>) -> RoleBinding {
         subjects: Some(vec![Subject {
             kind: "ServiceAccount".to_string(),
             name: account,
+            namespace: cluster.metadata.namespace.clone(),
+            api_group: None,
+        }]),
+    }
+}
+
+/// Whether the Cluster's members get certificates (`spec.security.tls`).
+pub fn tls_enabled(cluster: &Cluster) -> bool {
+    cluster
+        .spec
+        .security
+        .as_ref()
+        .is_some_and(|s| s.tls.enabled())
+}
+
+/// The labels of what the controller keeps of a cluster outside its
+/// namespace (its CA Secret, its members' ClusterRoleBinding), where no
+/// owner reference can reach: the Cluster's name and namespace, by which
+/// the sweep finds those of Clusters that are gone.
+pub fn outside_labels(cluster: &Cluster) -> BTreeMap<String, String> {
+    let mut labels = labels::cluster_labels(cluster_name(cluster));
+    labels.insert(
+        tls::CA_NAMESPACE_LABEL.to_string(),
+        cluster.metadata.namespace.clone().unwrap_or_default(),
+    );
+    labels
+}
+
+/// The Secret of a cluster's certificate authority, in the operator's
+/// namespace (where no user of the Cluster's namespace, and no member, can
+/// read it), named by the Cluster's UID. Created once, never changed: a
+/// new key would leave every member with certificates no peer trusts. No
+/// owner reference (none crosses namespaces): the sweep deletes it once
+/// its Cluster is gone.
+pub fn ca_secret(
+    cluster: &Cluster,
+    operator_namespace: &str,
+    authority: &crate::certificates::Authority,
+) -> Secret {
+    let uid = cluster.metadata.uid.clone().unwrap_or_default();
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(tls::ca_secret_name(&uid)),
+            namespace: Some(operator_namespace.to_string()),
+            labels: Some(outside_labels(cluster)),
+            ..ObjectMeta::default()
+        },
+        type_: Some("kubernetes.io/tls".to_string()),
+        data: Some(BTreeMap::from([
+            (
+                crate::certificates::CA_CERT_KEY.to_string(),
+                k8s_openapi::ByteString(authority.cert_pem.clone().into_bytes()),
+            ),
+            (
+                crate::certificates::CA_KEY_KEY.to_string(),
+                k8s_openapi::ByteString(authority.key_pem.clone().into_bytes()),
+            ),
+        ])),
+        ..Secret::default()
+    }
+}
+
+/// The ConfigMap of the cluster's CA certificate, in its namespace, for
+/// members and clients ([`tls::CA_BUNDLE_KEY`]).
+pub fn ca_config_map(cluster: &ValidCluster<'_>, ca_pem: &str) -> ConfigMap {
+    let name = cluster_name(cluster);
+    ConfigMap {
+        metadata: meta(
+            cluster,
+            tls::ca_config_map_name(name),
+            labels::cluster_labels(name),
+        ),
+        data: Some(BTreeMap::from([(
+            tls::CA_BUNDLE_KEY.to_string(),
+            ca_pem.to_string(),
+        )])),
+        ..ConfigMap::default()
+    }
+}
+
+/// Binds the ClusterRole that lets members ask for certificates
+/// ([`tls::MEMBER_CSR_CLUSTER_ROLE`]) to the members' ServiceAccount.
+/// Cluster-scoped, so no owner reference: the sweep deletes it once its
+/// Cluster is gone.
+pub fn member_csr_binding(cluster: &ValidCluster<'_>) -> ClusterRoleBinding {
+    let uid = cluster.metadata.uid.clone().unwrap_or_default();
+    ClusterRoleBinding {
+        metadata: ObjectMeta {
+            name: Some(tls::member_csr_binding_name(&uid)),
+            labels: Some(outside_labels(cluster)),
+            ..ObjectMeta::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".to_string(),
+            kind: "ClusterRole".to_string(),
+            name: tls::MEMBER_CSR_CLUSTER_ROLE.to_string(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".to_string(),
+            name: names::member_service_account_name(cluster_name(cluster)),
             namespace: cluster.metadata.namespace.clone(),
             api_group: None,
         }]),

@@ -14,9 +14,9 @@ use std::time::Duration;
 use crds::v1alpha1::Cluster;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, Role, RoleBinding};
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -27,7 +27,7 @@ use tracing::{info, warn};
 use crate::ControllerArgs;
 use crate::apply::FIELD_MANAGER;
 use crate::cached::{CachedConfigMap, CachedPod, CachedVolume, ConfigMapContents};
-use crate::context::{CacheNames, Context};
+use crate::context::{CacheNames, Context, TlsSettings};
 use crate::error::Error;
 use crate::index::NameIndex;
 use crate::metrics::{ErrorLabels, Metrics};
@@ -144,6 +144,37 @@ pub async fn run(args: ControllerArgs) -> Result<(), RunError> {
     }
     let (volumes, volume_stream) = cluster_cache!(CachedVolume, strip_volume);
     let (nodes, node_stream) = cluster_cache!(Node, strip_node);
+    // What the controller keeps of TLS clusters outside their namespaces,
+    // by their labels: the CA Secrets of the operator's namespace (no
+    // other Secret) and the members' ClusterRoleBindings.
+    let tls = TlsSettings {
+        operator_namespace: args.operator_namespace.clone(),
+        cluster_domain: args.cluster_domain.clone(),
+        member_certificate_lifetime_secs: args.member_certificate_lifetime.as_secs(),
+    };
+    let outside =
+        watcher::Config::default().labels(&crate::sweep::selector(args.namespace.as_deref()));
+    let (secrets, secret_stream) = {
+        let (reader, writer) = reflector::store::<Secret>();
+        let stream = watcher(
+            Api::<Secret>::namespaced(client.clone(), &tls.operator_namespace),
+            outside.clone(),
+        )
+        .default_backoff()
+        .modify(strip_metadata::<Secret>)
+        .reflect(writer)
+        .touched_objects();
+        (reader, stream)
+    };
+    let (cluster_role_bindings, binding_stream) = {
+        let (reader, writer) = reflector::store::<ClusterRoleBinding>();
+        let stream = watcher(Api::<ClusterRoleBinding>::all(client.clone()), outside)
+            .default_backoff()
+            .modify(strip_metadata::<ClusterRoleBinding>)
+            .reflect(writer)
+            .touched_objects();
+        (reader, stream)
+    };
 
     let ctx = Arc::new(Context {
         recorder: Recorder::new(
@@ -167,6 +198,9 @@ pub async fn run(args: ControllerArgs) -> Result<(), RunError> {
         nodes: nodes.clone(),
         config_maps: config_maps.clone(),
         config_map_contents,
+        secrets: secrets.clone(),
+        cluster_role_bindings: cluster_role_bindings.clone(),
+        tls,
         names,
         metrics,
         build: BuildContext {
@@ -180,11 +214,23 @@ pub async fn run(args: ControllerArgs) -> Result<(), RunError> {
 
     let clusters: Api<Cluster> = api(&client, &args.namespace);
     let (clusters_reader, clusters_writer) = reflector::store::<Cluster>();
-    let cluster_stream = watcher(clusters, watcher::Config::default())
-        .default_backoff()
-        .modify(strip_metadata::<Cluster>)
-        .reflect(clusters_writer)
-        .applied_objects();
+    // A Cluster deleted, or a relist (which may hide a deletion): what it
+    // kept outside its namespace is swept.
+    let sweep_prompt = Arc::new(tokio::sync::Notify::new());
+    let cluster_stream = {
+        let prompt = sweep_prompt.clone();
+        watcher(clusters, watcher::Config::default())
+            .default_backoff()
+            .modify(strip_metadata::<Cluster>)
+            .map_ok(move |event| {
+                if matches!(event, watcher::Event::Delete(_) | watcher::Event::InitDone) {
+                    prompt.notify_one();
+                }
+                event
+            })
+            .reflect(clusters_writer)
+            .applied_objects()
+    };
     let controller = Controller::for_stream(cluster_stream, clusters_reader).with_config(
         kube::runtime::controller::Config::default().concurrency(args.concurrent_reconciles),
     );
@@ -200,6 +246,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), RunError> {
             role_bindings,
         );
         let (pvc, pv, node, cm) = (claims, volumes, nodes, config_maps);
+        let (secret, binding) = (secrets, cluster_role_bindings);
         async move {
             // Every cache must hold a first full list before the reconciles'
             // reads mean anything.
@@ -225,6 +272,9 @@ pub async fn run(args: ControllerArgs) -> Result<(), RunError> {
             tracing::debug!("claims, volumes and nodes caches synced");
             synced(&cm).await;
             tracing::debug!("config maps cache synced");
+            synced(&secret).await;
+            synced(&binding).await;
+            tracing::debug!("CA secrets and members' cluster role bindings caches synced");
         }
     };
     tokio::spawn(async move {
@@ -278,18 +328,47 @@ pub async fn run(args: ControllerArgs) -> Result<(), RunError> {
                 .collect::<std::collections::HashSet<_>>()
         }
     };
-    // A ConfigMap change concerns the Clusters that name it as overrides.
+    // A ConfigMap change concerns the Clusters that name it as overrides,
+    // and a TLS cluster's CA ConfigMap its Cluster.
     let clusters_of_config_map = {
         let clusters = controller.store();
         move |config_map: CachedConfigMap| {
             clusters
                 .state()
                 .iter()
-                .filter(|c| names_config_map(c, &config_map.metadata))
+                .filter(|c| {
+                    names_config_map(c, &config_map.metadata)
+                        || (crate::resources::tls_enabled(c)
+                            && c.metadata.namespace == config_map.metadata.namespace
+                            && config_map.metadata.name.as_deref()
+                                == Some(
+                                    crds::contract::tls::ca_config_map_name(&c.name_any()).as_str(),
+                                ))
+                })
                 .map(|c| ObjectRef::from_obj(c.as_ref()))
                 .collect::<Vec<_>>()
         }
     };
+    // A CA Secret or a members' binding concerns the Cluster its labels
+    // name.
+    fn cluster_of_outside<K: Resource>(object: K) -> Option<ObjectRef<Cluster>> {
+        let (namespace, name) = crate::authority::names_cluster(object.meta().labels.as_ref()?)?;
+        Some(ObjectRef::<Cluster>::new(&name).within(&namespace))
+    }
+    tokio::spawn(crate::sweep::run(
+        ctx.clone(),
+        controller.store(),
+        args.namespace.clone(),
+        sweep_prompt,
+    ));
+    tokio::spawn(crate::signer::run(
+        client.clone(),
+        Arc::new(crate::signer::Signer {
+            ctx: ctx.clone(),
+            clusters: controller.store(),
+            namespace: args.namespace.clone(),
+        }),
+    ));
     info!(
         namespace = args.namespace.as_deref().unwrap_or("*"),
         "controller starting"
@@ -306,6 +385,8 @@ pub async fn run(args: ControllerArgs) -> Result<(), RunError> {
         .watches_stream(volume_stream, volume_to_cluster)
         .watches_stream(node_stream, node_to_clusters)
         .watches_stream(config_map_stream, clusters_of_config_map)
+        .watches_stream(secret_stream, cluster_of_outside)
+        .watches_stream(binding_stream, cluster_of_outside)
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {

@@ -443,6 +443,12 @@ pub fn refusal_reason(refusal: &Refusal) -> (&'static str, String) {
                 "the roll stopped: member {member} of rack {rack}, restarted at {since}, is not back (Ready on the new template and seen up by every member); the other members are left alone until it is (look at its Pod), or change the spec back"
             ),
         ),
+        Refusal::CertificateAuthorityUnavailable { detail } => (
+            "CertificateAuthorityUnavailable",
+            format!(
+                "the cluster's certificate authority cannot be made or published: {detail}; no member starts and nothing changes until it can (members already running keep running)"
+            ),
+        ),
         Refusal::OverridesRefused { rack, overrides } => (
             "OverridesRefused",
             format!(
@@ -785,6 +791,30 @@ mod tests {
         assert_eq!(ready.observed_generation, Some(3));
         assert_eq!(cond(&status, "Progressing").status, "False");
         assert_eq!(cond(&status, "Degraded").status, "False");
+    }
+
+    #[test]
+    fn a_certificate_authority_that_cannot_be_made_is_degraded_and_says_why() {
+        let outcome = Outcome::Decided(Action::Refuse(Refusal::CertificateAuthorityUnavailable {
+            detail: "creating its Secret cassandra-operator/cassandra-ca-u failed: forbidden"
+                .into(),
+        }));
+        let status = compute_status(
+            &cluster(),
+            &observed(&[true, true], false),
+            &outcome,
+            &time(10),
+        );
+        let d = cond(&status, "Degraded");
+        assert_eq!(
+            (d.status.as_str(), d.reason.as_str()),
+            ("True", "CertificateAuthorityUnavailable")
+        );
+        assert_eq!(
+            d.message,
+            "the cluster's certificate authority cannot be made or published: creating its Secret cassandra-operator/cassandra-ca-u failed: forbidden; no member starts and nothing changes until it can (members already running keep running)"
+        );
+        assert_eq!(cond(&status, "Ready").status, "False");
     }
 
     #[test]

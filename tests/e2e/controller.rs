@@ -92,6 +92,10 @@ impl Bare {
         self.log = self.dir.path().join(log);
         let controller = Command::new(env!("CARGO_BIN_EXE_cassandra-operator"))
             .arg("controller")
+            .args([
+                "--operator-namespace",
+                testworld::harness::OPERATOR_ACCOUNT.0,
+            ])
             .env("KUBECONFIG", &self.kubeconfig)
             .env("METRICS_ADDR", &metrics)
             .env("RUST_LOG", "info,controller=debug")

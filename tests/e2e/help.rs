@@ -142,3 +142,38 @@ fn controller_refuses_a_reconcile_concurrency_outside_its_range() {
         "{help}"
     );
 }
+
+#[test]
+fn controller_needs_its_namespace_and_a_lifetime_it_can_read() {
+    // Without --operator-namespace (POD_NAMESPACE): no start, the flag named.
+    let out = bin()
+        .arg("controller")
+        .env_remove("POD_NAMESPACE")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--operator-namespace"), "{err}");
+    for bad in ["30", "1d", "30s", "10m5h"] {
+        let out = bin()
+            .args(["controller", "--operator-namespace", "ops"])
+            .args(["--member-certificate-lifetime", bad])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "--member-certificate-lifetime {bad}"
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--member-certificate-lifetime"), "{err}");
+    }
+    let help = bin().args(["controller", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("POD_NAMESPACE")
+            && help.contains("[default: 720h]")
+            && help.contains("[default: cluster.local]"),
+        "{help}"
+    );
+}

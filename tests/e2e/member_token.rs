@@ -26,7 +26,7 @@ use crate::scenario::{Scenario, cluster, secs, setup};
 
 /// The projected ServiceAccount token of Pod `pod` (namespace `db`), as
 /// the kubelet wrote it under the world's work directory.
-fn projected_token(work: &Path, pod: &str) -> Option<String> {
+pub(crate) fn projected_token(work: &Path, pod: &str) -> Option<String> {
     fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
         let Ok(entries) = std::fs::read_dir(dir) else {
             return;
@@ -57,7 +57,7 @@ fn projected_token(work: &Path, pod: &str) -> Option<String> {
         .map(|t| t.trim().to_string())
 }
 
-async fn client_with(s: &Scenario, token: &str) -> Client {
+pub(crate) async fn client_with(s: &Scenario, token: &str) -> Client {
     let kc = Kubeconfig::from_yaml(&s.sim().kubeconfig_with_token(token)).unwrap();
     let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await

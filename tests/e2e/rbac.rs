@@ -36,9 +36,69 @@ const FOREIGN: &str = "a name taken by a foreign object: read before creating";
 /// what its creator does not hold (RBAC escalation prevention).
 const GRANT: &str = "the member Role grants it: its creator must hold it";
 
+/// A Cluster with TLS: its CA ConfigMap, the signer of its members'
+/// certificates, its members' ClusterRoleBinding (tls.rs checks these
+/// rules against that scenario's calls).
+pub(crate) const TLS: &str = "a cluster with TLS: its CA ConfigMap, the members' certificate requests and ClusterRoleBinding (tls.rs)";
+
 /// Rules of the operator's ClusterRole that this scenario does not use,
 /// each with the feature that needs it: (API group, resource, verb, why).
-const NEEDED_ELSEWHERE: &[(&str, &str, &str, &str)] = &[
+pub(crate) const NEEDED_ELSEWHERE: &[(&str, &str, &str, &str)] = &[
+    ("", "configmaps", "get", TLS),
+    ("", "configmaps", "create", TLS),
+    ("", "configmaps", "patch", TLS),
+    ("", "configmaps", "delete", TLS),
+    (
+        "certificates.k8s.io",
+        "certificatesigningrequests",
+        "list",
+        TLS,
+    ),
+    (
+        "certificates.k8s.io",
+        "certificatesigningrequests",
+        "watch",
+        TLS,
+    ),
+    (
+        "certificates.k8s.io",
+        "certificatesigningrequests/approval",
+        "update",
+        TLS,
+    ),
+    (
+        "certificates.k8s.io",
+        "certificatesigningrequests/status",
+        "update",
+        TLS,
+    ),
+    ("certificates.k8s.io", "signers", "approve", TLS),
+    ("certificates.k8s.io", "signers", "sign", TLS),
+    (
+        "rbac.authorization.k8s.io",
+        "clusterrolebindings",
+        "get",
+        TLS,
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "clusterrolebindings",
+        "create",
+        TLS,
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "clusterrolebindings",
+        "patch",
+        TLS,
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "clusterrolebindings",
+        "delete",
+        TLS,
+    ),
+    ("rbac.authorization.k8s.io", "clusterroles", "bind", TLS),
     ("cassandra.rook.io", "clusters", "get", GRANT),
     ("apps", "statefulsets", "get", FOREIGN),
     ("", "services", "get", FOREIGN),
@@ -184,7 +244,7 @@ const NEEDED_ELSEWHERE: &[(&str, &str, &str, &str)] = &[
 const MEMBER_NEEDED_ELSEWHERE: &[(&str, &str, &str, &str)] = &[];
 
 /// (group, resource, verb) of every rule, refusing wildcards.
-fn triples(rules: &[Value]) -> Vec<(String, String, String)> {
+pub(crate) fn triples(rules: &[Value]) -> Vec<(String, String, String)> {
     let strs = |v: &Value| -> Vec<String> {
         v.as_array()
             .into_iter()
@@ -221,7 +281,7 @@ fn triples(rules: &[Value]) -> Vec<(String, String, String)> {
     out
 }
 
-fn attributes(r: &RequestRecord) -> Attributes {
+pub(crate) fn attributes(r: &RequestRecord) -> Attributes {
     let mut a = Attributes::resource(&r.verb, &r.group, &r.resource, &r.namespace).named(&r.name);
     a.subresource = r.subresource.clone();
     a
@@ -356,6 +416,15 @@ fn check_config_map_calls(log: &[RequestRecord], user: &str) {
     );
 }
 
+/// The operator's ClusterRole in the manifest (beside it: the members'
+/// certificate ClusterRole).
+pub(crate) fn operator_cluster_role(manifest: &[Value]) -> &Value {
+    manifest
+        .iter()
+        .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "cassandra-operator")
+        .expect("the manifest has the operator's ClusterRole")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_roles_calls_match_its_rules_both_ways() {
     // Not the production metrics address: other worlds of this binary run beside.
@@ -380,10 +449,7 @@ async fn each_roles_calls_match_its_rules_both_ways() {
 
     let requests = s.sim().requests();
     let manifest = harness::manifest_objects(harness::OPERATOR_MANIFEST).unwrap();
-    let role = manifest
-        .iter()
-        .find(|o| o["kind"] == "ClusterRole")
-        .expect("the manifest has the operator's ClusterRole");
+    let role = operator_cluster_role(&manifest);
     let (ns, sa) = harness::OPERATOR_ACCOUNT;
     check_role(
         "the controller",

@@ -161,6 +161,64 @@ fn tls_connector(ca: &CaBundle) -> Result<SslConnectorBuilder, Error> {
     Ok(builder)
 }
 
+/// The certificate a member serves on a TLS port, as a client that
+/// trusts `ca` sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServedCertificate {
+    /// Its serial number, in hex.
+    pub serial: String,
+    /// Its `notAfter`, as OpenSSL prints it.
+    pub not_after: String,
+}
+
+/// A TLS handshake with `address`, from the namespace's thread, verifying
+/// the peer against `ca` and the address (IP SAN): the certificate it
+/// serves, or why the handshake failed. Speaks no protocol after it.
+pub async fn served_certificate(
+    netns: &Netns,
+    address: SocketAddr,
+    ca: &CaBundle,
+) -> Result<ServedCertificate, String> {
+    let mut builder = tls_connector(ca).map_err(|e| e.to_string())?;
+    builder.set_verify(openssl::ssl::SslVerifyMode::PEER);
+    let connector = builder.build();
+    netns
+        .run(async move {
+            // A blocking connect on the namespace's own thread: one brief
+            // handshake, the thread's other tasks wait for it.
+            let stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(5))
+                .map_err(|e| format!("connecting to {address}: {e}"))?;
+            stream
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .map_err(|e| e.to_string())?;
+            let mut config = connector.configure().map_err(|e| e.to_string())?;
+            config.set_use_server_name_indication(false);
+            config
+                .param_mut()
+                .set_ip(address.ip())
+                .map_err(|e| e.to_string())?;
+            config.set_verify_hostname(false);
+            let tls = config
+                .connect("member", stream)
+                .map_err(|e| format!("TLS handshake with {address}: {e}"))?;
+            let peer = tls
+                .ssl()
+                .peer_certificate()
+                .ok_or_else(|| format!("{address} served no certificate"))?;
+            let serial = peer
+                .serial_number()
+                .to_bn()
+                .and_then(|n| n.to_hex_str().map(|h| h.to_string()))
+                .map_err(|e| e.to_string())?;
+            Ok(ServedCertificate {
+                serial,
+                not_after: peer.not_after().to_string(),
+            })
+        })
+        .await
+        .map_err(|e| e.to_string())?
+}
+
 type Job = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// A thread in a network namespace that runs the futures handed to it on

@@ -285,8 +285,25 @@ impl World {
             binary: self.operator.clone(),
             source,
         };
+        // The namespace of the operator's install keeps the CAs of TLS
+        // clusters: there unless the world installs none (then made here,
+        // as an admin's install would).
+        let (operator_namespace, _) = OPERATOR_ACCOUNT;
+        let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": operator_namespace}});
+        let t = crate::kubesim::store::Target::new("", "v1", "namespaces", None);
+        match self.sim.store().create(&t, namespace, &Default::default()) {
+            Ok(_) => {}
+            Err(e) if e.code == 409 => {}
+            Err(e) => {
+                return Err(failed(std::io::Error::other(format!(
+                    "creating namespace {operator_namespace}: {e}"
+                ))));
+            }
+        }
         let mut cmd = Command::new(&self.operator);
         cmd.arg("controller")
+            .args(["--operator-namespace", operator_namespace])
             .args(args)
             .env("KUBECONFIG", &self.operator_kubeconfig)
             .env_remove("METRICS_ADDR")

@@ -568,6 +568,7 @@ async fn the_operator_installed_by_kustomize_brings_up_a_cluster_on_hollow_nodes
     let _controller = testworld::harness::Process(
         std::process::Command::new(&operator)
             .arg("controller")
+            .args(["--operator-namespace", "cassandra-operator"])
             .env("KUBECONFIG", &kubeconfig)
             .env("METRICS_ADDR", &metrics)
             .stdout(std::process::Stdio::null())

@@ -189,6 +189,10 @@ pub enum Refusal {
         member: i32,
         since: String,
     },
+    /// A cluster with TLS whose certificate authority cannot be made, read
+    /// or published (`crate::authority`): no member could get a
+    /// certificate, so nothing starts; `detail` says what failed.
+    CertificateAuthorityUnavailable { detail: String },
 }
 
 /// The next thing to do.

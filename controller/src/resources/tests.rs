@@ -997,3 +997,136 @@ fn member_pods_are_guaranteed_when_the_rack_asks_for_limits_equal_to_requests() 
         }
     }
 }
+
+/// The thesis cluster on 4.1 with internode TLS.
+fn with_tls() -> Cluster {
+    let mut cluster = thesis();
+    cluster.spec.version = "4.1.8".into();
+    cluster.spec.security = Some(crds::v1alpha1::SecuritySpec {
+        tls: crds::v1alpha1::TlsSpec {
+            internode: crds::v1alpha1::InternodeEncryption::All,
+            ..Default::default()
+        },
+    });
+    cluster
+}
+
+#[test]
+fn a_tls_clusters_members_get_a_memory_volume_for_their_key_and_others_nothing() {
+    let rack = |c: &Cluster| c.spec.datacenter.racks[0].clone();
+    let pod = |c: &Cluster| {
+        statefulset_for_rack(
+            &ValidCluster::unchecked(c),
+            &rack(c),
+            0,
+            &BuildContext::default(),
+        )
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap()
+    };
+    let tls = pod(&with_tls());
+    let volume = tls
+        .volumes
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|v| v.name == "tls")
+        .expect("the tls volume");
+    assert_eq!(
+        to_json(volume),
+        json!({"name": "tls", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}})
+    );
+    let mounts = tls.containers[0].volume_mounts.as_ref().unwrap();
+    assert_eq!(
+        to_json(mounts.iter().find(|m| m.name == "tls").unwrap()),
+        json!({"name": "tls", "mountPath": crds::contract::tls::TLS_DIR})
+    );
+    assert!(
+        tls.init_containers.as_ref().unwrap()[0]
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .all(|m| m.name != "tls"),
+        "the init container never sees the key"
+    );
+    // Without TLS, the template is as it was: existing clusters do not roll.
+    let mut plain = with_tls();
+    plain.spec.security = None;
+    let plain_pod = pod(&plain);
+    assert!(
+        plain_pod
+            .volumes
+            .as_ref()
+            .unwrap()
+            .iter()
+            .all(|v| v.name != "tls")
+    );
+    let mut none = with_tls();
+    none.spec.security = Some(Default::default());
+    assert_eq!(
+        to_json(&pod(&none)),
+        to_json(&plain_pod),
+        "tls: none is no TLS"
+    );
+}
+
+#[test]
+fn a_tls_clusters_members_may_read_their_ca_configmap_and_no_other() {
+    let cluster = with_tls();
+    let rules = to_json(&member_role(&ValidCluster::unchecked(&cluster)))["rules"].clone();
+    assert_eq!(
+        rules,
+        json!([
+            {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch", "patch"]},
+            {"apiGroups": ["cassandra.rook.io"], "resources": ["clusters"], "resourceNames": ["cassandra"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["cassandra-ca"], "verbs": ["get", "list", "watch"]}
+        ])
+    );
+}
+
+#[test]
+fn a_tls_clusters_ca_objects() {
+    let cluster = with_tls();
+    let valid = ValidCluster::unchecked(&cluster);
+    assert_eq!(
+        to_json(&ca_config_map(&valid, "-----BEGIN CERTIFICATE-----\n")),
+        json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "cassandra-ca", "namespace": "db", "ownerReferences": owner(),
+                         "labels": {"app": "rook-cassandra", "cassandra.rook.io/cluster": "cassandra"}},
+            "data": {"ca.crt": "-----BEGIN CERTIFICATE-----\n"}
+        })
+    );
+    let outside = json!({"app": "rook-cassandra", "cassandra.rook.io/cluster": "cassandra",
+                         "cassandra.rook.io/namespace": "db"});
+    assert_eq!(
+        to_json(&member_csr_binding(&valid)),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "cassandra-member-uid-1", "labels": outside},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "cassandra-operator-member-certificates"},
+            "subjects": [{"kind": "ServiceAccount", "name": "cassandra-member", "namespace": "db"}]
+        })
+    );
+    let authority = crate::certificates::Authority {
+        cert_pem: "C".into(),
+        key_pem: "K".into(),
+    };
+    assert_eq!(
+        to_json(&ca_secret(&cluster, "ops", &authority)),
+        json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "cassandra-ca-uid-1", "namespace": "ops", "labels": outside},
+            "type": "kubernetes.io/tls",
+            "data": {"tls.crt": "Qw==", "tls.key": "Sw=="}
+        })
+    );
+}

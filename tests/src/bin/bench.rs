@@ -1014,6 +1014,7 @@ async fn real_plane(paths: &Paths, quick: bool, r: &mut RealPlane) -> Result<(),
     let controller = Process(
         std::process::Command::new(&paths.operator)
             .arg("controller")
+            .args(["--operator-namespace", account_ns])
             .env("KUBECONFIG", &kubeconfig)
             .env("METRICS_ADDR", free_addr()?)
             .stdout(std::process::Stdio::null())
