@@ -1081,8 +1081,13 @@ async fn real_kubectl_gets_and_applies() {
             "delete hello",
             // manifests/operator.yaml: the CRD, the namespace, the
             // ServiceAccount, the Role to read its own Pod and its
+            // RoleBinding, the Role for the CA Secrets and its
             // RoleBinding, ClusterRole, ClusterRoleBinding, the members'
+            // certificates ClusterRole, the members'
             // ValidatingAdmissionPolicy and its binding, Deployment
+            "create ",
+            "create ",
+            "create ",
             "create ",
             "create ",
             "create ",
