@@ -46,6 +46,47 @@ pub(crate) fn patch_params() -> PatchParams {
     }
 }
 
+/// Server-side applies `desired` (built with its applied hash) as the
+/// operator's, unless the object the cache holds carries the same hash
+/// (`cached`): the one write every built object shares. True when it
+/// wrote.
+pub(crate) async fn apply_when_changed<K>(
+    api: &Api<K>,
+    cached: Option<&str>,
+    desired: &K,
+) -> Result<bool, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+{
+    if cached == resources::applied_hash(desired) {
+        return Ok(false);
+    }
+    api.patch(
+        &desired.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(desired),
+    )
+    .await?;
+    Ok(true)
+}
+
+/// Creates `desired` as the operator's. False when the name was taken
+/// meanwhile (409).
+pub(crate) async fn create_as_ours<K>(api: &Api<K>, desired: &K) -> Result<bool, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+{
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PostParams::default()
+    };
+    match api.create(&params, desired).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// The name of a rack's StatefulSet.
 pub(crate) fn statefulset_name(cluster: &Cluster, rack: &str) -> String {
     crds::names::statefulset_name(&cluster.name_any(), &cluster.spec.datacenter.name, rack)
@@ -183,19 +224,16 @@ impl Target<'_> {
         let reference = ObjectRef::<K>::new(&name).within(self.namespace);
         match store.get(&reference) {
             Some(existing) if owned_by(existing.meta(), self.cluster) => {
-                if resources::applied_hash(existing.as_ref()) != resources::applied_hash(&desired) {
-                    let api: Api<K> = Api::namespaced(self.client.clone(), self.namespace);
-                    api.patch(
-                        &name,
-                        &PatchParams::apply(FIELD_MANAGER).force(),
-                        &Patch::Apply(&desired),
-                    )
-                    .await
-                    .map_err(|source| Error::ApplyObject {
-                        kind,
-                        name: name.clone(),
-                        source,
-                    })?;
+                let api: Api<K> = Api::namespaced(self.client.clone(), self.namespace);
+                let wrote =
+                    apply_when_changed(&api, resources::applied_hash(existing.as_ref()), &desired)
+                        .await
+                        .map_err(|source| Error::ApplyObject {
+                            kind,
+                            name: name.clone(),
+                            source,
+                        })?;
+                if wrote {
                     info!(cluster = %self.cluster.name_any(), kind, name = %name, "applied");
                 }
             }
@@ -284,16 +322,12 @@ where
 {
     let name = desired.name_any();
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
-    let params = PostParams {
-        field_manager: Some(FIELD_MANAGER.to_string()),
-        ..PostParams::default()
-    };
-    match api.create(&params, &desired).await {
-        Ok(_) => {
+    match create_as_ours(&api, &desired).await {
+        Ok(true) => {
             info!(cluster = %cluster.name_any(), kind, name = %name, "created");
             Ok(true)
         }
-        Err(kube::Error::Api(status)) if status.code == 409 => {
+        Ok(false) => {
             info!(cluster = %cluster.name_any(), kind, name = %name, "the name was taken meanwhile; looking again");
             Ok(false)
         }

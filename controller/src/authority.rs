@@ -18,12 +18,12 @@ use crds::contract::tls;
 use crds::labels;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use tracing::info;
 
-use crate::apply::FIELD_MANAGER;
+use crate::apply::{FIELD_MANAGER, apply_when_changed, create_as_ours};
 use crate::certificates::{self, Authority};
 use crate::context::Context;
 use crate::decide::Refusal;
@@ -212,14 +212,12 @@ async fn publish(
         .get(&ObjectRef::new(&name).within(namespace))
     {
         None => {
-            let params = PostParams {
-                field_manager: Some(FIELD_MANAGER.to_string()),
-                ..PostParams::default()
-            };
-            match api.create(&params, &desired).await {
-                Ok(_) => info!(cluster = %cluster.name_any(), config_map = %name, "CA published"),
+            match create_as_ours(&api, &desired).await {
+                Ok(true) => {
+                    info!(cluster = %cluster.name_any(), config_map = %name, "CA published")
+                }
                 // Taken meanwhile: the next reconcile reads whose it is.
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Ok(false) => {}
                 Err(e) => return failed(e, "creating"),
             }
         }
@@ -227,18 +225,13 @@ async fn publish(
             return Ok(Some(foreign("ConfigMap", name)));
         }
         Some(cached) => {
-            if resources::applied_hash(cached.as_ref()) != resources::applied_hash(&desired) {
-                if let Err(e) = api
-                    .patch(
-                        &name,
-                        &PatchParams::apply(FIELD_MANAGER).force(),
-                        &Patch::Apply(&desired),
-                    )
-                    .await
-                {
-                    return failed(e, "writing");
+            match apply_when_changed(&api, resources::applied_hash(cached.as_ref()), &desired).await
+            {
+                Ok(true) => {
+                    info!(cluster = %cluster.name_any(), config_map = %name, "CA published");
                 }
-                info!(cluster = %cluster.name_any(), config_map = %name, "CA published");
+                Ok(false) => {}
+                Err(e) => return failed(e, "writing"),
             }
         }
     }
@@ -266,34 +259,25 @@ async fn bind_members(cluster: &ValidCluster<'_>, ctx: &Context) -> Step {
     };
     match ctx.cluster_role_bindings.get(&ObjectRef::new(&name)) {
         Some(cached) if labelled_for(cached.labels(), cluster) => {
-            if resources::applied_hash(cached.as_ref()) != resources::applied_hash(&desired) {
-                if let Err(e) = api
-                    .patch(
-                        &name,
-                        &PatchParams::apply(FIELD_MANAGER).force(),
-                        &Patch::Apply(&desired),
-                    )
-                    .await
-                {
-                    return failed(e, "writing");
+            match apply_when_changed(&api, resources::applied_hash(cached.as_ref()), &desired).await
+            {
+                Ok(true) => {
+                    info!(cluster = %cluster.name_any(), binding = %name, "members' certificate binding applied");
                 }
-                info!(cluster = %cluster.name_any(), binding = %name, "members' certificate binding applied");
+                Ok(false) => {}
+                Err(e) => return failed(e, "writing"),
             }
             Ok(None)
         }
         Some(_) => Ok(Some(foreign("ClusterRoleBinding", name))),
         None => {
-            let params = PostParams {
-                field_manager: Some(FIELD_MANAGER.to_string()),
-                ..PostParams::default()
-            };
-            match api.create(&params, &desired).await {
-                Ok(_) => {
+            match create_as_ours(&api, &desired).await {
+                Ok(true) => {
                     info!(cluster = %cluster.name_any(), binding = %name, "members' certificate binding created");
                     Ok(None)
                 }
                 // Taken: ours (the cache is behind), or someone else's.
-                Err(kube::Error::Api(s)) if s.code == 409 => {
+                Ok(false) => {
                     let existing = api
                         .get_opt(&name)
                         .await
