@@ -396,11 +396,15 @@ async fn cluster_ips_reach_a_ready_endpoint_from_inside_pods() {
     })
     .await;
     assert_eq!(answer, "b-1\n");
-    // Hairpin: b-1 reaches itself through its Service.
-    assert_eq!(
-        curl_from(container_pid(&b1), &url).as_deref(),
-        Some("b-1\n")
-    );
+    // Hairpin: b-1 reaches itself through its Service. Each Pod's
+    // namespace gets the new table in turn (as each node's kube-proxy
+    // syncs on its own), so b-1's may lag behind a's for a moment.
+    let pid_b1 = container_pid(&b1);
+    let answer = until("b's ClusterIP answers from b-1 itself", 10, || {
+        curl_from(pid_b1, &url)
+    })
+    .await;
+    assert_eq!(answer, "b-1\n");
     // A Service without a ready endpoint refuses at once (no timeout).
     let began = Instant::now();
     let (code, _) = curl_code_from(pid_a, &format!("http://{ip_nobody}/"));
