@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::v1alpha1::ClusterMode;
 
+pub mod auth;
 pub mod maintenance;
 pub mod pod;
 pub mod tls;
@@ -427,6 +428,10 @@ pub const JOLOKIA_PORT: u16 = 8778;
 /// ScyllaDB's REST API port, bound to 127.0.0.1 only (`--api-address`).
 pub const SCYLLA_API_PORT: u16 = 10000;
 
+/// The CQL port (`native_transport_port`), where clients and the
+/// controller's own CQL session connect.
+pub const CQL_PORT: u16 = 9042;
+
 /// The ports members reach each other on (gossip, streaming; `storage_port`
 /// and `ssl_storage_port`): on member Services, not on the client Service.
 pub const INTERNODE_PORTS: [u16; 2] = [7000, 7001];
@@ -457,7 +462,7 @@ pub fn member_ports(mode: ClusterMode, version: &str) -> Vec<(&'static str, u16)
     let mut ports = vec![
         ("intra-node", INTERNODE_PORTS[0]),
         ("tls-intra-node", INTERNODE_PORTS[1]),
-        ("cql", 9042),
+        ("cql", CQL_PORT),
         ("cql-ssl", 9142),
     ];
     match mode {

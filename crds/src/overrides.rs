@@ -19,7 +19,13 @@
 //! properties [start_rpc] from your cassandra.yaml"), so a fragment that
 //! sets one is refused for those releases, by the sidecar and the
 //! controller alike, with the key and the release in the message: an
-//! upgrade never reaches a member that would not start. Pure.
+//! upgrade never reaches a member that would not start.
+//!
+//! And, for a Cluster whose clients must log in
+//! (`spec.security.authentication`), the settings the operator then sets
+//! ([`AUTHENTICATION_KEYS`]): refused the same way, by both sides, so that
+//! an override can neither let clients in without a password nor lock the
+//! operator out of the superuser it keeps. Pure.
 
 use std::collections::BTreeMap;
 
@@ -301,6 +307,45 @@ pub fn refused_for(key: &str, removed: &[&'static RefusedKey]) -> Option<&'stati
     refused(key).or_else(|| removed.iter().copied().find(|r| r.key == key))
 }
 
+/// The settings the operator sets when a Cluster's clients must log in
+/// (`spec.security.authentication`: [`crate::contract::auth::SETTINGS`]).
+/// The overrides of such a Cluster may not set them, whatever the value;
+/// those of any other Cluster may.
+pub const AUTHENTICATION_KEYS: &[RefusedKey] = &[
+    RefusedKey {
+        key: "authenticator",
+        reason: "spec.security.authentication is on, so the operator sets PasswordAuthenticator: another authenticator lets clients in without a password, or locks the operator out of the superuser it keeps",
+    },
+    RefusedKey {
+        key: "authorizer",
+        reason: "spec.security.authentication is on, so the operator sets CassandraAuthorizer: another authorizer can give every role every permission",
+    },
+    RefusedKey {
+        key: "role_manager",
+        reason: "spec.security.authentication is on, so the operator sets CassandraRoleManager, which keeps the roles clients and the operator log in as (Cassandra refuses PasswordAuthenticator with any other)",
+    },
+];
+
+/// The settings the overrides of a Cluster may not set besides
+/// [`REFUSED_KEYS`]: those its Cassandra `release` does not read
+/// ([`unread_in`]; ScyllaDB keeps 3.x's names, so none) and, when its
+/// clients must log in (`authentication`), [`AUTHENTICATION_KEYS`]. What
+/// the sidecar refuses to render and the controller reports.
+pub fn refused_by_cluster(
+    mode: ClusterMode,
+    release: Option<&str>,
+    authentication: bool,
+) -> Vec<&'static RefusedKey> {
+    let mut refused = match mode {
+        ClusterMode::Cassandra => unread_in(release),
+        ClusterMode::Scylla => Vec::new(),
+    };
+    if authentication {
+        refused.extend(AUTHENTICATION_KEYS);
+    }
+    refused
+}
+
 /// `allocate_tokens_for_local_replication_factor` of Cassandra 4.0 and
 /// later's default files (4.1's and 5.0's set 3): the replication factor
 /// the token allocator balances a new node's tokens for. With it, a
@@ -328,21 +373,20 @@ pub fn config_map_key(mode: ClusterMode) -> &'static str {
     }
 }
 
-/// The refused keys an overrides ConfigMap's data sets for a mode and a
-/// release (`spec.version`): those of its [`config_map_key`] fragment (the
-/// only one the sidecar reads), with the settings a Cassandra release
-/// removed ([`unread_in`]).
+/// The refused keys an overrides ConfigMap's data sets for a mode, a
+/// release (`spec.version`) and whether clients must log in
+/// (`spec.security.authentication`): those of its [`config_map_key`]
+/// fragment (the only one the sidecar reads), with the Cluster's own
+/// refusals ([`refused_by_cluster`]).
 pub fn refused_in_config_map(
     data: Option<&BTreeMap<String, String>>,
     mode: ClusterMode,
     release: &str,
+    authentication: bool,
 ) -> Vec<&'static RefusedKey> {
-    let removed = match mode {
-        ClusterMode::Cassandra => unread_in(Some(release)),
-        ClusterMode::Scylla => Vec::new(),
-    };
+    let refused = refused_by_cluster(mode, Some(release), authentication);
     data.and_then(|d| d.get(config_map_key(mode)))
-        .map(|fragment| refused_in_for(fragment, &removed))
+        .map(|fragment| refused_in_for(fragment, &refused))
         .unwrap_or_default()
 }
 
@@ -615,14 +659,14 @@ mod tests {
             ("notes.yaml".to_string(), "cluster_name: x\n".to_string()),
         ]);
         let keys = |mode| -> Vec<&str> {
-            refused_in_config_map(Some(&data), mode, "4.1.8")
+            refused_in_config_map(Some(&data), mode, "4.1.8", false)
                 .iter()
                 .map(|r| r.key)
                 .collect()
         };
         assert_eq!(keys(ClusterMode::Cassandra), ["auto_bootstrap"]);
         assert_eq!(keys(ClusterMode::Scylla), ["api_port"]);
-        assert!(refused_in_config_map(None, ClusterMode::Cassandra, "4.1.8").is_empty());
+        assert!(refused_in_config_map(None, ClusterMode::Cassandra, "4.1.8", false).is_empty());
     }
 
     #[test]
@@ -647,7 +691,7 @@ mod tests {
         let fragment = "concurrent_reads: 32\nstart_rpc: false\nrequest_scheduler: x\n";
         let data = BTreeMap::from([("cassandra.yaml".to_string(), fragment.to_string())]);
         let refused = |mode, release| -> Vec<&str> {
-            refused_in_config_map(Some(&data), mode, release)
+            refused_in_config_map(Some(&data), mode, release, false)
                 .iter()
                 .map(|r| r.key)
                 .collect()
@@ -678,6 +722,53 @@ mod tests {
         assert_eq!(
             refused_for("auto_bootstrap", &[]).unwrap().key,
             "auto_bootstrap"
+        );
+    }
+
+    /// A Cluster whose clients must log in refuses the three settings the
+    /// operator then sets, in either mode and whatever the value; another
+    /// may set them. One list with what the sidecar renders.
+    #[test]
+    fn an_authenticated_cluster_refuses_the_authentication_settings() {
+        assert_eq!(
+            AUTHENTICATION_KEYS
+                .iter()
+                .map(|r| r.key)
+                .collect::<Vec<_>>(),
+            crate::contract::auth::SETTINGS.map(|(key, _)| key)
+        );
+        let fragment = "concurrent_reads: 32\nauthenticator: AllowAllAuthenticator\nauthorizer: CassandraAuthorizer\nrole_manager: CassandraRoleManager\n";
+        for mode in [ClusterMode::Cassandra, ClusterMode::Scylla] {
+            let data = BTreeMap::from([(config_map_key(mode).to_string(), fragment.to_string())]);
+            let refused = |authentication| -> Vec<&str> {
+                refused_in_config_map(Some(&data), mode, "4.1.8", authentication)
+                    .iter()
+                    .map(|r| r.key)
+                    .collect()
+            };
+            assert_eq!(
+                refused(true),
+                ["authenticator", "authorizer", "role_manager"],
+                "{mode:?}"
+            );
+            assert_eq!(refused(false), Vec::<&str>::new(), "{mode:?}");
+        }
+        let reason = refused_for(
+            "authenticator",
+            &refused_by_cluster(ClusterMode::Cassandra, None, true),
+        )
+        .unwrap()
+        .reason;
+        assert!(
+            reason.contains("spec.security.authentication")
+                && reason.contains("without a password"),
+            "{reason}"
+        );
+        // The release's own refusals stay.
+        assert!(
+            refused_by_cluster(ClusterMode::Cassandra, Some("4.1.8"), true)
+                .iter()
+                .any(|r| r.key == "start_rpc")
         );
     }
 

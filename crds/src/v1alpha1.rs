@@ -110,6 +110,14 @@ pub const QUALIFIED_NAME: &str = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-
     validation = Rule::new("(has(self.spec.security) && has(self.spec.security.tls) && has(self.spec.security.tls.client) ? self.spec.security.tls.client : 'none') == (has(oldSelf.spec.security) && has(oldSelf.spec.security.tls) && has(oldSelf.spec.security.tls.client) ? oldSelf.spec.security.tls.client : 'none')")
         .message("spec.security.tls.client cannot be changed on an existing cluster yet: moving a running cluster between clear text and TLS needs an optional step, one member at a time, which the operator does not do yet; create a new cluster with the setting")
         .field_path(".spec.security.tls.client"),
+    // At the root, so that adding spec.security to a cluster that had none
+    // is judged too (a rule on the field runs only when both have it).
+    validation = Rule::new("(has(self.spec.security) && has(self.spec.security.authentication) && has(self.spec.security.authentication.enabled) && self.spec.security.authentication.enabled) == (has(oldSelf.spec.security) && has(oldSelf.spec.security.authentication) && has(oldSelf.spec.security.authentication.enabled) && oldSelf.spec.security.authentication.enabled)")
+        .message("spec.security.authentication.enabled cannot be changed on an existing cluster yet: turning authentication on breaks every client that does not log in yet, and turning it off opens the data to anyone; create a new cluster with the setting")
+        .field_path(".spec.security.authentication.enabled"),
+    validation = Rule::new("(has(self.spec.security) && has(self.spec.security.authentication) && has(self.spec.security.authentication.superuserSecretName) ? self.spec.security.authentication.superuserSecretName : '') == (has(oldSelf.spec.security) && has(oldSelf.spec.security.authentication) && has(oldSelf.spec.security.authentication.superuserSecretName) ? oldSelf.spec.security.authentication.superuserSecretName : '')")
+        .message("spec.security.authentication.superuserSecretName cannot be changed on an existing cluster: the operator logs in with the superuser it created from that Secret; change the Secret's password with ALTER ROLE instead")
+        .field_path(".spec.security.authentication.superuserSecretName"),
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterSpec {
@@ -172,6 +180,47 @@ pub struct SecuritySpec {
     /// Cannot be changed after creation yet.
     #[serde(default)]
     pub tls: TlsSpec,
+
+    /// Password authentication of clients (`PasswordAuthenticator` and
+    /// `CassandraAuthorizer`), with a superuser the operator creates and
+    /// keeps in a Secret. Cannot be changed after creation yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authentication: Option<AuthenticationSpec>,
+}
+
+impl SecuritySpec {
+    /// Whether clients must log in.
+    pub fn authentication_enabled(&self) -> bool {
+        self.authentication.as_ref().is_some_and(|a| a.enabled)
+    }
+}
+
+/// Authentication settings.
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthenticationSpec {
+    /// Whether clients must log in with a password (`PasswordAuthenticator`,
+    /// with `CassandraAuthorizer` for permissions). When on, the operator
+    /// creates a superuser whose name and password are in the Secret
+    /// `superuserSecretName` (created with a random password when it does
+    /// not exist), disables the default `cassandra` login once its own
+    /// works, and keeps `system_auth` replicated at min(3, members) in the
+    /// datacenter. Off by default until the operator can turn it on for a
+    /// running cluster.
+    #[serde(default)]
+    pub enabled: bool,
+
+    /// The Secret (type `kubernetes.io/basic-auth`, keys `username` and
+    /// `password`) of the superuser the operator logs in as, in the
+    /// Cluster's namespace. Defaults to `<cluster>-superuser`, which the
+    /// operator creates; a Secret named here that does not exist is
+    /// created the same way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub superuser_secret_name: Option<String>,
 }
 
 /// TLS settings.

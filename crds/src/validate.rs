@@ -128,6 +128,18 @@ fn validate_spec(cluster: &str, spec: &ClusterSpec, errors: &mut Errors) {
             format!("TLS needs Cassandra 4.1 or later (version {:?}): members read their key and certificates as PEM files, which Cassandra reads from 4.1 on (PEMBasedSslContextFactory); upgrade first, then create a cluster with TLS", spec.version),
         );
     }
+    if let Some(name) = spec
+        .security
+        .as_ref()
+        .and_then(|s| s.authentication.as_ref())
+        .and_then(|a| a.superuser_secret_name.as_ref())
+        && !is_dns1123_subdomain(name)
+    {
+        errors.add(
+            "spec.security.authentication.superuserSecretName",
+            format!("{name:?} is not a valid Secret name (a DNS-1123 subdomain: lower case letters, digits, '-' and '.', at most 253 characters)"),
+        );
+    }
 
     let dc = &spec.datacenter.name;
     if !is_dns1123_label(dc) {
@@ -345,6 +357,26 @@ pub fn validate_update(old: &Cluster, new: &Cluster) -> Result<(), ValidationErr
         errors.add(
             "spec.security.tls.client",
             format!("spec.security.tls.client cannot be changed on an existing cluster yet (was {}, now {}): moving a running cluster between clear text and TLS needs an optional step, one member at a time, which the operator does not do yet; create a new cluster with the setting", old_tls.client.as_str(), new_tls.client.as_str()),
+        );
+    }
+    let authentication = |c: &Cluster| {
+        c.spec
+            .security
+            .as_ref()
+            .and_then(|s| s.authentication.clone())
+            .unwrap_or_default()
+    };
+    let (old_auth, new_auth) = (authentication(old), authentication(new));
+    if old_auth.enabled != new_auth.enabled {
+        errors.add(
+            "spec.security.authentication.enabled",
+            format!("spec.security.authentication.enabled cannot be changed on an existing cluster yet (was {}, now {}): turning authentication on breaks every client that does not log in yet, and turning it off opens the data to anyone; create a new cluster with the setting", old_auth.enabled, new_auth.enabled),
+        );
+    }
+    if old_auth.superuser_secret_name != new_auth.superuser_secret_name {
+        errors.add(
+            "spec.security.authentication.superuserSecretName",
+            "spec.security.authentication.superuserSecretName cannot be changed on an existing cluster: the operator logs in with the superuser it created from that Secret; change the Secret's password with ALTER ROLE instead",
         );
     }
     for rack in &old.spec.datacenter.racks {
