@@ -461,6 +461,7 @@ pub fn observe<'a>(
         member.revision = label(&pod.metadata, REVISION_LABEL).map(str::to_string);
         member.pod_terminating = pod.metadata.deletion_timestamp.is_some();
         member.pod_node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        member.pod_ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone());
         member.pod_created = pod
             .metadata
             .creation_timestamp
@@ -579,7 +580,9 @@ fn member_entry<'a>(
 }
 
 /// The racks whose overrides ConfigMap (`configMapName`) sets keys the
-/// operator refuses ([`crds::overrides`], the list the sidecar refuses too).
+/// operator refuses ([`crds::overrides`], the list the sidecar refuses too:
+/// with `spec.security.authentication` on, the authentication settings as
+/// well).
 /// A ConfigMap that is missing refuses nothing here: the member's Pod waits
 /// for its volume.
 pub fn refused_overrides<'a>(
@@ -591,6 +594,11 @@ pub fn refused_overrides<'a>(
         .filter(|c| in_namespace(&c.metadata, cluster))
         .collect();
     let file = crds::overrides::config_map_key(cluster.spec.mode);
+    let authentication = cluster
+        .spec
+        .security
+        .as_ref()
+        .is_some_and(|s| s.authentication_enabled());
     let mut refused = BTreeMap::new();
     for rack in &cluster.spec.datacenter.racks {
         let Some(name) = rack.config_map_name.as_deref() else {
@@ -606,6 +614,7 @@ pub fn refused_overrides<'a>(
             config_map.data.as_ref(),
             cluster.spec.mode,
             &cluster.spec.version,
+            authentication,
         );
         if !keys.is_empty() {
             refused.insert(

@@ -673,6 +673,33 @@ fn overrides_are_judged_for_the_release_the_spec_asks_for() {
     assert!(refused_overrides(&cluster, &scylla).is_empty());
 }
 
+/// A Cluster whose clients must log in refuses overrides that set the
+/// authentication settings the sidecar renders for it (the sidecar refuses
+/// the same file); another Cluster may set them.
+#[test]
+fn an_authenticated_clusters_overrides_may_not_set_the_authenticator() {
+    use crds::v1alpha1::{AuthenticationSpec, SecuritySpec};
+    let mut cluster = cluster();
+    cluster.spec.datacenter.racks[0].config_map_name = Some("tuning".into());
+    let maps = [config_map(
+        "db",
+        "tuning",
+        "cassandra.yaml",
+        "authenticator: AllowAllAuthenticator\n",
+    )];
+    assert!(refused_overrides(&cluster, &maps).is_empty());
+    cluster.spec.security = Some(SecuritySpec {
+        authentication: Some(AuthenticationSpec {
+            enabled: true,
+            superuser_secret_name: None,
+        }),
+        ..SecuritySpec::default()
+    });
+    let refused = refused_overrides(&cluster, &maps);
+    assert_eq!(refused["a"].keys.len(), 1, "{refused:?}");
+    assert_eq!(refused["a"].keys[0].key, "authenticator");
+}
+
 #[test]
 fn a_restart_is_overdue_when_not_back_within_the_bound() {
     let recorded = "2026-01-01T00:00:00Z";

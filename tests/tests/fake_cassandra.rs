@@ -150,6 +150,7 @@ impl World {
                 client,
                 dir: dir.join("tls"),
             }),
+            authentication: false,
         };
         std::fs::write(
             sidecar::jolokia_access::policy_path(&member.jolokia_agent_jar),

@@ -264,6 +264,12 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
         jolokia_agent_jar: args.jolokia_agent_jar.clone(),
         release: args.cassandra_version.clone(),
         tls: render::tls::TlsSettings::of(member.cluster.spec.security.as_ref(), &args.tls_dir),
+        authentication: member
+            .cluster
+            .spec
+            .security
+            .as_ref()
+            .is_some_and(|s| s.authentication_enabled()),
     };
     let defaults_dir = args
         .config_defaults_dir

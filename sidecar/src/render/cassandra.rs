@@ -51,14 +51,24 @@ pub(super) fn render_cassandra(
         broadcast_address: config.broadcast_address.to_string(),
         seeds: config.seeds.join(","),
     };
+    let mut managed = config
+        .tls
+        .as_ref()
+        .map(super::tls::cassandra_options)
+        .unwrap_or_default();
+    managed.extend(super::auth::settings(config.authentication));
     let yaml = render_main_file(
         CASSANDRA_YAML,
         defaults,
         &identity,
         config.overrides.as_ref(),
         crds::overrides::RENAMED_SETTINGS,
-        &crds::overrides::unread_in(config.release.as_deref()),
-        config.tls.as_ref().map(super::tls::cassandra_options),
+        &crds::overrides::refused_by_cluster(
+            config.mode,
+            config.release.as_deref(),
+            config.authentication,
+        ),
+        managed,
     )?;
 
     let mut env = Vec::new();

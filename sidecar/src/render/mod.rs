@@ -15,7 +15,11 @@
 //!   / `rpc_interface` removed when the default file sets them: Cassandra
 //!   refuses them next to the addresses), then the rack's ConfigMap
 //!   fragment deep-merged on top. Comments of the default file are lost in
-//!   the YAML round trip; keys, order, values and types are kept.
+//!   the YAML round trip; keys, order, values and types are kept. The
+//!   operator's own settings of `spec.security` replace whatever the
+//!   defaults or the fragment say, last: the encryption options ([`tls`])
+//!   and, when clients must log in, `authenticator`, `authorizer` and
+//!   `role_manager` ([`auth`]).
 //! - `cassandra-rackdc.properties`: `dc`, `rack`, `prefer_local=false`.
 //! - environment for `cassandra-env.sh`: `MAX_HEAP_SIZE` and
 //!   `HEAP_NEWSIZE` computed as its `calculate_heap_sizes` would from the
@@ -38,11 +42,14 @@
 //!
 //! Overrides may not set the member's identity nor what would defeat the
 //! safety rules ([`crds::overrides::REFUSED_KEYS`]: `auto_bootstrap`, the
-//! ports, the data directories, ...): such a fragment is an error naming the
-//! ConfigMap, the key and why, like a fragment that is not YAML or not a
-//! mapping. Every check runs before anything is returned or written: a
-//! member never starts with a half-applied configuration.
+//! ports, the data directories, ...), nor, when clients must log in, the
+//! authentication settings ([`crds::overrides::AUTHENTICATION_KEYS`]): such
+//! a fragment is an error naming the ConfigMap, the key and why, like a
+//! fragment that is not YAML or not a mapping. Every check runs before
+//! anything is returned or written: a member never starts with a
+//! half-applied configuration.
 
+pub mod auth;
 pub mod cassandra;
 pub mod emit;
 #[cfg(test)]
@@ -170,6 +177,11 @@ pub struct MemberConfig {
     /// TLS between members and for clients (`spec.security.tls`); none:
     /// the encryption settings are left as the defaults and overrides say.
     pub tls: Option<tls::TlsSettings>,
+    /// Clients must log in with a password
+    /// (`spec.security.authentication.enabled`): the settings of [`auth`]
+    /// are rendered, and the overrides may not set them. Off: they are
+    /// left as the defaults and overrides say.
+    pub authentication: bool,
 }
 
 /// A fragment of the main file, merged over the rendered file.
@@ -437,6 +449,7 @@ pub fn member_config_from_args(args: &RenderArgs) -> Result<MemberConfig, Render
         jolokia_agent_jar: DEFAULT_JOLOKIA_AGENT_JAR.to_string(),
         release: args.cassandra_version.clone(),
         tls: None,
+        authentication: false,
     })
 }
 

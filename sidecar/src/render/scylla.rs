@@ -110,6 +110,12 @@ pub(super) fn render_scylla(
         broadcast_address: config.broadcast_address.to_string(),
         seeds: seeds.clone(),
     };
+    let mut managed = config
+        .tls
+        .as_ref()
+        .map(super::tls::scylla_options)
+        .unwrap_or_default();
+    managed.extend(super::auth::settings(config.authentication));
     // ScyllaDB kept Cassandra 3.x's names (read_request_timeout_in_ms)
     // and has no rule against two names of one setting.
     let yaml = render_main_file(
@@ -118,8 +124,12 @@ pub(super) fn render_scylla(
         &identity,
         config.overrides.as_ref(),
         &[],
-        &[],
-        config.tls.as_ref().map(super::tls::scylla_options),
+        &crds::overrides::refused_by_cluster(
+            config.mode,
+            config.release.as_deref(),
+            config.authentication,
+        ),
+        managed,
     )?;
 
     // The image's own (`SCYLLA_ARGS` in /etc/default/scylla-server, as

@@ -38,6 +38,7 @@ fn member(mode: ClusterMode) -> MemberConfig {
         jolokia_agent_jar: DEFAULT_JOLOKIA_AGENT_JAR.to_string(),
         release: None,
         tls: None,
+        authentication: false,
     }
 }
 
@@ -1252,5 +1253,160 @@ fn tls_settings_replace_the_encryption_options_of_defaults_and_overrides() {
     assert_eq!(
         doc["server_encryption_options"]["internode_encryption"],
         Value::from("none")
+    );
+}
+
+/// The authentication settings of `spec.security.authentication`, as
+/// `(key, value)` YAML pairs.
+fn authentication_settings() -> Vec<(Value, Value)> {
+    crds::contract::auth::SETTINGS
+        .iter()
+        .map(|(key, value)| (Value::from(*key), Value::from(*value)))
+        .collect()
+}
+
+/// With `spec.security.authentication` on, every release's file holds
+/// exactly the operator's three settings (cassandra.yaml in their place,
+/// scylla.yaml, which has them only as comments, at the end), and nothing
+/// else differs from the rendering without it.
+#[test]
+fn authentication_renders_its_three_settings_in_every_default_file() {
+    for (label, mode, defaults) in every_fixture() {
+        let mut config = member(mode);
+        let off = main_file(&render(&config, &defaults).unwrap(), mode);
+        config.authentication = true;
+        let on = main_file(&render(&config, &defaults).unwrap(), mode);
+        for (key, value) in authentication_settings() {
+            assert_eq!(on.get(&key), Some(&value), "{label}: {key:?}");
+        }
+        // What they replace: the images' own, which turn it off.
+        let default = mapping(&defaults);
+        match mode {
+            ClusterMode::Cassandra => {
+                assert_eq!(
+                    default["authenticator"],
+                    Value::from("AllowAllAuthenticator"),
+                    "{label}"
+                );
+                assert_eq!(
+                    default["authorizer"],
+                    Value::from("AllowAllAuthorizer"),
+                    "{label}"
+                );
+                let on_keys: Vec<&Value> = on.keys().collect();
+                let off_keys: Vec<&Value> = off.keys().collect();
+                assert_eq!(on_keys, off_keys, "{label}: same keys, same order");
+            }
+            ClusterMode::Scylla => {
+                // Commented out (role_manager not even mentioned): the
+                // settings are added.
+                for (key, _) in authentication_settings() {
+                    assert!(!default.contains_key(&key), "{label}: {key:?} set");
+                }
+                assert!(defaults.contains("# authenticator: AllowAllAuthenticator"));
+                assert!(defaults.contains("# authorizer: AllowAllAuthorizer"));
+            }
+        }
+        for (key, value) in &on {
+            if !authentication_settings().iter().any(|(k, _)| k == key) {
+                assert_eq!(off.get(key), Some(value), "{label}: {key:?} changed");
+            }
+        }
+        assert_eq!(
+            on.len(),
+            off.len() + usize::from(mode == ClusterMode::Scylla) * 3
+        );
+    }
+}
+
+/// Without it, the image's defaults and the rack's overrides stand, as
+/// before authentication was a setting of the Cluster.
+#[test]
+fn without_authentication_the_defaults_and_overrides_stand() {
+    for (label, mode, defaults) in every_fixture() {
+        let default = mapping(&defaults);
+        let mut config = member(mode);
+        let out = main_file(&render(&config, &defaults).unwrap(), mode);
+        for (key, _) in authentication_settings() {
+            assert_eq!(out.get(&key), default.get(&key), "{label}: {key:?}");
+        }
+        config.overrides =
+            configmap("authenticator: PasswordAuthenticator\nauthorizer: CassandraAuthorizer\n");
+        let out = main_file(&render(&config, &defaults).unwrap(), mode);
+        assert_eq!(
+            out["authenticator"],
+            Value::from("PasswordAuthenticator"),
+            "{label}"
+        );
+        assert_eq!(
+            out["authorizer"],
+            Value::from("CassandraAuthorizer"),
+            "{label}"
+        );
+    }
+}
+
+/// An authenticated Cluster's overrides may not set the authentication
+/// settings, not even to the operator's values: the fragment is refused
+/// with the ConfigMap, the key and why (the controller reports the same
+/// keys from `crds::overrides`), as an override of the member's identity
+/// is. Refused rather than overwritten: the user who asked for
+/// `AllowAllAuthenticator` learns that it does not apply.
+#[test]
+fn an_authenticated_clusters_overrides_may_not_set_the_authentication_settings() {
+    for (label, mode, defaults) in every_fixture() {
+        let mut config = member(mode);
+        config.authentication = true;
+        config.overrides =
+            configmap("concurrent_reads: 64\nauthenticator: AllowAllAuthenticator\n");
+        let e = render(&config, &defaults).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "ConfigMap \"my-overrides\": key {} sets authenticator, which the operator refuses: spec.security.authentication is on, so the operator sets PasswordAuthenticator: another authenticator lets clients in without a password, or locks the operator out of the superuser it keeps; remove it",
+                main_file_name(mode)
+            ),
+            "{label}"
+        );
+        for (key, value) in crds::contract::auth::SETTINGS {
+            config.overrides = configmap(&format!("{key}: {value}\n"));
+            match render(&config, &defaults) {
+                Err(RenderError::OverrideRefusedKey { key: refused, .. }) => {
+                    assert_eq!(refused, key, "{label}")
+                }
+                other => panic!("{label}: {key}: {other:?}"),
+            }
+        }
+    }
+    // The release's own refusals stay beside them.
+    let mut config = member(ClusterMode::Cassandra);
+    config.authentication = true;
+    config.release = Some("4.1.8".to_string());
+    config.overrides = configmap("start_rpc: false\n");
+    match render(&config, &fixtures::read("cassandra/4.1/cassandra.yaml")) {
+        Err(RenderError::OverrideRefusedKey { key, .. }) => assert_eq!(key, "start_rpc"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Authentication and TLS together: both sets of the operator's settings.
+#[test]
+fn authentication_and_tls_are_rendered_together() {
+    use crds::v1alpha1::{ClientEncryption, InternodeEncryption};
+    let mut config = member(ClusterMode::Cassandra);
+    config.authentication = true;
+    config.tls = Some(tls::TlsSettings {
+        internode: InternodeEncryption::All,
+        client: ClientEncryption::Required,
+        dir: PathBuf::from("/mnt/tls"),
+    });
+    let doc = main_file(
+        &render(&config, &fixtures::read("cassandra/5.0/cassandra.yaml")).unwrap(),
+        ClusterMode::Cassandra,
+    );
+    assert_eq!(doc["authenticator"], Value::from("PasswordAuthenticator"));
+    assert_eq!(
+        doc["server_encryption_options"]["internode_encryption"],
+        Value::from("all")
     );
 }

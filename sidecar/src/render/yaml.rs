@@ -38,10 +38,12 @@ pub struct Identity<'a> {
 /// Renders the main file: defaults, identity, overrides. `renamed`: the
 /// settings whose two names may not stand side by side in this file
 /// (Cassandra: [`crds::overrides::RENAMED_SETTINGS`]; ScyllaDB: none).
-/// `removed`: the settings the release no longer reads, refused like the
-/// operator's own refused keys (Cassandra: [`crds::overrides::unread_in`]).
-/// `managed`: top-level keys the operator sets whole, over the defaults
-/// and the overrides (the encryption settings: [`super::tls`]).
+/// `refused`: the settings this cluster's overrides may not set besides
+/// [`crds::overrides::REFUSED_KEYS`] ([`crds::overrides::refused_by_cluster`]:
+/// those the release no longer reads, the authentication settings when
+/// clients must log in). `managed`: top-level keys the operator sets whole,
+/// over the defaults and the overrides (the encryption settings,
+/// [`super::tls`], and the authentication settings, [`super::auth`]).
 /// Every check runs before anything is returned, so an error leaves nothing
 /// half-rendered.
 pub fn render_main_file(
@@ -50,12 +52,12 @@ pub fn render_main_file(
     identity: &Identity<'_>,
     overrides: Option<&Overrides>,
     renamed: &[RenamedSetting],
-    removed: &[&'static RefusedKey],
-    managed: Option<Mapping>,
+    refused: &[&'static RefusedKey],
+    managed: Mapping,
 ) -> Result<String, RenderError> {
     let mut doc = parse_defaults(file_name, defaults)?;
     let fragment = match overrides {
-        Some(o) => Some(parse_overrides(file_name, o, renamed, removed)?),
+        Some(o) => Some(parse_overrides(file_name, o, renamed, refused)?),
         None => None,
     };
     apply_identity(file_name, &mut doc, identity)?;
@@ -63,9 +65,10 @@ pub fn render_main_file(
         drop_other_names(&mut doc, &fragment, renamed);
         deep_merge(&mut doc, fragment);
     }
-    // The operator's own settings (TLS) replace whole keys, last: neither
-    // the image's defaults nor an override can weaken them.
-    for (key, value) in managed.into_iter().flatten() {
+    // The operator's own settings (TLS, authentication) replace whole
+    // keys, last: neither the image's defaults nor an override can weaken
+    // them.
+    for (key, value) in managed {
         doc.insert(key, value);
     }
     emit_main_file(file_name, &doc)
@@ -114,7 +117,7 @@ fn parse_overrides(
     file_name: &str,
     overrides: &Overrides,
     renamed: &[RenamedSetting],
-    removed: &[&'static RefusedKey],
+    refused: &[&'static RefusedKey],
 ) -> Result<Mapping, RenderError> {
     let origin = overrides.origin.describe(file_name);
     let value: Value =
@@ -142,13 +145,14 @@ fn parse_overrides(
                     .to_string(),
             });
         };
-        // The member's identity, what would defeat the safety rules, and
-        // what the release removed (the lists the controller reports from).
-        if let Some(refused) = crds::overrides::refused_for(name, removed) {
+        // The member's identity, what would defeat the safety rules, what
+        // the release removed and what the Cluster's security makes the
+        // operator's (the lists the controller reports from).
+        if let Some(refusal) = crds::overrides::refused_for(name, refused) {
             return Err(RenderError::OverrideRefusedKey {
                 origin,
                 key: name.to_string(),
-                reason: refused.reason,
+                reason: refusal.reason,
             });
         }
     }

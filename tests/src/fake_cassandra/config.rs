@@ -19,6 +19,11 @@
 //! and `hints_directory` from cassandra.yaml when set there, else
 //! `<storagedir>/data`, `/commitlog`, `/saved_caches` and `/hints`; none
 //! set and no storage dir is a configuration error naming the key.
+//!
+//! `authenticator`, `authorizer` and `role_manager` name classes of
+//! Cassandra's own jar ([`AUTH_CLASSES`], short or fully qualified), as
+//! `AuthConfig.applyAuth` loads them: another name is a class that is not
+//! on the classpath, and the node does not start.
 
 use serde_json::Value;
 
@@ -48,6 +53,98 @@ pub enum ConfigError {
         .0.join(", ")
     )]
     UnknownProperties(Vec<String>),
+    /// `FBUtilities.classForName`'s refusal (3.11, 4.x) of a class an
+    /// authentication setting names, completed with [`AUTH_PACKAGE`].
+    #[error("Unable to find {readable} class '{class}'")]
+    AuthClass {
+        readable: &'static str,
+        class: String,
+    },
+    /// 5.0's (`ParameterizedClass.newInstance`, over the packages
+    /// `AuthConfig` searches).
+    #[error("Unable to find class {0} in packages [\"\",\"org.apache.cassandra.auth\"]")]
+    ParameterizedClass(String),
+}
+
+/// The package Cassandra looks up a class name without a dot in, for the
+/// authentication settings.
+pub const AUTH_PACKAGE: &str = "org.apache.cassandra.auth";
+
+/// The classes of Cassandra's jar (in [`AUTH_PACKAGE`]) each
+/// authentication setting may name: (key, what `FBUtilities` calls it in
+/// its refusal, the classes, those 5.0 added).
+pub const AUTH_CLASSES: [(&str, &str, &[&str], &[&str]); 3] = [
+    (
+        "authenticator",
+        "authenticator",
+        &["AllowAllAuthenticator", "PasswordAuthenticator"],
+        &[
+            "MutualTlsAuthenticator",
+            "MutualTlsWithPasswordFallbackAuthenticator",
+        ],
+    ),
+    (
+        "authorizer",
+        "authorizer",
+        &["AllowAllAuthorizer", "CassandraAuthorizer"],
+        &[],
+    ),
+    (
+        "role_manager",
+        "role manager",
+        &["CassandraRoleManager"],
+        &[],
+    ),
+];
+
+/// `AuthConfig.applyAuth`: each authentication setting, when set, names a
+/// class of [`AUTH_CLASSES`], by its short or its fully qualified name.
+/// 5.0 reads them as a `ParameterizedClass` (a name, or a mapping with
+/// `class_name`); earlier lines as a name only.
+fn check_auth_classes(doc: &Value, version: Version) -> Result<(), ConfigError> {
+    let v5 = version >= Version::V5_0;
+    for (key, readable, classes, since_5_0) in AUTH_CLASSES {
+        let name = match doc.get(key) {
+            None | Some(Value::Null) => continue,
+            Some(Value::String(name)) => name,
+            Some(Value::Object(class)) if v5 => match class.get("class_name") {
+                None | Some(Value::Null) => continue,
+                Some(Value::String(name)) => name,
+                Some(other) => {
+                    return Err(ConfigError::Invalid {
+                        what: key,
+                        value: other.to_string(),
+                    });
+                }
+            },
+            Some(other) => {
+                return Err(ConfigError::Invalid {
+                    what: key,
+                    value: other.to_string(),
+                });
+            }
+        };
+        let added: &[&str] = if v5 { since_5_0 } else { &[] };
+        // A name without a dot is in the package (`FBUtilities.newAuthenticator`
+        // and its siblings; 5.0 tries it as it is, then in the package).
+        let class = if name.contains('.') {
+            name.clone()
+        } else {
+            format!("{AUTH_PACKAGE}.{name}")
+        };
+        if !classes
+            .iter()
+            .chain(added)
+            .any(|c| class == format!("{AUTH_PACKAGE}.{c}"))
+        {
+            return Err(if v5 {
+                ConfigError::ParameterizedClass(name.clone())
+            } else {
+                ConfigError::AuthClass { readable, class }
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The top-level cassandra.yaml keys 5.0 added (fields of 5.0.3's
@@ -448,6 +545,7 @@ pub fn parse(
         allocate_tokens_for_local_replication_factor,
         data_dir: directories.data[0].clone(),
     };
+    check_auth_classes(&doc, version)?;
     let tls = if version >= Version::V4_1 {
         Some(super::tls::TlsConfig::parse(&doc, &listen_address)?)
     } else {
@@ -686,6 +784,78 @@ mod tests {
                 "3.11 {extra:?}"
             );
         }
+    }
+
+    /// `authenticator`, `authorizer` and `role_manager` name Cassandra's
+    /// own classes, short or fully qualified: the shipped files' defaults
+    /// and what the sidecar renders for `spec.security.authentication`
+    /// start on every line; another name does not, in the words of the
+    /// line that refuses it.
+    #[test]
+    fn the_authentication_settings_name_cassandras_own_classes() {
+        let rendered: String = crds::contract::auth::SETTINGS
+            .iter()
+            .map(|(key, value)| format!("{key}: {value}\n"))
+            .collect();
+        let qualified = "authenticator: org.apache.cassandra.auth.PasswordAuthenticator\nauthorizer: org.apache.cassandra.auth.AllowAllAuthorizer\nrole_manager: org.apache.cassandra.auth.CassandraRoleManager\n";
+        let fixtures = crate::harness::fixtures().expect("shared/fixtures");
+        for (line, release) in [("3.11", "3.11.19"), ("4.1", "4.1.8"), ("5.0", "5.0.3")] {
+            parse_on(release, &rendered).expect(release);
+            parse_on(release, qualified).expect(release);
+            let shipped =
+                std::fs::read_to_string(fixtures.join(format!("cassandra/{line}/cassandra.yaml")))
+                    .expect("the shipped file");
+            let vars = [
+                ("CASSANDRA_VERSION", release),
+                ("CASSANDRA_HOME", "/opt/cassandra"),
+            ];
+            parse(&shipped, None, &env(&vars), &[]).expect(line);
+        }
+        for release in ["3.11.19", "4.1.8"] {
+            let refusal = |extra: &str| parse_on(release, extra).expect_err(release).to_string();
+            assert_eq!(
+                refusal("authenticator: AllowAllAuthenticatr\n"),
+                "Unable to find authenticator class 'org.apache.cassandra.auth.AllowAllAuthenticatr'"
+            );
+            assert_eq!(
+                refusal("authorizer: auth.CassandraAuthorizer\n"),
+                "Unable to find authorizer class 'auth.CassandraAuthorizer'"
+            );
+            assert_eq!(
+                refusal("role_manager: com.example.LdapRoleManager\n"),
+                "Unable to find role manager class 'com.example.LdapRoleManager'"
+            );
+            // 5.0's mutual TLS, and 5.0's form of a class with parameters.
+            assert!(refusal("authenticator: MutualTlsAuthenticator\n").contains("Unable to find"));
+            assert_eq!(
+                parse_on(
+                    release,
+                    "authenticator:\n  class_name: PasswordAuthenticator\n"
+                ),
+                Err(ConfigError::Invalid {
+                    what: "authenticator",
+                    value: "{\"class_name\":\"PasswordAuthenticator\"}".into()
+                })
+            );
+        }
+        parse_on(
+            "5.0.3",
+            "authenticator:\n  class_name: MutualTlsAuthenticator\n  parameters:\n    validator_class_name: org.apache.cassandra.auth.SpiffeCertificateValidator\n",
+        )
+        .expect("5.0's mutual TLS");
+        assert_eq!(
+            parse_on("5.0.3", "authorizer: CassandraAuthoriser\n")
+                .expect_err("5.0")
+                .to_string(),
+            r#"Unable to find class CassandraAuthoriser in packages ["","org.apache.cassandra.auth"]"#
+        );
+        assert!(
+            parse_on(
+                "5.0.3",
+                "role_manager:\n  class_name: AllowAllRoleManager\n"
+            )
+            .is_err()
+        );
     }
 
     /// The agent's executor: one thread unless told (`single`), `fixed`

@@ -13,6 +13,11 @@
 //! (`<workdir>/commitlog`), `hints_directory` (`<workdir>/hints`),
 //! `view_hints_directory` (`<workdir>/view_hints`) and
 //! `saved_caches_directory` (`<workdir>/saved_caches`).
+//!
+//! `authenticator`, `authorizer` and `role_manager` name classes ScyllaDB
+//! registers ([`AUTH_CLASSES`]; a name without a dot is in
+//! `org.apache.cassandra.auth`): another is refused as its class registry
+//! refuses it, and the node does not start.
 
 use std::collections::BTreeMap;
 
@@ -123,6 +128,7 @@ const YAML_OPTIONS: &[&str] = &[
     "replace_address_first_boot",
     "replace_node_first_boot",
     "ring_delay_ms",
+    "role_manager",
     "rpc_address",
     "rpc_interface",
     "rpc_port",
@@ -149,6 +155,59 @@ pub enum ConfigError {
     ParseYaml(String),
     #[error("invalid {what} {value:?}")]
     Invalid { what: &'static str, value: String },
+    /// The class registry's refusal of a class an authentication setting
+    /// names (`no_such_class`), by its qualified name.
+    #[error("unable to find class '{0}'")]
+    NoSuchClass(String),
+}
+
+/// The classes ScyllaDB registers for each authentication setting, by
+/// their qualified names.
+pub const AUTH_CLASSES: [(&str, &[&str]); 3] = [
+    (
+        "authenticator",
+        &[
+            "org.apache.cassandra.auth.AllowAllAuthenticator",
+            "org.apache.cassandra.auth.PasswordAuthenticator",
+            "com.scylladb.auth.TransitionalAuthenticator",
+            "com.scylladb.auth.SaslauthdAuthenticator",
+            "com.scylladb.auth.CertificateAuthenticator",
+        ],
+    ),
+    (
+        "authorizer",
+        &[
+            "org.apache.cassandra.auth.AllowAllAuthorizer",
+            "org.apache.cassandra.auth.CassandraAuthorizer",
+            "com.scylladb.auth.TransitionalAuthorizer",
+        ],
+    ),
+    (
+        "role_manager",
+        &[
+            "org.apache.cassandra.auth.CassandraRoleManager",
+            "com.scylladb.auth.LDAPRoleManager",
+        ],
+    ),
+];
+
+/// Each authentication setting, when set (on the command line or in the
+/// yaml), names a class of [`AUTH_CLASSES`].
+fn check_auth_classes(doc: &Value, cli: &CommandLine) -> Result<(), ConfigError> {
+    for (key, classes) in AUTH_CLASSES {
+        let Some(name) = option(doc, cli, key) else {
+            continue;
+        };
+        let class = if name.contains('.') {
+            name
+        } else {
+            format!("org.apache.cassandra.auth.{name}")
+        };
+        if !classes.contains(&class.as_str()) {
+            return Err(ConfigError::NoSuchClass(class));
+        }
+    }
+    Ok(())
 }
 
 /// The command line as the binary understood it.
@@ -454,6 +513,7 @@ pub fn parse(
             })
             .transpose()
     };
+    check_auth_classes(&doc, cli)?;
     let tls = super::tls::TlsConfig::parse(&doc, std::path::Path::new("/etc/scylla"), &port)?;
     let rpc_address = opt("rpc_address").unwrap_or_else(|| listen_address.clone());
     let version = Version::parse(CASSANDRA_COMPAT).expect("a version");
@@ -554,6 +614,45 @@ mod tests {
                 "/var/lib/scylla/saved_caches"
             ]
         );
+    }
+
+    /// `authenticator`, `authorizer` and `role_manager` name the classes
+    /// ScyllaDB registers, short or qualified, from the yaml or the command
+    /// line: what the sidecar renders for `spec.security.authentication`
+    /// starts; another name does not, in the class registry's words.
+    #[test]
+    fn the_authentication_settings_name_registered_classes() {
+        let none = CommandLine::default();
+        let rendered: String = crds::contract::auth::SETTINGS
+            .iter()
+            .map(|(key, value)| format!("{key}: {value}\n"))
+            .collect();
+        parse(&none, &format!("{YAML}{rendered}"), None, "6.2.0").expect("rendered");
+        let scylla_own = "authenticator: com.scylladb.auth.TransitionalAuthenticator\nauthorizer: org.apache.cassandra.auth.AllowAllAuthorizer\nrole_manager: com.scylladb.auth.LDAPRoleManager\n";
+        parse(&none, &format!("{YAML}{scylla_own}"), None, "6.2.0").expect("qualified");
+        let refusal = |cli: &CommandLine, extra: &str| {
+            parse(cli, &format!("{YAML}{extra}"), None, "6.2.0")
+                .expect_err(extra)
+                .to_string()
+        };
+        assert_eq!(
+            refusal(&none, "authenticator: AllowAllAuthenticatr\n"),
+            "unable to find class 'org.apache.cassandra.auth.AllowAllAuthenticatr'"
+        );
+        assert_eq!(
+            refusal(&none, "role_manager: TransitionalAuthorizer\n"),
+            "unable to find class 'org.apache.cassandra.auth.TransitionalAuthorizer'"
+        );
+        // The command line wins over the yaml.
+        let cli = parse_command_line(&args(&["--authorizer", "com.example.Authorizer"]))
+            .expect("a known option");
+        assert_eq!(
+            refusal(&cli, "authorizer: CassandraAuthorizer\n"),
+            "unable to find class 'com.example.Authorizer'"
+        );
+        let cli =
+            parse_command_line(&args(&["--role-manager", "CassandraRoleManager"])).expect("known");
+        parse(&cli, YAML, None, "6.2.0").expect("a registered role manager");
     }
 
     #[test]
