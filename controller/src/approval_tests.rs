@@ -33,6 +33,7 @@ fn tls_cluster() -> Cluster {
             internode: InternodeEncryption::All,
             ..TlsSpec::default()
         },
+        authentication: None,
     });
     cluster
 }

@@ -77,6 +77,8 @@ pub struct CachedContainer {
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 pub struct CachedPodStatus {
     pub conditions: Option<Vec<CachedCondition>>,
+    #[serde(rename = "podIP")]
+    pub pod_ip: Option<String>,
 }
 
 /// A condition's type and status: the reason, message and times are never

@@ -62,6 +62,8 @@ pub struct Context {
     pub(crate) cluster_role_bindings: Store<ClusterRoleBinding>,
     /// Where the CAs are kept and what the certificates say.
     pub(crate) tls: TlsSettings,
+    /// What the controller learnt of each cluster's superuser.
+    pub(crate) authentication: crate::authentication::Memory,
     /// The names in the caches a reconcile reads by cluster.
     pub(crate) names: CacheNames,
     pub(crate) recorder: Recorder,
@@ -260,6 +262,7 @@ impl Context {
             secrets: reflector::store().0,
             cluster_role_bindings: reflector::store().0,
             tls: TlsSettings::default(),
+            authentication: Default::default(),
             names: CacheNames::default(),
             metrics: Arc::new(Metrics::new()),
             build: BuildContext::default(),

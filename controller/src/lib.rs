@@ -24,15 +24,19 @@
 //!   of the members' CertificateSigningRequests (I/O), which
 //!   [`approval`] judges (pure); [`sweep`], the deletion of what a gone
 //!   Cluster kept outside its namespace (I/O).
+//! - Password authentication: [`cql`], the controller's CQL client, one
+//!   login to one member (I/O).
 
 pub mod act;
 pub mod apply;
 pub mod approval;
+pub mod authentication;
 pub mod authority;
 pub mod cached;
 pub mod certificates;
 pub mod confirmation;
 pub mod context;
+pub mod cql;
 pub mod decide;
 pub mod error;
 pub mod index;

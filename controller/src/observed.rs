@@ -41,6 +41,9 @@ pub struct MemberObserved {
     pub pod_created: Option<i64>,
     /// The Node its Pod is bound to, once scheduled.
     pub pod_node: Option<String>,
+    /// Its Pod's IP, once it has one (where the controller reaches its
+    /// CQL port).
+    pub pod_ip: Option<String>,
     /// Its restart (a roll) has not brought it back (Ready, and seen up by
     /// every member) within the bound:
     /// set by [`crate::observe::overdue_restarts`].

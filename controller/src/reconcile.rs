@@ -22,6 +22,7 @@ use tracing::info;
 
 use crate::act::{Acted, Conflict, act};
 use crate::apply::apply_supporting_objects;
+use crate::authentication::ensure_authentication;
 use crate::authority::ensure_authority;
 use crate::context::Context;
 use crate::decide::{Action, Refusal, after_member_service_created, decide};
@@ -88,13 +89,32 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Requeue, Er
     let next_cycle = crate::decide::maintenance::next_cycle_in(&cluster.spec, &observed)
         .and_then(|s| u64::try_from(s).ok())
         .map(|s| Duration::from_secs(s + 1));
+    // A superuser or system_auth step still to do: soon again (the
+    // default superuser appears about 10 s after a new ring's first
+    // member starts, with no event to wake the controller).
+    let auth_pending = cluster
+        .spec
+        .security
+        .as_ref()
+        .is_some_and(|s| s.authentication_enabled())
+        && ctx
+            .authentication
+            .pending(cluster.metadata.uid.as_deref().unwrap_or_default());
+    let next_cycle = if auth_pending {
+        Some(next_cycle.map_or(crate::authentication::RETRY, |c| {
+            c.min(crate::authentication::RETRY)
+        }))
+    } else {
+        next_cycle
+    };
     let resync = |period: Duration| next_cycle.map_or(period, |cycle| cycle.min(period));
     Ok(match outcome {
         // An API error the operator could not outwait (its RBAC, its
         // namespace): soon again, nothing else brings a change.
-        Outcome::Decided(Action::Refuse(Refusal::CertificateAuthorityUnavailable { .. })) => {
-            Requeue::requeue(Duration::from_secs(30))
-        }
+        Outcome::Decided(Action::Refuse(
+            Refusal::CertificateAuthorityUnavailable { .. }
+            | Refusal::SuperuserSecretUnusable { .. },
+        )) => Requeue::requeue(Duration::from_secs(30)),
         Outcome::Decided(Action::Converged)
         | Outcome::Invalid(_)
         | Outcome::Decided(Action::Refuse(_)) => Requeue::requeue(resync(Duration::from_secs(300))),
@@ -142,6 +162,12 @@ async fn next_step(
     // with a certificate of its cluster's authority.
     if let Some(refusal) = ensure_authority(cluster, namespace, ctx).await? {
         return Ok(Action::Refuse(refusal));
+    }
+    // The superuser and system_auth's replication; before a decommission,
+    // system_auth no wider than the members that remain.
+    if let Some(instead) = ensure_authentication(cluster, namespace, observed, &action, ctx).await?
+    {
+        return Ok(instead);
     }
     let acted = carry_out(cluster, namespace, &action, build, ctx).await?;
     if let (Acted::ServiceCreated, Action::CreateMemberService { rack, member, .. }) =

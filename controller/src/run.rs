@@ -201,6 +201,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), RunError> {
         secrets: secrets.clone(),
         cluster_role_bindings: cluster_role_bindings.clone(),
         tls,
+        authentication: Default::default(),
         names,
         metrics,
         build: BuildContext {

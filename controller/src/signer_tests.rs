@@ -28,6 +28,7 @@ fn tls_cluster() -> Cluster {
             internode: InternodeEncryption::All,
             ..TlsSpec::default()
         },
+        authentication: None,
     });
     cluster
 }

@@ -249,6 +249,16 @@ fn conditions(outcome: &Outcome) -> [(&'static str, Cond); 3] {
                     "MemberNotReady",
                     format!("waiting for member {member} of rack {rack} to be ready"),
                 ),
+                Action::Wait(WaitReason::AuthReplicationBeforeDecommission {
+                    rack,
+                    member,
+                    detail,
+                }) => progressing(
+                    "AuthReplicationBeforeDecommission",
+                    format!(
+                        "member {member} of rack {rack} leaves once system_auth has no more replicas than members remain: {detail}"
+                    ),
+                ),
                 Action::Wait(WaitReason::MemberLeaving { rack, member }) => progressing(
                     "MemberLeaving",
                     format!("member {member} of rack {rack} is being decommissioned"),
@@ -447,6 +457,12 @@ pub fn refusal_reason(refusal: &Refusal) -> (&'static str, String) {
             "CertificateAuthorityUnavailable",
             format!(
                 "the cluster's certificate authority cannot be made or published: {detail}; no member starts and nothing changes until it can (members already running keep running)"
+            ),
+        ),
+        Refusal::SuperuserSecretUnusable { detail } => (
+            "SuperuserSecretUnusable",
+            format!(
+                "the superuser Secret cannot be used: {detail}; nothing changes until it can (members already running keep running)"
             ),
         ),
         Refusal::OverridesRefused { rack, overrides } => (

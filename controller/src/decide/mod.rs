@@ -72,6 +72,15 @@ pub enum WaitReason {
     DecommissionBeforeScaleUp { rack: String, member: i32 },
     /// A member is being replaced.
     MemberReplacing { rack: String, member: i32 },
+    /// Before a member leaves: `system_auth` must first have no more
+    /// replicas in the datacenter than members will remain (Cassandra
+    /// refuses the decommission otherwise), and the controller could not
+    /// lower it yet: `detail` says why.
+    AuthReplicationBeforeDecommission {
+        rack: String,
+        member: i32,
+        detail: String,
+    },
     /// Members run different major versions: Cassandra cannot stream
     /// between majors, so no topology change starts.
     MixedMajorVersions { majors: Vec<u32> },
@@ -193,6 +202,9 @@ pub enum Refusal {
     /// or published (`crate::authority`): no member could get a
     /// certificate, so nothing starts; `detail` says what failed.
     CertificateAuthorityUnavailable { detail: String },
+    /// The superuser Secret of a cluster with authentication cannot be
+    /// read, made or used (`detail` says why): nothing changes until it can.
+    SuperuserSecretUnusable { detail: String },
 }
 
 /// The next thing to do.

@@ -1007,6 +1007,7 @@ fn with_tls() -> Cluster {
             internode: crds::v1alpha1::InternodeEncryption::All,
             ..Default::default()
         },
+        authentication: None,
     });
     cluster
 }
