@@ -20,6 +20,7 @@ mod nodes;
 mod outage;
 mod rbac;
 mod real;
+mod real_auth;
 mod real_cleanup;
 mod real_data;
 mod real_maintenance;

@@ -41,9 +41,24 @@ const GRANT: &str = "the member Role grants it: its creator must hold it";
 /// rules against that scenario's calls).
 pub(crate) const TLS: &str = "a cluster with TLS: its CA ConfigMap, the members' certificate requests and ClusterRoleBinding (tls.rs)";
 
+/// A Cluster with authentication: its superuser Secret, read and made by
+/// name, and the Cluster's record of its system keyspaces' replication
+/// (real_auth.rs checks these rules against that scenario's calls).
+pub(crate) const AUTH: &str = "a cluster with authentication: its superuser Secret and the record of system_auth's replication (real_auth.rs)";
+
+/// The rules only [`AUTH`] needs.
+pub(crate) const AUTH_RULES: [(&str, &str, &str); 3] = [
+    ("cassandra.rook.io", "clusters", "patch"),
+    ("", "secrets", "get"),
+    ("", "secrets", "create"),
+];
+
 /// Rules of the operator's ClusterRole that this scenario does not use,
 /// each with the feature that needs it: (API group, resource, verb, why).
 pub(crate) const NEEDED_ELSEWHERE: &[(&str, &str, &str, &str)] = &[
+    ("cassandra.rook.io", "clusters", "patch", AUTH),
+    ("", "secrets", "get", AUTH),
+    ("", "secrets", "create", AUTH),
     ("", "configmaps", "get", TLS),
     ("", "configmaps", "create", TLS),
     ("", "configmaps", "patch", TLS),
@@ -427,6 +442,8 @@ pub(crate) fn operator_cluster_role(manifest: &[Value]) -> &Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_roles_calls_match_its_rules_both_ways() {
+    // A world of its own: one at a time, as every fake world (common.rs).
+    let _one = crate::common::ONE_WORLD.lock().await;
     // Not the production metrics address: other worlds of this binary run beside.
     let s = setup().metrics("127.0.0.1:0").start().await;
     let config_maps = s.api::<ConfigMap>();

@@ -459,6 +459,44 @@ impl Client {
         })
     }
 
+    /// The replication map of `keyspace` (`class` and each datacenter's
+    /// factor), as `system_schema.keyspaces` holds it.
+    pub async fn replication(&self, keyspace: &str) -> Result<BTreeMap<String, String>, Error> {
+        let session = self.session.clone();
+        let statement =
+            "SELECT replication FROM system_schema.keyspaces WHERE keyspace_name = ?".to_string();
+        let text = statement.clone();
+        let keyspace = keyspace.to_string();
+        let result = self
+            .netns
+            .run(async move { session.query_unpaged(text, (keyspace,)).await })
+            .await?
+            .map_err(|source| Error::Execute {
+                statement: statement.clone(),
+                source: Box::new(source),
+                attempts: String::new(),
+            })?;
+        let rows = result.into_rows_result().map_err(|e| Error::Rows {
+            statement: statement.clone(),
+            detail: e.to_string(),
+        })?;
+        let mut replication = BTreeMap::new();
+        for row in rows
+            .rows::<(BTreeMap<String, String>,)>()
+            .map_err(|e| Error::Rows {
+                statement: statement.clone(),
+                detail: e.to_string(),
+            })?
+        {
+            let (map,) = row.map_err(|e| Error::Rows {
+                statement: statement.clone(),
+                detail: e.to_string(),
+            })?;
+            replication = map;
+        }
+        Ok(replication)
+    }
+
     async fn prepare(&self, statement: String) -> Result<PreparedStatement, Error> {
         let session = self.session.clone();
         let text = statement.clone();
