@@ -29,6 +29,7 @@ use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
 use crate::apply::FIELD_MANAGER;
+use crate::authority::lasting;
 use crate::context::Context;
 use crate::cql::{self, CqlError, Credentials, Session};
 use crate::decide::{Action, Observed, Refusal, WaitReason};
@@ -113,25 +114,6 @@ pub(crate) async fn ensure_authentication(
     if !security.authentication_enabled() {
         return Ok(None);
     }
-    let named = security
-        .authentication
-        .as_ref()
-        .and_then(|a| a.superuser_secret_name.as_deref());
-    let credentials = match superuser_secret(cluster, namespace, named, ctx).await? {
-        Ok(credentials) => credentials,
-        Err(detail) => {
-            return Ok(Some(Action::Refuse(Refusal::SuperuserSecretUnusable {
-                detail,
-            })));
-        }
-    };
-    let contact = contact_points(observed);
-    if contact.is_empty() {
-        // No member answers CQL yet: the first one creates the default
-        // superuser when it starts.
-        return Ok(None);
-    }
-    let ca = client_ca(cluster, ctx);
     let uid = cluster.metadata.uid.clone().unwrap_or_default();
     let leaving = match action {
         Action::RequestDecommission { rack, member, .. } => Some((rack.clone(), *member)),
@@ -153,9 +135,30 @@ pub(crate) async fn ensure_authentication(
     // Once settled, only a decommission, or a settled ring whose system
     // keyspaces are not recorded at its replicas, needs the database.
     let converged = matches!(action, Action::Converged) && recorded != Some(wanted);
+    // (A settled superuser logged in with the Secret: no need to read it
+    // again on every reconcile.)
     if settled && !converged && leaving.is_none() {
         return Ok(None);
     }
+    let named = security
+        .authentication
+        .as_ref()
+        .and_then(|a| a.superuser_secret_name.as_deref());
+    let credentials = match superuser_secret(cluster, namespace, named, ctx).await? {
+        Ok(credentials) => credentials,
+        Err(detail) => {
+            return Ok(Some(Action::Refuse(Refusal::SuperuserSecretUnusable {
+                detail,
+            })));
+        }
+    };
+    let contact = contact_points(observed);
+    if contact.is_empty() {
+        // No member answers CQL yet: the first one creates the default
+        // superuser when it starts.
+        return Ok(None);
+    }
+    let ca = client_ca(cluster, ctx);
     let session = match superuser_session(cluster, &credentials, &contact, ca.as_deref(), ctx).await
     {
         Ok(session) => session,
@@ -687,11 +690,6 @@ async fn warn_once(cluster: &Cluster, ctx: &Context, uid: &str, reason: &str, me
         )
         .await;
     }
-}
-
-/// Whether an API error will not pass by waiting (see `authority`).
-fn lasting(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if (400..500).contains(&s.code) && s.code != 409 && s.code != 429)
 }
 
 #[cfg(test)]

@@ -69,7 +69,7 @@ fn foreign(kind: &str, name: String) -> Refusal {
 /// Whether an API error will not pass by waiting: a 4xx other than a
 /// conflict or too many requests (RBAC, a missing namespace, an invalid
 /// object).
-fn lasting(e: &kube::Error) -> bool {
+pub(crate) fn lasting(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if (400..500).contains(&s.code) && s.code != 409 && s.code != 429)
 }
 
