@@ -256,7 +256,7 @@ fn conditions(outcome: &Outcome) -> [(&'static str, Cond); 3] {
                 }) => progressing(
                     "AuthReplicationBeforeDecommission",
                     format!(
-                        "member {member} of rack {rack} leaves once system_auth has no more replicas than members remain: {detail}"
+                        "member {member} of rack {rack} leaves once system_auth, system_distributed and system_traces have no more replicas than members remain: {detail}"
                     ),
                 ),
                 Action::Wait(WaitReason::MemberLeaving { rack, member }) => progressing(
@@ -831,6 +831,50 @@ mod tests {
             "the cluster's certificate authority cannot be made or published: creating its Secret cassandra-operator/cassandra-ca-u failed: forbidden; no member starts and nothing changes until it can (members already running keep running)"
         );
         assert_eq!(cond(&status, "Ready").status, "False");
+    }
+
+    #[test]
+    fn an_unusable_superuser_secret_is_degraded_and_a_held_decommission_says_why() {
+        let outcome = Outcome::Decided(Action::Refuse(Refusal::SuperuserSecretUnusable {
+            detail: "Secret db/c-superuser has no password".into(),
+        }));
+        let status = compute_status(
+            &cluster(),
+            &observed(&[true, true], false),
+            &outcome,
+            &time(10),
+        );
+        let d = cond(&status, "Degraded");
+        assert_eq!(
+            (d.status.as_str(), d.reason.as_str(), d.message.as_str()),
+            (
+                "True",
+                "SuperuserSecretUnusable",
+                "the superuser Secret cannot be used: Secret db/c-superuser has no password; nothing changes until it can (members already running keep running)"
+            )
+        );
+        let outcome = Outcome::Decided(Action::Wait(
+            WaitReason::AuthReplicationBeforeDecommission {
+                rack: "a".into(),
+                member: 1,
+                detail: "logging in to 10.0.0.1:9042 as c-superuser: refused".into(),
+            },
+        ));
+        let status = compute_status(
+            &cluster(),
+            &observed(&[true, true], false),
+            &outcome,
+            &time(10),
+        );
+        let p = cond(&status, "Progressing");
+        assert_eq!(
+            (p.status.as_str(), p.reason.as_str(), p.message.as_str()),
+            (
+                "True",
+                "AuthReplicationBeforeDecommission",
+                "member 1 of rack a leaves once system_auth, system_distributed and system_traces have no more replicas than members remain: logging in to 10.0.0.1:9042 as c-superuser: refused"
+            )
+        );
     }
 
     #[test]
