@@ -559,7 +559,7 @@ async fn the_operator_installed_by_kustomize_brings_up_a_cluster_on_hollow_nodes
     let exe = std::env::current_exe().expect("the test binary");
     // target/debug/deps/<test> → target/debug/cassandra-operator
     let operator = testworld::harness::beside(exe.parent().unwrap(), "cassandra-operator")
-        .expect("target/debug/cassandra-operator (cargo test --workspace builds it)");
+        .expect("target/debug/cassandra-operator (scripts/test builds it first: cargo build -p cassandra-operator --bins)");
     let log = plane.dir().join("controller.log");
     let metrics = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
