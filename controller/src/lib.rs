@@ -38,6 +38,7 @@ pub mod confirmation;
 pub mod context;
 pub mod cql;
 pub mod decide;
+pub mod encryption;
 pub mod error;
 pub mod index;
 pub mod metrics;

@@ -26,6 +26,7 @@ use crate::authentication::ensure_authentication;
 use crate::authority::ensure_authority;
 use crate::context::Context;
 use crate::decide::{Action, Refusal, after_member_service_created, decide};
+use crate::encryption::templates_encryption;
 use crate::error::Error;
 use crate::observe::{observe_cached, observe_supporting};
 use crate::observed::Observed;
@@ -61,7 +62,8 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Requeue, Er
     let now = k8s_openapi::jiff::Timestamp::now();
     let cached = ctx.cached(cluster, &namespace).await?;
     let valid = validate(cluster).map(|valid| {
-        let build = ctx.build_context(&valid, &cached.config_maps);
+        let mut build = ctx.build_context(&valid, &cached.config_maps);
+        build.encryption = templates_encryption(cluster, &cached);
         (valid, build)
     });
     let desired = match &valid {

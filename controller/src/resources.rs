@@ -29,7 +29,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 
 use crds::contract::pod::{self, env, subcommand};
-use crds::contract::tls;
+use crds::contract::tls::{self, Encryption};
 use crds::contract::{
     self, INTERNODE_PORTS, JMX_EXPORTER_DIR, OVERRIDES_DIR, SHARED_DIR, SIDECAR_PORT, data_dir,
     member_ports,
@@ -109,6 +109,10 @@ pub struct BuildContext {
     /// that a rack names as its overrides, by name (filled per reconcile
     /// from the cache; a missing ConfigMap has none).
     pub config_map_hashes: BTreeMap<String, String>,
+    /// The encryption the members' Pod templates carry, filled per
+    /// reconcile ([`crate::encryption::templates_encryption`]): the spec's,
+    /// or a step of a running cluster's move to TLS. `None`: the spec's.
+    pub encryption: Option<Encryption>,
 }
 
 impl Default for BuildContext {
@@ -116,6 +120,7 @@ impl Default for BuildContext {
         BuildContext {
             operator_image: DEFAULT_OPERATOR_IMAGE.to_string(),
             config_map_hashes: BTreeMap::new(),
+            encryption: None,
         }
     }
 }
@@ -342,7 +347,14 @@ fn pod_template(
     // (the key never touches a disk), written by the sidecar. Only for
     // clusters with TLS, so that other clusters' Pod templates, and so
     // their members, stay as they were.
-    if tls_enabled(cluster) {
+    let encryption = ctx.encryption.or_else(|| {
+        cluster
+            .spec
+            .security
+            .as_ref()
+            .and_then(|s| Encryption::of(&s.tls))
+    });
+    if encryption.is_some() {
         volumes.push(Volume {
             name: TLS_VOLUME.to_string(),
             empty_dir: Some(EmptyDirVolumeSource {
@@ -449,7 +461,16 @@ fn pod_template(
                 image: Some(cluster.database_image()),
                 image_pull_policy: Some("IfNotPresent".to_string()),
                 command: Some(vec![binary.clone(), subcommand::SIDECAR.to_string()]),
-                env: Some(downward_env()),
+                env: Some(
+                    downward_env()
+                        .into_iter()
+                        .chain(encryption.map(|e| EnvVar {
+                            name: tls::ENCRYPTION_ENV.to_string(),
+                            value: Some(e.to_env()),
+                            ..EnvVar::default()
+                        }))
+                        .collect(),
+                ),
                 ports: Some(ports),
                 resources: Some(rack.resources.clone()),
                 volume_mounts: Some(mounts),

@@ -504,16 +504,17 @@ pub(crate) fn strip_volume(volume: &mut CachedVolume) {
 pub(crate) fn strip_statefulset(sts: &mut StatefulSet) {
     strip_metadata(sts);
     if let Some(spec) = sts.spec.as_mut() {
-        let containers = spec
+        let (containers, volumes) = spec
             .template
             .spec
             .take()
-            .map(|pod| names_and_images(pod.containers))
+            .map(|pod| (names_and_images(pod.containers), tls_volume(pod.volumes)))
             .unwrap_or_default();
         spec.template = k8s_openapi::api::core::v1::PodTemplateSpec {
             metadata: None,
             spec: Some(k8s_openapi::api::core::v1::PodSpec {
                 containers,
+                volumes,
                 ..Default::default()
             }),
         };
@@ -521,7 +522,8 @@ pub(crate) fn strip_statefulset(sts: &mut StatefulSet) {
 }
 
 /// Containers as the caches keep them: name and image (observe finds the
-/// database's version by the container's name).
+/// database's version by the container's name), and the encryption the
+/// template gives its members ([`crate::encryption::template_encryption`]).
 fn names_and_images(
     containers: Vec<k8s_openapi::api::core::v1::Container>,
 ) -> Vec<k8s_openapi::api::core::v1::Container> {
@@ -530,9 +532,34 @@ fn names_and_images(
         .map(|c| k8s_openapi::api::core::v1::Container {
             name: c.name,
             image: c.image,
+            env: c
+                .env
+                .map(|env| {
+                    env.into_iter()
+                        .filter(|e| e.name == crds::contract::tls::ENCRYPTION_ENV)
+                        .collect::<Vec<_>>()
+                })
+                .filter(|env| !env.is_empty()),
             ..Default::default()
         })
         .collect()
+}
+
+/// Of a template's volumes, the TLS volume's name alone: whether its
+/// members have TLS at all.
+fn tls_volume(
+    volumes: Option<Vec<k8s_openapi::api::core::v1::Volume>>,
+) -> Option<Vec<k8s_openapi::api::core::v1::Volume>> {
+    volumes
+        .into_iter()
+        .flatten()
+        .find(|v| v.name == crate::resources::TLS_VOLUME)
+        .map(|v| {
+            vec![k8s_openapi::api::core::v1::Volume {
+                name: v.name,
+                ..Default::default()
+            }]
+        })
 }
 
 /// What the Node cache keeps: the name and labels (a volume's Node is

@@ -102,13 +102,13 @@ pub const QUALIFIED_NAME: &str = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-
         .field_path(".spec.security.tls.client"),
     // At the root, so that adding spec.security to a cluster that had none
     // is judged too (a rule on the field runs only when both have it).
-    validation = Rule::new("(has(self.spec.security) && has(self.spec.security.tls) && has(self.spec.security.tls.internode) ? self.spec.security.tls.internode : 'none') == (has(oldSelf.spec.security) && has(oldSelf.spec.security.tls) && has(oldSelf.spec.security.tls.internode) ? oldSelf.spec.security.tls.internode : 'none')")
-        .message("spec.security.tls.internode cannot be changed on an existing cluster yet: moving a running cluster between clear text and TLS needs an optional step, one member at a time, which the operator does not do yet; create a new cluster with the setting")
+    validation = Rule::new("(has(self.spec.security) && has(self.spec.security.tls) && has(self.spec.security.tls.internode) ? self.spec.security.tls.internode : 'none') == (has(oldSelf.spec.security) && has(oldSelf.spec.security.tls) && has(oldSelf.spec.security.tls.internode) ? oldSelf.spec.security.tls.internode : 'none') || ((has(oldSelf.spec.security) && has(oldSelf.spec.security.tls) && has(oldSelf.spec.security.tls.internode) ? oldSelf.spec.security.tls.internode : 'none') == 'none' && self.spec.mode == 'cassandra')")
+        .message("spec.security.tls.internode can change on an existing cluster only from none, in Cassandra mode (the operator then moves the members to TLS in steps, one member at a time): turning it off, or switching between all, dc and rack, would leave members refusing each other's connections during the roll, and ScyllaDB has no transitional mode; create a new cluster with the setting")
         .field_path(".spec.security.tls.internode"),
     // At the root, so that adding spec.security to a cluster that had none
     // is judged too (a rule on the field runs only when both have it).
-    validation = Rule::new("(has(self.spec.security) && has(self.spec.security.tls) && has(self.spec.security.tls.client) ? self.spec.security.tls.client : 'none') == (has(oldSelf.spec.security) && has(oldSelf.spec.security.tls) && has(oldSelf.spec.security.tls.client) ? oldSelf.spec.security.tls.client : 'none')")
-        .message("spec.security.tls.client cannot be changed on an existing cluster yet: moving a running cluster between clear text and TLS needs an optional step, one member at a time, which the operator does not do yet; create a new cluster with the setting")
+    validation = Rule::new("(has(self.spec.security) && has(self.spec.security.tls) && has(self.spec.security.tls.client) ? self.spec.security.tls.client : 'none') == (has(oldSelf.spec.security) && has(oldSelf.spec.security.tls) && has(oldSelf.spec.security.tls.client) ? oldSelf.spec.security.tls.client : 'none') || (self.spec.mode == 'cassandra' && ((has(oldSelf.spec.security) && has(oldSelf.spec.security.tls) && has(oldSelf.spec.security.tls.client) ? oldSelf.spec.security.tls.client : 'none') == 'none' || ((has(oldSelf.spec.security) && has(oldSelf.spec.security.tls) && has(oldSelf.spec.security.tls.client) ? oldSelf.spec.security.tls.client : 'none') == 'optional' && (has(self.spec.security) && has(self.spec.security.tls) && has(self.spec.security.tls.client) ? self.spec.security.tls.client : 'none') == 'required')))")
+        .message("spec.security.tls.client can only be raised on an existing cluster (none to optional or required, optional to required), in Cassandra mode: lowering it would send clients' data in clear text, and ScyllaDB has no optional client encryption to move through; create a new cluster with the setting")
         .field_path(".spec.security.tls.client"),
     // At the root, so that adding spec.security to a cluster that had none
     // is judged too (a rule on the field runs only when both have it).
@@ -177,7 +177,10 @@ pub struct SecuritySpec {
     /// a Kubernetes CertificateSigningRequest (signer
     /// `cassandra.rook.io/member`); clients find that authority's
     /// certificate in the ConfigMap `<cluster>-ca`.
-    /// Cannot be changed after creation yet.
+    /// On a running Cassandra cluster it can be raised (internode from
+    /// `none`, client from `none` or to `required`): the operator moves
+    /// the members through Cassandra's transitional (`optional`) mode, a
+    /// roll at a time, one member at a time. It cannot be lowered.
     #[serde(default)]
     pub tls: TlsSpec,
 
@@ -228,8 +231,8 @@ pub struct AuthenticationSpec {
 #[serde(rename_all = "camelCase")]
 pub struct TlsSpec {
     /// Which traffic between members is encrypted: `all`, `dc` (between
-    /// datacenters), `rack` (between racks) or `none` (the default until
-    /// the operator can move a running cluster to TLS). When not `none`,
+    /// datacenters), `rack` (between racks) or `none` (the default, for
+    /// now). When not `none`,
     /// every member must present a certificate of the cluster's authority:
     /// a node without one cannot join the ring.
     #[serde(default)]

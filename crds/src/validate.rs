@@ -12,8 +12,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use crate::names;
 use crate::quantity::Quantity;
 use crate::v1alpha1::{
-    Cluster, ClusterMode, ClusterSpec, ImageSpec, MAX_RACKS, MAX_STATEFULSET_NAME, RackSpec,
-    RepairSpec, TlsSpec,
+    ClientEncryption, Cluster, ClusterMode, ClusterSpec, ImageSpec, InternodeEncryption, MAX_RACKS,
+    MAX_STATEFULSET_NAME, RackSpec, RepairSpec, TlsSpec,
 };
 use crate::versions::{Version, cassandra_upgrade};
 
@@ -347,16 +347,21 @@ pub fn validate_update(old: &Cluster, new: &Cluster) -> Result<(), ValidationErr
             .unwrap_or_default()
     };
     let (old_tls, new_tls): (TlsSpec, TlsSpec) = (tls(old), tls(new));
-    if old_tls.internode != new_tls.internode {
+    let cassandra = new.spec.mode == ClusterMode::Cassandra;
+    let (from, to) = (old_tls.internode, new_tls.internode);
+    if from != to && !(from == InternodeEncryption::None && cassandra) {
         errors.add(
             "spec.security.tls.internode",
-            format!("spec.security.tls.internode cannot be changed on an existing cluster yet (was {}, now {}): moving a running cluster between clear text and TLS needs an optional step, one member at a time, which the operator does not do yet; create a new cluster with the setting", old_tls.internode.as_str(), new_tls.internode.as_str()),
+            format!("spec.security.tls.internode can change on an existing cluster only from none, in Cassandra mode (was {}, now {}): the operator then moves the members to TLS in steps, one member at a time; turning it off, or switching between all, dc and rack, would leave members refusing each other's connections during the roll, and ScyllaDB has no transitional mode; create a new cluster with the setting", from.as_str(), to.as_str()),
         );
     }
-    if old_tls.client != new_tls.client {
+    let (from, to) = (old_tls.client, new_tls.client);
+    let raised = from == ClientEncryption::None
+        || (from == ClientEncryption::Optional && to == ClientEncryption::Required);
+    if from != to && !(raised && cassandra) {
         errors.add(
             "spec.security.tls.client",
-            format!("spec.security.tls.client cannot be changed on an existing cluster yet (was {}, now {}): moving a running cluster between clear text and TLS needs an optional step, one member at a time, which the operator does not do yet; create a new cluster with the setting", old_tls.client.as_str(), new_tls.client.as_str()),
+            format!("spec.security.tls.client can only be raised on an existing cluster (none to optional or required, optional to required), in Cassandra mode (was {}, now {}): lowering it would send clients' data in clear text, and ScyllaDB has no optional client encryption to move through; create a new cluster with the setting", from.as_str(), to.as_str()),
         );
     }
     let authentication = |c: &Cluster| {

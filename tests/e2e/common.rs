@@ -8,15 +8,37 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use testworld::kubesim::KubeSim;
 
-/// One world of fake members at a time in this test binary: their fast
-/// ring timings hold on a CI machine's two cores when the worlds do not
-/// compete for them.
-pub static ONE_WORLD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// How many worlds of fake members run at once in this test binary
+/// (`E2E_FAKE_WORLDS`, default 2): a fake world idles most of its time
+/// (ring timings of hundreds of milliseconds, probes, watches), so two
+/// share a CI machine's two cores beside a real world, and their fast
+/// ring timings still hold; more would compete for the cores.
+pub static FAKE_WORLDS: Worlds = Worlds(std::sync::LazyLock::new(|| {
+    let worlds = std::env::var("E2E_FAKE_WORLDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(2);
+    tokio::sync::Semaphore::new(worlds)
+}));
+
+/// A bound on the worlds that run at once.
+pub struct Worlds(std::sync::LazyLock<tokio::sync::Semaphore>);
+
+impl Worlds {
+    /// Waits for a world's turn; the turn ends when the permit drops.
+    pub async fn lock(&self) -> tokio::sync::SemaphorePermit<'_> {
+        self.0
+            .acquire()
+            .await
+            .expect("the semaphore is never closed")
+    }
+}
 
 /// One world of real Cassandra members at a time (tests/e2e/real*.rs):
 /// three to five JVMs of about 650 MiB each, started one after the other,
 /// already keep both cores of a CI machine busy. Such a world may run
-/// beside one of [`ONE_WORLD`]'s.
+/// beside [`FAKE_WORLDS`]'s.
 pub static ONE_REAL_WORLD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A kube client through kubesim's kubeconfig.

@@ -223,7 +223,7 @@ fn thesis() -> ClusterSpec {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controller_scales_the_thesis_cluster_up_one_member_at_a_time() {
     // A world of its own: one at a time, as every fake world (common.rs).
-    let _one = crate::common::ONE_WORLD.lock().await;
+    let _one = crate::common::FAKE_WORLDS.lock().await;
     let mut bare = Bare::start().await;
     let (controller, metrics) = bare.start_controller("controller-1.log");
     bare.create(&thesis()).await;
@@ -432,7 +432,7 @@ fn asking_memory(memory: &str) -> ClusterSpec {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_spec_is_degraded_with_a_warning_and_changes_nothing() {
     // A world of its own: one at a time, as every fake world (common.rs).
-    let _one = crate::common::ONE_WORLD.lock().await;
+    let _one = crate::common::FAKE_WORLDS.lock().await;
     let mut bare = Bare::start().await;
     let _controller = bare.start_controller("controller.log");
     // valid for the schema, invalid for validate(): a request above its limit
@@ -485,7 +485,7 @@ async fn invalid_spec_is_degraded_with_a_warning_and_changes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_object_is_never_adopted() {
     // A world of its own: one at a time, as every fake world (common.rs).
-    let _one = crate::common::ONE_WORLD.lock().await;
+    let _one = crate::common::FAKE_WORLDS.lock().await;
     let mut bare = Bare::start().await;
     // someone else's Service holds the name of the client Service
     let foreign: Service = serde_json::from_value(json!({
@@ -593,7 +593,7 @@ async fn play_kubelet(client: &Client) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_controller_converges_under_injected_faults() {
     // A world of its own: one at a time, as every fake world (common.rs).
-    let _one = crate::common::ONE_WORLD.lock().await;
+    let _one = crate::common::FAKE_WORLDS.lock().await;
     let mut bare = Bare::start().await;
     let _controller = bare.start_controller("controller.log");
     bare.create(&cluster("cassandra").rack("r", 3)).await;

@@ -42,7 +42,7 @@ fn process_state(pid: u32) -> Option<char> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_crashed_after_a_write_is_taken_over_by_the_next() {
     // A world of its own: one at a time, as every fake world (common.rs).
-    let _one = crate::common::ONE_WORLD.lock().await;
+    let _one = crate::common::FAKE_WORLDS.lock().await;
     // Off the production metrics port: no need to wait for the other worlds.
     let metrics = "127.0.0.1:0";
     let mut s = setup().metrics(metrics).start().await;

@@ -11,7 +11,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use serde_json::json;
 use testworld::ring::{Consistency, Replication};
 
-use crate::common::ONE_WORLD;
+use crate::common::FAKE_WORLDS;
 use crate::scenario::{ClusterSpec, Scenario, cluster, label, secs, setup};
 
 /// Cluster `c` of one rack `r` of `members` members of `version`, half a
@@ -75,13 +75,13 @@ async fn scale_down_on(version: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rack_scales_down_on_4_1() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     scale_down_on("4.1.8").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rack_scales_down_on_5_0() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     scale_down_on("5.0.2").await;
 }
 
@@ -99,13 +99,13 @@ async fn decommission_by_label_on(version: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_decommissions_on_4_1() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     decommission_by_label_on("4.1.8").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_decommissions_on_5_0() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     decommission_by_label_on("5.0.2").await;
 }
 
@@ -115,7 +115,7 @@ async fn a_member_decommissions_on_5_0() {
 /// the ring and the intent is never confirmed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cassandra_4_refuses_a_decommission_below_the_replication_factor() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let mut s = ready_with_keys("4.1.8", 3, 300).await;
     // Only the sidecars act from here: the intent is written by hand.
     s.stop_controller();

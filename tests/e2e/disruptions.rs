@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 
-use crate::common::ONE_WORLD;
+use crate::common::FAKE_WORLDS;
 use crate::lifecycle::condition;
 use crate::scenario::{Scenario, cluster, secs, setup};
 
@@ -69,7 +69,7 @@ async fn cordon(s: &Scenario, node: &str, unschedulable: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_eviction_while_a_member_streams_and_a_drain_meanwhile_is_warned_of() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let s = setup().start().await;
     let c = cluster("c").version("4.1.8").rack("r", 3);
     s.create(c.clone()).await;

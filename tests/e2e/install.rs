@@ -22,7 +22,7 @@ use testworld::harness::{self, World, WorldOptions, container_logs};
 use testworld::kubesim::KubeSim;
 use testworld::kubesim::sim::default_operator_repository;
 
-use crate::common::ONE_WORLD;
+use crate::common::FAKE_WORLDS;
 use crate::common::http_get;
 use crate::scenario::{ring, secs, until_with};
 
@@ -454,7 +454,7 @@ async fn the_vrouter_example() {
 /// own Pod's network namespace, so they share no port.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_apply_k_installs_the_operator_and_every_example_converges() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let started = Instant::now();
     tokio::join!(
         the_thesis_example(),
@@ -470,7 +470,7 @@ async fn kubectl_apply_k_installs_the_operator_and_every_example_converges() {
 
 /// One example alone in a fresh world with the operator installed.
 async fn example_converges(name: &str, namespace: &str, cluster: &str, members: i32) {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let (work, world) = installed_world(&["us-east-1a"]).await;
     kubectl(&world.kubeconfig, &["apply", "-k", path(&example(name))]);
     wait_converged(
@@ -504,7 +504,7 @@ async fn rooks_own_example_converges_unchanged() {
 async fn members_follow_the_image_the_deployment_names() {
     const REPOSITORY: &str = "registry.example.com/me/cassandra-operator";
     const TAG: &str = "dev";
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let started = Instant::now();
     let (work, world) = installed_world_from(&["local"], Some((REPOSITORY, TAG))).await;
     let image = format!("{REPOSITORY}:{TAG}");

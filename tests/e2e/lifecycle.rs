@@ -29,7 +29,7 @@ use testworld::harness::tail;
 use testworld::kubesim::KubeSim;
 use testworld::ring::{Consistency, NodeStatus, Replication};
 
-use crate::common::ONE_WORLD;
+use crate::common::FAKE_WORLDS;
 use crate::lifecycle_crash::{
     Removal, Write, cluster_ip, crash_after, five_percent_faults, kill_at_random_moments, removed,
     runs_and_seed, until_crashed,
@@ -375,7 +375,7 @@ pub(crate) async fn lose_the_node_of_b0(s: &Scenario, clusters: &Api<Cluster>) {
 }
 
 async fn scale_down_then_node_loss(version: &str) {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let s = setup().zones(&THESIS_ZONES).namespace(NS).start().await;
     let clusters = thesis_five(&s, ClusterMode::Cassandra, version).await;
     scale_rack_b_down_to_one(&s, &clusters).await;
@@ -483,7 +483,7 @@ pub(crate) async fn set_rack_r(s: &Scenario, members: i32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statefulset_deleted_with_orphan_is_recreated_with_its_members() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let s = setup().namespace(NS).start().await;
     one_rack(&s, "3.11.6", 3, 2).await;
     let pods: Api<Pod> = s.api();
@@ -541,7 +541,7 @@ async fn a_statefulset_deleted_with_orphan_is_recreated_with_its_members() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_decommission_removes_nothing_and_is_cancelled_by_raising_members() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let s = setup().namespace(NS).start().await;
     one_rack(&s, "4.1.8", 3, 3).await;
     let (clusters, client) = (s.clusters(), s.client());
@@ -622,7 +622,7 @@ impl Lcg {
 async fn the_scale_down_survives_the_controller_killed_at_random_moments() {
     let (runs, seed) = runs_and_seed(2);
     let mut random = Lcg(seed);
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let mut s = setup().namespace(NS).start().await;
     one_rack(&s, "3.11.6", 3, 2).await;
     // The test runs the controller it kills.
@@ -697,7 +697,7 @@ async fn the_scale_down_survives_the_controller_killed_at_random_moments() {
 /// series instead).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scale_down_survives_the_controller_killed_after_each_write() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let mut s = setup().namespace(NS).start().await;
     one_rack(&s, "3.11.6", 3, 2).await;
     s.stop_controller();
@@ -755,7 +755,7 @@ async fn the_scale_down_survives_the_controller_killed_after_each_write() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decommission_under_way_finishes_before_the_scale_up() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let s = setup()
         .namespace(NS)
         // Long enough to raise the members back while the member streams.
@@ -816,7 +816,7 @@ async fn a_decommission_under_way_finishes_before_the_scale_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_member_pod_deleted_at_once_comes_back() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let s = setup().namespace(NS).start().await;
     one_rack(&s, "4.1.8", 3, 3).await;
     every_member_pod_deleted_at_once(&s, 3).await;

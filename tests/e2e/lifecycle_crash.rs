@@ -30,7 +30,7 @@ use testworld::kubesim::KubeSim;
 use testworld::kubesim::store::Target;
 use testworld::ring::{NodeStatus, OperationMode};
 
-use crate::common::ONE_WORLD;
+use crate::common::FAKE_WORLDS;
 use crate::lifecycle::{
     Lcg, NS, STS_B, STS_R, condition_is, ensure, in_ring, one_rack, set_rack_r, thesis_rack_b,
 };
@@ -591,7 +591,7 @@ fn replace_writes(member: &str) -> Vec<Write<Option<bool>>> {
 /// The replace with the controller SIGKILLed right after each write of
 /// `which` (indices into [`replace_writes`]) in turn, then restarted.
 async fn replace_killed_after_writes(which: &[usize]) {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let mut s = thesis_rack_b(setup(), 2, 2).await;
     // The test runs the controller it crashes.
     s.stop_controller();
@@ -692,7 +692,7 @@ const MEMBER_KILL_WITHIN_MS: u64 = 2500;
 async fn the_replace_survives_the_controller_and_the_member_killed_at_random_moments() {
     let (runs, seed) = runs_and_seed(2);
     let mut random = Lcg(seed);
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     // Long enough to kill the replacing member while it streams: twice
     // the longest kill delay below, so that a loaded machine (CI's two
     // cores, the suite in parallel) still kills it before it is NORMAL.
@@ -802,7 +802,7 @@ async fn the_replace_survives_the_controller_and_the_member_killed_at_random_mom
 async fn the_scale_down_survives_the_leaving_member_killed_at_random_moments() {
     let (runs, seed) = runs_and_seed(2);
     let mut random = Lcg(seed);
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let s = setup()
         .namespace(NS)
         // Long enough for kills while the member streams.

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use testworld::harness::fast_ring;
 use testworld::ring::{Consistency, NodeStatus, Replication};
 
-use crate::common::ONE_WORLD;
+use crate::common::FAKE_WORLDS;
 use crate::scenario::{Scenario, annotation, cluster, container_pid, secs, setup};
 
 /// Cluster `c` of `version`, one rack per `(zone, members)`, each in its
@@ -210,7 +210,7 @@ fn outage_versions() -> Vec<String> {
 /// forever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_outage_comes_back() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     for version in outage_versions() {
         let started = Instant::now();
         let s = setup().zones(&["b", "c"]).start().await;
@@ -314,7 +314,7 @@ async fn a_full_outage_comes_back() {
 /// ranges' data instead of starting as its own seed with half of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_killed_in_its_bootstrap_resumes_it() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let mut ring = fast_ring();
     // long enough to kill member 1 while it streams
     ring.timing.bootstrap_ms = 4000;
@@ -391,7 +391,7 @@ async fn three_members(
 /// and the member keeps serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_decommission_is_reported_and_withdrawn() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let (s, names) = three_members("4.1.8", 3, fast_ring()).await;
     let last = &names[2];
     request_decommission(&s, last).await;
@@ -434,7 +434,7 @@ async fn a_refused_decommission_is_reported_and_withdrawn() {
 /// forever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_decommission_marker_is_cleared_for_a_member_wanted_again() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let (s, names) = three_members("3.11.6", 2, fast_ring()).await;
     let last = &names[2];
     request_decommission(&s, last).await;
@@ -477,7 +477,7 @@ async fn a_stale_decommission_marker_is_cleared_for_a_member_wanted_again() {
 /// back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_emptied_member_asks_for_a_replace_and_replaces_itself() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let (s, names) = three_members("4.1.8", 3, fast_ring()).await;
     let last = &names[2];
     let volume = s.data_volume(last).await;
@@ -578,7 +578,7 @@ fn reloads_with(s: &Scenario, pod: &str, address: &str) -> usize {
 /// again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_being_replaced_is_a_seed_of_the_others_while_it_is() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let (s, names) = three_members("4.1.8", 3, fast_ring()).await;
     let mut ips = Vec::new();
     for name in &names {
@@ -697,7 +697,7 @@ async fn failed_stream() -> (Scenario, Vec<i32>, String) {
 /// decommission completes and the data check is clean.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_stream_is_reported_and_the_decommission_retried() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let (s, frozen, _reason) = failed_stream().await;
     let last = member(2);
     signal_running(&frozen, Signal::SIGCONT);
@@ -720,7 +720,7 @@ async fn a_failed_stream_is_reported_and_the_decommission_retried() {
 /// ring of 3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_withdrawn_failed_decommission_restarts_the_node_back_to_normal() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let (s, frozen, _reason) = failed_stream().await;
     let last = member(2);
     // Withdrawn at once, within the back-off: no retry has started.
@@ -769,7 +769,7 @@ fn random_ms(max_ms: u64) -> u64 {
 /// `LIFECYCLE_CRASH_RUNS=20` makes 20 runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leaving_member_killed_at_random_moments_still_decommissions_safely() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let runs = crash_runs();
     let mut landed = 0;
     for run in 0..runs {

@@ -15,7 +15,7 @@ use kube::api::{Api, DeleteParams};
 use serde_json::json;
 use testworld::ring::NodeStatus;
 
-use crate::common::ONE_WORLD;
+use crate::common::FAKE_WORLDS;
 use crate::lifecycle::{
     STS_B, cluster_ips, condition, condition_is, ensure, events, in_ring, names, replicas,
     set_members, thesis_rack_b,
@@ -38,7 +38,7 @@ async fn reconciled_again(s: &Scenario) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_lost_while_leaving_is_removed_by_removenode_and_the_scale_down_finishes() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     // Long enough to lose the Node mid-stream.
     let leave_slowly = setup().options(|o| o.ring.timing.decommission_ms = 8_000);
     let s = thesis_rack_b(leave_slowly, 3, 2).await;

@@ -32,7 +32,7 @@ use testworld::kubesim::store::EventType;
 use testworld::ring::{Consistency, Maintenance, Replication, RunningOp};
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::common::ONE_WORLD;
+use crate::common::FAKE_WORLDS;
 use crate::scenario::{Scenario, cluster, overrides, secs, setup};
 
 /// The scenarios' namespace ([`setup`]'s default).
@@ -563,7 +563,7 @@ pub(crate) fn cleanups_done(sim: &KubeSim, old: &[String]) -> Result<(), String>
 /// while its cleanup runs answers before the cleanup could have returned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scale_up_is_followed_by_a_cleanup_of_each_old_member_one_at_a_time() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let started = Instant::now();
     let s = setup()
         .zones(&["a", "b"])
@@ -662,7 +662,7 @@ async fn a_scale_up_is_followed_by_a_cleanup_of_each_old_member_one_at_a_time() 
 /// gave away (the data check is clean: extra copies are no loss).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_cleanup_runs_after_a_scale_up_when_turned_off() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let s = setup()
         .zones(&["a", "b"])
         .ring(maintenance_ring(300, 300))
@@ -712,7 +712,7 @@ async fn no_cleanup_runs_after_a_scale_up_when_turned_off() {
 /// member is never asked; the data check is clean.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_rack_is_followed_by_a_cleanup_of_each_old_member() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let started = Instant::now();
     let s = setup()
         .zones(&["a", "b"])
@@ -883,7 +883,7 @@ pub(crate) async fn upgrade_complete(s: &Scenario, members: &[String]) -> Result
 /// data check stays clean.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_major_upgrade_is_followed_by_upgradesstables_until_no_sstable_is_old() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let started = Instant::now();
     let s = setup().ring(maintenance_ring(300, 700)).start().await;
     let watch = MaintenanceWatch::start(s.sim(), &s.namespace);
@@ -999,7 +999,7 @@ pub(crate) fn repair_complete(sim: &KubeSim, members: &[String]) -> Result<Strin
 /// the member that missed the writes, read at ONE alone, has every key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scheduled_repair_brings_back_a_member_that_missed_writes() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let started = Instant::now();
     let mut ring = maintenance_ring(300, 300);
     ring.timing.max_hint_window_ms = 1000;

@@ -24,7 +24,7 @@ use testworld::harness::Process;
 use testworld::kubesim::KubeSim;
 use testworld::ring::{Maintenance, OpEnd, OpState, Replication};
 
-use crate::common::ONE_WORLD;
+use crate::common::FAKE_WORLDS;
 use crate::lifecycle::Lcg;
 use crate::lifecycle_crash::{kill_at_random_moments, runs_and_seed};
 use crate::maintenance::{
@@ -157,7 +157,7 @@ fn assert_controller_kills(kills: &[String], what: &str) {
 async fn the_cleanup_survives_the_controller_and_the_member_killed_at_random_moments() {
     let (runs, seed) = runs_and_seed(1);
     let mut random = Lcg(seed);
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     for run in 0..runs {
         let what = format!("cleanup run {run} (seed {seed})");
         let started = Instant::now();
@@ -236,7 +236,7 @@ async fn the_cleanup_survives_the_controller_and_the_member_killed_at_random_mom
 async fn upgradesstables_survives_the_controller_and_the_member_killed_at_random_moments() {
     let (runs, seed) = runs_and_seed(1);
     let mut random = Lcg(seed);
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     for run in 0..runs {
         let what = format!("upgradesstables run {run} (seed {seed})");
         let started = Instant::now();
@@ -330,7 +330,7 @@ async fn upgradesstables_survives_the_controller_and_the_member_killed_at_random
 async fn the_repair_survives_the_controller_and_the_member_killed_at_random_moments() {
     let (runs, seed) = runs_and_seed(1);
     let mut random = Lcg(seed);
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     for run in 0..runs {
         let what = format!("repair run {run} (seed {seed})");
         let started = Instant::now();

@@ -24,7 +24,7 @@ use serde_json::json;
 use testworld::harness;
 use testworld::ring::{Consistency, OperationMode, Replication};
 
-use crate::common::ONE_WORLD;
+use crate::common::FAKE_WORLDS;
 use crate::scenario::{Scenario, cluster, container_pid, overrides, secs, setup};
 
 const OLD: &str = "4.1.8";
@@ -80,7 +80,7 @@ async fn address_of(s: &Scenario, member: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_restarted_on_the_next_major_runs_mixed_and_counts_old_sstables() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let mut s = setup().start().await;
     let configmaps: Api<ConfigMap> = s.api();
     configmaps

@@ -21,7 +21,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use serde_json::json;
 
-use crate::common::ONE_WORLD;
+use crate::common::FAKE_WORLDS;
 use crate::scenario::{Scenario, cluster, secs, setup};
 
 /// The projected ServiceAccount token of Pod `pod` (namespace `db`), as
@@ -83,7 +83,7 @@ fn refused<T: std::fmt::Debug>(r: Result<T, kube::Error>, what: &str) -> Box<kub
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_members_token_may_change_only_its_own_services_records() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let mut s = setup().start().await;
     s.create(&cluster("c").version("3.11.6").rack("r", 2)).await;
 

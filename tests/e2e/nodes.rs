@@ -10,14 +10,14 @@ use std::future::ready;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use kube::api::Api;
 
-use crate::common::ONE_WORLD;
+use crate::common::FAKE_WORLDS;
 use crate::lifecycle::thesis_rack_b;
 use crate::lifecycle_crash::recreate_node;
 use crate::scenario::{label, secs, setup};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_recreated_under_its_name_has_empty_disks_and_its_member_is_replaced() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     // The thesis's Cluster as it is: 375Gi claims, one member per Node,
     // each on the one local SSD of its Node.
     let mut s = thesis_rack_b(setup(), 3, 3).await;

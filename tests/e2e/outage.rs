@@ -10,12 +10,12 @@ use std::future::ready;
 use serde_json::json;
 use testworld::ring::{Consistency, Replication};
 
-use crate::common::ONE_WORLD;
+use crate::common::FAKE_WORLDS;
 use crate::scenario::{cluster, secs, setup};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_member_deleted_at_once_comes_back_as_itself() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let s = setup().start().await;
     // On the Nodes' local disks: a member's data stays on its Node.
     let local_disks = json!({"storage": {"volumeClaimTemplates": [{"metadata": {"name": "data"},

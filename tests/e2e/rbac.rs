@@ -443,7 +443,7 @@ pub(crate) fn operator_cluster_role(manifest: &[Value]) -> &Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_roles_calls_match_its_rules_both_ways() {
     // A world of its own: one at a time, as every fake world (common.rs).
-    let _one = crate::common::ONE_WORLD.lock().await;
+    let _one = crate::common::FAKE_WORLDS.lock().await;
     // Not the production metrics address: other worlds of this binary run beside.
     let s = setup().metrics("127.0.0.1:0").start().await;
     let config_maps = s.api::<ConfigMap>();

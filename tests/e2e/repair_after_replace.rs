@@ -11,7 +11,7 @@ use sidecar::member::repair::{RECORD, Record};
 use testworld::harness::fast_ring;
 use testworld::ring::{Consistency, Replication};
 
-use crate::common::ONE_WORLD;
+use crate::common::FAKE_WORLDS;
 use crate::scenario::{Scenario, annotation, cluster, secs, setup};
 
 /// A member's Pod name in the one-rack cluster below.
@@ -50,7 +50,7 @@ async fn record(s: &Scenario, pod: &str) -> Option<Record> {
 /// normally ran no repair and carry no record.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_replaced_at_its_own_address_is_repaired_even_across_a_sidecar_crash() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let mut s = setup().zones(&["r"]).ring(fast_ring()).start().await;
     s.create(&cluster("c").version("4.1.8").zone_rack("r", 3))
         .await;

@@ -5,12 +5,12 @@
 use serde_json::json;
 use testworld::ring::{Consistency, NodeStatus, Replication};
 
-use crate::common::ONE_WORLD;
+use crate::common::FAKE_WORLDS;
 use crate::scenario::{cluster, secs, setup};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_clusters_side_by_side_each_with_its_own_ring() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let s = setup().start().await;
     for (name, version) in [("alpha", "3.11.6"), ("beta", "4.1.8")] {
         let half_a_cpu = json!({"resources": {"limits": {"cpu": "500m"}}});

@@ -35,7 +35,7 @@ use testworld::kubesim::store::{EventType, Target};
 use testworld::ring::{Consistency, Replication};
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::common::ONE_WORLD;
+use crate::common::FAKE_WORLDS;
 use crate::lifecycle::{Lcg, condition};
 use crate::scenario::{
     ClusterSpec, Scenario, annotation, cluster, overrides, pod_ready, secs, setup, until,
@@ -657,7 +657,7 @@ async fn warning(s: &Scenario, reason: &str, text: &str) -> bool {
 /// the roll.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_trigger_rolls_one_member_at_a_time_and_refusals_change_nothing() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let mut s = setup().controller_args(&CONTROLLER_ARGS).start().await;
     let c = rack_of_three(&s, "4.1.3").await;
 
@@ -986,7 +986,7 @@ async fn every_trigger_rolls_one_member_at_a_time_and_refusals_change_nothing() 
 /// clean.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolls_survive_the_controller_killed_at_random_moments() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let seed = crate::lifecycle_crash::seed();
     let mut random = Lcg(seed);
     let mut s = setup().controller_args(&CONTROLLER_ARGS).start().await;

@@ -19,7 +19,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 use testworld::ring::{Consistency, Replication};
 
-use crate::common::ONE_WORLD;
+use crate::common::FAKE_WORLDS;
 use crate::lifecycle::{
     NS, STS_B, condition, every_member_pod_deleted_at_once, lose_the_node_of_b0,
     scale_rack_b_down_to_one, thesis_five,
@@ -127,7 +127,7 @@ async fn status_lists_every_member(s: &Scenario, member: &str, expected: usize) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_thesis_scenario_in_scylla_mode() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let s = scylla_scenario(&["europe-west1-b", "europe-west1-c"]).await;
     let clusters = thesis_five(&s, ClusterMode::Scylla, SCYLLA_VERSION).await;
     let b0 = format!("{STS_B}-0");
@@ -270,7 +270,7 @@ async fn a_restart_request_rolls_each_member_once(s: &Scenario) {
 /// and the node stays in the ring.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decommission_scylla_refuses_is_reported_with_its_reason() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let mut s = scylla_scenario(&["a"]).await;
     s.create(&scylla_rack(1)).await;
     s.until_ready("cassandra", 1, secs(120)).await;
@@ -305,7 +305,7 @@ async fn a_decommission_scylla_refuses_is_reported_with_its_reason() {
 /// sidecar's reason and fix; once the record goes, so do they.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_the_node_cannot_give_is_a_warning_and_a_rack_condition() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let s = scylla_scenario(&["a"]).await;
     s.create(&scylla_rack(1)).await;
     s.until_ready("cassandra", 1, secs(120)).await;
@@ -385,7 +385,7 @@ async fn a_start_the_node_cannot_give_is_a_warning_and_a_rack_condition() {
 /// recorded there; it takes its place back and its data streams back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_emptied_member_is_replaced_by_its_recorded_host_id() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let mut s = scylla_scenario(&["a"]).await;
     s.create(&scylla_rack(3)).await;
     s.until_ready("cassandra", 3, secs(180)).await;

@@ -21,7 +21,7 @@ use crds::contract::{
 };
 use crds::v1alpha1::ClusterMode;
 
-use crate::common::ONE_WORLD;
+use crate::common::FAKE_WORLDS;
 use crate::lifecycle::{
     NS, STS_B, STS_R, THESIS_ZONES, cluster_ips, ensure, events, every_member_pod_deleted_at_once,
     in_ring, lose_the_node_of_b0, names, one_rack, replicas, scale_rack_b_down_to_one, set_rack_r,
@@ -76,7 +76,7 @@ async fn taken_back(s: &Scenario, member: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decommissioned_true_nobody_asked_for_deletes_nothing_and_a_real_scale_down_still_works()
 {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let s = setup().namespace(NS).start().await;
     // Four members: 4.1 refuses to leave a ring of no more nodes than a
     // keyspace's replication factor (system_distributed's is 3).
@@ -218,7 +218,7 @@ async fn a_decommissioned_true_nobody_asked_for_deletes_nothing_and_a_real_scale
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_true_on_a_lower_member_stalls_nothing_after_it() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let s = setup().zones(&THESIS_ZONES).namespace(NS).start().await;
     let clusters = thesis_five(&s, ClusterMode::Cassandra, "3.11.1").await;
     let lower = format!("{STS_B}-1");

@@ -31,7 +31,7 @@ use testworld::harness::{OPERATOR_ACCOUNT, operator_user};
 use x509_parser::extensions::GeneralName;
 use x509_parser::pem::Pem;
 
-use crate::common::ONE_WORLD;
+use crate::common::FAKE_WORLDS;
 use crate::member_token::{client_with, projected_token};
 use crate::scenario::{Scenario, cluster, secs, setup};
 
@@ -108,7 +108,7 @@ fn pems(bytes: &[u8]) -> Vec<Pem> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_clusters_authority_signs_its_members_requests_and_no_one_elses() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let s = setup()
         .controller_args(&["--member-certificate-lifetime", "20m"])
         .start()
@@ -475,5 +475,56 @@ async fn a_tls_clusters_authority_signs_its_members_requests_and_no_one_elses() 
             used(group, resource, subresource, verb),
             "the controller never made {verb} {group}/{resource}/{subresource}"
         );
+    }
+}
+
+/// A running cluster of fake 4.1 members in clear text is moved to
+/// internode TLS with optional client TLS by a change of its spec: the
+/// template takes the steps in order, each a roll, and every member ends
+/// on TLS only, with its own certificate (the same move on real Cassandra,
+/// under a writer: `real_tls`, a soak test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_cluster_is_moved_to_tls_a_step_at_a_time() {
+    use k8s_openapi::api::core::v1::Pod;
+    let _one = FAKE_WORLDS.lock().await;
+    let s = setup().start().await;
+    s.create(&cluster("m").version("4.1.8").rack("r", 3)).await;
+    s.until_ready("m", 3, secs(180)).await;
+    s.patch_cluster(
+        "m",
+        json!({"spec": {"security": {"tls": {"internode": "all", "client": "optional"}}}}),
+    )
+    .await;
+    let seen = crate::real_tls::until_moved(&s, "m-dc-r", 3, secs(600)).await;
+    assert_eq!(seen, crate::real_tls::STEPS, "the steps, in order");
+    s.until_ready("m", 3, secs(120)).await;
+    // Each member runs the last step: its configuration says TLS only
+    // between members, and its key and certificate are in its TLS volume.
+    let pods: Api<Pod> = s.api();
+    for ordinal in 0..3 {
+        let name = format!("m-dc-r-{ordinal}");
+        let uid = pods.get(&name).await.unwrap().metadata.uid.unwrap();
+        let volumes = s
+            .work()
+            .join("pods")
+            .join(format!("db_{name}_{uid}"))
+            .join("volumes");
+        let yaml = std::fs::read_to_string(volumes.join("shared/conf/cassandra.yaml")).unwrap();
+        assert!(
+            yaml.contains(
+                "server_encryption_options:\n  internode_encryption: all\n  optional: false\n"
+            ),
+            "{name}: {yaml}"
+        );
+        assert!(
+            yaml.contains("client_encryption_options:\n  enabled: true\n  optional: true\n"),
+            "{name}"
+        );
+        for file in ["member.pem", "ca.crt"] {
+            assert!(
+                volumes.join("tls").join(file).is_file(),
+                "{name}: no {file}"
+            );
+        }
     }
 }

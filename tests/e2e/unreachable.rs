@@ -21,7 +21,7 @@ use kube::api::{Api, DeleteParams};
 use testworld::harness;
 use testworld::ring::{Consistency, NodeStatus, Replication};
 
-use crate::common::ONE_WORLD;
+use crate::common::FAKE_WORLDS;
 use crate::roll::never_for;
 use crate::scenario::{Scenario, label, pod_ready, secs, setup};
 use crate::world::thesis_cluster;
@@ -110,7 +110,7 @@ async fn evicted_and_waiting(s: &Scenario, node: &str, duration: Duration) -> St
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_on_an_unreachable_node_waits_terminating_then_returns_or_is_replaced() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let s = setup()
         .zones(&["europe-west1-b"])
         .namespace(NS)

@@ -15,7 +15,7 @@ use serde_json::json;
 use testworld::harness::fast_ring;
 use testworld::ring::{Consistency, NodeStatus, Replication};
 
-use crate::common::ONE_WORLD;
+use crate::common::FAKE_WORLDS;
 use crate::scenario::{Scenario, cluster, overrides, secs, setup};
 
 /// Every member's database container runs as the image's database user
@@ -99,7 +99,7 @@ pub(crate) fn small_thesis_cluster() -> Cluster {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_thesis_scenario_in_the_test_world() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let scenario = setup()
         .zones(&["europe-west1-b", "europe-west1-c"])
         .namespace("cassandra")
@@ -156,7 +156,7 @@ async fn three_members(ring: testworld::ring::Options) -> Scenario {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_decommissions_when_its_service_is_labelled() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let scenario = three_members(fast_ring()).await;
 
     // the intent, by hand, as a person would with kubectl label
@@ -186,7 +186,7 @@ async fn a_member_decommissions_when_its_service_is_labelled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decommission_survives_the_sidecar_being_killed_midway() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let mut ring = fast_ring();
     // long enough to kill the member while it streams
     ring.timing.decommission_ms = 4000;
@@ -238,7 +238,7 @@ async fn a_decommission_survives_the_sidecar_being_killed_midway() {
 /// key clears the condition and the scale-up proceeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_override_that_defeats_safety_never_reaches_a_member() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let scenario = setup().start().await;
     let configmaps: Api<ConfigMap> = scenario.api();
     configmaps

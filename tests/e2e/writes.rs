@@ -8,12 +8,12 @@ use serde_json::json;
 use testworld::fake_cassandra::writer::Writer;
 use testworld::ring::{Consistency, Replication};
 
-use crate::common::ONE_WORLD;
+use crate::common::FAKE_WORLDS;
 use crate::scenario::{cluster, secs, setup};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quorum_writer_sees_no_failure_through_a_scale_up() {
-    let _one = ONE_WORLD.lock().await;
+    let _one = FAKE_WORLDS.lock().await;
     let s = setup().start().await;
     let c = cluster("c")
         .rack("r", 3)

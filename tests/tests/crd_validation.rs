@@ -611,10 +611,11 @@ fn version_changes_follow_cassandras_upgrade_rules() {
 
 /// The names `spec.security.tls` takes, its defaults, and the rules on it:
 /// PEM files need Cassandra 4.1 (ScyllaDB reads them in every release), and
-/// no change in place (the optional step is not built yet), including
-/// adding `spec.security` to a cluster that had none.
+/// in place it can only be raised, in Cassandra mode (the operator moves
+/// the members through the optional step), including by adding
+/// `spec.security` to a cluster that had none.
 #[test]
-fn tls_is_accepted_from_cassandra_4_1_and_cannot_change_in_place() {
+fn tls_is_accepted_from_cassandra_4_1_and_only_raised_in_place() {
     for (mode, version) in [
         ("cassandra", "4.1.8"),
         ("cassandra", "5.0.3"),
@@ -691,24 +692,80 @@ fn tls_is_accepted_from_cassandra_4_1_and_cannot_change_in_place() {
     let plain = valid_cluster();
     let mut with_tls = valid_cluster();
     with_tls["spec"]["security"] = json!({"tls": {"internode": "dc", "client": "required"}});
-    let mut other = with_tls.clone();
-    other["spec"]["security"]["tls"]["client"] = json!("optional");
-    for (old, new, field) in [
-        (&plain, &with_tls, "spec.security.tls.internode"),
-        (&with_tls, &plain, "spec.security.tls.internode"),
-        (&with_tls, &other, "spec.security.tls.client"),
+    let tls = |internode: &str, client: &str| {
+        let mut o = valid_cluster();
+        o["spec"]["security"] = json!({"tls": {"internode": internode, "client": client}});
+        o
+    };
+    let scylla = |o: &serde_json::Value| {
+        let mut o = o.clone();
+        o["spec"]["mode"] = json!("scylla");
+        o["spec"]["version"] = json!("6.2.3");
+        o
+    };
+    // Raised: accepted by both sides.
+    for (old, new) in [
+        (&plain, &with_tls),
+        (&plain, &tls("none", "optional")),
+        (&tls("none", "optional"), &tls("all", "optional")),
+        (&tls("all", "optional"), &tls("all", "required")),
+        (&tls("rack", "none"), &tls("rack", "required")),
+    ] {
+        let (_, _, errors) = api_server_errors(new, Some(old));
+        assert!(errors.is_empty(), "{old} -> {new}: {errors:#?}");
+        let old: Cluster = serde_json::from_value(old.clone()).unwrap();
+        let new: Cluster = serde_json::from_value(new.clone()).unwrap();
+        crds::validate_update(&old, &new).unwrap();
+    }
+    // Lowered, switched, or in ScyllaDB mode: refused, with the reason.
+    for (old, new, field, reason) in [
+        (
+            &with_tls,
+            &plain,
+            "spec.security.tls.internode",
+            "only from none",
+        ),
+        (
+            &with_tls,
+            &plain,
+            "spec.security.tls.client",
+            "only be raised",
+        ),
+        (
+            &with_tls,
+            &tls("dc", "optional"),
+            "spec.security.tls.client",
+            "only be raised",
+        ),
+        (
+            &tls("all", "none"),
+            &tls("dc", "none"),
+            "spec.security.tls.internode",
+            "only from none",
+        ),
+        (
+            &scylla(&plain),
+            &scylla(&tls("all", "none")),
+            "spec.security.tls.internode",
+            "ScyllaDB",
+        ),
+        (
+            &scylla(&plain),
+            &scylla(&tls("none", "required")),
+            "spec.security.tls.client",
+            "ScyllaDB",
+        ),
     ] {
         let (_, _, errors) = api_server_errors(new, Some(old));
         assert!(
-            errors
-                .iter()
-                .any(|e| names(e, field) && e.contains("optional step")),
+            errors.iter().any(|e| names(e, field) && e.contains(reason)),
             "{field}: {errors:#?}"
         );
         let old: Cluster = serde_json::from_value(old.clone()).unwrap();
         let new: Cluster = serde_json::from_value(new.clone()).unwrap();
         let err = crds::validate_update(&old, &new).unwrap_err();
         assert!(err.fields().contains(&field), "{field}: {err}");
+        assert!(err.to_string().contains(reason), "{err}");
     }
     // the same settings written out: no change
     let mut explicit = valid_cluster();

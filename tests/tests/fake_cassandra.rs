@@ -147,6 +147,7 @@ impl World {
             release: None,
             tls: self.tls.map(|(internode, client)| TlsSettings {
                 internode,
+                internode_optional: false,
                 client,
                 dir: dir.join("tls"),
             }),

@@ -142,6 +142,7 @@ impl World {
         if let Some((internode, client)) = self.tls {
             let options = sidecar::render::tls::scylla_options(&TlsSettings {
                 internode,
+                internode_optional: false,
                 client,
                 dir: dir.join("tls"),
             });

@@ -106,6 +106,7 @@ fn configure(conf: &Path, tls_dir: &Path) {
     }
     let tls = TlsSettings {
         internode: InternodeEncryption::None,
+        internode_optional: false,
         client: ClientEncryption::Required,
         dir: tls_dir.to_path_buf(),
     };

@@ -27,6 +27,8 @@
 //!    left it makes a new key and request, and the database reloads the
 //!    files without a restart.
 
+use crate::v1alpha1::{ClientEncryption, InternodeEncryption, TlsSpec};
+
 /// The signer of member certificates: the controller approves and signs
 /// only requests for it, and only the controller may (`approve` and `sign`
 /// on `signers` with this name).
@@ -125,9 +127,344 @@ pub fn renewal_due(not_before: i64, not_after: i64, now: i64) -> bool {
     not_after - now <= lifetime / 3
 }
 
+/// The sidecar container's environment variable that says which
+/// encryption its member runs with ([`Encryption::to_env`]): set by the
+/// controller in the Pod template of every cluster with TLS, so that a
+/// change of it is a template change, and so a roll, one member at a time.
+pub const ENCRYPTION_ENV: &str = "TLS_ENCRYPTION";
+
+/// The encryption a member runs with: the spec's, or a step of a move of a
+/// running cluster from clear text to TLS ([`next_encryption`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Encryption {
+    /// Which connections to other members it opens with TLS.
+    pub internode: InternodeEncryption,
+    /// Whether it also accepts the other kind of connection from members
+    /// (TLS besides clear text, or clear text besides TLS): Cassandra's
+    /// `server_encryption_options.optional`, the transitional mode.
+    pub internode_optional: bool,
+    /// Client connections.
+    pub client: ClientEncryption,
+}
+
+impl Encryption {
+    /// What the spec asks for, once every member runs it; `None` without TLS.
+    pub fn of(tls: &TlsSpec) -> Option<Encryption> {
+        tls.enabled().then_some(Encryption {
+            internode: tls.internode,
+            internode_optional: false,
+            client: tls.client,
+        })
+    }
+
+    /// The value of [`ENCRYPTION_ENV`]:
+    /// `internode=<all|dc|rack|none>[+optional],client=<required|optional|none>`.
+    pub fn to_env(&self) -> String {
+        format!(
+            "internode={}{},client={}",
+            self.internode.as_str(),
+            if self.internode_optional {
+                "+optional"
+            } else {
+                ""
+            },
+            self.client.as_str()
+        )
+    }
+
+    /// Reads [`Encryption::to_env`]'s form back.
+    pub fn parse(value: &str) -> Result<Encryption, String> {
+        let bad = || {
+            format!(
+                "{ENCRYPTION_ENV}={value:?} is not internode=<all|dc|rack|none>[+optional],client=<required|optional|none>"
+            )
+        };
+        let (internode, client) = value
+            .split_once(',')
+            .and_then(|(i, c)| Some((i.strip_prefix("internode=")?, c.strip_prefix("client=")?)))
+            .ok_or_else(bad)?;
+        let (internode, internode_optional) = match internode.strip_suffix("+optional") {
+            Some(i) => (i, true),
+            None => (internode, false),
+        };
+        let internode = match internode {
+            "all" => InternodeEncryption::All,
+            "dc" => InternodeEncryption::Dc,
+            "rack" => InternodeEncryption::Rack,
+            "none" => InternodeEncryption::None,
+            _ => return Err(bad()),
+        };
+        let client = match client {
+            "required" => ClientEncryption::Required,
+            "optional" => ClientEncryption::Optional,
+            "none" => ClientEncryption::None,
+            _ => return Err(bad()),
+        };
+        Ok(Encryption {
+            internode,
+            internode_optional,
+            client,
+        })
+    }
+
+    /// Where it stands on the way between members (`None`: a member
+    /// without TLS at all): 0 clear text only, 1 accepting TLS from
+    /// members, 2 opening TLS connections while still accepting clear
+    /// text, 3 TLS only.
+    fn internode_step(this: Option<&Encryption>) -> u8 {
+        match this {
+            None => 0,
+            Some(e) => match (e.internode, e.internode_optional) {
+                (InternodeEncryption::None, false) => 0,
+                (InternodeEncryption::None, true) => 1,
+                (_, true) => 2,
+                (_, false) => 3,
+            },
+        }
+    }
+
+    /// Where it stands on the way for clients: 0 clear text, 1 both, 2 TLS
+    /// only.
+    fn client_step(this: Option<&Encryption>) -> u8 {
+        match this.map(|e| e.client) {
+            None | Some(ClientEncryption::None) => 0,
+            Some(ClientEncryption::Optional) => 1,
+            Some(ClientEncryption::Required) => 2,
+        }
+    }
+
+    /// The encryption at these steps towards `target`.
+    fn at(target: &TlsSpec, internode: u8, client: u8) -> Encryption {
+        Encryption {
+            internode: if internode >= 2 {
+                target.internode
+            } else {
+                InternodeEncryption::None
+            },
+            internode_optional: internode == 1 || internode == 2,
+            client: match client {
+                0 => ClientEncryption::None,
+                1 => ClientEncryption::Optional,
+                _ => ClientEncryption::Required,
+            },
+        }
+    }
+}
+
+/// The encryption every rack's Pod template should carry now, on the way
+/// from what the racks' templates hold (`racks`: one entry per existing
+/// StatefulSet, `None` for a template without TLS) to what the spec asks
+/// for (`target`), when every member runs its rack's template and is
+/// Ready (`settled`).
+///
+/// A running cluster cannot go from clear text to TLS in one roll: a
+/// member restarted with TLS would open connections its peers, still in
+/// clear text, cannot read, and refuse theirs. So it moves a step at a
+/// time, each step a roll of every member, and the next step only once
+/// every member runs the last one (as Cassandra's own procedure in
+/// cassandra.yaml says, with one step more so that no member ever opens
+/// TLS to one that cannot accept it):
+///
+/// 1. every member accepts TLS from members besides clear text
+///    (`internode_encryption: none`, `optional: true`) and clients get
+///    `optional` TLS (when the target has client TLS);
+/// 2. every member opens its connections with TLS, still accepting clear
+///    text (the target's `internode_encryption`, `optional: true`), and
+///    clients get the spec's setting (every member serves TLS already);
+/// 3. the target: members accept TLS only.
+///
+/// Members and clients move each on their own, from the same rolls: steps
+/// that change nothing are skipped (`client: optional` alone is one roll,
+/// `client: required` alone two). A new cluster (no rack yet), or
+/// one whose templates are all at the target, gets the target. `None`:
+/// no TLS.
+pub fn next_encryption(
+    target: &TlsSpec,
+    racks: &[Option<Encryption>],
+    settled: bool,
+) -> Option<Encryption> {
+    let wanted = Encryption::of(target)?;
+    if racks.is_empty() {
+        return Some(wanted);
+    }
+    let last_internode = Encryption::internode_step(Some(&wanted));
+    let last_client = Encryption::client_step(Some(&wanted));
+    // One dimension: the furthest step a rack's template holds, when it
+    // is ahead (the templates of the next step are applied to every rack
+    // at once, so one rack ahead means a roll to it is under way); the
+    // next step once every member runs the same one; never past the
+    // target (going back is refused by the API).
+    let step = |steps: Vec<u8>, last: u8| -> u8 {
+        let (low, high) = (
+            steps.iter().copied().min().unwrap_or(0),
+            steps.iter().copied().max().unwrap_or(0),
+        );
+        let at = if high > low {
+            high
+        } else if (settled || low == 0) && low < last {
+            // The first step needs no wait: a member that accepts TLS
+            // besides clear text, or serves clients both, breaks nothing.
+            low + 1
+        } else {
+            low
+        };
+        at.min(last)
+    };
+    let internode = step(
+        racks
+            .iter()
+            .map(|r| Encryption::internode_step(r.as_ref()))
+            .collect(),
+        last_internode,
+    );
+    let client = step(
+        racks
+            .iter()
+            .map(|r| Encryption::client_step(r.as_ref()))
+            .collect(),
+        last_client,
+    );
+    Some(Encryption::at(target, internode, client))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn spec(internode: InternodeEncryption, client: ClientEncryption) -> TlsSpec {
+        TlsSpec { internode, client }
+    }
+
+    /// The steps from clear text to `target`, each taken once every
+    /// member runs the one before, with two racks.
+    fn walk(target: &TlsSpec) -> Vec<String> {
+        let mut racks = vec![None, None];
+        let mut seen = Vec::new();
+        for _ in 0..10 {
+            // A member not Ready holds every step but the first.
+            if racks[0].is_some() {
+                assert_eq!(next_encryption(target, &racks, false), racks[0]);
+            }
+            let Some(next) = next_encryption(target, &racks, true) else {
+                break;
+            };
+            if Some(next) == racks[0] {
+                break;
+            }
+            // One rack rolled to it, the other not yet: the same step
+            // for both, settled or not.
+            let half = vec![Some(next), racks[1]];
+            assert_eq!(next_encryption(target, &half, false), Some(next));
+            assert_eq!(next_encryption(target, &half, true), Some(next));
+            seen.push(next.to_env());
+            racks = vec![Some(next), Some(next)];
+        }
+        assert_eq!(racks[0], Encryption::of(target), "ends at the target");
+        seen
+    }
+
+    #[test]
+    fn a_running_cluster_moves_to_tls_a_step_at_a_time() {
+        use ClientEncryption as C;
+        use InternodeEncryption as I;
+        assert_eq!(
+            walk(&spec(I::All, C::Optional)),
+            [
+                "internode=none+optional,client=optional",
+                "internode=all+optional,client=optional",
+                "internode=all,client=optional",
+            ]
+        );
+        assert_eq!(
+            walk(&spec(I::Dc, C::Required)),
+            [
+                "internode=none+optional,client=optional",
+                "internode=dc+optional,client=required",
+                "internode=dc,client=required",
+            ]
+        );
+        assert_eq!(
+            walk(&spec(I::Rack, C::None)),
+            [
+                "internode=none+optional,client=none",
+                "internode=rack+optional,client=none",
+                "internode=rack,client=none",
+            ]
+        );
+        assert_eq!(
+            walk(&spec(I::None, C::Optional)),
+            ["internode=none,client=optional"]
+        );
+        assert_eq!(
+            walk(&spec(I::None, C::Required)),
+            [
+                "internode=none,client=optional",
+                "internode=none,client=required"
+            ]
+        );
+        // From client TLS alone to internode TLS too.
+        let client_only = Encryption::of(&spec(I::None, C::Optional));
+        let target = spec(I::All, C::Optional);
+        assert_eq!(
+            next_encryption(&target, &[client_only, client_only], true).map(|e| e.to_env()),
+            Some("internode=none+optional,client=optional".to_string())
+        );
+        // From internode TLS, clients required: one roll, every member
+        // already serves TLS.
+        let optional = Encryption::of(&spec(I::All, C::Optional));
+        assert_eq!(
+            next_encryption(&spec(I::All, C::Required), &[optional], true),
+            Encryption::of(&spec(I::All, C::Required))
+        );
+        assert_eq!(
+            next_encryption(&spec(I::None, C::None), &[None], true),
+            None
+        );
+    }
+
+    #[test]
+    fn a_new_cluster_or_one_at_its_target_gets_the_target() {
+        let target = spec(InternodeEncryption::All, ClientEncryption::Required);
+        let wanted = Encryption::of(&target);
+        assert_eq!(next_encryption(&target, &[], false), wanted);
+        assert_eq!(next_encryption(&target, &[wanted, wanted], false), wanted);
+        assert_eq!(next_encryption(&target, &[wanted, wanted], true), wanted);
+    }
+
+    #[test]
+    fn the_environment_form_reads_back() {
+        for internode in [
+            InternodeEncryption::All,
+            InternodeEncryption::Dc,
+            InternodeEncryption::Rack,
+            InternodeEncryption::None,
+        ] {
+            for client in [
+                ClientEncryption::Required,
+                ClientEncryption::Optional,
+                ClientEncryption::None,
+            ] {
+                for internode_optional in [false, true] {
+                    let e = Encryption {
+                        internode,
+                        internode_optional,
+                        client,
+                    };
+                    assert_eq!(Encryption::parse(&e.to_env()), Ok(e));
+                }
+            }
+        }
+        for bad in [
+            "",
+            "internode=all",
+            "internode=some,client=none",
+            "client=none,internode=all",
+            "internode=all,client=optional,x=1",
+        ] {
+            let err = Encryption::parse(bad).unwrap_err();
+            assert!(err.contains(ENCRYPTION_ENV), "{err}");
+        }
+    }
 
     #[test]
     fn renewal_is_due_with_a_third_of_the_lifetime_left() {

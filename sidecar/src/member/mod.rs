@@ -121,6 +121,12 @@ pub struct SidecarArgs {
     /// (the memory-backed TLS volume), when the Cluster asks for TLS.
     #[arg(long, env = "TLS_DIR", default_value = crds::contract::tls::TLS_DIR)]
     pub tls_dir: PathBuf,
+    /// The encryption the member runs with, as the controller's Pod
+    /// template says (`internode=<all|dc|rack|none>[+optional],client=<...>`:
+    /// the spec's, or a step of a move to TLS); without it, the Cluster's
+    /// spec.
+    #[arg(long, env = crds::contract::tls::ENCRYPTION_ENV)]
+    pub tls_encryption: Option<String>,
     /// The Jolokia JVM agent jar.
     #[arg(long, env = "JOLOKIA_AGENT_JAR", default_value = render::DEFAULT_JOLOKIA_AGENT_JAR)]
     pub jolokia_agent_jar: String,
@@ -201,6 +207,9 @@ pub enum MemberError {
     /// The database command is empty.
     #[error("DATABASE_COMMAND is empty")]
     NoCommand,
+    /// The Pod template's encryption setting cannot be read.
+    #[error("{0}")]
+    Encryption(String),
 }
 
 /// Runs the sidecar; returns the exit code for the container. The steps of
@@ -263,7 +272,12 @@ pub async fn run(args: SidecarArgs) -> Result<i32, MemberError> {
         )?,
         jolokia_agent_jar: args.jolokia_agent_jar.clone(),
         release: args.cassandra_version.clone(),
-        tls: render::tls::TlsSettings::of(member.cluster.spec.security.as_ref(), &args.tls_dir),
+        tls: render::tls::TlsSettings::of(
+            args.tls_encryption.as_deref(),
+            member.cluster.spec.security.as_ref(),
+            &args.tls_dir,
+        )
+        .map_err(MemberError::Encryption)?,
         authentication: member
             .cluster
             .spec
@@ -645,6 +659,7 @@ mod tests {
             config_defaults_dir: None,
             config_dir: "/c".into(),
             tls_dir: "/t".into(),
+            tls_encryption: None,
             data_dir: None,
             overrides_dir: "/o".into(),
             database_command: None,

@@ -1137,6 +1137,7 @@ fn tls_settings_replace_the_encryption_options_of_defaults_and_overrides() {
     use crds::v1alpha1::{ClientEncryption, InternodeEncryption};
     let tls = tls::TlsSettings {
         internode: InternodeEncryption::All,
+        internode_optional: false,
         client: ClientEncryption::Optional,
         dir: PathBuf::from("/mnt/tls"),
     };
@@ -1389,6 +1390,89 @@ fn an_authenticated_clusters_overrides_may_not_set_the_authentication_settings()
     }
 }
 
+/// The steps of a move to TLS render Cassandra's transitional mode: the
+/// keys and `optional: true`, first with no internode encryption of its
+/// own (it accepts TLS from members that open it), then with it (it still
+/// accepts clear text); the settings come from the Pod template's value,
+/// over the spec's.
+#[test]
+fn the_steps_of_a_move_to_tls_render_the_transitional_mode() {
+    use crds::v1alpha1::{SecuritySpec, TlsSpec};
+    let spec = SecuritySpec {
+        tls: TlsSpec {
+            internode: crds::v1alpha1::InternodeEncryption::All,
+            client: crds::v1alpha1::ClientEncryption::Required,
+        },
+        authentication: None,
+    };
+    let dir = PathBuf::from("/mnt/tls");
+    for (value, internode, optional, client_enabled, client_optional) in [
+        (
+            "internode=none+optional,client=optional",
+            "none",
+            true,
+            true,
+            true,
+        ),
+        (
+            "internode=all+optional,client=required",
+            "all",
+            true,
+            true,
+            false,
+        ),
+        ("internode=all,client=required", "all", false, true, false),
+        ("internode=none,client=none", "none", false, false, false),
+    ] {
+        let tls = tls::TlsSettings::of(Some(value), Some(&spec), &dir)
+            .unwrap()
+            .unwrap();
+        let mut config = member(ClusterMode::Cassandra);
+        config.tls = Some(tls);
+        let doc = main_file(
+            &render(&config, &fixtures::read("cassandra/4.1/cassandra.yaml")).unwrap(),
+            ClusterMode::Cassandra,
+        );
+        let server = &doc["server_encryption_options"];
+        let client = &doc["client_encryption_options"];
+        assert_eq!(
+            server["internode_encryption"],
+            Value::from(internode),
+            "{value}"
+        );
+        assert_eq!(server["optional"], Value::from(optional), "{value}");
+        // TLS accepted from members is TLS from members of the cluster only
+        assert_eq!(
+            server["require_client_auth"],
+            Value::from(internode != "none" || optional),
+            "{value}"
+        );
+        assert_eq!(
+            server["keystore"],
+            Value::from("/mnt/tls/member.pem"),
+            "{value}"
+        );
+        assert_eq!(client["enabled"], Value::from(client_enabled), "{value}");
+        assert_eq!(client["optional"], Value::from(client_optional), "{value}");
+    }
+    // Without the template's value: the spec's.
+    let of_spec = tls::TlsSettings::of(None, Some(&spec), &dir)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            of_spec.internode.as_str(),
+            of_spec.internode_optional,
+            of_spec.client.as_str()
+        ),
+        ("all", false, "required")
+    );
+    assert_eq!(tls::TlsSettings::of(None, None, &dir), Ok(None));
+    let err =
+        tls::TlsSettings::of(Some("internode=maybe,client=none"), Some(&spec), &dir).unwrap_err();
+    assert!(err.contains("TLS_ENCRYPTION"), "{err}");
+}
+
 /// Authentication and TLS together: both sets of the operator's settings.
 #[test]
 fn authentication_and_tls_are_rendered_together() {
@@ -1397,6 +1481,7 @@ fn authentication_and_tls_are_rendered_together() {
     config.authentication = true;
     config.tls = Some(tls::TlsSettings {
         internode: InternodeEncryption::All,
+        internode_optional: false,
         client: ClientEncryption::Required,
         dir: PathBuf::from("/mnt/tls"),
     });

@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crds::contract::tls::{CA_FILE, CERT_FILE, KEY_FILE, KEYSTORE_FILE};
+use crds::contract::tls::{CA_FILE, CERT_FILE, Encryption, KEY_FILE, KEYSTORE_FILE};
 use crds::v1alpha1::{ClientEncryption, InternodeEncryption};
 use serde_norway::{Mapping, Value};
 
@@ -23,6 +23,9 @@ pub const PEM_FACTORY: &str = "org.apache.cassandra.security.PEMBasedSslContextF
 pub struct TlsSettings {
     /// Which traffic between members is encrypted.
     pub internode: InternodeEncryption,
+    /// Whether members' connections of the other kind are accepted too
+    /// (the transitional mode of a cluster moving to TLS).
+    pub internode_optional: bool,
     /// Client connections.
     pub client: ClientEncryption,
     /// Where the key, chain and CA bundle are.
@@ -30,14 +33,25 @@ pub struct TlsSettings {
 }
 
 impl TlsSettings {
-    /// The settings of a Cluster's spec, or none when it asks for no TLS.
-    pub fn of(spec: Option<&crds::v1alpha1::SecuritySpec>, dir: &Path) -> Option<TlsSettings> {
-        let tls = &spec?.tls;
-        tls.enabled().then(|| TlsSettings {
-            internode: tls.internode,
-            client: tls.client,
+    /// The settings the controller put in the member's Pod template
+    /// ([`crds::contract::tls::ENCRYPTION_ENV`]: the spec's, or a step of a
+    /// move to TLS); without it (a Pod of an older controller), the
+    /// Cluster's spec. None when it asks for no TLS.
+    pub fn of(
+        encryption: Option<&str>,
+        spec: Option<&crds::v1alpha1::SecuritySpec>,
+        dir: &Path,
+    ) -> Result<Option<TlsSettings>, String> {
+        let encryption = match encryption {
+            Some(value) => Some(Encryption::parse(value)?),
+            None => spec.and_then(|s| Encryption::of(&s.tls)),
+        };
+        Ok(encryption.map(|e| TlsSettings {
+            internode: e.internode,
+            internode_optional: e.internode_optional,
+            client: e.client,
             dir: dir.to_path_buf(),
-        })
+        }))
     }
 
     fn path(&self, file: &str) -> Value {
@@ -69,8 +83,11 @@ fn factory() -> Value {
 /// peer's Pod IP, not the ClusterIP its certificate names (4.1.8 refused
 /// a peer with "No subject alternative names matching IP address"). So a
 /// member's certificate proves membership of the cluster, not which
-/// member (README, Security). `optional: false` written out: unset, a
-/// node with a keystore also accepts clear text.
+/// member (README, Security). `optional` written out: unset, a node with a
+/// keystore also accepts clear text; true only on the way to TLS (with
+/// `internode_encryption: none` it then accepts TLS from members that
+/// already open it, and with another value it still accepts clear text
+/// from members that do not yet).
 pub fn cassandra_options(tls: &TlsSettings) -> Mapping {
     let internode = tls.internode != InternodeEncryption::None;
     let server = mapping(vec![
@@ -78,11 +95,14 @@ pub fn cassandra_options(tls: &TlsSettings) -> Mapping {
             "internode_encryption",
             Value::String(tls.internode.as_str().to_string()),
         ),
-        ("optional", Value::Bool(false)),
+        ("optional", Value::Bool(tls.internode_optional)),
         ("ssl_context_factory", factory()),
         ("keystore", tls.path(KEYSTORE_FILE)),
         ("truststore", tls.path(CA_FILE)),
-        ("require_client_auth", Value::Bool(internode)),
+        (
+            "require_client_auth",
+            Value::Bool(internode || tls.internode_optional),
+        ),
         ("require_endpoint_verification", Value::Bool(false)),
     ]);
     let client_enabled = tls.client != ClientEncryption::None;
