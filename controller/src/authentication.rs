@@ -96,6 +96,31 @@ impl Memory {
             f(m.entry(uid.to_string()).or_default());
         }
     }
+
+    /// Records a failure of a step at `now` and says whether it is time
+    /// for a Warning: the steps have failed for [`WARN_AFTER`] without a
+    /// success, and this message was not the last one said.
+    fn failed(&self, uid: &str, message: &str, now: Instant) -> bool {
+        let mut warn = false;
+        self.update(uid, |l| {
+            let since = *l.failing_since.get_or_insert(now);
+            if now.saturating_duration_since(since) >= WARN_AFTER
+                && l.warned.as_deref() != Some(message)
+            {
+                warn = true;
+                l.warned = Some(message.to_string());
+            }
+        });
+        warn
+    }
+
+    /// Forgets the clusters whose UID is not in `live` (deleted ones; the
+    /// sweep calls it with the UIDs of the Clusters the cache holds).
+    pub(crate) fn retain(&self, live: &std::collections::BTreeSet<String>) {
+        if let Ok(mut m) = self.clusters.lock() {
+            m.retain(|uid, _| live.contains(uid));
+        }
+    }
 }
 
 /// What the next step of a cluster with authentication is, given the step
@@ -670,15 +695,7 @@ async fn raise_replication(
 /// distinct message per cluster (the log has every occurrence).
 async fn warn_once(cluster: &Cluster, ctx: &Context, uid: &str, reason: &str, message: String) {
     warn!(cluster = %cluster.name_any(), reason, "{message}");
-    let mut said = true;
-    ctx.authentication.update(uid, |l| {
-        let since = *l.failing_since.get_or_insert_with(Instant::now);
-        if since.elapsed() >= WARN_AFTER && l.warned.as_deref() != Some(message.as_str()) {
-            said = false;
-            l.warned = Some(message.clone());
-        }
-    });
-    if !said {
+    if ctx.authentication.failed(uid, &message, Instant::now()) {
         publish(
             ctx,
             cluster,
@@ -695,6 +712,41 @@ async fn warn_once(cluster: &Cluster, ctx: &Context, uid: &str, reason: &str, me
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_warning_comes_after_a_minute_of_failures_once_per_message() {
+        let memory = Memory::default();
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        assert!(memory.get("u").failing_since.is_none());
+        // A new ring's first logins fail for about 10 s: no Warning.
+        assert!(!memory.failed("u", "refused", at(0)));
+        assert!(!memory.failed("u", "refused", at(59)));
+        assert!(memory.pending("u"));
+        // A minute of failures: one Warning, not repeated.
+        assert!(memory.failed("u", "refused", at(60)));
+        assert!(!memory.failed("u", "refused", at(90)));
+        // Another reason: said too.
+        assert!(memory.failed("u", "timed out", at(91)));
+        // Another cluster has its own clock.
+        assert!(!memory.failed("v", "refused", at(91)));
+        // A success starts over: the same message waits a minute again.
+        memory.succeeded("u");
+        assert!(!memory.failed("u", "refused", at(100)));
+        assert!(!memory.failed("u", "refused", at(159)));
+        assert!(memory.failed("u", "refused", at(160)));
+    }
+
+    #[test]
+    fn deleted_clusters_are_forgotten() {
+        let memory = Memory::default();
+        memory.update("kept", |l| l.superuser_settled = true);
+        memory.update("gone", |l| l.superuser_settled = true);
+        memory.retain(&["kept".to_string()].into());
+        assert!(memory.get("kept").superuser_settled);
+        assert!(!memory.get("gone").superuser_settled);
+        assert_eq!(memory.clusters.lock().unwrap().len(), 1);
+    }
 
     fn secret(data: &[(&str, &str)]) -> Secret {
         Secret {

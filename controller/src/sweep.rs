@@ -101,6 +101,8 @@ pub(crate) async fn sweep(
         .iter()
         .filter_map(|c| c.metadata.uid.clone())
         .collect();
+    // What authentication learnt of gone Clusters.
+    ctx.authentication.retain(&known_uids);
     let mut deleted = 0;
     for object in listed_secrets.items {
         if gone(ctx, &object.metadata, tls::ca_secret_name, &known_uids).await? {
