@@ -80,7 +80,7 @@ async fn real_members_speak_tls_with_their_own_keys_and_renew_certificates_witho
         .await;
     scenario
         .create(
-            real_cluster(3).with_spec(
+            real_cluster(MEMBERS).with_spec(
                 json!({"security": {"tls": {"internode": "all", "client": "required"}}}),
             ),
         )
