@@ -6,37 +6,28 @@
 //! where it was: no record of its own. Pure.
 
 use crds::contract::tls::{ENCRYPTION_ENV, Encryption, next_encryption};
-use crds::v1alpha1::{Cluster, TlsSpec};
+use crds::v1alpha1::{ClusterSpec, TlsSpec};
 use k8s_openapi::api::apps::v1::StatefulSet;
 
-use crate::observe::{Cached, REVISION_LABEL, owned_by, pod_ready};
+use crate::observed::Observed;
 use crate::resources::TLS_VOLUME;
 
-/// The encryption of the members' templates for `cluster` now: `None`
+/// The encryption of the members' templates for a cluster of `spec` now,
+/// from what observe saw of its racks' templates and members: `None`
 /// without TLS.
-pub fn templates_encryption(cluster: &Cluster, cached: &Cached) -> Option<Encryption> {
-    let target = cluster
-        .spec
+pub fn templates_encryption(spec: &ClusterSpec, observed: &Observed) -> Option<Encryption> {
+    let target = spec
         .security
         .as_ref()
         .map(|s| s.tls.clone())
         .unwrap_or_default();
-    let dc = &cluster.spec.datacenter.name;
-    let owned: Vec<&StatefulSet> = cached
-        .statefulsets
-        .iter()
-        .map(AsRef::as_ref)
-        .filter(|s| owned_by(&s.metadata, cluster))
-        .filter(|s| {
-            s.metadata.namespace == cluster.metadata.namespace
-                && label(s, crds::labels::DATACENTER).is_none_or(|d| d == dc)
-        })
+    let racks: Vec<Option<Encryption>> = observed
+        .racks
+        .values()
+        .filter(|r| r.replicas.is_some())
+        .map(|r| r.template_encryption)
         .collect();
-    let racks: Vec<Option<Encryption>> = owned
-        .iter()
-        .map(|s| template_encryption(s, &target))
-        .collect();
-    next_encryption(&target, &racks, settled(cluster, &owned, cached))
+    next_encryption(&target, &racks, settled(spec, observed))
 }
 
 /// The encryption a StatefulSet's Pod template gives its members: none
@@ -66,50 +57,26 @@ pub fn template_encryption(sts: &StatefulSet, target: &TlsSpec) -> Option<Encryp
 
 /// Whether every member of every rack of the spec runs its rack's
 /// current template and is Ready: the last step reached every member.
-fn settled(cluster: &Cluster, owned: &[&StatefulSet], cached: &Cached) -> bool {
-    cluster.spec.datacenter.racks.iter().all(|rack| {
-        let Some(sts) = owned
-            .iter()
-            .find(|s| label(s, crds::labels::RACK) == Some(rack.name.as_str()))
-        else {
+fn settled(spec: &ClusterSpec, observed: &Observed) -> bool {
+    spec.datacenter.racks.iter().all(|rack| {
+        let Some(observed_rack) = observed.racks.get(&rack.name) else {
             return false;
         };
-        let Some(status) = sts.status.as_ref() else {
+        let Some(replicas) = observed_rack.replicas else {
             return false;
         };
-        let generation = sts.metadata.generation.unwrap_or_default();
-        if status.observed_generation.unwrap_or_default() < generation {
-            return false;
-        }
-        let Some(revision) = status.update_revision.as_deref() else {
-            return false;
-        };
-        let name = sts.metadata.name.as_deref().unwrap_or_default();
-        let replicas = sts.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-        (0..replicas).all(|ordinal| {
-            let pod_name = crds::names::member_name(name, ordinal);
-            cached.pods.iter().any(|pod| {
-                pod.metadata.name.as_deref() == Some(pod_name.as_str())
-                    && pod.metadata.namespace == cluster.metadata.namespace
-                    && pod.metadata.deletion_timestamp.is_none()
-                    && pod
-                        .metadata
-                        .labels
-                        .as_ref()
-                        .and_then(|l| l.get(REVISION_LABEL))
-                        .is_some_and(|r| r == revision)
-                    && pod_ready(pod)
+        !observed_rack.status_stale
+            && observed_rack.update_revision.is_some()
+            && (0..replicas).all(|ordinal| {
+                observed_rack.members.get(&ordinal).is_some_and(|m| {
+                    m.pod_exists
+                        && m.pod_ready
+                        && !m.pod_terminating
+                        && m.revision.is_some()
+                        && !m.outdated(observed_rack)
+                })
             })
-        })
     })
-}
-
-fn label<'a>(sts: &'a StatefulSet, key: &str) -> Option<&'a str> {
-    sts.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(key))
-        .map(String::as_str)
 }
 
 #[cfg(test)]

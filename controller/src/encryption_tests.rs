@@ -4,7 +4,9 @@
 
 use super::*;
 use crate::cached::cached;
+use crate::observe::{Cached, REVISION_LABEL, observe_cached};
 use crate::resources::{self, BuildContext, ValidCluster};
+use crds::v1alpha1::Cluster;
 use k8s_openapi::api::apps::v1::StatefulSetStatus;
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -64,7 +66,13 @@ fn pod(name: &str, revision: &str, ready: bool) -> Arc<crate::cached::CachedPod>
         metadata: ObjectMeta {
             name: Some(name.into()),
             namespace: Some("db".into()),
-            labels: Some([(REVISION_LABEL.to_string(), revision.to_string())].into()),
+            labels: Some({
+                // c-dc-<rack>-<ordinal>
+                let rack = name.split('-').nth(2).unwrap();
+                let mut labels = crds::labels::rack_labels("c", "dc", rack);
+                labels.insert(REVISION_LABEL.to_string(), revision.to_string());
+                labels
+            }),
             ..ObjectMeta::default()
         },
         spec: None,
@@ -78,6 +86,11 @@ fn pod(name: &str, revision: &str, ready: bool) -> Arc<crate::cached::CachedPod>
         }),
     };
     Arc::new(cached(&pod))
+}
+
+/// What the reconcile makes of the caches for `cluster`.
+fn encryption_of(cluster: &Cluster, cached: &Cached) -> Option<Encryption> {
+    templates_encryption(&cluster.spec, &observe_cached(cluster, cached, 0, 600))
 }
 
 fn cached_world(
@@ -129,15 +142,11 @@ fn a_running_cluster_in_clear_text_moves_to_tls_one_settled_step_at_a_time() {
         );
         if at.is_some() {
             for held in [&rolling, &unready, &missing] {
-                assert_eq!(
-                    env(templates_encryption(&target, held)),
-                    env(at),
-                    "round {round}"
-                );
+                assert_eq!(env(encryption_of(&target, held)), env(at), "round {round}");
             }
         }
         let settled = cached_world(sts, MEMBERS.iter().map(|m| pod(m, "r1", true)).collect());
-        let next = templates_encryption(&target, &settled);
+        let next = encryption_of(&target, &settled);
         if next == at {
             break;
         }
@@ -224,7 +233,7 @@ fn a_new_cluster_starts_at_its_target_and_foreign_statefulsets_count_for_nothing
     let target = cluster("{internode: rack, client: required}");
     let tls = target.spec.security.as_ref().unwrap().tls.clone();
     assert_eq!(
-        templates_encryption(&target, &Cached::default()),
+        encryption_of(&target, &Cached::default()),
         Encryption::of(&tls)
     );
     // A StatefulSet of the same names that the cluster does not own.
@@ -232,7 +241,7 @@ fn a_new_cluster_starts_at_its_target_and_foreign_statefulsets_count_for_nothing
     let mut foreign = (*statefulsets(&plain, None, "r1")[0]).clone();
     foreign.metadata.owner_references = None;
     let world = cached_world(vec![Arc::new(foreign)], vec![]);
-    assert_eq!(templates_encryption(&target, &world), Encryption::of(&tls));
+    assert_eq!(encryption_of(&target, &world), Encryption::of(&tls));
 }
 
 /// The controller's cache keeps a stripped StatefulSet: what it reads of
@@ -264,7 +273,7 @@ fn the_cached_statefulset_keeps_what_the_encryption_is_read_from() {
         .statefulsets
         .extend(statefulsets(&plain, Some(step), "r1").into_iter().skip(1));
     assert_eq!(
-        env(templates_encryption(&target, &world)).as_deref(),
+        env(encryption_of(&target, &world)).as_deref(),
         Some("internode=all+optional,client=optional")
     );
 }

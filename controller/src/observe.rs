@@ -148,7 +148,6 @@ pub struct Cached {
 pub fn observe_cached(
     cluster: &Cluster,
     cached: &Cached,
-    desired: &BTreeMap<String, StatefulSet>,
     now_seconds: i64,
     restart_bound_seconds: i64,
 ) -> Observed {
@@ -175,12 +174,6 @@ pub fn observe_cached(
         .creation_timestamp
         .as_ref()
         .map(|t| t.0.as_second());
-    outdated_statefulsets(
-        &mut observed,
-        cluster,
-        cached.statefulsets.iter().map(|s| s.as_ref()),
-        desired,
-    );
     observed
 }
 
@@ -363,6 +356,15 @@ pub fn observe<'a>(
                     .map(ClaimTemplate::of)
                     .collect()
             });
+            entry.template_encryption = crate::encryption::template_encryption(
+                sts,
+                &cluster
+                    .spec
+                    .security
+                    .as_ref()
+                    .map(|s| s.tls.clone())
+                    .unwrap_or_default(),
+            );
             entry.template_version = sts
                 .spec
                 .as_ref()

@@ -846,13 +846,7 @@ fn maintenance_records_are_read_from_the_member_service() {
         Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             "2026-11-01T12:00:00Z".parse().unwrap(),
         ));
-    let observed = observe_cached(
-        &cluster,
-        &Cached::default(),
-        &BTreeMap::new(),
-        1_800_000_000,
-        600,
-    );
+    let observed = observe_cached(&cluster, &Cached::default(), 1_800_000_000, 600);
     assert_eq!(observed.now, 1_800_000_000);
     assert_eq!(observed.created, Some(1_793_534_400));
 }

@@ -136,6 +136,9 @@ pub struct RackObserved {
     /// The database version of its StatefulSet's Pod template, when the
     /// image tag names one: what its next Pods will run.
     pub template_version: Option<Version>,
+    /// The encryption its StatefulSet's Pod template gives its members
+    /// (`crate::encryption::template_encryption`); none without TLS.
+    pub template_encryption: Option<crds::contract::tls::Encryption>,
     /// What its StatefulSet's volumeClaimTemplates ask for (immutable in a
     /// StatefulSet), when the StatefulSet exists.
     pub claim_templates: Option<Vec<ClaimTemplate>>,

@@ -28,7 +28,7 @@ use crate::context::Context;
 use crate::decide::{Action, Refusal, after_member_service_created, decide};
 use crate::encryption::templates_encryption;
 use crate::error::Error;
-use crate::observe::{observe_cached, observe_supporting};
+use crate::observe::{observe_cached, observe_supporting, outdated_statefulsets};
 use crate::observed::Observed;
 use crate::recheck::{Recheck, recheck};
 use crate::report::report;
@@ -61,21 +61,29 @@ async fn reconcile_inner(cluster: &Cluster, ctx: &Context) -> Result<Requeue, Er
     }
     let now = k8s_openapi::jiff::Timestamp::now();
     let cached = ctx.cached(cluster, &namespace).await?;
+    let mut observed = observe_cached(
+        cluster,
+        &cached,
+        now.as_second(),
+        ctx.restart_timeout_seconds,
+    );
+    // The templates as the builders make them, with the encryption the
+    // racks' templates and members call for (a move to TLS goes a step at
+    // a time); then which StatefulSets differ from them.
     let valid = validate(cluster).map(|valid| {
         let mut build = ctx.build_context(&valid, &cached.config_maps);
-        build.encryption = templates_encryption(cluster, &cached);
+        build.encryption = templates_encryption(&cluster.spec, &observed);
         (valid, build)
     });
     let desired = match &valid {
         Ok((valid, build)) => desired_statefulsets(valid, build),
         Err(_) => BTreeMap::new(),
     };
-    let mut observed = observe_cached(
+    outdated_statefulsets(
+        &mut observed,
         cluster,
-        &cached,
+        cached.statefulsets.iter().map(|s| s.as_ref()),
         &desired,
-        now.as_second(),
-        ctx.restart_timeout_seconds,
     );
     let outcome = match valid {
         Err(errors) => Outcome::Invalid(errors),
